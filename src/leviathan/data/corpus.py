@@ -1,0 +1,252 @@
+"""On-disk corpus format: one `<split>.jsonl.zst` per split, each with a manifest.
+
+Every line is `{"id": ..., "text": ...}`. Every source (embedded, text, hf, pile) yields
+`Document`s and goes through `write_corpus`, which cleans the text (undecodable bytes and
+lone surrogates become U+FFFD and are counted), drops empty documents (counted), routes
+documents to splits, refuses to finish with an empty split, and writes each split
+atomically followed by its manifest (kind "corpus").
+
+Splits are either given by the source (e.g. a dataset's own validation split) or made by
+`hash_split`: a stable hash of the document id, so adding or reordering documents never
+moves another document between train and val.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+import zstandard
+
+from leviathan.data.manifest import read_manifest, write_manifest
+from leviathan.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+CORPUS_SUFFIX = ".jsonl.zst"
+ZSTD_LEVEL = 3
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class Document(NamedTuple):
+    """One document: a stable id (used for hash splits) and its text."""
+
+    id: str
+    text: str
+
+
+class CorpusError(ValueError):
+    """A corpus is missing, empty or malformed."""
+
+
+def clean_text(text: str) -> tuple[str, int]:
+    """Replace lone surrogates (undecodable bytes, bad JSON escapes) by U+FFFD; count them."""
+    cleaned, n = _LONE_SURROGATE.subn("\ufffd", text)
+    return cleaned, n
+
+
+def decode_bytes(data: bytes) -> tuple[str, int]:
+    """Decode UTF-8, replacing each undecodable byte by U+FFFD; return (text, count)."""
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        return clean_text(data.decode("utf-8", "surrogateescape"))
+
+
+def hash_fraction(doc_id: str) -> float:
+    """A stable number in [0, 1) from a document id (sha256, independent of Python's hash)."""
+    digest = hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def hash_split(
+    docs: Iterable[Document], val_fraction: float, train: str = "train", val: str = "val"
+) -> Iterator[tuple[str, Document]]:
+    """Route each document to `val` when hash_fraction(id) < val_fraction, else `train`."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction={val_fraction}: must be strictly between 0 and 1")
+    for doc in docs:
+        yield (val if hash_fraction(doc.id) < val_fraction else train), doc
+
+
+def limit(
+    docs: Iterable[Document], max_docs: int | None = None, max_bytes: int | None = None
+) -> Iterator[Document]:
+    """Stop after `max_docs` documents, or once `max_bytes` UTF-8 bytes have been yielded."""
+    n_docs = n_bytes = 0
+    for doc in docs:
+        if max_docs is not None and n_docs >= max_docs:
+            return
+        if max_bytes is not None and n_bytes >= max_bytes:
+            return
+        yield doc
+        n_docs += 1
+        n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
+
+
+@dataclass
+class SplitStats:
+    """What was written to one split."""
+
+    documents: int = 0
+    text_bytes: int = 0
+    replaced_chars: int = 0
+    empty_skipped: int = 0
+    content: Any = field(default_factory=hashlib.sha256, repr=False)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "documents": self.documents,
+            "text_bytes": self.text_bytes,
+            "replaced_chars": self.replaced_chars,
+            "empty_skipped": self.empty_skipped,
+            "content_sha256": self.content.hexdigest(),
+        }
+
+
+class _SplitWriter:
+    """Streams documents of one split into a zstd-compressed JSONL temp file."""
+
+    def __init__(self, tmp: Path) -> None:
+        self._raw: IO[bytes] = open(tmp, "wb")  # noqa: SIM115 (closed in close())
+        self._zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(self._raw)
+        self.stats = SplitStats()
+
+    def add(self, doc: Document) -> None:
+        text, n_bad = clean_text(doc.text)
+        doc_id, _ = clean_text(doc.id)
+        self.stats.replaced_chars += n_bad
+        if not text.strip():
+            self.stats.empty_skipped += 1
+            return
+        data = text.encode("utf-8")
+        self.stats.documents += 1
+        self.stats.text_bytes += len(data)
+        self.stats.content.update(doc_id.encode() + b"\0" + data + b"\0")
+        line = json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n"
+        self._zw.write(line.encode("utf-8"))
+
+    def close(self) -> None:
+        self._zw.close()  # closes the raw file too
+
+
+def corpus_file(corpus_dir: str | os.PathLike[str], split: str) -> Path:
+    """Path of one split of a corpus directory."""
+    return Path(corpus_dir) / f"{split}{CORPUS_SUFFIX}"
+
+
+def write_corpus(
+    out_dir: str | os.PathLike[str],
+    routed: Iterable[tuple[str, Document]],
+    *,
+    splits: Iterable[str],
+    source: dict[str, Any],
+    inputs: list[dict[str, str]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Write every (split, document) of `routed` and a manifest per split; return manifests.
+
+    `splits` names every split that must come out non-empty; `source` describes where the
+    text came from (dataset id/revision/config/split, local paths, Python version...).
+    Nothing is renamed into place unless every split has at least one document.
+    """
+    out = Path(out_dir)
+    names = list(dict.fromkeys(splits))
+    with contextlib.ExitStack() as stack:
+        writers: dict[str, _SplitWriter] = {}
+        for name in names:
+            tmp = stack.enter_context(atomic_path(corpus_file(out, name)))
+            writers[name] = _SplitWriter(tmp)
+        try:
+            for split, doc in routed:
+                if split not in writers:
+                    raise CorpusError(f"document {doc.id!r} routed to unknown split {split!r}")
+                writers[split].add(doc)
+        finally:
+            for writer in writers.values():
+                writer.close()
+        _check_not_empty(out, source, writers)
+    manifests = {}
+    for name, writer in writers.items():
+        stats = writer.stats
+        if stats.replaced_chars:
+            log.warning(
+                "%s: replaced %d undecodable characters by U+FFFD",
+                corpus_file(out, name),
+                stats.replaced_chars,
+            )
+        manifests[name] = write_manifest(
+            corpus_file(out, name),
+            kind="corpus",
+            inputs=inputs or [],
+            fields={"split": name, "source": source, **stats.record()},
+        )
+    return manifests
+
+
+def _check_not_empty(out: Path, source: dict[str, Any], writers: dict[str, _SplitWriter]) -> None:
+    empty = [name for name, w in writers.items() if w.stats.documents == 0]
+    if not empty:
+        return
+    total = sum(w.stats.documents for w in writers.values())
+    skipped = sum(w.stats.empty_skipped for w in writers.values())
+    what = source.get("kind", "corpus")
+    if total == 0:
+        raise CorpusError(
+            f"{what} corpus for {out} has no non-empty documents ({skipped} empty skipped): "
+            f"check the input paths/dataset and the text field"
+        )
+    raise CorpusError(
+        f"split(s) {', '.join(empty)} of {out} would be empty ({total} documents in all): "
+        f"raise the val fraction / limits or use a larger corpus"
+    )
+
+
+def read_documents(path: str | os.PathLike[str]) -> Iterator[Document]:
+    """Stream the documents of a `<split>.jsonl.zst` file (or any JSONL/JSONL.zst file)."""
+    p = Path(path)
+    if not p.is_file():
+        raise CorpusError(f"{p}: corpus file not found; run `leviathan data fetch ...` first")
+    with open(p, "rb") as raw:
+        stream: IO[bytes] = raw
+        if p.name.endswith(".zst"):
+            stream = zstandard.ZstdDecompressor().stream_reader(raw, read_size=1 << 20)
+        reader = io.BufferedReader(stream, buffer_size=1 << 20)  # type: ignore[arg-type]
+        for line in reader:
+            if line.strip():
+                obj = json.loads(line)
+                yield Document(str(obj["id"]), obj["text"])
+
+
+def read_corpus_manifest(corpus_dir: str | os.PathLike[str], split: str) -> dict[str, Any]:
+    """The manifest of one split, with a clear error when the split is missing."""
+    path = corpus_file(corpus_dir, split)
+    if not path.is_file():
+        found = sorted(
+            q.name[: -len(CORPUS_SUFFIX)] for q in Path(corpus_dir).glob(f"*{CORPUS_SUFFIX}")
+        )
+        raise CorpusError(
+            f"{path}: no split {split!r} in corpus {corpus_dir} (found: {found or 'nothing'}); "
+            f"run `leviathan data fetch ... --out {corpus_dir}` or pick another split"
+        )
+    return read_manifest(path, kind="corpus")
+
+
+def corpus_splits(corpus_dir: str | os.PathLike[str]) -> list[str]:
+    """Names of the complete splits (file + manifest) in a corpus directory."""
+    d = Path(corpus_dir)
+    if not d.is_dir():
+        raise CorpusError(f"{d}: corpus directory not found; run `leviathan data fetch` first")
+    return sorted(
+        p.name[: -len(CORPUS_SUFFIX)]
+        for p in d.glob(f"*{CORPUS_SUFFIX}")
+        if Path(str(p) + ".json").is_file()
+    )

@@ -1,0 +1,122 @@
+"""Manifests: the JSON record written next to every data artifact.
+
+The manifest of `X` is `X.json`. It records what the artifact is (sha256, size), what it
+was made from (input paths and their sha256), the vocabulary (name, size, BPE file sha256,
+EOT id) where one was used, and step-specific fields (dtype, token/document counts, the
+source of a corpus). `write_manifest` is the one function that writes them, so provenance
+can be extended in one place; an artifact is complete only once its manifest exists
+(the manifest is always written after the artifact has been renamed into place).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from leviathan import __version__
+from leviathan.io import read_json, sha256_file, write_json
+from leviathan.vocab import VocabSpec
+
+MANIFEST_SCHEMA = 1
+
+
+def manifest_path(artifact: str | os.PathLike[str]) -> Path:
+    """Path of the manifest that describes `artifact` (`<artifact>.json`)."""
+    p = Path(artifact)
+    return p.with_name(p.name + ".json")
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """A path as recorded in manifests: relative to the working directory when inside it."""
+    p = Path(path).absolute()
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
+def vocab_record(spec: VocabSpec, bpe_sha256: str | None = None) -> dict[str, Any]:
+    """The vocabulary facts every token artifact carries."""
+    return {
+        "name": spec.name,
+        "encoding": spec.encoding,
+        "n_vocab": spec.n_vocab,
+        "eot_id": spec.eot_id,
+        "bpe_file": spec.bpe_file,
+        "bpe_sha256": bpe_sha256 or spec.bpe_sha256,
+    }
+
+
+def input_record(path: str | os.PathLike[str], sha256: str | None = None) -> dict[str, str]:
+    """One input of a step: its path and content hash (computed unless given)."""
+    return {"path": display_path(path), "sha256": sha256 or sha256_file(path)}
+
+
+def write_manifest(
+    artifact: str | os.PathLike[str],
+    *,
+    kind: str,
+    inputs: Sequence[Mapping[str, str]] = (),
+    vocab: Mapping[str, Any] | None = None,
+    fields: Mapping[str, Any] | None = None,
+    artifact_sha256: str | None = None,
+) -> dict[str, Any]:
+    """Write `<artifact>.json` atomically and return its content.
+
+    `artifact` must already be complete under its final name. `inputs` are records from
+    `input_record`; `vocab` one from `vocab_record`; `fields` the step's own facts.
+    `artifact_sha256` avoids re-reading a large file whose hash was computed while writing.
+    """
+    path = Path(artifact)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: cannot write a manifest for a missing artifact")
+    manifest: dict[str, Any] = {
+        "schema": MANIFEST_SCHEMA,
+        "kind": kind,
+        "artifact": {
+            "path": display_path(path),
+            "name": path.name,
+            "bytes": path.stat().st_size,
+            "sha256": artifact_sha256 or sha256_file(path),
+        },
+        "inputs": [dict(i) for i in inputs],
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "software": {
+            "leviathan": __version__,
+            "python": platform.python_version(),
+            "implementation": sys.implementation.name,
+        },
+    }
+    if vocab is not None:
+        manifest["vocab"] = dict(vocab)
+    for key, value in (fields or {}).items():
+        if key in manifest:
+            raise ValueError(f"manifest field {key!r} clashes with a reserved key")
+        manifest[key] = value
+    write_json(manifest_path(path), manifest)
+    return manifest
+
+
+def read_manifest(artifact: str | os.PathLike[str], kind: str | None = None) -> dict[str, Any]:
+    """Read the manifest of `artifact`, checking it exists and (optionally) its kind."""
+    path = Path(artifact)
+    mpath = manifest_path(path)
+    if not mpath.is_file():
+        hint = (
+            "the step that writes it did not finish; rerun it"
+            if path.exists()
+            else "the file does not exist either; run the step that writes it"
+        )
+        raise FileNotFoundError(f"{path}: no manifest {mpath.name} next to it ({hint})")
+    manifest: dict[str, Any] = read_json(mpath)
+    if kind is not None and manifest.get("kind") != kind:
+        raise ValueError(
+            f"{mpath}: is a {manifest.get('kind')!r} manifest, expected {kind!r} "
+            f"(pass the right file)"
+        )
+    return manifest

@@ -1,0 +1,60 @@
+"""Small file helpers shared by every step: atomic writes and content hashes.
+
+Nothing is ever written under its final name until it is complete: writers get a
+temporary sibling path and it is renamed into place only on success.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling of `path`; rename it onto `path` only if the block succeeds.
+
+    The temporary file is removed on any error, so an interrupted write never leaves a
+    file that looks complete.
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:  # data on disk before the rename makes it visible
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write `obj` as indented, key-sorted JSON, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read a JSON file; a missing file raises FileNotFoundError naming it."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such file (was the step that writes it run?)")
+    return json.loads(p.read_text())

@@ -1,0 +1,101 @@
+"""`leviathan params`: parameter and FLOP accounting of any cell, computed from the model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from leviathan.model.accounting import Accounting, account, overhead
+from leviathan.model.presets import SCALES, model_config
+from leviathan.model.variants import VARIANTS
+from leviathan.vocab import VOCABS
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "params",
+        help="parameter and FLOP accounting of a model, from the code",
+        description=(
+            "Print parameters (input/LEV, backbone, head, total) and FLOPs per token of one or "
+            "more variants at a scale and vocabulary, and the overhead vs tied. "
+            "--check-paper recomputes the paper's cost claims."
+        ),
+    )
+    p.add_argument("--scale", default="1.2b", choices=list(SCALES))
+    p.add_argument("--vocab", default="o200k_base", help=f"one of {', '.join(VOCABS)}")
+    p.add_argument(
+        "--variant",
+        action="append",
+        help=f"one of {', '.join(VARIANTS)} or 'all' (repeatable; default: leviathan and tied)",
+    )
+    p.add_argument("--vocab-size", type=int, help="model vocabulary size (default: tokenizer's n_vocab)")
+    p.add_argument("--seq-len", type=int, help="context for attention FLOPs (default: the scale's)")
+    p.add_argument("--check-paper", action="store_true", help="compare with the paper's cost claims")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def _variants(requested: list[str] | None) -> list[str]:
+    names = requested or ["leviathan", "tied"]
+    if "all" in names:
+        return list(VARIANTS)
+    for name in names:
+        if name not in VARIANTS:
+            raise ValueError(f"unknown variant {name!r}: use one of {', '.join(VARIANTS)} or all")
+    return list(dict.fromkeys(names))
+
+
+def _m(n: float) -> str:
+    return f"{n / 1e6:,.3f}M"
+
+
+def _table(rows: dict[str, Accounting], tied: Accounting) -> str:
+    head = (
+        f"{'variant':<13} {'input':>12} {'backbone':>12} {'head':>12} {'total':>12} "
+        f"{'fwd GFLOP/tok':>14} {'train GFLOP/tok':>16} {'params vs tied':>15} {'FLOPs vs tied':>14}"
+    )
+    lines = [head, "-" * len(head)]
+    for name, a in rows.items():
+        o = overhead(a, tied)
+        lines.append(
+            f"{name:<13} {_m(a.input_params):>12} {_m(a.backbone_params):>12} "
+            f"{_m(a.head_params):>12} {_m(a.total_params):>12} {a.forward_flops / 1e9:>14.4f} "
+            f"{a.train_flops / 1e9:>16.4f} {o['params']:>+15.3%} {o['train_flops']:>+14.3%}"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.check_paper:
+        from leviathan.model.paper_checks import paper_checks
+
+        checks = paper_checks(args.vocab)
+        if args.json:
+            print(json.dumps([c.to_dict() for c in checks], indent=2))
+            return 0
+        for c in checks:
+            status = "ok " if c.ok else "DIFF"
+            print(f"[{status}] {c.claim}: paper {c.paper:,.6g}, ours {c.ours:,.6g} ({c.rel_diff:+.2%})")
+            if c.note and not c.ok:
+                print(f"       why: {c.note}")
+        return 0
+
+    def acc(variant: str) -> Accounting:
+        cfg = model_config(args.scale, args.vocab, variant, vocab_size=args.vocab_size)
+        return account(cfg, args.seq_len)
+
+    rows = {name: acc(name) for name in _variants(args.variant)}
+    tied = rows.get("tied") or acc("tied")
+    if args.json:
+        out = {
+            name: {**a.to_dict(), "overhead_vs_tied": overhead(a, tied)} for name, a in rows.items()
+        }
+        print(json.dumps({"scale": args.scale, "vocab": args.vocab, "variants": out}, indent=2))
+        return 0
+    first = next(iter(rows.values()))
+    print(
+        f"scale {args.scale}, vocab {args.vocab} (V={first.vocab_size:,}), D={first.d_model}, "
+        f"L={first.n_layers}, FLOPs at T={first.seq_len} (train = 3 x forward)"
+    )
+    print(_table(rows, tied))
+    return 0
