@@ -1,0 +1,62 @@
+import json
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from leviathan.cli import main
+from leviathan.model import build_model, model_config
+from leviathan.model.accounting import account, account_model
+from leviathan.model.paper_checks import paper_checks
+
+
+@pytest.mark.parametrize("variant", ["tied", "albert", "flat_mlp", "factored_mlp", "leviathan"])
+def test_forward_flops_agree_with_torch_flop_counter(variant: str) -> None:
+    """Our per-token count x T equals what torch counts for a forward pass on T distinct ids
+    (the math SDPA path, so attention is counted too), plus LEV's spline work that is not a
+    matmul and torch does not count."""
+    cfg = model_config("micro", "gpt2", variant)
+    model = build_model(cfg)
+    T = cfg.max_seq_len
+    ids = torch.randperm(cfg.vocab_size)[:T].unsqueeze(0)
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(ids)
+    acc = account_model(model, T)
+    spline = sum(m.extra_flops_per_id() for m in model.io.input.modules() if hasattr(m, "extra_flops_per_id"))
+    assert counter.get_total_flops() + spline * T == acc.forward_flops * T
+
+
+def test_big_scales_are_counted_on_meta_without_memory() -> None:
+    acc = account(model_config("1.2b", "o200k_base", "leviathan"))
+    assert acc.input_params == 2_253_952
+    assert acc.head_params == 200019 * 2048
+
+
+def test_paper_parameter_claims_reproduce_within_one_percent() -> None:
+    checks = {c.claim: c for c in paper_checks()}
+    for claim, check in checks.items():
+        if "FLOPs" not in claim:
+            assert check.ok, (claim, check.paper, check.ours)
+    flops = next(c for c in checks.values() if "FLOPs" in c.claim)
+    assert 0 < flops.ours < flops.paper and flops.note  # reported as a difference, with the reason
+
+
+def test_params_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["params", "--scale", "400m", "--vocab", "o200k", "--variant", "all", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    v = out["variants"]
+    assert set(v) == {"tied", "untied", "albert", "flat_mlp", "factored_mlp", "leviathan"}
+    assert v["untied"]["total_params"] == v["tied"]["total_params"] + 200019 * 1024
+    assert v["leviathan"]["input_params"] == 1_205_376 + 512 * 1024
+    assert v["leviathan"]["overhead_vs_tied"]["params"] > 0
+
+
+def test_params_cli_text_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["params", "--scale", "micro", "--vocab", "gpt2"]) == 0
+    text = capsys.readouterr().out
+    assert "leviathan" in text and "tied" in text and "train GFLOP/tok" in text
+    assert main(["params", "--scale", "micro", "--vocab", "bert"]) == 2
+    assert "unknown vocabulary 'bert'" in capsys.readouterr().err
+    assert main(["params", "--check-paper"]) == 0
+    assert "LEV parameters at D=2048" in capsys.readouterr().out
