@@ -44,7 +44,7 @@ class LEVConfig:
     log_eps: float = 1e-30
     init_std: float = 0.02  # codebooks and head projections W_l
     spline_init_std: float = 0.1  # S ~ 1 + spline_init_std * N(0, 1)
-    chunk_elems: int = 1 << 24  # elements of phi held at once (bounds LEV memory)
+    chunk_elems: int = 1 << 20  # elements of phi held at once (bounds LEV memory; cache-sized)
 
 
 @dataclass(frozen=True)

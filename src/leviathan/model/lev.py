@@ -9,11 +9,17 @@ Per token id i:
   5. KHRONOS phi_l[p, m] = sum_j B(t_p, j) S_l[p, j, m];  M_l[m] = prod_p phi_l[p, m];
   6. output  E_i = sum_l W_out_l M_l                      (one [h r] -> D matmul).
 
-Steps 4-5 run in `SplineProduct`, a fused autograd function: it never materialises the
-dense [N, d_seed, kappa] basis, processes ids in chunks so its memory is bounded by
-`LEVConfig.chunk_elems`, saves only t and M for backward (phi is recomputed), and computes
-the product in fp32 log space with an exact gradient where a factor phi is ~0.
-`LEV.forward` evaluates each distinct id of a batch once (unique + gather).
+Steps 4-5 run in `SplineProduct`, a fused autograd function. In the cell of its nearest
+centre c (x = t (kappa-1), f = x - c in [-1/2, 1/2]) the 3-tap expansion of a coordinate is a
+quadratic in f whose coefficients depend only on (l, p, c):
+    phi = A0 + f A1 + f^2 A2,   A0 = (S[c-1] + 6 S[c] + S[c+1]) / 8,
+                                A1 = (S[c+1] - S[c-1]) / 2,   A2 = (S[c-1] - 2 S[c] + S[c+1]) / 2
+(S[-1] = S[kappa] = 0: out-of-range taps weigh nothing; see `bspline.py` for the taps).
+So each coordinate costs one gather of a [3, r] coefficient block and two fused
+multiply-adds, never a dense [N, d_seed, kappa] basis. Ids are processed in chunks (memory
+bounded by `LEVConfig.chunk_elems`), only t and M are saved for backward (phi is
+recomputed), and the product is taken in fp32 log space with an exact gradient where a
+factor phi is ~0. `LEV.forward` evaluates each distinct id of a batch once (unique + gather).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from leviathan.model.bspline import N_TAPS, basis_taps
+from leviathan.model.bspline import N_TAPS
 from leviathan.model.config import LEVConfig
 from leviathan.model.generated import GeneratedInput
 
@@ -37,95 +43,108 @@ def _chunks(n: int, per_item: int, budget: int) -> Iterator[slice]:
         yield slice(start, min(n, start + step))
 
 
-def _tap_rows(idx: torch.Tensor, n_knots: int) -> torch.Tensor:
-    """Row numbers into S viewed as [h * d_seed * kappa, r] for tap indices idx [n, h, P, 3]."""
-    _, h, P, _ = idx.shape
-    base = torch.arange(h * P, device=idx.device).view(1, h, P, 1) * n_knots
-    return base + idx
+def cell_coefficients(S: torch.Tensor) -> torch.Tensor:
+    """S [h, P, kappa, r] -> per-cell quadratic coefficients [h * P * kappa, 3, r] (A0, A1, A2).
+
+    Differentiable (plain autograd): the spline parameters stay S; only this small table,
+    3x the size of S, enters the fused product."""
+    h, P, kappa, r = S.shape
+    padded = F.pad(S, (0, 0, 1, 1))  # zero taps beyond both ends
+    left, mid, right = padded[:, :, :-2], padded[:, :, 1:-1], padded[:, :, 2:]
+    a0 = 0.125 * (left + right) + 0.75 * mid
+    a1 = 0.5 * (right - left)
+    a2 = 0.5 * (left + right) - mid
+    return torch.stack((a0, a1, a2), dim=3).reshape(h * P * kappa, 3, r)
 
 
-def _phi(w: torch.Tensor, rows: torch.Tensor, S_rows: torch.Tensor) -> torch.Tensor:
-    """phi [n, h, P, r] = sum over the 3 taps of weight * S row."""
-    n, h, P, _ = rows.shape
-    r = S_rows.shape[1]
-    phi = None
-    for tap in range(N_TAPS):
-        g = S_rows.index_select(0, rows[..., tap].reshape(-1)).view(n, h, P, r)
-        term = g.mul_(w[..., tap, None])
-        phi = term if phi is None else phi.add_(term)
-    assert phi is not None
-    return phi
+class _Cells:
+    """Per chunk: the gathered coefficient blocks and the offset f of every coordinate."""
 
+    def __init__(self, t: torch.Tensor, coef: torch.Tensor, n_knots: int) -> None:
+        n, h, P = t.shape
+        x = t * (n_knots - 1)
+        c = torch.floor(x + 0.5).clamp_(0, n_knots - 1)
+        self.f = (x - c).unsqueeze(-1)  # [n, h, P, 1]
+        base = torch.arange(h * P, device=t.device).view(h, P) * n_knots
+        self.rows = (base + c.long()).view(-1)  # [n * h * P]
+        # gather from the 2-D view: index_select over rows of a 3-D tensor is ~10x slower
+        self.A = coef.flatten(1).index_select(0, self.rows).view(n, h, P, 3, -1)
 
-def _clamped_abs(phi: torch.Tensor, eps: float) -> torch.Tensor:
-    """|phi| clamped below at eps: the factor magnitudes the log-space product uses."""
-    return phi.abs().clamp_min_(eps)
+    def phi(self) -> torch.Tensor:
+        """phi [n, h, P, r] = A0 + f (A1 + f A2)."""
+        A, f = self.A, self.f
+        return torch.addcmul(A[..., 0, :], f, torch.addcmul(A[..., 1, :], f, A[..., 2, :]))
+
+    def dphi_df(self) -> torch.Tensor:
+        A = self.A
+        return torch.addcmul(A[..., 1, :], self.f, A[..., 2, :], value=2.0)
 
 
 class SplineProduct(torch.autograd.Function):
-    """M [N, h, r] = prod_p sum_taps B(t[n, l, p]) S[l, p, tap, :]   (steps 4-5 of LEV)."""
+    """M [N, h, r] = prod_p phi[n, l, p, :]   (steps 4-5 of LEV; see the module docstring)."""
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx,
         t: torch.Tensor,
-        S: torch.Tensor,
+        coef: torch.Tensor,
+        n_knots: int,
         eps: float,
         chunk_elems: int,
     ) -> torch.Tensor:
         dtype = torch.promote_types(t.dtype, torch.float32)
-        t32, S32 = t.to(dtype), S.to(dtype)
+        t32, coef32 = t.to(dtype), coef.to(dtype)
         N, h, P = t.shape
-        kappa, r = S.shape[2], S.shape[3]
-        S_rows = S32.reshape(h * P * kappa, r)
+        r = coef.shape[-1]
         M = torch.empty(N, h, r, dtype=dtype, device=t.device)
         for sl in _chunks(N, h * P * r, chunk_elems):
-            idx, w, _ = basis_taps(t32[sl], kappa)
-            phi = _phi(w, _tap_rows(idx, kappa), S_rows)
-            log_abs = _clamped_abs(phi, eps).log_().sum(2)
-            negative = (phi < 0).sum(2).remainder_(2)  # odd count of negative factors
-            M[sl] = log_abs.exp_().mul_(1 - 2 * negative)
-        ctx.save_for_backward(t, S, M)
-        ctx.eps = eps
-        ctx.chunk_elems = chunk_elems
+            phi = _Cells(t32[sl], coef32, n_knots).phi()
+            # sign of the product = product of the factors' signs (+-1, -0.0 counts as
+            # negative, as in backward's copysign); magnitude from the log-space sum
+            sign = torch.copysign(torch.ones((), dtype=dtype, device=t.device), phi).prod(2)
+            log_abs = phi.abs_().clamp_min_(eps).log_().sum(2)
+            M[sl] = log_abs.exp_().mul_(sign)
+        ctx.save_for_backward(t, coef, M)
+        ctx.n_knots, ctx.eps, ctx.chunk_elems = n_knots, eps, chunk_elems  # type: ignore[attr-defined]
         return M
 
     @staticmethod
     @once_differentiable
     def backward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx, grad_M: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
-        t, S, M = ctx.saved_tensors  # type: ignore[attr-defined]
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
+        t, coef, M = ctx.saved_tensors  # type: ignore[attr-defined]
+        n_knots: int = ctx.n_knots  # type: ignore[attr-defined]
         dtype = M.dtype
-        t32, S32 = t.to(dtype), S.to(dtype)
+        t32, coef32 = t.to(dtype), coef.to(dtype)
         N, h, P = t.shape
-        kappa, r = S.shape[2], S.shape[3]
-        S_rows = S32.reshape(h * P * kappa, r)
-        gM = (grad_M.to(dtype) * M).unsqueeze(2)  # d loss / d log|M|, [N, h, 1, r]
+        r = coef.shape[-1]
+        gM = (grad_M.to(dtype) * M).unsqueeze(2)  # [N, h, 1, r]
         grad_t = torch.empty_like(t32)
-        grad_S_rows = torch.zeros_like(S_rows)
+        grad_coef = torch.zeros_like(coef32)
         for sl in _chunks(N, h * P * r, ctx.chunk_elems):  # type: ignore[attr-defined]
-            idx, w, dw = basis_taps(t32[sl], kappa)
-            rows = _tap_rows(idx, kappa)
-            phi = _phi(w, rows, S_rows)
-            # d M / d phi_p = M / phi_p: the product of the other factors. With |phi_p|
-            # clamped to eps in both the forward and here, this stays exact at phi_p = 0.
-            mag = _clamped_abs(phi, ctx.eps)  # type: ignore[attr-defined]
-            g_phi = gM[sl] / torch.where(phi < 0, -mag, mag)  # [n, h, P, r]
-            n = phi.shape[0]
-            gt = torch.zeros(n, h, P, dtype=dtype, device=t.device)
-            for tap in range(N_TAPS):
-                tap_rows = rows[..., tap].reshape(-1)
-                S_tap = S_rows.index_select(0, tap_rows).view(n, h, P, r)
-                gt.add_((g_phi * S_tap).sum(-1) * dw[..., tap])
-                grad_S_rows.index_add_(0, tap_rows, (g_phi * w[..., tap, None]).view(-1, r))
-            grad_t[sl] = gt
-        grad_S = grad_S_rows.view_as(S).to(S.dtype) if ctx.needs_input_grad[1] else None
-        return (grad_t.to(t.dtype) if ctx.needs_input_grad[0] else None), grad_S, None, None
+            cells = _Cells(t32[sl], coef32, n_knots)
+            phi = cells.phi()
+            # d M / d phi_p = M / phi_p, the product of the other factors; |phi_p| is clamped
+            # to eps here exactly as in the forward, so this stays exact at phi_p = 0.
+            mag = phi.abs().clamp_min_(ctx.eps)  # type: ignore[attr-defined]
+            g_phi = gM[sl] / torch.copysign(mag, phi)  # [n, h, P, r]
+            grad_t[sl] = (g_phi * cells.dphi_df()).sum(-1).mul_(n_knots - 1)
+            g_f = g_phi * cells.f
+            g_A = torch.stack((g_phi, g_f, g_f * cells.f), dim=3)  # d/dA0, d/dA1, d/dA2
+            grad_coef.index_add_(0, cells.rows, g_A.view(-1, 3, r))
+        return (
+            grad_t.to(t.dtype) if ctx.needs_input_grad[0] else None,
+            grad_coef.to(coef.dtype) if ctx.needs_input_grad[1] else None,
+            None,
+            None,
+            None,
+        )
 
 
 def spline_product(t: torch.Tensor, S: torch.Tensor, eps: float, chunk_elems: int) -> torch.Tensor:
-    return SplineProduct.apply(t, S, eps, chunk_elems)
+    """M [N, h, r] = prod_p sum_j B(t[n, l, p], j) S[l, p, j, :], for t [N, h, P], S [h, P, kappa, r]."""
+    return SplineProduct.apply(t, cell_coefficients(S), S.shape[2], eps, chunk_elems)
 
 
 class DigitCodebooks(nn.Module):
