@@ -44,13 +44,15 @@ def test_at_most_three_taps_and_partition_of_unity_in_interior() -> None:
 
 
 def test_tap_derivative_matches_finite_differences() -> None:
-    n_knots, h = 16, 1e-6
-    t = torch.rand(2000, dtype=torch.float64) * 0.98 + 0.01
+    n_knots, h = 16, 1e-7
+    gen = torch.Generator().manual_seed(0)
+    t = torch.rand(20000, dtype=torch.float64, generator=gen) * 0.98 + 0.01
     idx, _, dw = basis_taps(t, n_knots)
     plus, minus = basis_dense(t + h, n_knots), basis_dense(t - h, n_knots)
     numeric = ((plus - minus) / (2 * h)).gather(-1, idx)
     # taps that fall outside [0, kappa) are clamped onto an end centre with weight 0
     raw = torch.floor(t * (n_knots - 1) + 0.5).long().unsqueeze(-1) + torch.arange(-1, 2)
     valid = (raw >= 0) & (raw < n_knots)
-    torch.testing.assert_close(dw[valid], numeric[valid], atol=1e-5, rtol=1e-5)
+    # central differences are O(h) accurate across a knot (where B'' jumps): atol covers it
+    torch.testing.assert_close(dw[valid], numeric[valid], atol=1e-4, rtol=1e-5)
     assert (dw[~valid] == 0).all()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from leviathan.model.backbone import Backbone
 from leviathan.model.config import ModelConfig
+from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, linear_cross_entropy, token_losses
 from leviathan.model.variants import InputOutput, build_variant
 
 
@@ -26,10 +26,21 @@ class LanguageModel(nn.Module):
         """ids [B, T] -> logits [B, T, V]."""
         return self.io.logits(self.hidden(ids))
 
-    def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy (nats) of `targets` [B, T] given `ids` [B, T]."""
-        logits = self(ids)
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+    def loss(
+        self, ids: torch.Tensor, targets: torch.Tensor, chunk_elems: int = DEFAULT_CHUNK_ELEMS
+    ) -> torch.Tensor:
+        """Mean next-token cross-entropy (nats) of `targets` [B, T] given `ids` [B, T].
+
+        Targets equal to -100 are ignored. The logits are never materialised for the whole
+        batch (`leviathan.model.loss`)."""
+        h = self.hidden(ids).flatten(0, 1)
+        return linear_cross_entropy(h, self.io.output_weight, targets.flatten(), chunk_elems)
+
+    @torch.no_grad()
+    def token_losses(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Per-token cross-entropy [B, T] (0 where the target is -100), for evaluation."""
+        h = self.hidden(ids).flatten(0, 1)
+        return token_losses(h, self.io.output_weight, targets.flatten()).view_as(targets)
 
 
 def build_model(cfg: ModelConfig, device: torch.device | str | None = None) -> LanguageModel:
