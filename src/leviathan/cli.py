@@ -16,9 +16,11 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 
 def _registrars() -> list[Register]:
+    from leviathan.data import cli as data_cli
     from leviathan.model import cli as model_cli
+    from leviathan.train import cli as train_cli
 
-    return [model_cli.register]
+    return [model_cli.register, data_cli.register, train_cli.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ evaluation and serving use like an ordinary embedding table.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -36,7 +37,9 @@ class GeneratedInput(nn.Module):
         uniq, inverse = torch.unique(ids, return_inverse=True)  # sorted: ends are min and max
         if uniq.numel():
             check_ids(int(uniq[0]), int(uniq[-1]), self.vocab_size)
-        return self.generate(uniq)[inverse]
+        # F.embedding, not `rows[inverse]`: its backward sums the repeated rows in a fixed
+        # order, while advanced indexing accumulates with atomics on CPU (not reproducible)
+        return F.embedding(inverse, self.generate(uniq))
 
     def _table_like(self) -> torch.Tensor:
         p = next(self.parameters())

@@ -22,19 +22,27 @@ class LanguageModel(nn.Module):
         """ids [B, T] -> final normalised hidden states [B, T, D]."""
         return self.backbone(self.io.embed(ids))
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, T] -> logits [B, T, V]."""
-        return self.io.logits(self.hidden(ids))
+    def forward(
+        self,
+        ids: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+    ) -> torch.Tensor:
+        """ids [B, T] -> logits [B, T, V]; with `targets` [B, T], the mean cross-entropy.
+
+        The loss path never materialises the whole batch's logits (`leviathan.model.loss`);
+        targets equal to -100 are ignored. (One entry point for both, so that DDP's
+        forward hooks see the training loss.)"""
+        if targets is None:
+            return self.io.logits(self.hidden(ids))
+        h = self.hidden(ids).flatten(0, 1)
+        return linear_cross_entropy(h, self.io.output_weight, targets.flatten(), chunk_elems)
 
     def loss(
         self, ids: torch.Tensor, targets: torch.Tensor, chunk_elems: int = DEFAULT_CHUNK_ELEMS
     ) -> torch.Tensor:
-        """Mean next-token cross-entropy (nats) of `targets` [B, T] given `ids` [B, T].
-
-        Targets equal to -100 are ignored. The logits are never materialised for the whole
-        batch (`leviathan.model.loss`)."""
-        h = self.hidden(ids).flatten(0, 1)
-        return linear_cross_entropy(h, self.io.output_weight, targets.flatten(), chunk_elems)
+        """Mean next-token cross-entropy (nats) of `targets` [B, T] given `ids` [B, T]."""
+        return self(ids, targets, chunk_elems)
 
     @torch.no_grad()
     def token_losses(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""Training one experiment cell: recipe, exact resume, preemption, DDP, telemetry."""

@@ -1,0 +1,137 @@
+"""Checkpoints: atomic directories, safe formats, newest-complete discovery, retention.
+
+A checkpoint is a directory `<run>/checkpoints/step_<N>/` (or `final/`) holding
+  model.safetensors   the weights (safetensors: no pickle)
+  optim.pt            optimizer state (loaded with torch.load(weights_only=True))
+  rng.pt              torch CPU/CUDA, numpy and python RNG states (weights_only too)
+  state.json          step, tokens, loader state (with its data fingerprint), the train and
+                      model configs with the config fingerprint, code version, metrics
+It is written under a temporary name and renamed into place only when complete, so a
+directory named `step_*`/`final` is always whole; `state.json` is written last.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from leviathan.io import read_json, write_json
+
+FINAL = "final"
+PREFIX = "step_"
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    path: Path
+    step: int
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"{PREFIX}{step:08d}"
+
+
+def _numpy_state() -> list[Any]:
+    _, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    return [keys.tolist(), int(pos), int(has_gauss), float(cached)]
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": _numpy_state(),
+        "python": [list(x) if isinstance(x, tuple) else x for x in random.getstate()],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state(("MT19937", np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    root: Path,
+    name: str,
+    *,
+    model_state: dict[str, torch.Tensor],
+    optim_state: dict[str, Any],
+    state: dict[str, Any],
+) -> Path:
+    """Write checkpoint `root/name` atomically (temp dir + rename) and return its path."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / name
+    tmp = root / f".{name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, tmp / "model.safetensors")
+        torch.save(optim_state, tmp / "optim.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
+        write_json(tmp / "state.json", state)
+        old = root / f".{name}.{os.getpid()}.old"
+        if final.exists():  # replace (e.g. `final` rewritten): move the old one aside first
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(root: Path) -> list[CheckpointRef]:
+    """Complete step checkpoints under `root`, oldest first (`final` not included)."""
+    if not root.is_dir():
+        return []
+    refs = []
+    for p in root.iterdir():
+        if p.is_dir() and p.name.startswith(PREFIX) and (p / "state.json").is_file():
+            try:
+                refs.append(CheckpointRef(p, int(p.name[len(PREFIX) :])))
+            except ValueError:
+                continue
+    return sorted(refs, key=lambda r: r.step)
+
+
+def latest_checkpoint(root: Path) -> CheckpointRef | None:
+    """The newest complete checkpoint: `final` if present, else the highest step."""
+    final = root / FINAL
+    if (final / "state.json").is_file():
+        return CheckpointRef(final, int(read_json(final / "state.json")["step"]))
+    refs = list_checkpoints(root)
+    return refs[-1] if refs else None
+
+
+def prune(root: Path, keep_last: int) -> None:
+    """Keep the newest `keep_last` step checkpoints (and `final`); remove stale temp dirs."""
+    refs = list_checkpoints(root)
+    for ref in refs[: max(0, len(refs) - keep_last)]:
+        shutil.rmtree(ref.path, ignore_errors=True)
+
+
+def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Read a checkpoint directory: {'model', 'optim', 'rng', 'state'} (safe loaders only)."""
+    if not (path / "state.json").is_file():
+        raise FileNotFoundError(f"{path}: not a complete checkpoint (no state.json)")
+    return {
+        "model": load_file(path / "model.safetensors", device=str(device)),
+        "optim": torch.load(path / "optim.pt", map_location=device, weights_only=True),
+        "rng": torch.load(path / "rng.pt", weights_only=True),
+        "state": read_json(path / "state.json"),
+    }

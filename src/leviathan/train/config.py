@@ -1,0 +1,142 @@
+"""Training configuration of one cell (SPEC section 4): every recipe value is a field.
+
+`TrainConfig` holds what determines the run (hashed: resuming with a different value is
+refused); `RuntimeConfig` holds how it runs here (device, compile, logging cadence), which
+may change between a run and its resumption.
+
+Paper recipe: AdamW (0.9, 0.999), eps 1e-8, no weight decay; linear warm-up then cosine
+decay to 10% of the peak; clip 1.0; context 512; 512 sequences per step; token budgets
+4.2B / 8.4B / 24.1B. The paper gives no learning rate or warm-up: the per-scale defaults
+here are RECON (GPT-3-like peaks for these sizes; warm-up 1% of steps, at least 100 steps
+where the run is long enough).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    scale: str
+    vocab: str
+    variant: str
+    seed: int = 0
+    context: int = 512
+    global_batch: int = 512  # sequences per optimizer step, over all ranks
+    micro_batch: int = 16  # sequences per forward/backward on one device
+    total_tokens: int = 4_200_000_000
+    lr: float = 6e-4
+    min_lr_ratio: float = 0.1  # cosine decays to this fraction of the peak
+    warmup_steps: int | None = None  # None: 1% of the steps, at least min(100, steps // 10)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    vocab_size: int | None = None  # model V; None: the tokenizer's n_vocab
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.context
+
+    @property
+    def max_steps(self) -> int:
+        return max(1, math.ceil(self.total_tokens / self.tokens_per_step))
+
+    @property
+    def warmup(self) -> int:
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        return max(min(100, self.max_steps // 10), self.max_steps // 100)
+
+    def validate(self, world_size: int = 1) -> TrainConfig:
+        for name in ("context", "global_batch", "micro_batch", "total_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"train.{name}={value!r} must be a positive integer")
+        if not self.lr > 0:
+            raise ValueError(f"train.lr={self.lr} must be > 0")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"train.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        if self.warmup_steps is not None and not 0 <= self.warmup_steps <= self.max_steps:
+            raise ValueError(
+                f"train.warmup_steps={self.warmup_steps} must be in [0, max_steps={self.max_steps}]"
+            )
+        per_rank, rem = divmod(self.global_batch, world_size)
+        if rem:
+            raise ValueError(
+                f"train.global_batch={self.global_batch} is not divisible by the "
+                f"{world_size} ranks: use a multiple of {world_size}"
+            )
+        if per_rank % self.micro_batch:
+            raise ValueError(
+                f"train.micro_batch={self.micro_batch} does not divide the per-rank batch "
+                f"{per_rank} (= global_batch {self.global_batch} / {world_size} ranks): "
+                "choose a divisor of it"
+            )
+        if self.grad_clip < 0:
+            raise ValueError(f"train.grad_clip={self.grad_clip} must be >= 0 (0 disables)")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown train config key(s) {unknown}: valid keys are {sorted(known)}")
+        d = dict(d)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+    def fingerprint(self) -> str:
+        """sha256 of the canonical JSON of the config (what a resume must match)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def with_(self, **changes: Any) -> TrainConfig:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    compile: bool = False  # torch.compile the model
+    bf16: bool = True  # bf16 autocast on CUDA (never on CPU)
+    log_every: int = 1  # steps between metric lines
+    val_every: int = 100  # steps between validation passes (and at the end)
+    val_windows: int = 64  # fixed validation windows per pass (None-like: 0 = all)
+    val_batch: int = 16
+    ckpt_every: int = 100  # steps between checkpoints (and at the end)
+    keep_last: int = 2  # step checkpoints kept besides `final`
+    progress: bool = True  # progress bar on stderr
+    tensorboard: bool = False
+    threads: int | None = None  # torch CPU threads (None: torch's default)
+
+
+# Per-scale defaults of the recipe (RECON where the paper is silent: lr, warm-up).
+SCALE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "micro": {"context": 64, "global_batch": 8, "micro_batch": 8, "total_tokens": 8 * 64 * 40, "lr": 3e-3},
+    "tiny": {"context": 256, "global_batch": 16, "micro_batch": 8, "total_tokens": 16 * 256 * 300, "lr": 2e-3},
+    "200m": {"total_tokens": 4_200_000_000, "lr": 6e-4},
+    "400m": {"total_tokens": 8_400_000_000, "lr": 3e-4},
+    "1.2b": {"total_tokens": 24_100_000_000, "lr": 2e-4},
+}
+
+
+def train_config(scale: str, vocab: str, variant: str, **overrides: Any) -> TrainConfig:
+    """The cell's training config: recipe defaults, the scale's defaults, then overrides."""
+    if scale not in SCALE_DEFAULTS:
+        raise ValueError(f"unknown scale {scale!r}: use one of {', '.join(SCALE_DEFAULTS)}")
+    values = {**SCALE_DEFAULTS[scale], **overrides}
+    return TrainConfig.from_dict({"scale": scale, "vocab": vocab, "variant": variant, **values})

@@ -1,0 +1,79 @@
+"""Training telemetry: device peak FLOP/s for MFU, JSONL metrics, optional TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity), from the vendors' data sheets.
+# Matched against torch.cuda.get_device_name() in this order; anything else is "unknown".
+PEAK_BF16_FLOPS: list[tuple[str, float]] = [
+    ("H200", 989e12),
+    ("H100 PCIe", 756e12),
+    ("H100", 989e12),  # SXM / HBM3
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("A10G", 70e12),
+]
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def peak_flops(name: str) -> float | None:
+    """The device's dense bf16 peak, or None where we do not know it (never a guess)."""
+    for key, peak in PEAK_BF16_FLOPS:
+        if key in name:
+            return peak
+    return None
+
+
+def mfu(tokens_per_s: float, flops_per_token: int, peak: float | None, n_devices: int) -> float | str:
+    """Model FLOPs utilisation, or "unknown" when the device's peak is not known."""
+    if peak is None:
+        return "unknown"
+    return tokens_per_s * flops_per_token / (peak * n_devices)
+
+
+class MetricsLog:
+    """Append-only JSONL (one object per line) plus optional TensorBoard scalars."""
+
+    def __init__(self, path: Path, tensorboard_dir: Path | None = None) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fh: TextIO = open(path, "a", buffering=1)
+        self._tb = None
+        if tensorboard_dir is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:  # tensorboard is optional
+                raise ValueError(
+                    "runtime.tensorboard=true needs the tensorboard package: pip install tensorboard"
+                ) from exc
+            self._tb = SummaryWriter(str(tensorboard_dir))
+
+    def write(self, record: dict[str, Any]) -> None:
+        record = {"time": round(time.time(), 3), **record}
+        self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+        if self._tb is not None and "step" in record:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key not in ("step", "time"):
+                    self._tb.add_scalar(f"{record.get('kind', 'train')}/{key}", value, record["step"])
+
+    def close(self) -> None:
+        self._fh.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """Records of a metrics JSONL, optionally only those of one kind ("train", "val", ...)."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [r for r in rows if kind is None or r.get("kind") == kind]

@@ -1,0 +1,51 @@
+"""Fixtures shared across test packages: the embedded corpus and its real token shards."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from leviathan.data.fetch import fetch_embedded
+from leviathan.data.manifest import vocab_record, write_manifest
+from leviathan.data.prepare import tokenize_corpus
+from leviathan.io import atomic_path
+from leviathan.vocab import get_vocab
+
+
+@pytest.fixture(scope="session")
+def embedded_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("embedded")
+    fetch_embedded(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def gpt2_shards(embedded_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tok_gpt2")
+    tokenize_corpus(embedded_corpus, "gpt2", out, threads=2, processes=1, progress=False)
+    return out
+
+
+def _make_shard(path: Path, tokens: np.ndarray[Any, Any], vocab: str = "gpt2") -> Path:
+    spec = get_vocab(vocab)
+    dtype = np.uint16 if spec.n_vocab <= 1 << 16 else np.uint32
+    with atomic_path(path) as tmp:
+        np.asarray(tokens, dtype=dtype).tofile(tmp)
+    write_manifest(
+        path,
+        kind="tokens",
+        vocab=vocab_record(spec),
+        fields={"split": "train", "dtype": np.dtype(dtype).name, "tokens": int(len(tokens)),
+                "documents": 1},
+    )
+    return path
+
+
+@pytest.fixture
+def make_shard() -> Callable[..., Path]:
+    """make_shard(path, tokens, vocab="gpt2"): a synthetic shard with a real manifest."""
+    return _make_shard

@@ -1,0 +1,178 @@
+"""End-to-end trainer tests on the micro preset with real token shards of the embedded corpus."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from leviathan.data.loader import DataMismatchError
+from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.telemetry import read_metrics
+from leviathan.train.trainer import ConfigMismatch, NonFiniteLoss, train
+
+STEPS = 12
+QUIET = RuntimeConfig(progress=False, val_every=4, val_windows=4, ckpt_every=4, keep_last=2)
+
+
+def cfg(**changes):
+    return train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * STEPS, **changes)
+
+
+def run_train(shards: Path, run_dir: Path, **changes):
+    return train(cfg(**changes), train_bins=[shards / "train.bin"], val_bin=shards / "val.bin",
+                 run_dir=run_dir, runtime=QUIET)  # fmt: skip
+
+
+def cli(shards: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "leviathan.cli", "train", "--scale", "micro", "--vocab", "gpt2",
+        "--variant", "leviathan", "--train", str(shards / "train.bin"), "--val", str(shards / "val.bin"),
+        "--run-dir", str(run_dir), "--set", f"total_tokens={8 * 64 * STEPS}",
+        "--runtime", "progress=false", "--runtime", "val_windows=4", "--runtime", "val_every=4", *extra,
+    ]  # fmt: skip
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "checkpoints" / "final" / "model.safetensors")
+
+
+def assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+@pytest.fixture(scope="module")
+def reference_run(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("ref") / "run"
+    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4"), check=True)
+    return run_dir
+
+
+@pytest.mark.slow
+def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
+    train_rows = read_metrics(reference_run / "metrics.jsonl", "train")
+    val_rows = read_metrics(reference_run / "metrics.jsonl", "val")
+    assert [r["step"] for r in train_rows] == list(range(1, STEPS + 1))
+    assert train_rows[-1]["loss"] < train_rows[0]["loss"] - 1.0
+    assert val_rows[-1]["val_loss"] < val_rows[0]["val_loss"]
+    assert train_rows[0]["mfu"] == "unknown"  # CPU: no peak, no guess
+    final = reference_run / "checkpoints" / "final"
+    assert {p.name for p in final.iterdir()} == {"model.safetensors", "optim.pt", "rng.pt", "state.json"}
+    steps = sorted(p.name for p in (reference_run / "checkpoints").iterdir())
+    assert steps == ["final", "step_00000004", "step_00000008"]  # keep_last=2 (12 is final)
+
+
+@pytest.mark.slow
+def test_sigkill_then_restart_is_bitwise_identical(gpt2_shards: Path, reference_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4"))
+    target = run_dir / "checkpoints" / "step_00000004" / "state.json"
+    deadline = time.time() + 120
+    while not target.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert not (run_dir / "checkpoints" / "final").exists()
+    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4"), check=True)
+    starts = read_metrics(run_dir / "metrics.jsonl", "start")
+    assert starts[-1]["step"] >= 4 and starts[-1]["resumed_from"]
+    assert_bitwise_equal(weights(run_dir), weights(reference_run))
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(gpt2_shards: Path, reference_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0"), stderr=subprocess.PIPE, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + 120
+    while (not metrics.exists() or '"kind": "train"' not in metrics.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert time.time() - sent < 30
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM" in err and "resume from" in err
+    saved = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
+    assert len(saved) == 1 and not (run_dir / "checkpoints" / "final").exists()
+    stopped_at = int(saved[0].split("_")[1])
+    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0"), check=True)
+    assert read_metrics(metrics, "start")[-1]["step"] == stopped_at
+    assert_bitwise_equal(weights(run_dir), weights(reference_run))
+
+
+@pytest.mark.slow
+def test_resume_with_other_config_or_data_is_refused(gpt2_shards: Path, reference_run: Path, tmp_path: Path, make_other_shard) -> None:
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run, run_dir)
+    shutil.rmtree(run_dir / "checkpoints" / "final")
+    with pytest.raises(ConfigMismatch, match=r"lr: checkpoint 0.003 != now 0.001"):
+        run_train(gpt2_shards, run_dir, lr=1e-3)
+    with pytest.raises(DataMismatchError, match="refusing to resume"):
+        train(cfg(), train_bins=[make_other_shard], val_bin=None, run_dir=run_dir, runtime=QUIET)
+
+
+@pytest.fixture
+def make_other_shard(gpt2_shards: Path, tmp_path: Path, make_shard) -> Path:
+    import numpy as np
+
+    tokens = np.fromfile(gpt2_shards / "train.bin", dtype=np.uint16)[::-1].copy()
+    return make_shard(tmp_path / "other" / "train.bin", tokens)
+
+
+@pytest.mark.slow
+def test_non_finite_loss_stops_and_names_the_last_good_checkpoint(reference_run: Path, tmp_path: Path, gpt2_shards: Path) -> None:
+    import shutil
+
+    from safetensors.torch import save_file
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run, run_dir)
+    for name in ("final", "step_00000008"):
+        shutil.rmtree(run_dir / "checkpoints" / name)
+    # weights that went bad between checkpoints: one NaN in the output head
+    ckpt4 = run_dir / "checkpoints" / "step_00000004"
+    state = load_file(ckpt4 / "model.safetensors")
+    state["io.head.weight"][0, 0] = float("nan")
+    save_file(state, ckpt4 / "model.safetensors")
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    with pytest.raises(NonFiniteLoss, match=r"non-finite training loss nan at step 4 .*Last good checkpoint: .*step_00000004"):
+        run_train(gpt2_shards, run_dir)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before  # nothing written
+
+
+@pytest.mark.slow
+def test_vocabulary_mismatch_is_refused(gpt2_shards: Path, tmp_path: Path) -> None:
+    bad = train_config("micro", "cl100k_base", "tied", total_tokens=8 * 64)
+    with pytest.raises(ValueError, match=r"train.bin: was tokenized with gpt2, not cl100k_base"):
+        train(bad, train_bins=[gpt2_shards / "train.bin"], val_bin=None, run_dir=tmp_path, runtime=QUIET)
+
+
+@pytest.mark.slow
+def test_ddp_two_ranks_match_one_rank(gpt2_shards: Path, tmp_path: Path) -> None:
+    """2 ranks x micro-batch 4 follow the same loss curve as 1 rank x micro-batch 8."""
+    common = ["--set", "global_batch=8", "--set", f"total_tokens={8 * 64 * 4}", "--runtime", "ckpt_every=0",
+              "--runtime", "val_every=0", "--runtime", "threads=1"]  # fmt: skip
+    one = cli(gpt2_shards, tmp_path / "one", *common, "--set", "micro_batch=8")
+    subprocess.run(one, check=True)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517"]
+    two = cli(gpt2_shards, tmp_path / "two", *common, "--set", "micro_batch=4")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(torchrun + two[1:], check=True, env=env)
+    a = [r["loss"] for r in read_metrics(tmp_path / "one" / "metrics.jsonl", "train")]
+    b = [r["loss"] for r in read_metrics(tmp_path / "two" / "metrics.jsonl", "train")]
+    assert len(a) == len(b) == 4
+    assert b == pytest.approx(a, rel=1e-4)
+    assert read_metrics(tmp_path / "two" / "metrics.jsonl", "start")[0]["world_size"] == 2
