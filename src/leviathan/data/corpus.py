@@ -20,14 +20,14 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 import zstandard
 
-from leviathan.data.manifest import read_manifest, write_manifest
+from leviathan.data.manifest import invalidate_manifest, read_manifest, write_manifest
 from leviathan.io import atomic_path
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,13 @@ def clean_text(text: str) -> tuple[str, int]:
     return cleaned, n
 
 
-def decode_bytes(data: bytes) -> tuple[str, int]:
-    """Decode UTF-8, replacing each undecodable byte by U+FFFD; return (text, count)."""
-    try:
-        return data.decode("utf-8"), 0
-    except UnicodeDecodeError:
-        return clean_text(data.decode("utf-8", "surrogateescape"))
+def decode_bytes(data: bytes) -> str:
+    """Decode UTF-8, keeping each undecodable byte as a lone surrogate.
+
+    Sources use this so that `write_corpus` (via `clean_text`) is the one place that
+    replaces undecodable bytes by U+FFFD and counts them.
+    """
+    return data.decode("utf-8", "surrogateescape")
 
 
 def hash_fraction(doc_id: str) -> float:
@@ -82,14 +83,13 @@ def limit(
     docs: Iterable[Document], max_docs: int | None = None, max_bytes: int | None = None
 ) -> Iterator[Document]:
     """Stop after `max_docs` documents, or once `max_bytes` UTF-8 bytes have been yielded."""
-    n_docs = n_bytes = 0
-    for doc in docs:
+    n_bytes = 0
+    for n_docs, doc in enumerate(docs):
         if max_docs is not None and n_docs >= max_docs:
             return
         if max_bytes is not None and n_bytes >= max_bytes:
             return
         yield doc
-        n_docs += 1
         n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
 
 
@@ -136,7 +136,7 @@ class _SplitWriter:
         self._zw.write(line.encode("utf-8"))
 
     def close(self) -> None:
-        self._zw.close()  # closes the raw file too
+        self._zw.close()  # type: ignore[no-untyped-call]  # closes the raw file too
 
 
 def corpus_file(corpus_dir: str | os.PathLike[str], split: str) -> Path:
@@ -150,12 +150,14 @@ def write_corpus(
     *,
     splits: Iterable[str],
     source: dict[str, Any],
-    inputs: list[dict[str, str]] | None = None,
+    inputs: Sequence[dict[str, str]] | Callable[[], Sequence[dict[str, str]]] = (),
 ) -> dict[str, dict[str, Any]]:
     """Write every (split, document) of `routed` and a manifest per split; return manifests.
 
     `splits` names every split that must come out non-empty; `source` describes where the
     text came from (dataset id/revision/config/split, local paths, Python version...).
+    `inputs` (records from `input_record`) may be a callable, evaluated once every
+    document has been read (for sources that learn which files they opened as they go).
     Nothing is renamed into place unless every split has at least one document.
     """
     out = Path(out_dir)
@@ -174,6 +176,9 @@ def write_corpus(
             for writer in writers.values():
                 writer.close()
         _check_not_empty(out, source, writers)
+        for name in writers:  # replaced below: an old manifest must not pair with new data
+            invalidate_manifest(corpus_file(out, name))
+    input_records = list(inputs() if callable(inputs) else inputs)
     manifests = {}
     for name, writer in writers.items():
         stats = writer.stats
@@ -186,7 +191,7 @@ def write_corpus(
         manifests[name] = write_manifest(
             corpus_file(out, name),
             kind="corpus",
-            inputs=inputs or [],
+            inputs=input_records,
             fields={"split": name, "source": source, **stats.record()},
         )
     return manifests
@@ -219,7 +224,7 @@ def read_documents(path: str | os.PathLike[str]) -> Iterator[Document]:
         stream: IO[bytes] = raw
         if p.name.endswith(".zst"):
             stream = zstandard.ZstdDecompressor().stream_reader(raw, read_size=1 << 20)
-        reader = io.BufferedReader(stream, buffer_size=1 << 20)  # type: ignore[arg-type]
+        reader = io.BufferedReader(stream, buffer_size=1 << 20)  # type: ignore[type-var]
         for line in reader:
             if line.strip():
                 obj = json.loads(line)

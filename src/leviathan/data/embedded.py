@@ -23,8 +23,9 @@ from typing import Any
 from leviathan.data.corpus import Document
 
 # Directories under the stdlib that hold no library prose (or not the stdlib at all).
-EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test",
-                           "__pycache__"})  # fmt: skip
+EXCLUDED_DIRS = frozenset(
+    {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+)
 _DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -106,11 +107,11 @@ def embedded_documents(root: Path | None = None, workers: int | None = None) -> 
     n = max(1, min(workers or 2, len(files)))
     if n == 1:
         texts: Iterator[str] = map(module_text, files)
-        for path, text in zip(files, texts):
+        for path, text in zip(files, texts, strict=True):
             yield Document(f"stdlib/{path.relative_to(base).as_posix()}", text)
     else:
         with ProcessPoolExecutor(n) as pool:
-            for path, text in zip(files, pool.map(module_text, files, chunksize=16)):
+            for path, text in zip(files, pool.map(module_text, files, chunksize=16), strict=True):
                 yield Document(f"stdlib/{path.relative_to(base).as_posix()}", text)
     yield from _topic_documents()
 

@@ -85,7 +85,7 @@ def write_manifest(
             "sha256": artifact_sha256 or sha256_file(path),
         },
         "inputs": [dict(i) for i in inputs],
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "software": {
             "leviathan": __version__,
             "python": platform.python_version(),
@@ -100,6 +100,15 @@ def write_manifest(
         manifest[key] = value
     write_json(manifest_path(path), manifest)
     return manifest
+
+
+def invalidate_manifest(artifact: str | os.PathLike[str]) -> None:
+    """Remove the manifest of `artifact` (call just before replacing the artifact).
+
+    Between the rename of a new artifact and the write of its manifest, the artifact then
+    has no manifest at all, so it reads as incomplete instead of pairing with the old one.
+    """
+    manifest_path(artifact).unlink(missing_ok=True)
 
 
 def read_manifest(artifact: str | os.PathLike[str], kind: str | None = None) -> dict[str, Any]:

@@ -146,9 +146,18 @@ def _from_whisper_sdist(spec: VocabSpec) -> bytes | None:
     version = whisper_version()
     with tempfile.TemporaryDirectory(prefix="leviathan-whisper-") as tmp:
         cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-            "--quiet", f"openai-whisper=={version}", "-d", tmp,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--quiet",
+            f"openai-whisper=={version}",
+            "-d",
+            tmp,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         if proc.returncode != 0:
             raise OSError(f"`{' '.join(cmd[2:])}` failed: {proc.stderr.strip()[-500:]}")
@@ -248,7 +257,7 @@ class Tokenizer:
         return self.encoding.decode(list(ids))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(name: str, cache: Path) -> Tokenizer:
     spec = get_vocab(name)
     path, source = resolve_bpe_file(spec.name, cache)

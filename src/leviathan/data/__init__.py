@@ -1,0 +1,16 @@
+"""Data layer: corpora -> offline tokenizers -> token shards + counts -> training batches.
+
+Modules, one job each:
+    corpus      on-disk corpus format (<split>.jsonl.zst), cleaning, hash splits
+    embedded    the embedded default corpus (CPython stdlib prose)
+    sources     local text, any HF dataset (streaming), The Pile (Hub mirror or local)
+    fetch       source -> corpus directory
+    tokenizers  offline-first tiktoken vocabularies with sha256-checked BPE files
+    shards      corpus split -> <split>.bin token shard; validated memmap opening
+    counts      per-id train counts (int64[V] .npy)
+    prepare     corpus -> shards + counts for one vocabulary
+    loader      deterministic, DDP-shardable, resumable train batches; validation windows
+    manifest    the one manifest writer used by every artifact
+    inspect     summaries / checks for `leviathan data inspect`
+    cli         `leviathan data ...`
+"""

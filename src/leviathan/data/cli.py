@@ -1,0 +1,293 @@
+"""`leviathan data ...`: fetch corpora, resolve vocabularies, tokenize, count, inspect.
+
+Examples:
+    leviathan data fetch embedded --out data/raw/embedded
+    leviathan data fetch text --out data/raw/mytext 'docs/**/*.txt'
+    leviathan data fetch hf --out data/raw/wikitext103 --dataset Salesforce/wikitext \\
+        --config wikitext-103-raw-v1 --split test=test
+    leviathan data fetch pile --out data/raw/pile --max-bytes 2e9 --val-max-bytes 5e7
+    leviathan data fetch pile --out data/raw/pile --local-dir /datasets/pile
+    leviathan data vocab gpt2 cl100k_base o200k_base
+    leviathan data tokenize --corpus data/raw/embedded --vocab o200k_base \\
+        --out data/tokens/embedded/o200k_base
+    leviathan data counts --bin data/tokens/embedded/o200k_base/train.bin \\
+        --out data/tokens/embedded/o200k_base/counts.npy
+    leviathan data inspect data/tokens/embedded/o200k_base --verify
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from leviathan.data.encode import DEFAULT_BATCH_BYTES
+from leviathan.data.fetch import (
+    DEFAULT_VAL_FRACTION,
+    Limits,
+    fetch_embedded,
+    fetch_hf,
+    fetch_pile,
+    fetch_text,
+)
+from leviathan.data.sources import (
+    PILE_DATASET,
+    PILE_LOCAL_TRAIN_GLOB,
+    PILE_LOCAL_VAL_GLOB,
+    PILE_TRAIN_SPLIT,
+    PILE_VAL_SPLIT,
+    HFSpec,
+)
+from leviathan.vocab import VOCABS
+
+
+def _log_warnings() -> None:
+    """Show warnings (e.g. replaced undecodable characters) on stderr."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+
+
+def _size(text: str) -> int:
+    """Byte/document counts: plain ints or scientific notation (2e9)."""
+    value = float(text)
+    if value < 0 or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a non-negative whole number")
+    return int(value)
+
+
+def _add_limits(p: argparse.ArgumentParser, prefix: str = "", what: str = "") -> None:
+    p.add_argument(
+        f"--{prefix}max-docs",
+        type=_size,
+        default=None,
+        help=f"stop after this many documents{what}",
+    )
+    p.add_argument(
+        f"--{prefix}max-bytes",
+        type=_size,
+        default=None,
+        help=f"stop once this many UTF-8 text bytes were read{what} (e.g. 2e9)",
+    )
+
+
+def _limits(args: argparse.Namespace, prefix: str = "") -> Limits:
+    return getattr(args, f"{prefix}max_docs"), getattr(args, f"{prefix}max_bytes")
+
+
+def _report_corpus(out: str, manifests: dict[str, dict[str, Any]]) -> int:
+    for m in manifests.values():
+        print(
+            f"{out}/{m['artifact']['name']}: {m['documents']} documents, {m['text_bytes']} bytes"
+            f", {m['replaced_chars']} undecodable characters replaced by U+FFFD"
+            f", {m['empty_skipped']} empty documents skipped"
+        )
+    return 0
+
+
+def _cmd_fetch_embedded(args: argparse.Namespace) -> int:
+    _log_warnings()
+    return _report_corpus(args.out, fetch_embedded(args.out, args.val_fraction, args.workers))
+
+
+def _cmd_fetch_text(args: argparse.Namespace) -> int:
+    _log_warnings()
+    manifests = fetch_text(args.out, args.paths, args.val_fraction, args.text_field, _limits(args))
+    return _report_corpus(args.out, manifests)
+
+
+def _parse_split(text: str) -> tuple[str, str]:
+    out, sep, src = text.partition("=")
+    if not out or (sep and not src):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected OUT=DATASET_SPLIT or SPLIT")
+    return out, src or out
+
+
+def _cmd_fetch_hf(args: argparse.Namespace) -> int:
+    _log_warnings()
+    splits = args.split or [("train", "train")]
+    specs = {
+        out: HFSpec(
+            dataset=args.dataset,
+            split=src,
+            config=args.config,
+            revision=args.revision,
+            data_files=tuple(args.data_files) if args.data_files else None,
+            text_field=args.text_field,
+        )
+        for out, src in splits
+    }
+    manifests = fetch_hf(args.out, specs, args.val_fraction, _limits(args))
+    return _report_corpus(args.out, manifests)
+
+
+def _cmd_fetch_pile(args: argparse.Namespace) -> int:
+    _log_warnings()
+    manifests = fetch_pile(
+        args.out,
+        dataset=args.dataset,
+        config=args.config,
+        revision=args.revision,
+        train_split=args.train_split,
+        val_split=args.val_split,
+        local_dir=args.local_dir,
+        train_glob=args.train_glob,
+        val_glob=args.val_glob,
+        train_limits=_limits(args),
+        val_limits=_limits(args, "val_"),
+    )
+    return _report_corpus(args.out, manifests)
+
+
+def _cmd_vocab(args: argparse.Namespace) -> int:
+    from leviathan.data.tokenizers import load_tokenizer
+
+    for name in args.names or sorted(VOCABS):
+        tok = load_tokenizer(name)
+        print(
+            f"{tok.spec.name}: {tok.bpe_path} (from {tok.bpe_source}, sha256 "
+            f"{tok.spec.bpe_sha256}), n_vocab {tok.spec.n_vocab}, "
+            f"'hello world' -> {tok.encode('hello world')}"
+        )
+    return 0
+
+
+def _cmd_tokenize(args: argparse.Namespace) -> int:
+    _log_warnings()
+    from leviathan.data.prepare import tokenize_corpus
+
+    summary = tokenize_corpus(
+        args.corpus,
+        args.vocab,
+        args.out,
+        splits=args.splits,
+        threads=args.threads,
+        processes=args.processes,
+        batch_bytes=int(args.batch_mb * (1 << 20)),
+        counts=not args.no_counts,
+        progress=not args.no_progress,
+    )
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _cmd_counts(args: argparse.Namespace) -> int:
+    from leviathan.data.counts import counts_from_shard
+
+    m = counts_from_shard(args.bin, args.out)
+    print(f"{args.out}: {m['length']} ids, {m['total']} tokens, {m['nonzero_ids']} seen")
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from leviathan.data.inspect import inspect_path
+
+    print(inspect_path(args.path, verify=args.verify, decode=args.decode))
+    return 0
+
+
+def _add_fetch(sub: Any) -> None:
+    fetch = sub.add_parser("fetch", help="write a corpus directory (<split>.jsonl.zst + manifests)")
+    kinds = fetch.add_subparsers(dest="kind", required=True, metavar="SOURCE")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--out", required=True, help="corpus directory to write")
+
+    emb = kinds.add_parser("embedded", help="CPython stdlib docstrings/comments + pydoc topics")
+    common(emb)
+    emb.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION)
+    emb.add_argument("--workers", type=int, default=None, help="parser processes (default 2)")
+    emb.set_defaults(func=_cmd_fetch_embedded)
+
+    txt = kinds.add_parser("text", help="local files/globs (JSONL[.zst]: one document per line)")
+    common(txt)
+    txt.add_argument("paths", nargs="+", help="files, directories or globs ('**' recursive)")
+    txt.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION)
+    txt.add_argument("--text-field", default="text", help="JSONL field holding the text")
+    _add_limits(txt)
+    txt.set_defaults(func=_cmd_fetch_text)
+
+    hf = kinds.add_parser("hf", help="any text dataset through HF `datasets` streaming")
+    common(hf)
+    hf.add_argument("--dataset", required=True, help="hub id, or a builder (json, text, parquet)")
+    hf.add_argument("--config", default=None, help="dataset config name")
+    hf.add_argument("--revision", default=None, help="branch, tag or commit sha")
+    hf.add_argument(
+        "--split",
+        type=_parse_split,
+        action="append",
+        help="OUT=DATASET_SPLIT (repeatable; default train=train)",
+    )
+    hf.add_argument("--data-files", nargs="+", default=None, help="local files for a builder")
+    hf.add_argument("--text-field", default="text")
+    hf.add_argument(
+        "--val-fraction",
+        type=float,
+        default=None,
+        help="hash-split the single --split into train/val",
+    )
+    _add_limits(hf, what=" (per split)")
+    hf.set_defaults(func=_cmd_fetch_hf)
+
+    pile = kinds.add_parser("pile", help="The Pile: a Hub mirror, or --local-dir of its files")
+    common(pile)
+    pile.add_argument("--dataset", default=PILE_DATASET)
+    pile.add_argument("--config", default=None)
+    pile.add_argument("--revision", default=None)
+    pile.add_argument("--train-split", default=PILE_TRAIN_SPLIT)
+    pile.add_argument("--val-split", default=PILE_VAL_SPLIT)
+    pile.add_argument("--local-dir", default=None, help="folder with the Pile's *.jsonl.zst")
+    pile.add_argument("--train-glob", default=PILE_LOCAL_TRAIN_GLOB)
+    pile.add_argument("--val-glob", default=PILE_LOCAL_VAL_GLOB)
+    _add_limits(pile, what=" (train)")
+    _add_limits(pile, "val-", " (val)")
+    pile.set_defaults(func=_cmd_fetch_pile)
+
+
+def register(subparsers: Any) -> None:
+    """Add `leviathan data ...` to the top-level command."""
+    data = subparsers.add_parser("data", help="corpora, tokenizers, token shards, counts")
+    sub = data.add_subparsers(dest="data_command", required=True, metavar="STEP")
+    _add_fetch(sub)
+
+    voc = sub.add_parser("vocab", help="resolve + verify BPE files (fills the offline cache)")
+    voc.add_argument("names", nargs="*", help=f"default: all of {', '.join(sorted(VOCABS))}")
+    voc.set_defaults(func=_cmd_vocab)
+
+    tok = sub.add_parser("tokenize", help="corpus -> <split>.bin shards + train counts")
+    tok.add_argument("--corpus", required=True, help="corpus directory from `data fetch`")
+    tok.add_argument("--vocab", required=True, help=f"one of {', '.join(sorted(VOCABS))}")
+    tok.add_argument("--out", required=True, help="output directory")
+    tok.add_argument("--splits", nargs="+", default=None, help="default: every split found")
+    tok.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="encode threads per process (default: usable CPUs / processes)",
+    )
+    tok.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="encoder processes (default: one per usable CPU, at most 32; 1 = in-process)",
+    )
+    tok.add_argument(
+        "--batch-mb",
+        type=float,
+        default=DEFAULT_BATCH_BYTES / (1 << 20),
+        help="text per encode task (MiB)",
+    )
+    tok.add_argument("--no-counts", action="store_true", help="skip counts.npy")
+    tok.add_argument("--no-progress", action="store_true")
+    tok.set_defaults(func=_cmd_tokenize)
+
+    cnt = sub.add_parser("counts", help="per-id counts of a .bin (int64[V] .npy + manifest)")
+    cnt.add_argument("--bin", required=True)
+    cnt.add_argument("--out", required=True)
+    cnt.set_defaults(func=_cmd_counts)
+
+    ins = sub.add_parser("inspect", help="summarise and check an artifact or directory")
+    ins.add_argument("path", type=Path)
+    ins.add_argument("--verify", action="store_true", help="recompute sha256 of artifacts")
+    ins.add_argument("--decode", type=int, default=0, help="decode the first N tokens of a .bin")
+    ins.set_defaults(func=_cmd_inspect)

@@ -1,0 +1,176 @@
+"""`leviathan data fetch`: turn a text source into a corpus directory.
+
+Every function writes `<out>/<split>.jsonl.zst` plus manifests through `write_corpus`
+and returns the manifests by split. Train/val come either from the source's own splits
+or from `hash_split` on the document ids (`val_fraction`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from leviathan.data.corpus import Document, hash_split, limit, write_corpus
+from leviathan.data.embedded import embedded_documents, embedded_source
+from leviathan.data.manifest import input_record
+from leviathan.data.sources import (
+    PILE_DATASET,
+    PILE_LOCAL_TRAIN_GLOB,
+    PILE_LOCAL_VAL_GLOB,
+    PILE_TRAIN_SPLIT,
+    PILE_VAL_SPLIT,
+    HFSpec,
+    expand_paths,
+    hf_documents,
+    hf_source,
+    pile_local_documents,
+    text_documents,
+    text_source,
+)
+
+DEFAULT_VAL_FRACTION = 0.05
+
+Manifests = dict[str, dict[str, Any]]
+Limits = tuple[int | None, int | None]  # (max_docs, max_bytes)
+
+
+def _limits_record(limits: Limits) -> dict[str, int | None]:
+    return {"max_docs": limits[0], "max_bytes": limits[1]}
+
+
+def _route(split: str, docs: Iterable[Document]) -> Iterator[tuple[str, Document]]:
+    for doc in docs:
+        yield split, doc
+
+
+def fetch_embedded(
+    out: str | os.PathLike[str],
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+    workers: int | None = None,
+) -> Manifests:
+    """The embedded stdlib corpus, split by document-id hash."""
+    source = {**embedded_source(), "val_fraction": val_fraction}
+    routed = hash_split(embedded_documents(workers=workers), val_fraction)
+    return write_corpus(out, routed, splits=("train", "val"), source=source)
+
+
+def fetch_text(
+    out: str | os.PathLike[str],
+    patterns: Sequence[str],
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+    text_field: str = "text",
+    limits: Limits = (None, None),
+) -> Manifests:
+    """Local files/globs (one document per file, or per line of JSONL[.zst]), hash split."""
+    paths = expand_paths(patterns)
+    source = {**text_source(paths), "val_fraction": val_fraction, "limits": _limits_record(limits)}
+    docs = limit(text_documents(paths, text_field), *limits)
+    inputs = [input_record(p) for p in paths]
+    return write_corpus(
+        out, hash_split(docs, val_fraction), splits=("train", "val"), source=source, inputs=inputs
+    )
+
+
+def fetch_hf(
+    out: str | os.PathLike[str],
+    specs: Mapping[str, HFSpec],
+    val_fraction: float | None = None,
+    limits: Limits = (None, None),
+) -> Manifests:
+    """Dataset splits through `datasets` streaming.
+
+    `specs` maps each output split name to the dataset split it comes from. With
+    `val_fraction`, exactly one spec is given and is hash-split into train/val.
+    `limits` (max_docs, max_bytes) apply to every dataset split read.
+    """
+    if not specs:
+        raise ValueError("no dataset split given: pass e.g. --split train=train")
+    inputs = [input_record(f) for s in specs.values() for f in _local_files(s)]
+    if val_fraction is not None:
+        if len(specs) != 1:
+            raise ValueError(f"val_fraction needs exactly one dataset split, got {sorted(specs)}")
+        spec = next(iter(specs.values()))
+        source = {
+            "kind": "hf",
+            "val_fraction": val_fraction,
+            "splits": {"train+val": hf_source(spec, _limits_record(limits))},
+        }
+        docs = limit(hf_documents(spec), *limits)
+        return write_corpus(
+            out,
+            hash_split(docs, val_fraction),
+            splits=("train", "val"),
+            source=source,
+            inputs=inputs,
+        )
+    source = {
+        "kind": "hf",
+        "splits": {name: hf_source(s, _limits_record(limits)) for name, s in specs.items()},
+    }
+    routed = itertools.chain.from_iterable(
+        _route(name, limit(hf_documents(spec), *limits)) for name, spec in specs.items()
+    )
+    return write_corpus(out, routed, splits=specs.keys(), source=source, inputs=inputs)
+
+
+def _local_files(spec: HFSpec) -> list[Path]:
+    return expand_paths(spec.data_files) if spec.data_files else []
+
+
+def fetch_pile(
+    out: str | os.PathLike[str],
+    *,
+    dataset: str = PILE_DATASET,
+    config: str | None = None,
+    revision: str | None = None,
+    train_split: str = PILE_TRAIN_SPLIT,
+    val_split: str = PILE_VAL_SPLIT,
+    local_dir: str | os.PathLike[str] | None = None,
+    train_glob: str = PILE_LOCAL_TRAIN_GLOB,
+    val_glob: str = PILE_LOCAL_VAL_GLOB,
+    train_limits: Limits = (None, None),
+    val_limits: Limits = (None, None),
+) -> Manifests:
+    """The Pile: a Hub mirror through `datasets` streaming, or a local folder of its files.
+
+    The Pile's own validation split is used as val. Limits allow partial downloads.
+    """
+    if local_dir is not None:
+        root = Path(local_dir)
+        source: dict[str, Any] = {
+            "kind": "pile-local",
+            "local_dir": root.as_posix(),
+            "train_glob": train_glob,
+            "val_glob": val_glob,
+            "limits": {"train": _limits_record(train_limits), "val": _limits_record(val_limits)},
+        }
+        opened: list[Path] = []
+        routed = itertools.chain(
+            _route("train", limit(pile_local_documents(root, train_glob, opened), *train_limits)),
+            _route("val", limit(pile_local_documents(root, val_glob, opened), *val_limits)),
+        )
+        return write_corpus(
+            out,
+            routed,
+            splits=("train", "val"),
+            source=source,
+            inputs=lambda: [input_record(p) for p in dict.fromkeys(opened)],
+        )
+    base = HFSpec(dataset=dataset, split=train_split, config=config, revision=revision)
+    val = replace(base, split=val_split)
+    source = {
+        "kind": "pile-hf",
+        "splits": {
+            "train": hf_source(base, _limits_record(train_limits)),
+            "val": hf_source(val, _limits_record(val_limits)),
+        },
+    }
+    routed = itertools.chain(
+        _route("train", limit(hf_documents(base), *train_limits)),
+        _route("val", limit(hf_documents(val), *val_limits)),
+    )
+    return write_corpus(out, routed, splits=("train", "val"), source=source)

@@ -1,0 +1,262 @@
+"""Batches for the trainer: deterministic, DDP-shardable, resumable; plus validation windows.
+
+Training windows. The token shards (one or more `.bin`, concatenated in order) are cut
+into windows of `context + 1` tokens at stride `context` (window w of a shard covers
+tokens [w*context, w*context + context + 1)), so consecutive windows share one token and
+every token after a shard's first is a target exactly once per epoch; a tail shorter than
+a window is unused. Windows never cross shard boundaries.
+
+Order. Sample position p = step * global_batch + j (j in [0, global_batch)) reads window
+perm_e[p mod n_windows] with epoch e = p div n_windows and perm_e a permutation seeded by
+(seed, e) (NumPy PCG64 + shuffle: reproducible for a given NumPy version). A batch is a pure function of (seed, step), so resuming at any step needs only
+the step. Rank r of world_size takes rows [r*b, (r+1)*b) of the global batch
+(b = global_batch / world_size): ranks never overlap and together cover every row.
+
+Resuming. `state_dict()` holds the step plus a fingerprint of the data (shard sha256s and
+token counts, vocabulary, dtype, context) and the ordering parameters (seed, global
+batch); `load_state_dict` refuses a state whose fingerprint or ordering differs.
+The world size may change between runs: the global order does not depend on it.
+
+Validation. `val_batches` walks one shard's windows in order, without overlap in targets,
+covering every target token exactly once; the last window is padded with target -100
+(PyTorch's cross-entropy ignore_index) so no token is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from leviathan.data.shards import Shard, open_shard
+
+STATE_VERSION = 1
+IGNORE_INDEX = -100
+PathLike = str | os.PathLike[str]
+
+
+class DataMismatchError(ValueError):
+    """A loader state does not belong to this data or ordering."""
+
+
+def _as_paths(paths: PathLike | Sequence[PathLike]) -> list[PathLike]:
+    if isinstance(paths, (str, os.PathLike)):
+        return [paths]
+    out = list(paths)
+    if not out:
+        raise ValueError("no token shard given: pass at least one .bin path")
+    return out
+
+
+def fingerprint(shards: Sequence[Shard], context: int) -> dict[str, Any]:
+    """What identifies the data a loader reads (compared on resume)."""
+    vocab = shards[0].manifest["vocab"]
+    for shard in shards[1:]:
+        if shard.manifest["vocab"] != vocab or shard.tokens.dtype != shards[0].tokens.dtype:
+            raise ValueError(
+                f"{shard.path}: vocabulary/dtype differ from {shards[0].path}; all shards of "
+                f"a loader must come from the same vocabulary"
+            )
+    return {
+        "shards": [{"sha256": s.sha256, "tokens": len(s)} for s in shards],
+        "vocab": vocab["name"],
+        "vocab_bpe_sha256": vocab["bpe_sha256"],
+        "dtype": shards[0].tokens.dtype.name,
+        "context": context,
+    }
+
+
+class TrainLoader:
+    """Training batches `(x, y)` of shape [global_batch / world_size, context], int64.
+
+    Build one per rank with the same arguments except `rank`. `batch(step)` is pure;
+    iterating yields `batch(self.step)` and advances `self.step`.
+    """
+
+    def __init__(
+        self,
+        paths: PathLike | Sequence[PathLike],
+        *,
+        context: int,
+        global_batch: int,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        vocab: str | None = None,
+        verify_sha256: bool = False,
+    ) -> None:
+        if context < 1 or global_batch < 1:
+            raise ValueError(f"context={context}, global_batch={global_batch}: must be >= 1")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank}, world_size={world_size}: need 0 <= rank < world")
+        if global_batch % world_size:
+            raise ValueError(
+                f"global_batch={global_batch} is not divisible by world_size={world_size}; "
+                f"choose a global batch that is a multiple of the number of ranks"
+            )
+        self.shards = [open_shard(p, vocab, verify_sha256) for p in _as_paths(paths)]
+        self.context = context
+        self.global_batch = global_batch
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.local_batch = global_batch // world_size
+        per_shard = [max(0, (len(s) - 1) // context) for s in self.shards]
+        self._offsets = np.concatenate([[0], np.cumsum(per_shard)]).astype(np.int64)
+        self.n_windows = int(self._offsets[-1])
+        if self.n_windows == 0:
+            raise ValueError(
+                f"{[str(s.path) for s in self.shards]}: fewer than context+1={context + 1} "
+                f"tokens per shard; use a larger corpus or a shorter context"
+            )
+        self.fingerprint = fingerprint(self.shards, context)
+        self.step = 0
+        self._perm_cache: dict[int, np.ndarray[Any, Any]] = {}
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Target tokens per optimizer step over all ranks."""
+        return self.global_batch * self.context
+
+    def epoch_of(self, step: int) -> float:
+        """Fractional epoch reached at the start of `step`."""
+        return step * self.global_batch / self.n_windows
+
+    def _perm(self, epoch: int) -> np.ndarray[Any, Any]:
+        if epoch not in self._perm_cache:
+            rng = np.random.Generator(np.random.PCG64([self.seed, epoch]))
+            dtype = np.int32 if self.n_windows < 2**31 else np.int64
+            perm = np.arange(self.n_windows, dtype=dtype)  # 4 bytes/window, shuffled in place
+            rng.shuffle(perm)
+            self._perm_cache = {e: p for e, p in self._perm_cache.items() if e == epoch - 1}
+            self._perm_cache[epoch] = perm
+        return self._perm_cache[epoch]
+
+    def window_ids(self, step: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Global window indices of this rank's rows at `step`."""
+        if step < 0:
+            raise ValueError(f"step={step}: must be >= 0")
+        first = step * self.global_batch + self.rank * self.local_batch
+        positions = np.arange(first, first + self.local_batch, dtype=np.int64)
+        epochs, within = np.divmod(positions, self.n_windows)
+        out = np.empty(self.local_batch, dtype=np.int64)
+        for epoch in np.unique(epochs):
+            mask = epochs == epoch
+            out[mask] = self._perm(int(epoch))[within[mask]]
+        return out
+
+    def _window(self, window: int) -> np.ndarray[Any, Any]:
+        shard = int(np.searchsorted(self._offsets, window, side="right")) - 1
+        start = (window - int(self._offsets[shard])) * self.context
+        return self.shards[shard].tokens[start : start + self.context + 1]
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) of this rank at `step`; a pure function of (seed, step, rank)."""
+        rows = np.stack([self._window(int(w)) for w in self.window_ids(step)]).astype(np.int64)
+        return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            x_y = self.batch(self.step)
+            self.step += 1
+            yield x_y
+
+    def state_dict(self) -> dict[str, Any]:
+        """Small, JSON-able state: the next step, ordering parameters and data fingerprint."""
+        return {
+            "version": STATE_VERSION,
+            "step": self.step,
+            "seed": self.seed,
+            "global_batch": self.global_batch,
+            "fingerprint": self.fingerprint,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at `state["step"]`; refuse a state made with other data or ordering."""
+        if state.get("version") != STATE_VERSION:
+            raise DataMismatchError(
+                f"loader state version {state.get('version')!r} != "
+                f"{STATE_VERSION}; cannot resume with this code"
+            )
+        problems = [
+            f"{key}: checkpoint {state.get(key)!r} != now {value!r}"
+            for key, value in (("seed", self.seed), ("global_batch", self.global_batch))
+            if state.get(key) != value
+        ]
+        theirs = state.get("fingerprint", {})
+        problems += [
+            f"{key}: checkpoint {theirs.get(key)!r} != now {value!r}"
+            for key, value in self.fingerprint.items()
+            if theirs.get(key) != value
+        ]
+        if problems:
+            raise DataMismatchError(
+                "refusing to resume: the checkpoint was made with different data or ordering ("
+                + "; ".join(problems)
+                + "). Resume with the same shards/vocab/context/seed/global batch, or start "
+                "a new run"
+            )
+        self.step = int(state["step"])
+
+
+@dataclass(frozen=True)
+class ValWindows:
+    """Fixed windows of one shard: window w has inputs [w*T, w*T+T) and targets shifted by 1."""
+
+    shard: Shard
+    context: int
+
+    @property
+    def n_windows(self) -> int:
+        """Windows needed to cover all len-1 targets (the last one may be partial)."""
+        return -(-(len(self.shard) - 1) // self.context)
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.shard) - 1
+
+    def window(self, w: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        start = w * self.context
+        chunk = np.asarray(self.shard.tokens[start : start + self.context + 1], dtype=np.int64)
+        x = np.zeros(self.context, dtype=np.int64)
+        y = np.full(self.context, IGNORE_INDEX, dtype=np.int64)
+        n = chunk.size - 1
+        x[:n], y[:n] = chunk[:-1], chunk[1:]
+        return x, y
+
+
+def val_batches(
+    path: PathLike,
+    *,
+    context: int,
+    batch_size: int,
+    rank: int = 0,
+    world_size: int = 1,
+    max_windows: int | None = None,
+    vocab: str | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Validation batches (x, y) int64 [<=batch_size, context] over fixed windows, in order.
+
+    Every target token of the shard appears exactly once over all ranks (rank r takes
+    windows r, r + world_size, ...); padded targets are -100. `max_windows` evaluates only
+    the first windows (a fixed prefix, identical across runs).
+    """
+    if context < 1 or batch_size < 1:
+        raise ValueError(f"context={context}, batch_size={batch_size}: must be >= 1")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank}, world_size={world_size}: need 0 <= rank < world")
+    windows = ValWindows(open_shard(path, vocab), context)
+    if windows.n_targets < 1:
+        raise ValueError(f"{path}: needs at least 2 tokens for one target")
+    total = windows.n_windows if max_windows is None else min(max_windows, windows.n_windows)
+    mine = range(rank, total, world_size)
+    for i in range(0, len(mine), batch_size):
+        pairs = [windows.window(w) for w in mine[i : i + batch_size]]
+        yield (
+            torch.from_numpy(np.stack([p[0] for p in pairs])),
+            torch.from_numpy(np.stack([p[1] for p in pairs])),
+        )

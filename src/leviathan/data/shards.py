@@ -1,0 +1,262 @@
+"""Token shards: a corpus split tokenized into one flat `.bin` of ids plus its manifest.
+
+Layout: ids of document 1, EOT, ids of document 2, EOT, ... as little-endian uint16 when
+the vocabulary fits (gpt2) else uint32. The manifest (kind "tokens") records dtype, token
+and document counts, the vocabulary, the source corpus manifest and the `.bin`'s sha256.
+
+Encoding runs in `leviathan.data.encode` (threads and processes, bounded memory); this
+module appends its batches to a temp file, hashing and counting as it goes, renames the
+file into place only once complete, and then writes the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+from tqdm import tqdm
+
+from leviathan.data.corpus import read_corpus_manifest
+from leviathan.data.encode import DEFAULT_BATCH_BYTES, Encoded, default_parallelism, encode_file
+from leviathan.data.manifest import (
+    input_record,
+    invalidate_manifest,
+    read_manifest,
+    vocab_record,
+    write_manifest,
+)
+from leviathan.data.tokenizers import Tokenizer, token_dtype
+from leviathan.io import atomic_path
+from leviathan.vocab import get_vocab
+
+__all__ = [
+    "DEFAULT_BATCH_BYTES",
+    "Shard",
+    "ShardError",
+    "TokenizeResult",
+    "open_shard",
+    "shard_path",
+    "tokenize_split",
+]
+
+
+class ShardError(ValueError):
+    """A token shard disagrees with its manifest, its dtype or the expected vocabulary."""
+
+
+@dataclass
+class TokenizeResult:
+    """What one tokenization pass produced."""
+
+    path: Path
+    tokens: int
+    documents: int
+    text_bytes: int
+    sha256: str
+    seconds: float
+    counts: np.ndarray[Any, np.dtype[np.int64]] | None = None
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.text_bytes / 1e6 / max(self.seconds, 1e-9)
+
+
+class _ShardSink:
+    """Receives encoded batches in order: writes, hashes, counts, reports progress."""
+
+    def __init__(self, fh: BinaryIO, tokenizer: Tokenizer, with_counts: bool, bar: Any) -> None:
+        self.fh = fh
+        self.dtype = np.dtype(tokenizer.dtype).newbyteorder("<")
+        self.digest = hashlib.sha256()
+        n_vocab = tokenizer.spec.n_vocab
+        self.counts = np.zeros(n_vocab, dtype=np.int64) if with_counts else None
+        self.bar = bar
+        self.tokens = self.documents = self.text_bytes = 0
+
+    def __call__(self, batch: Encoded) -> None:
+        self.fh.write(batch.ids)
+        self.digest.update(batch.ids)
+        if self.counts is not None:
+            ids = np.frombuffer(batch.ids, dtype=self.dtype)
+            self.counts += np.bincount(ids, minlength=self.counts.size)
+        self.tokens += len(batch.ids) // self.dtype.itemsize
+        self.documents += batch.documents
+        self.text_bytes += batch.text_bytes
+        self.bar.update(batch.text_bytes)
+
+
+def tokenize_file(
+    src: Path,
+    tokenizer: Tokenizer,
+    out_tmp: Path,
+    *,
+    threads: int | None = None,
+    processes: int | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    with_counts: bool = False,
+    progress_total: int | None = None,
+    progress: bool = True,
+) -> TokenizeResult:
+    """Encode the documents of `src` (EOT after each) into `out_tmp`.
+
+    The caller owns atomicity (pass a temp path from `atomic_path`).
+    """
+    label = out_tmp.name.lstrip(".").split(".")[0]
+    bar = tqdm(
+        total=progress_total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1000,
+        desc=f"tokenize {label}",
+        disable=not progress,
+        file=sys.stderr,
+        smoothing=0.1,
+    )
+    start = time.perf_counter()
+    with open(out_tmp, "wb") as fh, bar:
+        sink = _ShardSink(fh, tokenizer, with_counts, bar)
+        encode_file(
+            src, tokenizer, sink, threads=threads, processes=processes, batch_bytes=batch_bytes
+        )
+    return TokenizeResult(
+        path=out_tmp,
+        tokens=sink.tokens,
+        documents=sink.documents,
+        text_bytes=sink.text_bytes,
+        sha256=sink.digest.hexdigest(),
+        seconds=time.perf_counter() - start,
+        counts=sink.counts,
+    )
+
+
+def shard_path(out_dir: str | os.PathLike[str], split: str) -> Path:
+    """`<out_dir>/<split>.bin`."""
+    return Path(out_dir) / f"{split}.bin"
+
+
+def tokenize_split(
+    corpus_dir: str | os.PathLike[str],
+    split: str,
+    tokenizer: Tokenizer,
+    out_dir: str | os.PathLike[str],
+    *,
+    threads: int | None = None,
+    processes: int | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    with_counts: bool = False,
+    progress: bool = True,
+) -> TokenizeResult:
+    """Tokenize `<corpus_dir>/<split>.jsonl.zst` into `<out_dir>/<split>.bin` + manifest."""
+    corpus_manifest = read_corpus_manifest(corpus_dir, split)
+    src = Path(corpus_dir) / corpus_manifest["artifact"]["name"]
+    out = shard_path(out_dir, split)
+    with atomic_path(out) as tmp:
+        result = tokenize_file(
+            src,
+            tokenizer,
+            tmp,
+            threads=threads,
+            processes=processes,
+            batch_bytes=batch_bytes,
+            with_counts=with_counts,
+            progress_total=corpus_manifest.get("text_bytes"),
+            progress=progress,
+        )
+        if result.documents == 0:
+            raise ShardError(f"{src}: corpus split {split!r} has no documents; refetch it")
+        invalidate_manifest(out)
+    result.path = out
+    write_manifest(
+        out,
+        kind="tokens",
+        inputs=[input_record(src, corpus_manifest["artifact"]["sha256"])],
+        vocab=vocab_record(tokenizer.spec),
+        artifact_sha256=result.sha256,
+        fields={
+            "split": split,
+            "dtype": np.dtype(tokenizer.dtype).name,
+            "tokens": result.tokens,
+            "documents": result.documents,
+            "text_bytes": result.text_bytes,
+            "eot_between_documents": True,
+            "bpe_source": tokenizer.bpe_source,
+            "source_manifest": corpus_manifest,
+            "throughput_mb_per_s": round(result.mb_per_s, 3),
+            "parallelism": dict(
+                zip(("threads", "processes"), default_parallelism(threads, processes), strict=True)
+            ),
+        },
+    )
+    return result
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A validated token shard, memory-mapped read-only."""
+
+    path: Path
+    tokens: np.memmap[Any, np.dtype[Any]]
+    manifest: dict[str, Any]
+
+    @property
+    def sha256(self) -> str:
+        return str(self.manifest["artifact"]["sha256"])
+
+    @property
+    def vocab(self) -> str:
+        return str(self.manifest["vocab"]["name"])
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+def open_shard(
+    path: str | os.PathLike[str], vocab: str | None = None, verify_sha256: bool = False
+) -> Shard:
+    """Memory-map a `.bin` after checking it against its manifest.
+
+    Checks: the manifest exists; its dtype is the one its vocabulary needs; the file size
+    is a whole number of tokens and equals tokens x itemsize; the vocabulary matches
+    `vocab` when given; and, with `verify_sha256`, the content hash.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: token shard not found; run `leviathan data tokenize`")
+    manifest = read_manifest(p, kind="tokens")
+    dtype = np.dtype(manifest["dtype"])
+    spec = get_vocab(manifest["vocab"]["name"])
+    if dtype != token_dtype(spec.n_vocab):
+        raise ShardError(
+            f"{p}: manifest dtype {dtype.name} cannot be right for vocabulary {spec.name} "
+            f"(needs {token_dtype(spec.n_vocab).name}); re-tokenize"
+        )
+    if vocab is not None and get_vocab(vocab).name != spec.name:
+        raise ShardError(
+            f"{p}: was tokenized with {spec.name}, not {get_vocab(vocab).name}; "
+            f"use the shard of the right vocabulary"
+        )
+    size = p.stat().st_size
+    expected = int(manifest["tokens"]) * dtype.itemsize
+    if size % dtype.itemsize or size != expected or size == 0:
+        raise ShardError(
+            f"{p}: {size} bytes, but its manifest says {manifest['tokens']} tokens of "
+            f"{dtype.name} = {expected} bytes; the file is truncated or not this manifest's; "
+            f"re-run `leviathan data tokenize`"
+        )
+    if verify_sha256:
+        from leviathan.io import sha256_file
+
+        actual = sha256_file(p)
+        if actual != manifest["artifact"]["sha256"]:
+            raise ShardError(
+                f"{p}: sha256 {actual} != manifest {manifest['artifact']['sha256']}; "
+                f"the file changed after tokenization; re-run `leviathan data tokenize`"
+            )
+    tokens: np.memmap[Any, np.dtype[Any]] = np.memmap(p, dtype=dtype.newbyteorder("<"), mode="r")
+    return Shard(path=p, tokens=tokens, manifest=manifest)

@@ -1,0 +1,159 @@
+"""Corpus format, cleaning, hash splits, limits, the embedded corpus, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leviathan.data.corpus import (
+    CorpusError,
+    Document,
+    clean_text,
+    corpus_splits,
+    decode_bytes,
+    hash_fraction,
+    hash_split,
+    limit,
+    read_documents,
+    write_corpus,
+)
+from leviathan.data.embedded import embedded_documents, module_text, stdlib_files
+from leviathan.data.manifest import manifest_path, read_manifest
+from leviathan.io import sha256_file
+
+DOCS = [Document(f"doc{i}", f"text number {i} " * (i + 1)) for i in range(200)]
+
+
+def test_hash_fraction_is_stable_and_uniformish() -> None:
+    # sha256-based, so fixed across processes, machines and Python versions
+    assert hash_fraction("doc0") == pytest.approx(int("0x" + "f91335dfc8fb4817", 16) / 2**64)
+    fractions = [hash_fraction(d.id) for d in DOCS]
+    assert 0.3 < sum(f < 0.5 for f in fractions) / len(fractions) < 0.7
+
+
+def test_hash_split_depends_on_id_not_position() -> None:
+    forward = dict((d.id, s) for s, d in hash_split(DOCS, 0.2))
+    backward = dict((d.id, s) for s, d in hash_split(reversed(DOCS), 0.2))
+    assert forward == backward
+    assert {"train", "val"} == set(forward.values())
+    with pytest.raises(ValueError, match="val_fraction=1.5"):
+        list(hash_split(DOCS, 1.5))
+
+
+def test_limit_by_docs_and_bytes() -> None:
+    assert len(list(limit(DOCS, max_docs=3))) == 3
+    kept = list(limit(DOCS, max_bytes=100))
+    sizes = [len(d.text.encode()) for d in kept]
+    assert sum(sizes[:-1]) < 100 <= sum(sizes)
+
+
+def test_decode_and_clean_count_replacements() -> None:
+    assert clean_text(decode_bytes("plain é".encode())) == ("plain é", 0)
+    assert clean_text(decode_bytes(b"ok \xff\xfe end")) == ("ok \ufffd\ufffd end", 2)
+    assert clean_text("a\ud800b") == ("a\ufffdb", 1)
+
+
+def test_write_and_read_roundtrip(tmp_path: Path) -> None:
+    docs = [*DOCS[:20], Document("empty", "   "), Document("bad", "x\udcff y")]
+    manifests = write_corpus(
+        tmp_path, hash_split(docs, 0.3), splits=("train", "val"), source={"kind": "test"}
+    )
+    assert corpus_splits(tmp_path) == ["train", "val"]
+    back = {
+        d.id: d.text for s in ("train", "val") for d in read_documents(tmp_path / f"{s}.jsonl.zst")
+    }
+    assert back["bad"] == "x\ufffd y" and "empty" not in back
+    assert {k: v for k, v in back.items() if k != "bad"} == {d.id: d.text for d in DOCS[:20]}
+    total = {
+        k: sum(m[k] for m in manifests.values())
+        for k in ("documents", "replaced_chars", "empty_skipped")
+    }
+    assert total == {"documents": 21, "replaced_chars": 1, "empty_skipped": 1}
+    m = read_manifest(tmp_path / "train.jsonl.zst", kind="corpus")
+    assert m["artifact"]["sha256"] == sha256_file(tmp_path / "train.jsonl.zst")
+    assert m["source"] == {"kind": "test"} and m["split"] == "train"
+
+
+def test_empty_corpus_is_refused_and_nothing_is_left(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    with pytest.raises(CorpusError, match="no non-empty documents"):
+        write_corpus(
+            out,
+            hash_split([Document("a", "")], 0.5),
+            splits=("train", "val"),
+            source={"kind": "test"},
+        )
+    with pytest.raises(CorpusError, match=r"split\(s\) val .* would be empty"):
+        write_corpus(
+            out, (("train", d) for d in DOCS[:3]), splits=("train", "val"), source={"kind": "test"}
+        )
+    assert list(out.iterdir()) == []
+
+
+def test_interrupted_write_leaves_nothing(tmp_path: Path) -> None:
+    def docs() -> Iterator[tuple[str, Document]]:
+        yield from (("train", d) for d in DOCS[:5])
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_corpus(tmp_path, docs(), splits=("train",), source={"kind": "test"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_corpus_file_error(tmp_path: Path) -> None:
+    with pytest.raises(CorpusError, match="leviathan data fetch"):
+        list(read_documents(tmp_path / "nope.jsonl.zst"))
+
+
+def test_embedded_corpus(embedded_corpus: Path) -> None:
+    manifests = {s: read_manifest(embedded_corpus / f"{s}.jsonl.zst") for s in ("train", "val")}
+    total = sum(m["text_bytes"] for m in manifests.values())
+    assert 2e6 < total < 8e6  # "about 4 MB"
+    assert all(m["documents"] > 10 for m in manifests.values())
+    assert manifests["train"]["source"]["kind"] == "embedded"
+    assert manifests["train"]["source"]["python_version"]
+    val_ids = [d.id for d in read_documents(embedded_corpus / "val.jsonl.zst")]
+    assert all(hash_fraction(i) < 0.05 for i in val_ids)
+    train = list(read_documents(embedded_corpus / "train.jsonl.zst"))
+    assert all(hash_fraction(d.id) >= 0.05 for d in train)
+    assert [d.id for d in train] == sorted((d.id for d in train), key=_embedded_order)
+    assert any(d.id.startswith("pydoc_data/topics/") for d in train)
+    assert sum(d.text.count(" the ") for d in train) > 10_000  # English prose
+
+
+def _embedded_order(doc_id: str) -> tuple[int, str]:
+    return (doc_id.startswith("pydoc_data/"), doc_id)
+
+
+def test_embedded_is_deterministic_and_parallel_safe() -> None:
+    root = Path(sysconfig.get_paths()["stdlib"]) / "email"
+    serial = list(embedded_documents(root, workers=1))
+    parallel = list(embedded_documents(root, workers=2))
+    assert serial == parallel and len(serial) > 10
+    files = stdlib_files(root)
+    assert files == sorted(files) and not any("test" in p.parts for p in files)
+
+
+def test_module_text_extracts_docstrings_and_comments(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text(
+        '#!/usr/bin/env python\n"""Module doc."""\n\n# first line\n# second line\n'
+        'def f():\n    """Function doc."""\n    return 1  # trailing\n'
+    )
+    assert module_text(src) == "Module doc.\n\nfirst line\nsecond line\n\nFunction doc.\n\ntrailing"
+    (tmp_path / "bad.py").write_text("def (:\n")
+    assert module_text(tmp_path / "bad.py") == ""
+
+
+def test_manifest_path_rule(tmp_path: Path) -> None:
+    assert manifest_path(tmp_path / "train.bin") == tmp_path / "train.bin.json"
+    with pytest.raises(FileNotFoundError, match="no manifest"):
+        read_manifest(tmp_path / "train.bin")
+    (tmp_path / "x.bin").write_bytes(b"")
+    (tmp_path / "x.bin.json").write_text(json.dumps({"kind": "counts"}))
+    with pytest.raises(ValueError, match="expected 'tokens'"):
+        read_manifest(tmp_path / "x.bin", kind="tokens")

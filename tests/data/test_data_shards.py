@@ -1,0 +1,167 @@
+"""Token shards and counts on the embedded corpus: content, manifests, errors, atomicity."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zstandard
+
+from leviathan.data.corpus import CorpusError, read_documents
+from leviathan.data.counts import count_shard, counts_from_shard, load_counts
+from leviathan.data.manifest import manifest_path, read_manifest
+from leviathan.data.prepare import tokenize_corpus
+from leviathan.data.shards import ShardError, open_shard
+from leviathan.data.tokenizers import load_tokenizer
+from leviathan.io import sha256_file
+
+
+def test_o200k_shards_match_the_corpus(embedded_corpus: Path, o200k_shards: Path) -> None:
+    tok = load_tokenizer("o200k_base")
+    for split in ("train", "val"):
+        shard = open_shard(o200k_shards / f"{split}.bin", vocab="o200k_base", verify_sha256=True)
+        m = shard.manifest
+        docs = list(read_documents(embedded_corpus / f"{split}.jsonl.zst"))
+        assert shard.tokens.dtype == np.uint32 and m["dtype"] == "uint32"
+        assert m["documents"] == len(docs) == int((shard.tokens == tok.spec.eot_id).sum())
+        assert m["vocab"] == {
+            "name": "o200k_base",
+            "encoding": "o200k_base",
+            "n_vocab": 200019,
+            "eot_id": 199999,
+            "bpe_file": "o200k_base.tiktoken",
+            "bpe_sha256": tok.spec.bpe_sha256,
+        }
+        assert m["source_manifest"] == read_manifest(embedded_corpus / f"{split}.jsonl.zst")
+        assert m["inputs"][0]["sha256"] == sha256_file(embedded_corpus / f"{split}.jsonl.zst")
+        assert m["text_bytes"] == sum(len(d.text.encode()) for d in docs)
+        # the first and last documents decode back exactly, EOT after each
+        first = tok.encode(docs[0].text)
+        assert shard.tokens[: len(first) + 1].tolist() == [*first, tok.spec.eot_id]
+        last = tok.encode(docs[-1].text)
+        assert shard.tokens[-len(last) - 1 :].tolist() == [*last, tok.spec.eot_id]
+
+
+def test_counts_in_pass_equal_counts_from_shard(o200k_shards: Path, tmp_path: Path) -> None:
+    counts = load_counts(o200k_shards / "counts.npy", vocab="o200k_base")
+    shard = open_shard(o200k_shards / "train.bin")
+    assert counts.dtype == np.int64 and counts.shape == (200019,)
+    assert counts.sum() == len(shard) and counts[199999] == shard.manifest["documents"]
+    np.testing.assert_array_equal(counts, count_shard(shard))
+    m = counts_from_shard(o200k_shards / "train.bin", tmp_path / "c.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), counts)
+    assert m["inputs"][0]["sha256"] == shard.sha256 and m["total"] == len(shard)
+    assert read_manifest(o200k_shards / "counts.npy")["vocab"]["name"] == "o200k_base"
+
+
+def test_gpt2_uses_uint16(gpt2_shards: Path) -> None:
+    shard = open_shard(gpt2_shards / "train.bin", vocab="gpt2")
+    assert shard.tokens.dtype == np.uint16 and shard.tokens.max() == 50256
+    assert (gpt2_shards / "train.bin").stat().st_size == 2 * len(shard)
+
+
+def test_process_pool_gives_identical_shards(
+    embedded_corpus: Path, o200k_shards: Path, tmp_path: Path
+) -> None:
+    tokenize_corpus(
+        embedded_corpus,
+        "o200k_base",
+        tmp_path,
+        splits=["val"],
+        threads=1,
+        processes=2,
+        batch_bytes=20_000,
+        progress=False,
+    )
+    assert sha256_file(tmp_path / "val.bin") == sha256_file(o200k_shards / "val.bin")
+    assert not (tmp_path / "counts.npy").exists()  # counts come from train only
+
+
+def _copy(src_dir: Path, dst_dir: Path, name: str = "val.bin") -> Path:
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src_dir / name, dst_dir / name)
+    shutil.copy(manifest_path(src_dir / name), manifest_path(dst_dir / name))
+    return dst_dir / name
+
+
+def test_truncated_bin_is_refused(o200k_shards: Path, tmp_path: Path) -> None:
+    bad = _copy(o200k_shards, tmp_path)
+    with open(bad, "r+b") as fh:
+        fh.truncate(bad.stat().st_size - 4)
+    with pytest.raises(ShardError, match=r"val\.bin: \d+ bytes, but its manifest says"):
+        open_shard(bad)
+    with open(bad, "r+b") as fh:  # not even a whole number of uint32 tokens
+        fh.truncate(bad.stat().st_size - 1)
+    with pytest.raises(ShardError, match="truncated"):
+        open_shard(bad)
+
+
+def test_manifest_dtype_and_vocab_mismatch(o200k_shards: Path, tmp_path: Path) -> None:
+    bad = _copy(o200k_shards, tmp_path)
+    m = json.loads(manifest_path(bad).read_text())
+    m["dtype"] = "uint16"
+    manifest_path(bad).write_text(json.dumps(m))
+    with pytest.raises(ShardError, match="dtype uint16 cannot be right for vocabulary o200k_base"):
+        open_shard(bad)
+    good = _copy(o200k_shards, tmp_path / "g")
+    with pytest.raises(ShardError, match="tokenized with o200k_base, not gpt2"):
+        open_shard(good, vocab="gpt2")
+
+
+def test_changed_content_fails_sha_check(o200k_shards: Path, tmp_path: Path) -> None:
+    bad = _copy(o200k_shards, tmp_path)
+    with open(bad, "r+b") as fh:
+        fh.write(b"\x00\x00\x00\x00")
+    open_shard(bad)  # size checks pass...
+    with pytest.raises(ShardError, match="sha256 .* != manifest"):
+        open_shard(bad, verify_sha256=True)
+
+
+def test_missing_manifest_or_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="leviathan data tokenize"):
+        open_shard(tmp_path / "train.bin")
+    (tmp_path / "train.bin").write_bytes(b"\x00" * 8)
+    with pytest.raises(FileNotFoundError, match="did not finish; rerun it"):
+        open_shard(tmp_path / "train.bin")
+
+
+def test_bad_corpus_line_leaves_no_bin(embedded_corpus: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    _copy(embedded_corpus, corpus, "val.jsonl.zst")
+    good = zstandard.ZstdDecompressor().decompress(
+        (corpus / "val.jsonl.zst").read_bytes(), max_output_size=1 << 30
+    )
+    (corpus / "val.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(good + b"{oops\n"))
+    out = tmp_path / "tok"
+    with pytest.raises(CorpusError, match=r"val\.jsonl\.zst: malformed line b'\{oops.*re-run"):
+        tokenize_corpus(corpus, "o200k_base", out, progress=False)
+    assert not out.exists() or list(out.iterdir()) == []
+    with pytest.raises(CorpusError, match="malformed line"):  # same through worker processes
+        tokenize_corpus(corpus, "o200k_base", out, processes=2, threads=1, progress=False)
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_tokenize_errors_name_the_fix(embedded_corpus: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown vocabulary 'o300k'"):
+        tokenize_corpus(embedded_corpus, "o300k", tmp_path)
+    with pytest.raises(CorpusError, match=r"split\(s\) \['test'\] not found.*leviathan data fetch"):
+        tokenize_corpus(embedded_corpus, "gpt2", tmp_path, splits=["test"])
+    with pytest.raises(CorpusError, match="corpus directory not found"):
+        tokenize_corpus(tmp_path / "missing", "gpt2", tmp_path)
+
+
+def test_failed_rerun_keeps_the_previous_complete_pair(
+    embedded_corpus: Path, tmp_path: Path
+) -> None:
+    corpus, out = tmp_path / "corpus", tmp_path / "tok"
+    _copy(embedded_corpus, corpus, "val.jsonl.zst")
+    tokenize_corpus(corpus, "gpt2", out, processes=1, progress=False)
+    before = sha256_file(out / "val.bin")
+    (corpus / "val.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b"[1]\n"))
+    with pytest.raises(CorpusError):
+        tokenize_corpus(corpus, "gpt2", out, processes=1, progress=False)
+    assert open_shard(out / "val.bin", verify_sha256=True).sha256 == before
+    assert sorted(p.name for p in out.iterdir()) == ["val.bin", "val.bin.json"]
