@@ -1,0 +1,1 @@
+"""The experiment grid and artifact paths the Snakemake workflow is built from."""

@@ -1,0 +1,74 @@
+"""Studies -> cells -> paths: the single place that says where every artifact lives.
+
+A study is scales x vocabs x variants x seeds; the DAG trains the union of the studies'
+cells, each once however many studies use it. Paths are readable and stable:
+    data/corpus/<corpus>/                        raw text splits (+ manifests)
+    data/tokens/<corpus>/<vocab>/                train.bin, val.bin, counts.npy (+ manifests)
+    results/runs/<scale>/<vocab>/<variant>/seed<k>/   checkpoints/, metrics.jsonl
+    results/eval/<scale>/<vocab>/<variant>/seed<k>/   evaluation JSON
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FINAL_MARKER = "checkpoints/final/state.json"
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    scale: str
+    vocab: str
+    variant: str
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.scale}/{self.vocab}/{self.variant}/seed{self.seed}"
+
+    @property
+    def run_dir(self) -> str:
+        return f"results/runs/{self.key}"
+
+    @property
+    def final_marker(self) -> str:
+        return f"{self.run_dir}/{FINAL_MARKER}"
+
+    @property
+    def eval_dir(self) -> str:
+        return f"results/eval/{self.key}"
+
+    def as_wildcards(self) -> dict[str, str]:
+        return {"scale": self.scale, "vocab": self.vocab, "variant": self.variant, "seed": str(self.seed)}
+
+
+def study_cells(study: Mapping[str, Any]) -> list[Cell]:
+    return [
+        Cell(scale, vocab, variant, int(seed))
+        for scale in study["scales"]
+        for vocab in study["vocabs"]
+        for variant in study["variants"]
+        for seed in study["seeds"]
+    ]
+
+
+def cells(studies: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
+    """The union of all studies' cells, deduplicated, in a stable (sorted) order."""
+    return sorted({cell for study in studies.values() for cell in study_cells(study)})
+
+
+def tokens_dir(corpus: str, vocab: str) -> str:
+    return f"data/tokens/{corpus}/{vocab}"
+
+
+def corpus_dir(corpus: str) -> str:
+    return f"data/corpus/{corpus}"
+
+
+def wildcard_pattern(values: Iterable[Any]) -> str:
+    """A regex alternative of exactly these values (Snakemake wildcard constraint)."""
+    import re
+
+    return "|".join(re.escape(str(v)) for v in sorted({str(v) for v in values}))

@@ -1,0 +1,98 @@
+"""What each workflow rule does, as plain functions of the validated config (unit-tested;
+the rule scripts only unpack `snakemake` and call these)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from leviathan.workflow.grid import Cell
+
+
+def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
+    """Write the configured corpus to `out` (<split>.jsonl.zst + manifests)."""
+    from leviathan.data import fetch
+    from leviathan.data.sources import HFSpec
+
+    kind = corpus["kind"]
+    limits = (corpus.get("max_docs"), corpus.get("max_bytes"))
+    if kind == "embedded":
+        return fetch.fetch_embedded(out, val_fraction=corpus["val_fraction"])
+    if kind == "text":
+        if not corpus.get("paths"):
+            raise ValueError("corpus.kind=text needs corpus.paths (files, directories or globs)")
+        return fetch.fetch_text(out, corpus["paths"], val_fraction=corpus["val_fraction"],
+                                text_field=corpus["text_field"], limits=limits)  # fmt: skip
+    if kind == "hf":
+        if not corpus.get("dataset"):
+            raise ValueError("corpus.kind=hf needs corpus.dataset (a Hub id or json/text/parquet)")
+
+        def spec(split: str) -> HFSpec:
+            files = tuple(corpus["data_files"]) if corpus.get("data_files") else None
+            return HFSpec(dataset=corpus["dataset"], split=split, config=corpus.get("config"),
+                          revision=corpus.get("revision"), data_files=files, text_field=corpus["text_field"])  # fmt: skip
+
+        train_split = corpus.get("train_split") or "train"
+        if corpus.get("val_split"):
+            specs = {"train": spec(train_split), "val": spec(corpus["val_split"])}
+            return fetch.fetch_hf(out, specs, limits=limits)
+        return fetch.fetch_hf(out, {"train": spec(train_split)}, val_fraction=corpus["val_fraction"], limits=limits)
+    if kind == "pile":
+        options = {k: corpus[k] for k in ("dataset", "config", "revision", "train_split", "val_split", "local_dir")
+                   if corpus.get(k)}  # fmt: skip
+        return fetch.fetch_pile(out, train_limits=limits, val_limits=limits, **options)
+    raise ValueError(f"corpus.kind={kind!r}: use embedded, text, hf or pile")
+
+
+def tokenize(corpus_dir: str | Path, vocab: str, out: str | Path, options: Mapping[str, Any]) -> dict[str, Any]:
+    from leviathan.data.prepare import tokenize_corpus
+
+    return tokenize_corpus(corpus_dir, vocab, out, threads=options.get("threads"),
+                           processes=options.get("processes"), progress=False)  # fmt: skip
+
+
+def resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
+    """A training job's Snakemake resources for a scale, in the SLURM executor plugin's terms.
+
+    threads: CPUs of the job (cpus_per_gpu x gpus on GPU jobs); gpu/gpu_model/cpus_per_gpu
+    only take effect on GPU jobs (gpu_model "" and cpus_per_gpu 0 are "unset" to the plugin).
+    """
+    r = {"gpus": 0, "gpu_model": None, "cpus_per_gpu": 8, "cpus": 2, "mem_mb": 4000, "runtime": 60}
+    r.update(config.get("resources", {}).get(scale) or {})
+    gpu_job = r["gpus"] > 0
+    return {
+        "gpu": r["gpus"],
+        "gpu_model": (r["gpu_model"] or "") if gpu_job else "",
+        "cpus_per_gpu": r["cpus_per_gpu"] if gpu_job else 0,
+        "threads": r["cpus_per_gpu"] * r["gpus"] if gpu_job else r["cpus"],
+        "mem_mb": r["mem_mb"],
+        "runtime": r["runtime"],
+    }
+
+
+def _kv(key: str, value: Any) -> str:
+    import json
+
+    return f"{key}={json.dumps(value) if not isinstance(value, str) else value}"
+
+
+def train_command(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
+    """The shell command of a cell's training job: `leviathan train`, under torchrun when the
+    job has several GPUs. Overrides come from config.train[<scale>], runtime from config.runtime."""
+    gpus = resources(config, cell.scale)["gpu"]
+    if gpus > 1:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus)]
+    else:
+        launcher = [sys.executable]
+    args = [*launcher, "-m", "leviathan.cli", "train", "--scale", cell.scale, "--vocab", cell.vocab,
+            "--variant", cell.variant, "--seed", str(cell.seed), "--train", f"{tokens}/train.bin",
+            "--val", f"{tokens}/val.bin", "--run-dir", run_dir]  # fmt: skip
+    for key, value in sorted((config.get("train", {}).get(cell.scale) or {}).items()):
+        args += ["--set", _kv(key, value)]
+    for key, value in sorted((config.get("runtime") or {}).items()):
+        if value is not None:
+            args += ["--runtime", _kv(key, value)]
+    return shlex.join(args)

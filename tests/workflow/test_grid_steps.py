@@ -1,0 +1,58 @@
+import shlex
+import sys
+
+import pytest
+import yaml
+
+from leviathan.workflow.grid import Cell, cells, wildcard_pattern
+from leviathan.workflow.steps import resources, train_command
+
+STUDIES = {
+    "main": {"scales": ["400m", "1.2b"], "vocabs": ["o200k_base"], "variants": ["tied", "leviathan"], "seeds": [0]},
+    "ablation": {"scales": ["400m"], "vocabs": ["o200k_base"],
+                 "variants": ["tied", "untied", "albert", "flat_mlp", "factored_mlp", "leviathan"], "seeds": [0]},
+}  # fmt: skip
+
+
+def test_cells_are_the_deduplicated_union_of_studies() -> None:
+    got = cells(STUDIES)
+    assert len(got) == 4 + 6 - 2  # 400m tied/leviathan shared by both studies
+    assert len(set(got)) == len(got) and got == sorted(got)
+    assert Cell("400m", "o200k_base", "leviathan", 0) in got
+
+
+def test_cell_paths_are_readable_and_stable() -> None:
+    cell = Cell("400m", "o200k_base", "leviathan", 0)
+    assert cell.run_dir == "results/runs/400m/o200k_base/leviathan/seed0"
+    assert cell.final_marker == "results/runs/400m/o200k_base/leviathan/seed0/checkpoints/final/state.json"
+    assert cell.eval_dir == "results/eval/400m/o200k_base/leviathan/seed0"
+
+
+def test_wildcard_pattern_is_exact_alternatives() -> None:
+    import re
+
+    pattern = wildcard_pattern(["1.2b", "400m"])
+    assert re.fullmatch(pattern, "1.2b") and re.fullmatch(pattern, "400m")
+    assert not re.fullmatch(pattern, "1x2b")
+
+
+def test_resources_per_scale_in_the_plugins_terms() -> None:
+    config = {"resources": {"400m": {"gpus": 4, "gpu_model": "h100", "cpus_per_gpu": 8, "mem_mb": 1000, "runtime": 30}}}
+    r = resources(config, "400m")
+    assert r == {"gpu": 4, "gpu_model": "h100", "cpus_per_gpu": 8, "threads": 32, "mem_mb": 1000, "runtime": 30}
+    cpu = resources({"resources": {"micro": {"cpus": 2}}}, "micro")
+    assert cpu["gpu"] == 0 and cpu["gpu_model"] == "" and cpu["cpus_per_gpu"] == 0 and cpu["threads"] == 2
+
+
+def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
+    cell = Cell("400m", "o200k_base", "leviathan", 1)
+    config = {"resources": {"400m": {"gpus": 4}}, "train": {"400m": {"lr": 3e-4, "betas": [0.9, 0.95]}},
+              "runtime": {"val_every": 500, "threads": None}}  # fmt: skip
+    args = shlex.split(train_command(cell, config, "data/tokens/pile/o200k_base", cell.run_dir))
+    assert args[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--nproc-per-node" in args
+    assert args[args.index("--nproc-per-node") + 1] == "4"
+    assert "--set" in args and "lr=0.0003" in args and "betas=[0.9, 0.95]" in args
+    assert "val_every=500" in args and not any(a.startswith("threads=") for a in args)
+    assert yaml.safe_load("[0.9, 0.95]") == [0.9, 0.95]  # what the CLI parses back
+    single = shlex.split(train_command(cell, {"resources": {"400m": {"gpus": 1}}}, "t", "r"))
+    assert single[:3] == [sys.executable, "-m", "leviathan.cli"]

@@ -1,0 +1,27 @@
+# Shared definitions: the cells of the configured studies and their paths (logic in
+# leviathan.workflow, unit-tested there).
+from leviathan.workflow.grid import Cell, cells, corpus_dir, tokens_dir, wildcard_pattern
+from leviathan.workflow import steps
+
+CORPUS = config["corpus"]["name"]
+CELLS = cells(config["studies"])
+VOCABS = sorted({c.vocab for c in CELLS})
+
+
+wildcard_constraints:
+    corpus=wildcard_pattern([CORPUS]),
+    scale=wildcard_pattern(c.scale for c in CELLS),
+    vocab=wildcard_pattern(VOCABS),
+    variant=wildcard_pattern(c.variant for c in CELLS),
+    seed=r"\d+",
+
+
+def cell_of(wildcards):
+    return Cell(wildcards.scale, wildcards.vocab, wildcards.variant, int(wildcards.seed))
+
+
+def res(key):
+    """A training job's resource, by the cell's scale (config.resources)."""
+    return lambda wildcards: steps.resources(config, wildcards.scale)[key]
+
+ALL_TARGETS = [c.final_marker for c in CELLS]

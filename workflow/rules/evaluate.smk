@@ -1,0 +1,1 @@
+# Evaluation of each cell (wired to leviathan.eval once it lands).

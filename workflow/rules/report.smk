@@ -1,0 +1,1 @@
+# Report (tables, figures, paper comparison): see issue 7.
