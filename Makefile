@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test test-fast bench clean-venv
+.PHONY: venv run test test-fast bench clean-venv
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+## the main job: the whole DAG on the default config (embedded corpus, CPU, minutes)
+run: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --profile profiles/local all
 
 ## the whole test suite (fast unit tests and the slower end-to-end ones)
 test: $(STAMP)

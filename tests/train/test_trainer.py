@@ -122,6 +122,15 @@ def test_resume_with_other_config_or_data_is_refused(gpt2_shards: Path, referenc
         run_train(gpt2_shards, run_dir, lr=1e-3)
     with pytest.raises(DataMismatchError, match="refusing to resume"):
         train(cfg(), train_bins=[make_other_shard], val_bin=None, run_dir=run_dir, runtime=QUIET)
+    # the workflow's choice: set the old checkpoints aside (kept) and start afresh
+    from dataclasses import replace
+
+    fresh = train(cfg(lr=1e-3), train_bins=[gpt2_shards / "train.bin"], val_bin=None, run_dir=run_dir,
+                  runtime=replace(QUIET, restart_on_mismatch=True))  # fmt: skip
+    assert fresh.start_step == 0 and fresh.steps == STEPS
+    assert (run_dir / "checkpoints.stale-1" / "step_00000008" / "state.json").is_file()
+    start = read_metrics(run_dir / "metrics.jsonl", "start")[-1]
+    assert "lr: checkpoint 0.003 != now 0.001" in start["set_aside"]["because"]
 
 
 @pytest.fixture

@@ -56,3 +56,12 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
     assert yaml.safe_load("[0.9, 0.95]") == [0.9, 0.95]  # what the CLI parses back
     single = shlex.split(train_command(cell, {"resources": {"400m": {"gpus": 1}}}, "t", "r"))
     assert single[:3] == [sys.executable, "-m", "leviathan.cli"]
+
+
+def test_cell_overrides_apply_after_scale_overrides() -> None:
+    from leviathan.workflow.steps import train_overrides
+
+    cell = Cell("micro", "gpt2", "leviathan", 0)
+    config = {"train": {"micro": {"lr": 1e-3, "total_tokens": 512}, "micro/gpt2/leviathan/seed0": {"lr": 5e-4}}}
+    assert train_overrides(config, cell) == {"lr": 5e-4, "total_tokens": 512}
+    assert train_overrides(config, Cell("micro", "gpt2", "tied", 0)) == {"lr": 1e-3, "total_tokens": 512}

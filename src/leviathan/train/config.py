@@ -122,6 +122,10 @@ class RuntimeConfig:
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False
     threads: int | None = None  # torch CPU threads (None: torch's default)
+    # Checkpoints of a different config or data: refuse (False), or move them aside to
+    # checkpoints.stale-<n>/ and start afresh (True; the workflow's choice, since Snakemake
+    # only reruns a finished cell when its config or inputs changed).
+    restart_on_mismatch: bool = False
 
 
 # Per-scale defaults of the recipe (RECON where the paper is silent: lr, warm-up).

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from leviathan.data.loader import TrainLoader, val_batches
+from leviathan.data.loader import DataMismatchError, TrainLoader, val_batches
 from leviathan.model import LanguageModel, build_model, model_config
 from leviathan.model.accounting import account_model
 from leviathan.provenance import code_version, environment
@@ -134,6 +134,17 @@ def evaluate_val_loss(
     return float(sums[0] / sums[1].clamp_min(1))
 
 
+def _set_aside(ckpt_root: Path, info: DistInfo) -> Path:
+    """Move checkpoints of another config/data out of the way (kept, never deleted)."""
+    n = 1
+    while (target := ckpt_root.with_name(f"{ckpt_root.name}.stale-{n}")).exists():
+        n += 1
+    if info.is_main:
+        ckpt_root.rename(target)
+    barrier(info)
+    return target
+
+
 def _config_diff(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
     keys = sorted(set(theirs) | set(ours))
     return "; ".join(f"{k}: checkpoint {theirs.get(k)!r} != now {ours.get(k)!r}"
@@ -173,18 +184,25 @@ def _train(
                             weight_decay=cfg.weight_decay)  # fmt: skip
     train_fp = cfg.fingerprint()
 
-    start_step, resumed_from = 0, None
+    start_step, resumed_from, stale = 0, None, None
     ref = ckpt.latest_checkpoint(ckpt_root)
     if ref is not None:
         loaded = ckpt.load_checkpoint(ref.path, device)
         state = loaded["state"]
-        if state["train_fingerprint"] != train_fp:
-            raise ConfigMismatch(
-                f"refusing to resume from {ref.path}: it was trained with a different config ("
-                + _config_diff(state["train_config"], cfg.to_dict())
-                + f"). Use the same config, or a new run directory (or delete {ckpt_root})"
-            )
-        loader.load_state_dict(state["loader"])  # refuses different data
+        try:
+            if state["train_fingerprint"] != train_fp:
+                raise ConfigMismatch(
+                    f"refusing to resume from {ref.path}: it was trained with a different config ("
+                    + _config_diff(state["train_config"], cfg.to_dict())
+                    + f"). Use the same config, or a new run directory (or delete {ckpt_root})"
+                )
+            loader.load_state_dict(state["loader"])  # refuses different data
+        except (ConfigMismatch, DataMismatchError) as exc:
+            if not runtime.restart_on_mismatch:
+                raise
+            stale = (_set_aside(ckpt_root, info), str(exc))
+            ref = None
+    if ref is not None:
         model.load_state_dict(loaded["model"])
         opt.load_state_dict(loaded["optim"])
         ckpt.set_rng_state(loaded["rng"])
@@ -209,6 +227,7 @@ def _train(
     n_micro = loader.local_batch // cfg.micro_batch
     if log:
         log.write({"kind": "start", "step": start_step, "resumed_from": str(resumed_from) if resumed_from else None,
+                   "set_aside": {"checkpoints": str(stale[0]), "because": stale[1]} if stale else None,
                    "max_steps": max_steps, "world_size": info.world_size, "device": device_name(device),
                    "params": acc.total_params, "train_flops_per_token": acc.train_flops,
                    "train_config": cfg.to_dict(), "code": code_version()})  # fmt: skip

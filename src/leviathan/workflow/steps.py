@@ -79,6 +79,12 @@ def _kv(key: str, value: Any) -> str:
     return f"{key}={json.dumps(value) if not isinstance(value, str) else value}"
 
 
+def train_overrides(config: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
+    """config.train[<scale>], then config.train[<cell key>] (one cell's own overrides)."""
+    train = config.get("train") or {}
+    return {**(train.get(cell.scale) or {}), **(train.get(cell.key) or {})}
+
+
 def train_command(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
     """The shell command of a cell's training job: `leviathan train`, under torchrun when the
     job has several GPUs. Overrides come from config.train[<scale>], runtime from config.runtime."""
@@ -90,7 +96,7 @@ def train_command(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: s
     args = [*launcher, "-m", "leviathan.cli", "train", "--scale", cell.scale, "--vocab", cell.vocab,
             "--variant", cell.variant, "--seed", str(cell.seed), "--train", f"{tokens}/train.bin",
             "--val", f"{tokens}/val.bin", "--run-dir", run_dir]  # fmt: skip
-    for key, value in sorted((config.get("train", {}).get(cell.scale) or {}).items()):
+    for key, value in sorted(train_overrides(config, cell).items()):
         args += ["--set", _kv(key, value)]
     for key, value in sorted((config.get("runtime") or {}).items()):
         if value is not None:
