@@ -1,0 +1,107 @@
+"""The workflow through real Snakemake, in a temporary copy of the project's workflow files."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def workflow_copy(dest: Path) -> Path:
+    for name in ("Snakefile", "workflow", "profiles", "config"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
+    return dest
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run([SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    table = output[output.index("Job stats:") :]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
+
+
+def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
+    work = workflow_copy(tmp_path)
+    t0 = time.time()
+    out = snakemake(work, "-n", "--configfile", "config/paper.yaml", "--profile", "profiles/slurm", "all")
+    assert out.returncode == 0, out.stderr
+    assert time.time() - t0 < 60
+    counts = job_counts(out.stdout + out.stderr)
+    # main 3 scales x 2 + ablation 6 at 400m (2 shared with main) + vocabulary 3 x 2 at 200m
+    # (o200k shared with main): 6 + 4 + 4 = 14 cells
+    assert counts["fetch_corpus"] == 1 and counts["tokenize"] == 3 and counts["train"] == 14
+    assert counts["all"] == 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c.update(bogus=1), "bogus"),
+        (lambda c: c["studies"]["main"].update(variants=["tied", "leviathn"]), "leviathn"),
+        (lambda c: c["runtime"].update(val_every="often"), "often"),
+        (lambda c: c["train"].update({"micro": {"learning_rate": 1.0}}), "learning_rate"),
+    ],
+)
+def test_bad_config_fails_before_any_job_naming_the_key(tmp_path: Path, edit, message: str) -> None:
+    work = workflow_copy(tmp_path)
+    config = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    edit(config)
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake(work, "-n", "--profile", "profiles/local", "all")
+    assert out.returncode != 0
+    assert message in out.stdout + out.stderr
+    assert not (work / "data").exists() and not (work / "results").exists()
+
+
+def test_workflow_lints_clean() -> None:
+    out = snakemake(ROOT, "--lint", "--nolock")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Congratulations" in out.stdout + out.stderr
+
+
+SMALL = {
+    "studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}},
+    "train": {"micro": {"total_tokens": 8 * 64 * 6}},
+    "runtime": {"val_every": 3, "val_windows": 4, "ckpt_every": 3, "threads": 2, "restart_on_mismatch": True},
+}
+
+
+@pytest.mark.slow
+def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
+    work = workflow_copy(tmp_path)
+    config = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    config.update(SMALL)
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake(work, "--profile", "profiles/local", "all")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for variant in ("tied", "leviathan"):
+        assert (work / f"results/runs/micro/gpt2/{variant}/seed0/checkpoints/final/state.json").is_file()
+    assert (work / "data/tokens/embedded/gpt2/counts.npy").is_file()
+    again = snakemake(work, "-n", "--profile", "profiles/local", "all")
+    assert "Nothing to be done" in again.stdout + again.stderr
+    # one cell's own override reruns that cell only
+    config["train"]["micro/gpt2/leviathan/seed0"] = {"lr": 1e-3}
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    plan = snakemake(work, "-n", "--profile", "profiles/local", "all")
+    counts = job_counts(plan.stdout + plan.stderr)
+    assert counts.get("train") == 1 and "fetch_corpus" not in counts and "tokenize" not in counts
+    assert "variant=leviathan" in plan.stdout + plan.stderr
+    rerun = snakemake(work, "--profile", "profiles/local", "all")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    state = yaml.safe_load((work / "results/runs/micro/gpt2/leviathan/seed0/checkpoints/final/state.json").read_text())
+    assert state["train_config"]["lr"] == 1e-3
+    assert (work / "results/runs/micro/gpt2/leviathan/seed0/checkpoints.stale-1").is_dir()
