@@ -1,0 +1,251 @@
+"""A trained checkpoint, loaded for evaluation.
+
+`open_checkpoint(path)` accepts a run directory (its `checkpoints/final/`), a `checkpoints/`
+directory or one checkpoint directory, rebuilds the model from the config recorded in its
+`state.json` and loads the safetensors weights. `EvalModel` wraps the loaded model for
+evaluation: the input table is materialised once (for LEV and the MLP variants the
+generator runs once over all V ids, never per batch) and used as a plain embedding, so
+evaluation costs exactly what serving a standard model costs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+
+from leviathan.eval.errors import EvalInputError
+from leviathan.io import read_json, sha256_file
+from leviathan.model import LanguageModel, ModelConfig, build_model
+from leviathan.model.generated import check_ids
+from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, token_losses
+from leviathan.model.variants import TableInput
+from leviathan.vocab import VocabSpec, get_vocab
+
+WEIGHTS = "model.safetensors"
+STATE = "state.json"
+# logits held at once (rows x V): on CPU a cache-sized chunk (16 MiB) took 0.5-0.8x the time
+# of the 128 MiB the training loss uses (BENCHMARKS.md, Evaluation); on GPU larger is better
+CPU_CHUNK_ELEMS = 1 << 22
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The checkpoint directory meant by `path` (a run dir means its final checkpoint)."""
+    p = Path(path)
+    for candidate in (p, p / "final", p / "checkpoints" / "final"):
+        if (candidate / STATE).is_file() and (candidate / WEIGHTS).is_file():
+            return candidate
+    if (p / "checkpoints").is_dir() or p.name == "checkpoints":
+        raise EvalInputError(
+            f"{p}: the run has no complete final checkpoint (checkpoints/final/ with {STATE} "
+            f"and {WEIGHTS}); finish training (rerun `leviathan train`, it resumes) or pass a "
+            "step checkpoint directory such as checkpoints/step_00000100 explicitly"
+        )
+    raise FileNotFoundError(
+        f"{p}: not a checkpoint: expected a run directory with checkpoints/final/ or a "
+        f"checkpoint directory holding {STATE} and {WEIGHTS}"
+    )
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise EvalInputError(f"device={device!r}: CUDA is not available here; use --device cpu or auto")
+    return dev
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint is (its files, hash, configs); weights are loaded by `load_model`."""
+
+    path: Path
+    sha256: str  # of model.safetensors
+    state: dict[str, Any]
+    model_config: ModelConfig
+
+    @property
+    def train_config(self) -> dict[str, Any]:
+        return dict(self.state.get("train_config") or {})
+
+    @property
+    def vocab(self) -> VocabSpec:
+        name = self.train_config.get("vocab")
+        if not name:
+            raise EvalInputError(f"{self.path / STATE}: has no train_config.vocab; not a trainer checkpoint")
+        return get_vocab(name)
+
+    @property
+    def context(self) -> int:
+        return int(self.train_config.get("context") or self.model_config.max_seq_len)
+
+    def record(self) -> dict[str, Any]:
+        """The checkpoint's identity as recorded in every evaluation output."""
+        tc = self.train_config
+        loader = self.state.get("loader") or {}
+        return {
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "state_sha256": sha256_file(self.path / STATE),
+            "step": self.state.get("step"),
+            "tokens": self.state.get("tokens"),
+            "scale": tc.get("scale"),
+            "vocab": self.vocab.name,
+            "variant": self.model_config.variant,
+            "seed": tc.get("seed"),
+            "context": self.context,
+            "train_fingerprint": self.state.get("train_fingerprint"),
+            "train_data": loader.get("fingerprint"),
+            "model_config": self.model_config.to_dict(),
+            "code": self.state.get("code"),
+        }
+
+    def check_vocab(self, vocab: str | None, what: str) -> None:
+        """Refuse data of another vocabulary than the one the model was trained on."""
+        if vocab is None:
+            return
+        theirs = get_vocab(vocab).name
+        if theirs != self.vocab.name:
+            raise EvalInputError(
+                f"{what} is tokenized with {theirs}, but the checkpoint {self.path} was trained "
+                f"on {self.vocab.name}: use the {self.vocab.name} data (or a checkpoint of "
+                f"the {theirs} cell)"
+            )
+
+    def check_bpe(self, vocab_record: dict[str, Any] | None, what: str) -> None:
+        """Refuse data whose BPE file hash differs from the training data's."""
+        fp = (self.state.get("loader") or {}).get("fingerprint") or {}
+        ours, theirs = fp.get("vocab_bpe_sha256"), (vocab_record or {}).get("bpe_sha256")
+        if ours and theirs and ours != theirs:
+            raise EvalInputError(
+                f"{what} was tokenized with a BPE file of sha256 {theirs}, but the checkpoint "
+                f"{self.path} was trained on data made with {ours}: retokenize with the same "
+                "vocabulary file"
+            )
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a checkpoint's state and hash its weights (no weights loaded)."""
+    ckpt_dir = resolve_checkpoint(path)
+    state = read_json(ckpt_dir / STATE)
+    if "model_config" not in state:
+        raise EvalInputError(f"{ckpt_dir / STATE}: has no model_config; not a trainer checkpoint")
+    cfg = ModelConfig.from_dict(state["model_config"]).validate()
+    ckpt = Checkpoint(ckpt_dir, sha256_file(ckpt_dir / WEIGHTS), state, cfg)
+    spec = ckpt.vocab
+    if cfg.vocab_size < spec.n_vocab:
+        raise EvalInputError(
+            f"{ckpt_dir}: model vocab_size={cfg.vocab_size} < {spec.name}'s n_vocab={spec.n_vocab}: "
+            "the checkpoint's model config and its training vocabulary disagree"
+        )
+    return ckpt
+
+
+def load_model(ckpt: Checkpoint, device: str | torch.device = "cpu") -> LanguageModel:
+    """The trained LanguageModel of `ckpt` (eval mode, no gradients)."""
+    dev = resolve_device(device)
+    model = build_model(ckpt.model_config, dev)
+    weights = load_file(ckpt.path / WEIGHTS, device=str(dev))
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise EvalInputError(
+            f"{ckpt.path / WEIGHTS}: weights do not fit the model its {STATE} describes "
+            f"(variant {ckpt.model_config.variant}): {exc}"
+        ) from exc
+    model.eval().requires_grad_(False)
+    return model
+
+
+def _amp_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    if precision not in ("auto", "fp32", "bf16"):
+        raise EvalInputError(f"precision={precision!r}: use auto, fp32 or bf16")
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+        return None
+    return torch.bfloat16
+
+
+class EvalModel(nn.Module):
+    """A trained model prepared for evaluation: one materialised V x D input table.
+
+    hidden(ids) = backbone(table[ids]); the output head is the variant's V x D matrix.
+    Table variants use their own weight (no copy); generated inputs (LEV, MLPs) are
+    evaluated once for all ids here. bf16 autocast on CUDA ("auto"), fp32 elsewhere;
+    logits and losses are always fp32. Logits are computed `chunk_elems` (rows x V) at a time.
+    """
+
+    def __init__(self, model: LanguageModel, precision: str = "auto", chunk_elems: int | None = None) -> None:
+        super().__init__()
+        self.cfg = model.cfg
+        self.backbone = model.backbone
+        io = model.io
+        with torch.no_grad():
+            table = io.input.weight if isinstance(io.input, TableInput) else io.input_table()
+        self.register_buffer("input_table", table.detach(), persistent=False)
+        self.register_buffer("output_weight", io.output_weight.detach(), persistent=False)
+        self.eval().requires_grad_(False)
+        self.amp_dtype = _amp_dtype(self.device, precision)
+        self.chunk_elems = chunk_elems or (CPU_CHUNK_ELEMS if self.device.type == "cpu" else DEFAULT_CHUNK_ELEMS)
+
+    @property
+    def device(self) -> torch.device:
+        return self.input_table.device
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.input_table.shape[0])
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(self.cfg.max_seq_len)
+
+    @property
+    def precision(self) -> str:
+        return "fp32" if self.amp_dtype is None else "bf16-autocast"
+
+    @contextlib.contextmanager
+    def _autocast(self) -> Iterator[None]:
+        if self.amp_dtype is None:
+            yield
+        else:
+            with torch.autocast(self.device.type, dtype=self.amp_dtype):
+                yield
+
+    @torch.inference_mode()
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, T] -> final hidden states [B, T, D] (dtype of the autocast)."""
+        if ids.numel():
+            lo, hi = torch.aminmax(ids)
+            check_ids(int(lo), int(hi), self.vocab_size)
+        with self._autocast():
+            return self.backbone(F.embedding(ids, self.input_table))
+
+    @torch.inference_mode()
+    def token_losses(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Per-token cross-entropy [B, T] in fp32 (0 where the target is -100)."""
+        h = self.hidden(ids).flatten(0, 1)
+        with self._autocast():
+            out = token_losses(h, self.output_weight, targets.flatten(), self.chunk_elems)
+        return out.view_as(targets)
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """fp32 logits of hidden states [..., D] (callers keep the row count bounded)."""
+        with self._autocast():
+            return (hidden @ self.output_weight.t()).float()
+
+
+def open_checkpoint(
+    path: str | Path, device: str | torch.device = "auto", precision: str = "auto"
+) -> tuple[Checkpoint, EvalModel]:
+    """Read, hash and load a checkpoint; return it with its EvalModel."""
+    ckpt = read_checkpoint(path)
+    return ckpt, EvalModel(load_model(ckpt, device), precision)

@@ -1,0 +1,198 @@
+"""`leviathan eval ...`: evaluation outputs (JSON) from checkpoints, shards and runs.
+
+    leviathan eval val --checkpoint RUN --val val.bin [--counts counts.npy]
+                       [--word-counts word_counts.json] --out val.json
+    leviathan eval word-counts --train train.bin --val val.bin --out word_counts.json
+    leviathan eval wikitext --checkpoint RUN [--data-files test=wiki.test.parquet] --out wikitext.json
+    leviathan eval lm-eval --checkpoint RUN [--tasks hellaswag piqa ...]
+                           [--task-data piqa:validation=piqa.jsonl ...] --out lm_eval.json
+    leviathan eval sample-efficiency --baseline TIED_RUN --run RUN [--run RUN ...] --out se.json
+
+`--config FILE` reads `val:`, `wikitext:` and `lm_eval:` sections (see
+`leviathan.eval.config`); flags given on the command line override them. Each command
+prints a one-line JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from leviathan.eval.config import PAPER_TASKS, EvalConfig, LocalTaskData
+from leviathan.eval.errors import EvalInputError
+
+
+def _common_model(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, type=Path,
+                   help="run directory (uses checkpoints/final) or a checkpoint directory")  # fmt: skip
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                   help="auto: bf16 autocast on CUDA, fp32 on CPU")  # fmt: skip
+    p.add_argument("--config", type=Path, help="YAML with val:/wikitext:/lm_eval: sections")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--out", required=True, type=Path, help="output JSON (written atomically)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("eval", help="evaluate checkpoints: val loss, frequency buckets, WikiText-103, lm-eval, sample efficiency",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ev = p.add_subparsers(dest="eval_command", required=True, metavar="EVAL_COMMAND")
+
+    v = ev.add_parser("val", help="loss/perplexity/bits per byte over the whole validation split (+ frequency buckets)")
+    _common_model(v)
+    v.add_argument("--val", required=True, type=Path, help="validation token shard (.bin with manifest)")
+    v.add_argument("--counts", type=Path, help="training counts (counts.npy): adds token-level frequency buckets")
+    v.add_argument("--word-counts", type=Path, help="`eval word-counts` output: adds word-level buckets")
+    v.add_argument("--context", type=int, help="window length (default: the training context)")
+    v.add_argument("--max-windows", type=int, help="evaluate only the first N windows (default: all)")
+    v.add_argument("--quantile-bins", type=int)
+    v.set_defaults(func=run_val)
+
+    w = ev.add_parser("word-counts", help="training-corpus counts of the validation text's words")
+    w.add_argument("--train", required=True, type=Path)
+    w.add_argument("--val", required=True, type=Path)
+    w.add_argument("--max-train-tokens", type=int, help="count only the first N training tokens")
+    w.add_argument("--out", required=True, type=Path)
+    w.set_defaults(func=run_word_counts)
+
+    t = ev.add_parser("wikitext", help="WikiText-103 zero-shot perplexity (token, word, byte level)")
+    _common_model(t)
+    t.add_argument("--dataset", help="HF dataset id (default Salesforce/wikitext)")
+    t.add_argument("--name", help="dataset config (default wikitext-103-raw-v1)")
+    t.add_argument("--split", help="split (default test)")
+    t.add_argument("--data-files", action="append", default=[], metavar="SPLIT=FILE",
+                   help="local files instead of the Hub (repeatable), e.g. test=wiki.test.parquet")  # fmt: skip
+    t.add_argument("--builder", help="format of --data-files (inferred from the extension)")
+    t.add_argument("--context", type=int)
+    t.add_argument("--stride", type=int, help="window stride (default: the context)")
+    t.set_defaults(func=run_wikitext)
+
+    lm = ev.add_parser("lm-eval", help="zero-shot lm-evaluation-harness tasks (the paper's six by default)")
+    _common_model(lm)
+    lm.add_argument("--tasks", nargs="+", help=f"lm-eval task names (default: {' '.join(PAPER_TASKS)})")
+    lm.add_argument("--task-data", action="append", default=[], metavar="TASK:SPLIT=FILE",
+                    help="local data file of a task in the official schema (repeatable)")  # fmt: skip
+    lm.add_argument("--limit", type=int, help="first N documents per task (testing only)")
+    lm.add_argument("--num-fewshot", type=int)
+    lm.add_argument("--bootstrap-iters", type=int)
+    lm.add_argument("--samples", type=Path, help="per-sample log JSONL (default: OUT with .samples.jsonl)")
+    lm.set_defaults(func=run_lm_eval_cmd)
+
+    s = ev.add_parser("sample-efficiency", help="tokens each run needs to reach the baseline's final val loss")
+    s.add_argument("--baseline", required=True, type=Path, help="the tied baseline's run directory")
+    s.add_argument("--run", required=True, action="append", type=Path, help="run directory (repeatable)")
+    s.add_argument("--out", required=True, type=Path)
+    s.set_defaults(func=run_sample_efficiency)
+
+
+def _overrides(args: argparse.Namespace, mapping: dict[str, str]) -> dict[str, Any]:
+    return {field: getattr(args, arg) for arg, field in mapping.items() if getattr(args, arg, None) is not None}
+
+
+def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise EvalInputError(f"{flag} {item!r}: expected KEY=FILE")
+        out.append((key, value))
+    return out
+
+
+def _print(summary: dict[str, Any]) -> None:
+    print(json.dumps(summary, sort_keys=True))
+
+
+def run_val(args: argparse.Namespace) -> int:
+    from leviathan.eval.checkpoint import open_checkpoint
+    from leviathan.eval.results import write_result
+    from leviathan.eval.validation import evaluate_val
+
+    cfg = EvalConfig.from_file(args.config).val
+    cfg = replace(cfg, **_overrides(args, {"context": "context", "batch_size": "batch_size",
+                                           "max_windows": "max_windows", "quantile_bins": "quantile_bins"}))  # fmt: skip
+    ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
+    out = evaluate_val(ckpt, model, args.val, counts=args.counts, word_counts=args.word_counts, cfg=cfg)
+    write_result(args.out, out)
+    o = out["results"]["overall"]
+    _print({"out": str(args.out), "loss": o["loss"], "perplexity": o["perplexity"], "bits_per_byte": o["bits_per_byte"],
+            "targets": o["targets"], "tokens_per_s": o["tokens_per_s"]})  # fmt: skip
+    return 0
+
+
+def run_word_counts(args: argparse.Namespace) -> int:
+    from leviathan.eval.results import write_result
+    from leviathan.eval.validation import build_word_counts
+
+    out = build_word_counts(args.train, args.val, max_train_tokens=args.max_train_tokens)
+    write_result(args.out, out)
+    r = out["results"]
+    _print({"out": str(args.out), "val_word_types": r["val_word_types"], "train_tokens_counted": r["train_tokens_counted"]})
+    return 0
+
+
+def run_wikitext(args: argparse.Namespace) -> int:
+    from leviathan.eval.checkpoint import open_checkpoint
+    from leviathan.eval.results import write_result
+    from leviathan.eval.wikitext import evaluate_wikitext
+
+    cfg = EvalConfig.from_file(args.config).wikitext
+    changes = _overrides(args, {"dataset": "dataset", "name": "name", "split": "split", "builder": "builder",
+                                "context": "context", "stride": "stride", "batch_size": "batch_size"})  # fmt: skip
+    if args.data_files:
+        files: dict[str, list[str]] = {}
+        for split, f in _pairs(args.data_files, "--data-files"):
+            files.setdefault(split, []).append(f)
+        changes["data_files"] = files
+    cfg = replace(cfg, **changes)
+    ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
+    out = evaluate_wikitext(ckpt, model, cfg)
+    write_result(args.out, out)
+    r = out["results"]
+    _print({"out": str(args.out), "token_perplexity": r["token_perplexity"], "word_perplexity": r["word_perplexity"],
+            "bits_per_byte": r["bits_per_byte"], "tokens": r["tokens"]})  # fmt: skip
+    return 0
+
+
+def run_lm_eval_cmd(args: argparse.Namespace) -> int:
+    from leviathan.eval.checkpoint import open_checkpoint
+    from leviathan.eval.lm_eval_tasks import run_lm_eval
+    from leviathan.eval.results import write_result
+
+    cfg = EvalConfig.from_file(args.config).lm_eval
+    changes = _overrides(args, {"limit": "limit", "num_fewshot": "num_fewshot", "bootstrap_iters": "bootstrap_iters",
+                                "batch_size": "batch_size"})  # fmt: skip
+    if args.tasks:
+        changes["tasks"] = tuple(args.tasks)
+    data = dict(cfg.data)
+    for key, f in _pairs(args.task_data, "--task-data"):
+        task, sep, split = key.partition(":")
+        if not sep or not split:
+            raise EvalInputError(f"--task-data {key}={f}: expected TASK:SPLIT=FILE, e.g. piqa:validation=piqa.jsonl")
+        files = dict(data[task].data_files) if task in data else {}
+        files[split] = [*([files[split]] if isinstance(files.get(split), str) else files.get(split, [])), f]
+        data[task] = LocalTaskData(files, data[task].builder if task in data else None)
+    changes["data"] = data
+    cfg = replace(cfg, **changes)
+    ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
+    samples = args.samples or args.out.with_name(args.out.stem + ".samples.jsonl")
+    out = run_lm_eval(ckpt, model, cfg, samples_out=samples)
+    write_result(args.out, out)
+    tasks = out["results"]["tasks"]
+    _print({"out": str(args.out), "samples": str(samples), "mean_acc": out["results"]["mean_acc"],
+            "acc": {t: v["metrics"].get("acc,none") for t, v in tasks.items()}})  # fmt: skip
+    return 0
+
+
+def run_sample_efficiency(args: argparse.Namespace) -> int:
+    from leviathan.eval.results import write_result
+    from leviathan.eval.sample_efficiency import sample_efficiency
+
+    out = sample_efficiency(args.baseline, args.run)
+    write_result(args.out, out)
+    _print({"out": str(args.out), "target_val_loss": out["results"]["baseline"]["target_val_loss"],
+            "ratios": {r["run"]: r["ratio"] for r in out["results"]["runs"]}})  # fmt: skip
+    return 0

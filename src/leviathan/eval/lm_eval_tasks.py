@@ -1,0 +1,250 @@
+"""Zero-shot benchmarks through lm-evaluation-harness, with lm-eval's own task definitions.
+
+Each task is lm-eval's official YAML (found through lm-eval's TaskManager; `include`s and
+`!function`s resolved by lm-eval's loader). For machines without the Hub, `lm_eval.data`
+points a task at local files in the schema of its official dataset; only the dataset
+location changes: `dataset_path` becomes the file format (json, parquet, ...),
+`dataset_name` null, `dataset_kwargs.data_files` the files, and the official split names
+that have no file are set to null. The split lm-eval scores (the official test split where
+the task has one, else validation) must be among the files. Prompts, targets, metrics,
+filters and versions are untouched. A task without local files needs the Hub: if it is
+unreachable the run stops before any download with a message naming the config key.
+
+Official evaluation splits and schemas (lm-eval 0.4.x):
+  hellaswag       Rowan/hellaswag          validation  ind, activity_label, ctx_a, ctx_b, ctx,
+                                                       endings[4], source_id, split, split_type, label ("0".."3")
+  arc_easy        allenai/ai2_arc ARC-Easy test        id, question, choices{text[], label[]}, answerKey
+  arc_challenge   allenai/ai2_arc ARC-Challenge test   (as arc_easy)
+  piqa            baber/piqa               validation  goal, sol1, sol2, label (0/1)
+  winogrande      allenai/winogrande xl    validation  sentence (with "_"), option1, option2, answer ("1"/"2")
+  lambada_openai  EleutherAI/lambada_openai test       text
+
+The output keeps lm-eval's version, each task's results, version, n-shot, effective sample
+count, config and task hash (sha256 over the per-sample doc/prompt/target hashes, as
+lm-eval's EvaluationTracker computes it), and the per-sample logs (a JSONL file beside it).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from leviathan.eval.checkpoint import Checkpoint, EvalModel
+from leviathan.eval.config import LmEvalConfig, LocalTaskData, PAPER_TASKS, infer_builder, normalise_data_files
+from leviathan.eval.errors import EvalInputError, HubUnreachable
+from leviathan.eval.hub import is_connection_error, offline_mode, require_hub
+from leviathan.eval.results import envelope
+from leviathan.io import atomic_path, sha256_file
+
+# lm-eval's task directory of each paper task (indexing only these is ~10x faster than the
+# whole catalogue; any other lm-eval task name falls back to the full index)
+TASK_DIRS = {
+    "hellaswag": "hellaswag",
+    "arc_easy": "arc",
+    "arc_challenge": "arc",
+    "piqa": "piqa",
+    "winogrande": "winogrande",
+    "lambada_openai": "lambada",
+}
+SPLIT_KEYS = ("training_split", "validation_split", "test_split")
+
+
+def lm_eval_version() -> str:
+    import lm_eval
+
+    return str(getattr(lm_eval, "__version__", "unknown"))
+
+
+def task_manager(tasks: tuple[str, ...] | list[str]) -> Any:
+    """An lm-eval TaskManager that indexes the official definitions of `tasks`."""
+    import lm_eval.tasks as lm_tasks
+    from lm_eval.tasks import TaskManager
+
+    root = Path(lm_tasks.__file__).parent
+    dirs = sorted({TASK_DIRS[t] for t in tasks if t in TASK_DIRS})
+    if all(t in TASK_DIRS for t in tasks) and all((root / d).is_dir() for d in dirs):
+        tm = TaskManager(include_defaults=False, include_path=[str(root / d) for d in dirs])
+        if all(t in tm.task_index for t in tasks):
+            return tm
+    return TaskManager()
+
+
+def official_config(tm: Any, task: str) -> dict[str, Any]:
+    """lm-eval's own config of `task` (YAML with includes and !function resolved)."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    entry = tm.task_index.get(task)
+    if entry is None or entry.yaml_path is None or str(getattr(entry.kind, "name", entry.kind)) not in ("TASK",):
+        raise EvalInputError(
+            f"unknown lm-eval task {task!r}: the paper's tasks are {', '.join(PAPER_TASKS)} "
+            f"(any single lm-eval {lm_eval_version()} task defined by a YAML file also works)"
+        )
+    cfg: dict[str, Any] = load_yaml(entry.yaml_path, resolve_func=True)
+    cfg.pop("tag", None)
+    cfg.pop("group", None)
+    cfg["task"] = task
+    cfg.setdefault("metadata", {})
+    if not isinstance(cfg["metadata"], dict):
+        cfg["metadata"] = {"_metadata": cfg["metadata"]}
+    cfg["metadata"]["official_config"] = str(entry.yaml_path)
+    return cfg
+
+
+def scored_split(cfg: dict[str, Any]) -> str:
+    """The split lm-eval evaluates: test if the task has one, else validation."""
+    split = cfg.get("test_split") or cfg.get("validation_split")
+    if not split:
+        raise EvalInputError(f"lm-eval task {cfg.get('task')!r} has neither a test nor a validation split")
+    return str(split)
+
+
+def with_local_data(cfg: dict[str, Any], data: LocalTaskData) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The official config pointed at local files (only dataset location and splits change)."""
+    task = cfg["task"]
+    where = f"lm_eval.data.{task}"
+    files = normalise_data_files(data.data_files, where)
+    need = scored_split(cfg)
+    if need not in files:
+        raise EvalInputError(
+            f"{where}.data_files has split(s) {sorted(files)}, but lm-eval scores {task} on its "
+            f"{need!r} split: give the file of the {need!r} split (official schema of "
+            f"{cfg.get('dataset_path')})"
+        )
+    out = copy.copy(cfg)
+    builder = infer_builder(files, data.builder, where)
+    out["dataset_path"] = builder
+    out["dataset_name"] = None
+    out["dataset_kwargs"] = {"data_files": files}
+    for key in SPLIT_KEYS:
+        if out.get(key) is not None and out[key] not in files:
+            out[key] = None
+    fs = out.get("fewshot_config") or {}
+    if isinstance(fs, dict) and fs.get("split") not in (None, *files):
+        raise EvalInputError(f"{where}: the task's few-shot split {fs['split']!r} needs a file too")
+    source = {
+        "kind": "local", "builder": builder, "official_dataset": cfg.get("dataset_path"),
+        "official_name": cfg.get("dataset_name"),
+        "data_files": {s: [{"path": f, "sha256": sha256_file(f)} for f in fs_] for s, fs_ in files.items()},
+        "scored_split": need,
+    }  # fmt: skip
+    return out, source
+
+
+def build_tasks(cfg: LmEvalConfig) -> tuple[dict[str, Any], dict[str, dict[str, Any]], Any]:
+    """lm-eval Task objects of the configured tasks, where each one's data came from, and
+    the TaskManager that built them (pass it on to lm_eval.simple_evaluate)."""
+    unknown_data = sorted(set(cfg.data) - set(cfg.tasks))
+    if unknown_data:
+        raise EvalInputError(f"lm_eval.data names task(s) {unknown_data} that are not in lm_eval.tasks {list(cfg.tasks)}")
+    tm = task_manager(cfg.tasks)
+    configs, sources = {}, {}
+    for task in dict.fromkeys(cfg.tasks):
+        official = official_config(tm, task)
+        if task in cfg.data:
+            configs[task], sources[task] = with_local_data(official, cfg.data[task])
+        else:
+            configs[task] = official
+            sources[task] = {"kind": "hub", "dataset": official.get("dataset_path"),
+                             "name": official.get("dataset_name"), "scored_split": scored_split(official)}  # fmt: skip
+    hub_tasks = [t for t, s in sources.items() if s["kind"] == "hub"]
+    fix = ("Point each at local files in the official schema with the config key "
+           "lm_eval.data.<task>.data_files (e.g. lm_eval.data.hellaswag.data_files: "
+           "{validation: hellaswag/validation.jsonl}; CLI: --task-data hellaswag:validation=FILE)")  # fmt: skip
+    if hub_tasks:
+        names = ", ".join(f"{t} ({sources[t]['dataset']})" for t in hub_tasks)
+        require_hub(f"the data of lm-eval task(s) {names}", fix)
+    tasks = {}
+    for task, tcfg in configs.items():
+        try:
+            tasks[task] = tm.load([tcfg])["tasks"][task]
+        except Exception as exc:
+            if sources[task]["kind"] == "hub" and is_connection_error(exc):
+                mode = " (HF_HUB_OFFLINE=1 and it is not in the local cache)" if offline_mode() else ""
+                raise HubUnreachable(f"lm-eval task {task}: could not load {sources[task]['dataset']} from the "
+                                     f"Hugging Face Hub{mode}: {exc}. {fix}") from exc  # fmt: skip
+            raise
+    return tasks, sources, tm
+
+
+def task_hash(samples: list[dict[str, Any]]) -> str:
+    """lm-eval's task hash: sha256 over each sample's doc, prompt and target hashes."""
+    from lm_eval.utils import hash_string
+
+    return str(hash_string("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in samples)))
+
+
+def _jsonable(obj: Any) -> Any:
+    from lm_eval.utils import handle_non_serializable
+
+    return json.loads(json.dumps(obj, default=handle_non_serializable, allow_nan=True), parse_constant=lambda c: None)
+
+
+def run_lm_eval(
+    ckpt: Checkpoint, model: EvalModel, cfg: LmEvalConfig = LmEvalConfig(),
+    samples_out: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Run lm-eval on the configured tasks; the `lm_eval` evaluation output.
+
+    Per-sample logs go to `samples_out` (JSONL, one sample per line with its task), written
+    atomically; the output records its path and sha256.
+    """
+    import lm_eval
+
+    from leviathan.eval.lm_eval_adapter import LeviathanLM
+
+    t0 = time.perf_counter()
+    tasks, sources, tm = build_tasks(cfg)
+    lm = LeviathanLM(loaded=(ckpt, model), batch_size=cfg.batch_size, max_length=cfg.max_length,
+                     max_gen_toks=cfg.max_gen_toks)  # fmt: skip
+    raw = lm_eval.simple_evaluate(
+        model=lm, tasks=list(tasks.values()), num_fewshot=cfg.num_fewshot, limit=cfg.limit,
+        bootstrap_iters=cfg.bootstrap_iters, log_samples=True, random_seed=cfg.seed,
+        numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed, task_manager=tm,
+    )  # fmt: skip
+    if raw is None:
+        raise RuntimeError("lm-eval returned no results (not rank 0?)")
+    samples = raw.get("samples") or {}
+    per_task = {}
+    for task in tasks:
+        task_res = raw["results"].get(task, {})
+        metrics = {k: v for k, v in task_res.items() if "," in k}  # "<metric>,<filter>"
+        per_task[task] = {
+            "metrics": _jsonable(metrics),
+            "sample_len": task_res.get("sample_len"),
+            "version": raw.get("versions", {}).get(task),
+            "n_shot": raw.get("n-shot", {}).get(task),
+            "n_samples": raw.get("n-samples", {}).get(task),
+            "higher_is_better": raw.get("higher_is_better", {}).get(task),
+            "task_hash": task_hash(samples.get(task, [])),
+            "data": sources[task],
+            "config": _jsonable(raw.get("configs", {}).get(task)),
+        }
+    results: dict[str, Any] = {
+        "lm_eval_version": lm_eval_version(),
+        "tasks": per_task,
+        "mean_acc": _mean_acc(per_task),
+        "lm_eval_config": _jsonable({k: v for k, v in (raw.get("config") or {}).items()}),
+    }
+    inputs = [{"role": f"lm_eval:{t}", "path": f["path"], "sha256": f["sha256"]}
+              for t, s in sources.items() if s["kind"] == "local" for fs in s["data_files"].values() for f in fs]  # fmt: skip
+    if samples_out is not None:
+        with atomic_path(samples_out) as tmp, open(tmp, "w") as fh:
+            for task, rows in samples.items():
+                for row in rows:
+                    fh.write(json.dumps({"task": task, **_jsonable(row)}, sort_keys=True) + "\n")
+        results["samples"] = {"path": str(samples_out), "sha256": sha256_file(samples_out),
+                              "count": sum(len(v) for v in samples.values())}  # fmt: skip
+    config = {**cfg.to_dict(), "max_length": lm.max_length, "precision": model.precision}
+    return envelope("lm_eval", checkpoint=ckpt, inputs=inputs, config=_jsonable(config), results=results,
+                    seconds=time.perf_counter() - t0, device=str(model.device))  # fmt: skip
+
+
+def _mean_acc(per_task: dict[str, dict[str, Any]]) -> float | None:
+    """Mean of the tasks' `acc` (the paper's average), over tasks that report one."""
+    accs = [t["metrics"].get("acc,none") for t in per_task.values()]
+    accs = [a for a in accs if isinstance(a, (int, float))]
+    return sum(accs) / len(accs) if accs else None

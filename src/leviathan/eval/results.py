@@ -1,0 +1,105 @@
+"""The one format of every evaluation output: a JSON object written atomically.
+
+    {
+      "schema": 1, "kind": "val" | "wikitext" | "lm_eval" | "sample_efficiency" | "word_counts",
+      "checkpoint": {path, sha256 (of model.safetensors), step, tokens, scale, vocab, variant,
+                     seed, model_config, ...} | null,
+      "inputs": [{"role", "path", "sha256", "manifest"?}, ...],   data it used, with manifests
+      "config": {...},                                             the evaluation's settings
+      "results": {...},
+      "code": {leviathan, git_commit, git_dirty}, "env": {python, torch, host, cuda, device},
+      "created_utc": "...", "seconds": ...
+    }
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from leviathan.data.manifest import display_path, manifest_path, read_manifest
+from leviathan.eval.checkpoint import Checkpoint
+from leviathan.io import read_json, sha256_file, write_json
+from leviathan.provenance import code_version, environment
+
+SCHEMA = 1
+
+
+def perplexity(loss: float | None) -> float | None:
+    """exp(loss), or None where the loss is missing or exp overflows (JSON has no inf)."""
+    if loss is None or not math.isfinite(loss):
+        return None
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return None
+
+
+def file_record(path: str | os.PathLike[str], role: str, *, sha256: str | None = None) -> dict[str, Any]:
+    """An input file: its role, path, sha256 and, where it has one, its manifest."""
+    p = Path(path)
+    rec: dict[str, Any] = {"role": role, "path": display_path(p)}
+    if manifest_path(p).is_file():
+        manifest = read_manifest(p)
+        rec["manifest"] = manifest
+        rec["sha256"] = sha256 or manifest.get("artifact", {}).get("sha256") or sha256_file(p)
+    else:
+        rec["sha256"] = sha256 or sha256_file(p)
+    return rec
+
+
+def envelope(
+    kind: str,
+    *,
+    checkpoint: Checkpoint | None,
+    inputs: Sequence[Mapping[str, Any]],
+    config: Mapping[str, Any],
+    results: Mapping[str, Any],
+    seconds: float | None = None,
+    device: str | None = None,
+) -> dict[str, Any]:
+    env = environment()
+    env["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
+    if device is not None:
+        env["device"] = device
+    return {
+        "schema": SCHEMA,
+        "kind": kind,
+        "checkpoint": checkpoint.record() if checkpoint is not None else None,
+        "inputs": [dict(i) for i in inputs],
+        "config": dict(config),
+        "results": dict(results),
+        "code": code_version(),
+        "env": env,
+        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "seconds": None if seconds is None else round(seconds, 3),
+    }
+
+
+def _check_finite(obj: Any, where: str = "$") -> None:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"non-finite value {obj} at {where}: not representable in JSON")
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _check_finite(v, f"{where}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _check_finite(v, f"{where}[{i}]")
+
+
+def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Path:
+    """Write an evaluation output atomically (strict JSON: no NaN/inf) and return its path."""
+    _check_finite(result)
+    write_json(path, result)
+    return Path(path)
+
+
+def read_result(path: str | os.PathLike[str], kind: str | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = read_json(path)
+    if kind is not None and result.get("kind") != kind:
+        raise ValueError(f"{path}: is a {result.get('kind')!r} evaluation output, expected {kind!r}")
+    return result

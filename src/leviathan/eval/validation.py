@@ -1,0 +1,146 @@
+"""The `val` evaluation: loss, perplexity and bits per byte over the whole validation split,
+with token- and word-level frequency-stratified loss when the training counts are given.
+
+One pass over the split (`perplexity.evaluate_shard`) feeds everything: the per-id sums
+give the overall figures and the token buckets; the kept per-token losses give the words.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from leviathan.data.counts import load_counts
+from leviathan.data.shards import Shard, open_shard
+from leviathan.eval.checkpoint import Checkpoint, EvalModel
+from leviathan.eval.config import ValConfig
+from leviathan.eval.errors import EvalInputError
+from leviathan.eval.frequency import stratify, token_frequency
+from leviathan.eval.perplexity import LN2, check_finite_loss, evaluate_shard
+from leviathan.eval.results import envelope, file_record, perplexity, read_result
+from leviathan.eval.words import count_words, iter_words, word_key, word_losses
+
+PathLike = str | os.PathLike[str]
+
+
+def open_val_shard(ckpt: Checkpoint, path: PathLike) -> Shard:
+    """The validation shard, hash-verified, of the checkpoint's vocabulary."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: validation shard not found; run `leviathan data tokenize`")
+    shard = open_shard(p, verify_sha256=True)
+    ckpt.check_vocab(shard.vocab, f"validation shard {p}")
+    ckpt.check_bpe(shard.manifest.get("vocab"), f"validation shard {p}")
+    return shard
+
+
+def load_train_counts(ckpt: Checkpoint, path: PathLike) -> np.ndarray[Any, np.dtype[np.int64]]:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"{p}: training counts not found; frequency-stratified loss needs the per-id counts "
+            "that `leviathan data tokenize` writes next to train.bin (counts.npy)"
+        )
+    try:
+        return load_counts(p, vocab=ckpt.vocab.name)
+    except ValueError as exc:
+        raise EvalInputError(f"{exc} (the checkpoint {ckpt.path} was trained on {ckpt.vocab.name})") from exc
+
+
+def build_word_counts(train: PathLike, val: PathLike, *, max_train_tokens: int | None = None) -> dict[str, Any]:
+    """The `word_counts` output: training counts of every word of the validation text."""
+    t0 = time.perf_counter()
+    val_shard = open_shard(val, verify_sha256=True)
+    train_shard = open_shard(train)
+    if train_shard.vocab != val_shard.vocab:
+        raise EvalInputError(f"{train} is tokenized with {train_shard.vocab} but {val} with {val_shard.vocab}")
+    vocab = val_shard.vocab
+    words: set[str] = set()
+    n_val_words = 0
+    for chunk in iter_words(val_shard.tokens, vocab):
+        n_val_words += len(chunk)
+        words.update(word_key(w) for w in chunk)
+    wc = count_words(train, words, vocab=vocab, max_tokens=max_train_tokens)
+    results = {
+        "counts": dict(sorted(wc.counts.items())),
+        "train_tokens_counted": wc.train_tokens,
+        "train_tokens_total": len(train_shard),
+        "train_words_counted": wc.train_words,
+        "val_words": n_val_words,
+        "val_word_types": len(words),
+        "definition": "maximal runs of non-ASCII-whitespace bytes of the UTF-8 text; each "
+                      "document end is the word ' <|endoftext|>' (leviathan.eval.words)",
+    }  # fmt: skip
+    inputs = [file_record(train, "train_tokens"), file_record(val, "val_tokens")]
+    return envelope("word_counts", checkpoint=None, inputs=inputs,
+                    config={"max_train_tokens": max_train_tokens, "vocab": vocab}, results=results,
+                    seconds=time.perf_counter() - t0)  # fmt: skip
+
+
+def load_word_counts(path: PathLike) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: word counts not found; run `leviathan eval word-counts` first")
+    return read_result(p, "word_counts")
+
+
+def evaluate_val(
+    ckpt: Checkpoint,
+    model: EvalModel,
+    val: PathLike,
+    *,
+    counts: PathLike | None = None,
+    word_counts: PathLike | None = None,
+    cfg: ValConfig = ValConfig(),
+) -> dict[str, Any]:
+    """The `val` evaluation output (see the module docstring and `leviathan.eval.results`)."""
+    t0 = time.perf_counter()
+    shard = open_val_shard(ckpt, val)
+    train_counts = load_train_counts(ckpt, counts) if counts is not None else None
+    wc = load_word_counts(word_counts) if word_counts is not None else None
+    context = cfg.context or ckpt.context
+    stats = evaluate_shard(model, shard.path, vocab=shard.vocab, context=context, batch_size=cfg.batch_size,
+                           max_windows=cfg.max_windows, keep_token_losses=wc is not None)  # fmt: skip
+    summary = stats.summary()
+    check_finite_loss(summary["loss"], ckpt)
+    results: dict[str, Any] = {"overall": summary}
+    inputs = [file_record(shard.path, "val_tokens", sha256=shard.sha256)]
+    if train_counts is not None:
+        results["frequency_tokens"] = token_frequency(stats.count, stats.loss_sum, train_counts,
+                                                      quantiles=cfg.quantile_bins, max_decade=cfg.max_decade)  # fmt: skip
+        inputs.append(file_record(counts, "train_counts"))  # type: ignore[arg-type]
+    if wc is not None:
+        assert stats.token_losses is not None
+        ws = word_losses(shard.tokens, stats.token_losses, shard.vocab)
+        table = wc["results"]["counts"]
+        missing = [w for w in ws.words if w not in table]
+        if missing:
+            raise EvalInputError(
+                f"{word_counts}: has no count for {len(missing)} word(s) of {shard.path} (e.g. "
+                f"{missing[:3]}): it was made for another validation text; rerun "
+                "`leviathan eval word-counts` with this validation shard"
+            )
+        train_wc = np.asarray([table[w] for w in ws.words], dtype=np.int64)
+        total = float(ws.loss_sum.sum())
+        results["words"] = {
+            "words": ws.n_words,
+            "word_types": len(ws.words),
+            "tokens_in_words": ws.tokens_in_words,
+            "targets_outside_words": ws.targets_outside_words,
+            "loss_outside_words": ws.loss_outside_words,
+            "total_nats": total,
+            "mean_word_loss": total / ws.n_words if ws.n_words else None,
+            "word_perplexity": perplexity(total / ws.n_words) if ws.n_words else None,
+            "bits_per_word": total / LN2 / ws.n_words if ws.n_words else None,
+        }
+        results["frequency_words"] = stratify(train_wc, ws.n, ws.loss_sum, quantiles=cfg.quantile_bins,
+                                              max_decade=cfg.max_decade)  # fmt: skip
+        inputs.append(file_record(word_counts, "word_counts"))  # type: ignore[arg-type]
+    config = {"context": context, "batch_size": cfg.batch_size, "max_windows": cfg.max_windows,
+              "quantile_bins": cfg.quantile_bins, "max_decade": cfg.max_decade, "precision": model.precision}  # fmt: skip
+    return envelope("val", checkpoint=ckpt, inputs=inputs, config=config, results=results,
+                    seconds=time.perf_counter() - t0, device=str(model.device))  # fmt: skip

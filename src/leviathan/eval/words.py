@@ -1,0 +1,236 @@
+"""Word-level evaluation: tokenizer-independent words and their losses.
+
+Definition (the same for every vocabulary, so gpt2, cl100k_base and o200k_base models are
+compared on the same units): the text of a shard is its documents' UTF-8 bytes; a *word* is
+a maximal run of bytes that are not ASCII whitespace (space, \\t, \\n, \\r, \\v, \\f; exactly
+`bytes.split()`); each document end (EOT token) is one word of its own, `EOT_WORD`.
+
+A token belongs to the word holding its first non-whitespace byte; a token of whitespace
+only (e.g. "\\n\\n") belongs to the next word (it is the cost of starting that word), and
+whitespace before a document end belongs to that EOT word. The byte-level BPE
+pre-tokenisers never put two words' bytes in one token in practice; where one does, the
+later word's bytes are scored inside the earlier word and the later word gets no tokens of
+its own (it then does not occur as an evaluated word). A word's loss is the sum of its
+tokens' losses, so the word losses of a shard add up to its token losses. A word counts as
+evaluated only if every one of its tokens is a target (the shard's first token never is).
+
+Training-corpus word counts (`count_words`) use the same definition, counting only the
+words that occur in the evaluated text (the distribution's tail is what matters here and
+the full Pile vocabulary of words would not fit a JSON file).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from leviathan.data.shards import open_shard
+from leviathan.eval.errors import EvalInputError
+from leviathan.eval.token_bytes import TokenBytes, token_bytes
+
+EOT_WORD = " <|endoftext|>"  # a leading space: never a real word (words hold no whitespace)
+_WS = np.zeros(256, dtype=bool)
+_WS[list(b" \t\n\r\x0b\x0c")] = True
+CHUNK_TOKENS = 1 << 22  # tokens segmented at once (cut at document ends): bounded memory
+
+
+def word_key(word: bytes) -> str:
+    """A word's key in JSON: its UTF-8 text, undecodable bytes kept as surrogate escapes."""
+    return word.decode("utf-8", errors="surrogateescape")
+
+
+def _chunks(tokens: Any, eot_id: int, size: int) -> Iterator[tuple[int, int]]:
+    """[start, stop) ranges of about `size` tokens, each ending just after an EOT (or at the
+    end), found by scanning forward block by block (bounded memory on any shard)."""
+    n = len(tokens)
+    start = 0
+    while start < n:
+        stop = n
+        pos = start + size
+        while pos < n:
+            hits = np.flatnonzero(np.asarray(tokens[pos : pos + size]) == eot_id)
+            if hits.size:
+                stop = pos + int(hits[0]) + 1
+                break
+            pos += size
+        yield start, stop
+        start = stop
+
+
+@dataclass
+class Segmentation:
+    """Words of a token chunk: per-token word index (-1: none) and the word byte strings."""
+
+    word_of_token: np.ndarray[Any, np.dtype[np.int64]]
+    words: list[bytes]  # EOT words as EOT_WORD's bytes
+
+
+def segment(tokens: np.ndarray[Any, Any], tb: TokenBytes) -> Segmentation:
+    """Words of a token sequence and the word each token belongs to (module docstring)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    special = tb.special[tokens]
+    lens = np.where(special, 1, tb.lengths[tokens])
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    data = b"".join(b"\x00" if s else tb.pieces[t] for t, s in zip(tokens.tolist(), special.tolist(), strict=True))
+    arr = np.frombuffer(data, dtype=np.uint8)
+    nb = arr.size
+    sentinel = np.zeros(nb, dtype=bool)
+    sentinel[starts[special]] = True
+    ws = _WS[arr] & ~sentinel
+    prev_break = np.ones(nb, dtype=bool)
+    prev_break[1:] = ws[:-1] | sentinel[:-1]
+    word_start = ~ws & (prev_break | sentinel)
+    start_pos = np.flatnonzero(word_start)
+    if start_pos.size == 0:
+        return Segmentation(np.full(tokens.size, -1, dtype=np.int64), [])
+    nonws = np.flatnonzero(~ws)
+    k = np.searchsorted(nonws, starts)  # first non-whitespace byte at/after each token's start
+    anchor = np.where(k < nonws.size, nonws[np.minimum(k, nonws.size - 1)], nb)
+    word_of = np.searchsorted(start_pos, anchor, side="right") - 1
+    word_of[anchor == nb] = start_pos.size - 1  # trailing whitespace: the last word
+    # word k ends at the next word start or the next whitespace byte, whichever is first
+    ws_pos = np.flatnonzero(ws)
+    j = np.searchsorted(ws_pos, start_pos, side="right")
+    next_ws = np.where(j < ws_pos.size, ws_pos[np.minimum(j, max(ws_pos.size - 1, 0))] if ws_pos.size else nb, nb)
+    next_start = np.append(start_pos[1:], nb)
+    word_end = np.minimum(next_ws, next_start)
+    eot_bytes = EOT_WORD.encode()
+    is_sentinel = sentinel[start_pos]
+    words = [eot_bytes if e else data[s:t] for s, t, e in zip(start_pos.tolist(), word_end.tolist(), is_sentinel.tolist(), strict=True)]
+    return Segmentation(word_of.astype(np.int64), words)
+
+
+@dataclass
+class WordStats:
+    """Evaluated word types with their occurrence counts and summed losses."""
+
+    words: list[str]
+    n: np.ndarray[Any, np.dtype[np.int64]]
+    loss_sum: np.ndarray[Any, np.dtype[np.float64]]
+    tokens_in_words: int  # targets inside evaluated words
+    loss_outside_words: float  # loss of targets in words that were not fully evaluated
+    targets_outside_words: int
+
+    @property
+    def n_words(self) -> int:
+        return int(self.n.sum())
+
+
+def word_losses(
+    shard_tokens: np.ndarray[Any, Any], target_losses: np.ndarray[Any, Any], vocab: str,
+    chunk_tokens: int = CHUNK_TOKENS,
+) -> WordStats:  # fmt: skip
+    """Words of shard_tokens[: len(target_losses) + 1] and their losses.
+
+    target_losses[p - 1] is the loss of token p (p >= 1), as `evaluate_shard` keeps them.
+    Where the losses cover only a prefix of the shard, its last word may be cut: it is not
+    counted as evaluated.
+    """
+    tb = token_bytes(vocab)
+    n_tokens = len(target_losses) + 1
+    if len(shard_tokens) < n_tokens:
+        raise EvalInputError(f"{len(target_losses)} target losses for a shard of {len(shard_tokens)} tokens")
+    index: dict[bytes, int] = {}
+    n_acc: list[int] = []
+    s_acc: list[float] = []
+    inside_tokens, outside_loss, outside_targets = 0, 0.0, 0
+    for start, stop in _chunks(shard_tokens[:n_tokens], tb.eot_id, chunk_tokens):
+        toks = np.asarray(shard_tokens[start:stop], dtype=np.int64)
+        seg = segment(toks, tb)
+        w = seg.word_of_token
+        lo = np.zeros(stop - start, dtype=np.float64)  # token p's loss is target_losses[p - 1]
+        tg = np.ones(stop - start, dtype=bool)
+        first = max(start, 1)
+        lo[first - start :] = target_losses[first - 1 : stop - 1]
+        if start == 0:
+            tg[0] = False
+        none = w < 0
+        if none.any():
+            outside_loss += float(lo[none].sum())
+            outside_targets += int(tg[none].sum())
+        n_words = len(seg.words)
+        wl = np.bincount(w[~none], weights=lo[~none], minlength=n_words)
+        n_tok = np.bincount(w[~none], minlength=n_words)
+        n_tgt = np.bincount(w[~none], weights=tg[~none].astype(np.float64), minlength=n_words)
+        full = (n_tok > 0) & (n_tok == n_tgt)
+        if stop == n_tokens < len(shard_tokens) and n_words and seg.words[-1] != EOT_WORD.encode():
+            full[-1] = False  # an evaluated prefix may end inside its last word
+        outside_loss += float(wl[~full].sum())
+        outside_targets += int(n_tgt[~full].sum())
+        inside_tokens += int(n_tok[full].sum())
+        for i in np.flatnonzero(full).tolist():
+            key = seg.words[i]
+            k = index.get(key)
+            if k is None:
+                index[key] = len(n_acc)
+                n_acc.append(1)
+                s_acc.append(float(wl[i]))
+            else:
+                n_acc[k] += 1
+                s_acc[k] += float(wl[i])
+    return WordStats(
+        words=[word_key(w) for w in index],
+        n=np.asarray(n_acc, dtype=np.int64),
+        loss_sum=np.asarray(s_acc, dtype=np.float64),
+        tokens_in_words=inside_tokens,
+        loss_outside_words=outside_loss,
+        targets_outside_words=outside_targets,
+    )
+
+
+def iter_words(tokens: np.ndarray[Any, Any], vocab: str, chunk_tokens: int = CHUNK_TOKENS) -> Iterator[list[bytes]]:
+    """Words (bytes; EOT as EOT_WORD) of a token sequence, chunk by chunk, fast path.
+
+    Equal to `segment`'s words: documents are decoded whole and split on ASCII whitespace.
+    """
+    tb = token_bytes(vocab)
+    eot_bytes = EOT_WORD.encode()
+    for start, stop in _chunks(tokens, tb.eot_id, chunk_tokens):
+        chunk = np.asarray(tokens[start:stop], dtype=np.int64)
+        cuts = np.flatnonzero(chunk == tb.eot_id)
+        out: list[bytes] = []
+        prev = 0
+        for c in [*cuts.tolist(), None]:
+            doc = chunk[prev:c]
+            if doc.size:
+                special = tb.special[doc]
+                pieces = tb.pieces
+                out.extend(b"".join(pieces[t] for t in doc[~special].tolist()).split())
+            if c is None:
+                break
+            out.append(eot_bytes)
+            prev = c + 1
+        yield out
+
+
+@dataclass
+class WordCounts:
+    counts: dict[str, int]  # word key -> training count (0 if absent)
+    train_tokens: int
+    train_words: int
+
+
+def count_words(
+    train: str | os.PathLike[str], words: set[str], *, vocab: str, max_tokens: int | None = None,
+    chunk_tokens: int = CHUNK_TOKENS,
+) -> WordCounts:  # fmt: skip
+    """Training-corpus counts of `words` (keys as `word_key` gives them) in a train shard."""
+    shard = open_shard(train, vocab)
+    n = len(shard) if max_tokens is None else min(max_tokens, len(shard))
+    if n <= 0:
+        raise EvalInputError(f"{train}: no tokens to count (max_tokens={max_tokens})")
+    wanted = {w.encode("utf-8", errors="surrogateescape") for w in words}
+    total: Counter[bytes] = Counter()
+    n_words = 0
+    for chunk_words in iter_words(shard.tokens[:n], vocab, chunk_tokens):
+        n_words += len(chunk_words)
+        c = Counter(chunk_words)
+        for w in wanted.intersection(c):
+            total[w] += c[w]
+    return WordCounts({word_key(w): int(total.get(w, 0)) for w in wanted}, n, n_words)
