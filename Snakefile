@@ -23,4 +23,6 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        ALL_TARGETS,
+        [c.final_marker for c in CELLS],
+        EVAL_TARGETS,
+        REPORT_TARGETS,

@@ -44,7 +44,11 @@ def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
     # main 3 scales x 2 + ablation 6 at 400m (2 shared with main) + vocabulary 3 x 2 at 200m
     # (o200k shared with main): 6 + 4 + 4 = 14 cells
     assert counts["fetch_corpus"] == 1 and counts["tokenize"] == 3 and counts["train"] == 14
-    assert counts["all"] == 1
+    assert counts["eval_val"] == counts["eval_wikitext"] == counts["eval_lm_eval"] == 14
+    assert counts["word_counts"] == 3
+    # tied baseline + others per (scale, vocab, seed): 200m/400m/1.2b o200k, 200m gpt2, 200m cl100k
+    assert counts["sample_efficiency"] == 5
+    assert counts["report"] == 1 and counts["all"] == 1
 
 
 @pytest.mark.parametrize(
@@ -78,6 +82,7 @@ SMALL = {
     "train": {"micro": {"total_tokens": 8 * 64 * 6}},
     "runtime": {"val_every": 3, "val_windows": 4, "ckpt_every": 3, "threads": 2, "restart_on_mismatch": True},
 }
+SMALL_EVAL_TASKS = ["piqa", "lambada_openai"]
 
 
 @pytest.mark.slow
@@ -85,12 +90,18 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     work = workflow_copy(tmp_path)
     config = yaml.safe_load((work / "config" / "config.yaml").read_text())
     config.update(SMALL)
+    config["evaluate"]["lm_eval"]["tasks"] = SMALL_EVAL_TASKS
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     out = snakemake(work, "--profile", "profiles/local", "all")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     for variant in ("tied", "leviathan"):
         assert (work / f"results/runs/micro/gpt2/{variant}/seed0/checkpoints/final/state.json").is_file()
     assert (work / "data/tokens/embedded/gpt2/counts.npy").is_file()
+    for kind in ("val", "wikitext", "lm_eval"):
+        assert (work / f"results/eval/micro/gpt2/leviathan/seed0/{kind}.json").is_file()
+    assert (work / "results/eval/micro/gpt2/sample_efficiency_seed0.json").is_file()
+    summary = (work / "results/report/summary.csv").read_text().splitlines()
+    assert len(summary) == 3 and summary[0].startswith("scale,vocab,variant,seed")
     again = snakemake(work, "-n", "--profile", "profiles/local", "all")
     assert "Nothing to be done" in again.stdout + again.stderr
     # one cell's own override reruns that cell only
@@ -99,6 +110,8 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     plan = snakemake(work, "-n", "--profile", "profiles/local", "all")
     counts = job_counts(plan.stdout + plan.stderr)
     assert counts.get("train") == 1 and "fetch_corpus" not in counts and "tokenize" not in counts
+    # what depends on that cell: its 3 evaluations, the group's sample efficiency, the report
+    assert counts.get("eval_val") == counts.get("eval_lm_eval") == 1 and counts.get("report") == 1
     assert "variant=leviathan" in plan.stdout + plan.stderr
     rerun = snakemake(work, "--profile", "profiles/local", "all")
     assert rerun.returncode == 0, rerun.stderr[-3000:]

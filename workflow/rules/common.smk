@@ -1,6 +1,12 @@
 # Shared definitions: the cells of the configured studies and their paths (logic in
 # leviathan.workflow, unit-tested there).
-from leviathan.workflow.grid import Cell, cells, corpus_dir, tokens_dir, wildcard_pattern
+from leviathan.workflow.grid import (
+    Cell,
+    cells,
+    sample_efficiency_path,
+    tokens_dir,
+    wildcard_pattern,
+)
 from leviathan.workflow import steps
 
 CORPUS = config["corpus"]["name"]
@@ -24,4 +30,15 @@ def res(key):
     """A training job's resource, by the cell's scale (config.resources)."""
     return lambda wildcards: steps.resources(config, wildcards.scale)[key]
 
-ALL_TARGETS = [c.final_marker for c in CELLS]
+
+def val_inputs(wildcards):
+    """eval_val's inputs: the cell's checkpoint, val shard, train counts (+ word counts)."""
+    tokens = tokens_dir(CORPUS, wildcards.vocab)
+    inputs = {
+        "final": cell_of(wildcards).final_marker,
+        "val": f"{tokens}/val.bin",
+        "counts": f"{tokens}/counts.npy",
+    }
+    if config.get("evaluate", {}).get("word_counts") is not None:
+        inputs["word_counts"] = f"{tokens}/word_counts.json"
+    return inputs

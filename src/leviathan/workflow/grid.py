@@ -59,6 +59,10 @@ def cells(studies: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
     return sorted({cell for study in studies.values() for cell in study_cells(study)})
 
 
+def sample_efficiency_path(scale: str, vocab: str, seed: int | str) -> str:
+    return f"results/eval/{scale}/{vocab}/sample_efficiency_seed{seed}.json"
+
+
 def tokens_dir(corpus: str, vocab: str) -> str:
     return f"data/tokens/{corpus}/{vocab}"
 

@@ -102,3 +102,72 @@ def train_command(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: s
         if value is not None:
             args += ["--runtime", _kv(key, value)]
     return shlex.join(args)
+
+
+# ---------------------------------------------------------------- evaluation
+
+EVAL_KINDS = ("val", "wikitext", "lm_eval")
+
+
+def eval_sections(config: Mapping[str, Any]) -> dict[str, Any]:
+    """config.evaluate: which evaluations run (a null section is off) and their settings."""
+    return dict(config.get("evaluate") or {})
+
+
+def eval_config(config: Mapping[str, Any]) -> Any:
+    """The `leviathan.eval` config of the workflow (raises on a bad key, before any job)."""
+    from leviathan.eval.config import EvalConfig
+
+    sections = eval_sections(config)
+    return EvalConfig.from_dict({k: sections.get(k) or {} for k in EVAL_KINDS})
+
+
+def enabled_evals(config: Mapping[str, Any]) -> list[str]:
+    sections = eval_sections(config)
+    return [k for k in EVAL_KINDS if k == "val" or sections.get(k) is not None]
+
+
+def evaluate(kind: str, run_dir: str | Path, out: str | Path, config: Mapping[str, Any], **inputs: Any) -> None:
+    """Run one evaluation of a trained cell and write its JSON (atomically)."""
+    from leviathan.eval.checkpoint import open_checkpoint
+    from leviathan.eval.results import write_result
+
+    cfg = eval_config(config)
+    device = eval_sections(config).get("device", "auto")
+    ckpt, model = open_checkpoint(run_dir, device=device)
+    if kind == "val":
+        from leviathan.eval.validation import evaluate_val
+
+        result = evaluate_val(ckpt, model, inputs["val"], counts=inputs.get("counts"),
+                              word_counts=inputs.get("word_counts"), cfg=cfg.val)  # fmt: skip
+    elif kind == "wikitext":
+        from leviathan.eval.wikitext import evaluate_wikitext
+
+        result = evaluate_wikitext(ckpt, model, cfg.wikitext)
+    elif kind == "lm_eval":
+        from leviathan.eval.lm_eval_tasks import run_lm_eval
+
+        result = run_lm_eval(ckpt, model, cfg.lm_eval, samples_out=Path(out).with_suffix(".samples.jsonl"))
+    else:
+        raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(EVAL_KINDS)}")
+    write_result(out, result)
+
+
+def word_counts(train: str | Path, val: str | Path, out: str | Path, config: Mapping[str, Any]) -> None:
+    from leviathan.eval.results import write_result
+    from leviathan.eval.validation import build_word_counts
+
+    options = eval_sections(config).get("word_counts") or {}
+    write_result(out, build_word_counts(train, val, max_train_tokens=options.get("max_train_tokens")))
+
+
+def sample_efficiency_groups(cells: list[Cell]) -> dict[tuple[str, str, int], list[Cell]]:
+    """(scale, vocab, seed) groups with a tied baseline and another variant; tied first."""
+    groups: dict[tuple[str, str, int], list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.scale, cell.vocab, cell.seed), []).append(cell)
+    return {
+        key: sorted(group, key=lambda c: c.variant != "tied")
+        for key, group in groups.items()
+        if any(c.variant == "tied" for c in group) and len(group) > 1
+    }

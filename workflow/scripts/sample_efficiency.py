@@ -1,0 +1,9 @@
+"""Rule sample_efficiency: the first input is the tied baseline (see steps.sample_efficiency_groups)."""
+from pathlib import Path
+
+from leviathan.eval.results import write_result
+from leviathan.eval.sample_efficiency import sample_efficiency
+
+sm = snakemake  # type: ignore[name-defined]  # noqa: F821
+runs = [Path(p).parents[2] for p in sm.input]
+write_result(sm.output[0], sample_efficiency(runs[0], runs[1:]))
