@@ -58,6 +58,8 @@ def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
         (lambda c: c["studies"]["main"].update(variants=["tied", "leviathn"]), "leviathn"),
         (lambda c: c["runtime"].update(val_every="often"), "often"),
         (lambda c: c["train"].update({"micro": {"learning_rate": 1.0}}), "learning_rate"),
+        (lambda c: c["evaluate"]["lm_eval"].update(tasks=["piqa"]), "not in lm_eval.tasks"),
+        (lambda c: c["evaluate"]["wikitext"].update(strde=3), "strde"),
     ],
 )
 def test_bad_config_fails_before_any_job_naming_the_key(tmp_path: Path, edit, message: str) -> None:
@@ -90,7 +92,9 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     work = workflow_copy(tmp_path)
     config = yaml.safe_load((work / "config" / "config.yaml").read_text())
     config.update(SMALL)
-    config["evaluate"]["lm_eval"]["tasks"] = SMALL_EVAL_TASKS
+    lm_eval = config["evaluate"]["lm_eval"]
+    lm_eval["tasks"] = SMALL_EVAL_TASKS
+    lm_eval["data"] = {task: lm_eval["data"][task] for task in SMALL_EVAL_TASKS}
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     out = snakemake(work, "--profile", "profiles/local", "all")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -148,6 +148,11 @@ class LmEvalConfig:
             else:
                 raise EvalInputError(f"lm_eval.data.{task} must be a mapping with data_files (and builder)")
         object.__setattr__(self, "data", data)
+        unknown_data = sorted(set(data) - set(self.tasks))
+        if unknown_data:
+            raise EvalInputError(
+                f"lm_eval.data names task(s) {unknown_data} that are not in lm_eval.tasks {list(self.tasks)}"
+            )
         if self.num_fewshot < 0 or self.bootstrap_iters < 0:
             raise EvalInputError("lm_eval.num_fewshot and lm_eval.bootstrap_iters must be >= 0")
 

@@ -137,9 +137,6 @@ def with_local_data(cfg: dict[str, Any], data: LocalTaskData) -> tuple[dict[str,
 def build_tasks(cfg: LmEvalConfig) -> tuple[dict[str, Any], dict[str, dict[str, Any]], Any]:
     """lm-eval Task objects of the configured tasks, where each one's data came from, and
     the TaskManager that built them (pass it on to lm_eval.simple_evaluate)."""
-    unknown_data = sorted(set(cfg.data) - set(cfg.tasks))
-    if unknown_data:
-        raise EvalInputError(f"lm_eval.data names task(s) {unknown_data} that are not in lm_eval.tasks {list(cfg.tasks)}")
     tm = task_manager(cfg.tasks)
     configs, sources = {}, {}
     for task in dict.fromkeys(cfg.tasks):
