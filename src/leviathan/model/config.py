@@ -1,6 +1,6 @@
 """Model configuration: backbone shape, variant choice and the LEV hyper-parameters.
 
-Every RECON value of ../shared/SPEC.md is a field here with its default, never a hidden
+Every reconstruction (RECON) choice of the paper's method is a field here with its default, never a hidden
 constant. `ModelConfig.validate()` names the bad value and the fix.
 """
 
