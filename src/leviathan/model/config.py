@@ -1,7 +1,7 @@
 """Model configuration: backbone shape, variant choice and the LEV hyper-parameters.
 
-Every reconstruction (RECON) choice of the paper's method is a field here with its default, never a hidden
-constant. `ModelConfig.validate()` names the bad value and the fix.
+Every reconstruction (RECON) choice of the paper's method is a field here with its
+default, never a hidden constant. `ModelConfig.validate()` names the bad value and the fix.
 """
 
 from __future__ import annotations
