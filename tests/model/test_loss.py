@@ -36,3 +36,27 @@ def test_model_loss_equals_logits_cross_entropy_for_tied_and_untied() -> None:
         torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
         for a, b in zip(grads, ref_grads):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_no_grad_path_gives_the_same_loss() -> None:
+    torch.manual_seed(0)
+    h = torch.randn(19, 8, requires_grad=True)
+    w = torch.randn(13, 8, requires_grad=True)
+    t = torch.randint(0, 13, (19,))
+    t[4] = -100
+    with_grad = linear_cross_entropy(h, w, t, 50)
+    with torch.no_grad():
+        without = linear_cross_entropy(h, w, t, 50)
+    assert not without.requires_grad
+    torch.testing.assert_close(without, with_grad.detach(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["tied", "leviathan", "albert"])
+def test_residual_stream_is_fp32_under_bf16_autocast_for_every_variant(variant: str) -> None:
+    model = build_model(model_config("micro", "gpt2", variant, vocab_size=300))
+    ids = torch.randint(0, 300, (2, 9))
+    seen = []
+    model.backbone.blocks[0].register_forward_pre_hook(lambda mod, args: seen.append(args[0].dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model.hidden(ids)
+    assert seen == [torch.float32]

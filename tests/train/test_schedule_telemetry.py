@@ -59,3 +59,17 @@ def test_mfu_knows_h100_h200_and_says_unknown_otherwise() -> None:
     assert mfu(1000.0, 10**9, None, 1) == "unknown"
     assert mfu(989.0, 10**9, 989e12, 1) == pytest.approx(1e-3)
     assert mfu(989.0, 10**9, 989e12, 2) == pytest.approx(5e-4)
+
+
+def test_prune_keeps_the_newest_and_removes_dead_writers_leftovers(tmp_path) -> None:
+    import torch
+
+    from leviathan.train import checkpoint as ckpt
+
+    for step in (1, 2, 3):
+        ckpt.save_checkpoint(tmp_path, ckpt.step_dir(tmp_path, step).name, model_state={"w": torch.ones(2)},
+                             optim_state={"state": {}, "param_groups": []}, state={"step": step})  # fmt: skip
+    (tmp_path / ".step_00000004.99999999.tmp").mkdir()  # a writer killed mid-write
+    ckpt.prune(tmp_path, keep_last=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000002", "step_00000003"]
+    assert ckpt.latest_checkpoint(tmp_path).step == 3

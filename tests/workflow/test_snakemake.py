@@ -108,6 +108,11 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     assert len(summary) == 3 and summary[0].startswith("scale,vocab,variant,seed")
     again = snakemake(work, "-n", "--profile", "profiles/local", "all")
     assert "Nothing to be done" in again.stdout + again.stderr
+    # how training runs (config.runtime) is not part of a cell's identity: nothing reruns
+    config["runtime"].update(log_every=5, keep_last=3)
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    again = snakemake(work, "-n", "--profile", "profiles/local", "all")
+    assert "Nothing to be done" in again.stdout + again.stderr
     # one cell's own override reruns that cell only
     config["train"]["micro/gpt2/leviathan/seed0"] = {"lr": 1e-3}
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))

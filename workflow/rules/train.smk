@@ -7,7 +7,9 @@ rule train:
     output:
         final="results/runs/{scale}/{vocab}/{variant}/seed{seed}/checkpoints/final/state.json",
     params:
-        cmd=lambda wc: steps.train_command(
+        # the cell's identity only: changing it reruns the cell (and what depends on it)
+        launch=lambda wc: steps.launcher_args(config, wc.scale),
+        cell=lambda wc: steps.cell_args(
             cell_of(wc), config, tokens_dir(CORPUS, wc.vocab), cell_of(wc).run_dir
         ),
     conda:
@@ -22,4 +24,4 @@ rule train:
         mem_mb=res("mem_mb"),
         runtime=res("runtime"),
     shell:
-        "{params.cmd} > {log} 2>&1"
+        "{PYTHON} {params.launch} -m leviathan.cli train {params.cell} {TRAIN_RUNTIME} > {log} 2>&1"

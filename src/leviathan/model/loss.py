@@ -60,6 +60,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         denom = max(n_valid, 1)
         if need_grad:
             ctx.save_for_backward(grad_h.div_(denom), grad_w.div_(denom))  # type: ignore[union-attr]
+        ctx.weight_dtype = weight.dtype  # type: ignore[attr-defined]
         return total / denom
 
     @staticmethod
@@ -70,7 +71,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_h, grad_w = ctx.saved_tensors  # type: ignore[attr-defined]
         return (
             grad_h * grad_out.to(grad_h.dtype) if ctx.needs_input_grad[0] else None,
-            (grad_w * grad_out).to(ctx.saved_tensors[1].dtype) if ctx.needs_input_grad[1] else None,  # type: ignore[attr-defined]
+            (grad_w * grad_out).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None,  # type: ignore[attr-defined]
             None,
             None,
         )
@@ -85,6 +86,10 @@ def linear_cross_entropy(
     """Mean cross-entropy (nats) of `targets` [N] under logits `hidden` [N, D] @ `weight` [V, D].T."""
     if hidden.shape[0] != targets.shape[0]:
         raise ValueError(f"hidden has {hidden.shape[0]} rows but targets {targets.shape[0]}")
+    if not (torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)):
+        # no gradient wanted: skip the gradient work the fused function does in its forward
+        n_valid = (targets != IGNORE_INDEX).sum().clamp_min(1)
+        return token_losses(hidden, weight, targets, chunk_elems).sum() / n_valid
     return _LinearCrossEntropy.apply(hidden, weight, targets, chunk_elems)
 
 

@@ -19,8 +19,12 @@ class LanguageModel(nn.Module):
         self.backbone = Backbone(cfg)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, T] -> final normalised hidden states [B, T, D]."""
-        return self.backbone(self.io.embed(ids))
+        """ids [B, T] -> final normalised hidden states [B, T, D].
+
+        The embeddings enter the residual stream in fp32 whatever the variant: under bf16
+        autocast a generated input (LEV, the MLPs) ends in a Linear and would otherwise put a
+        bf16 residual stream against the tables' fp32 one, confounding the comparison."""
+        return self.backbone(self.io.embed(ids).float())
 
     def forward(
         self,

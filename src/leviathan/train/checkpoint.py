@@ -84,15 +84,32 @@ def save_checkpoint(
         torch.save(optim_state, tmp / "optim.pt")
         torch.save(rng_state(), tmp / "rng.pt")
         write_json(tmp / "state.json", state)
+        _fsync_tree(tmp)  # the files are on disk before the directory becomes visible
         old = root / f".{name}.{os.getpid()}.old"
         if final.exists():  # replace (e.g. `final` rewritten): move the old one aside first
             shutil.rmtree(old, ignore_errors=True)
             final.rename(old)
         tmp.rename(final)
+        _fsync_dir(root)
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for child in path.iterdir():
+        with open(child, "rb") as fh:
+            os.fsync(fh.fileno())
+    _fsync_dir(path)
 
 
 def list_checkpoints(root: Path) -> list[CheckpointRef]:
@@ -123,6 +140,10 @@ def prune(root: Path, keep_last: int) -> None:
     refs = list_checkpoints(root)
     for ref in refs[: max(0, len(refs) - keep_last)]:
         shutil.rmtree(ref.path, ignore_errors=True)
+    # leftovers of writers killed mid-write (another pid: never renamed into place)
+    for p in root.iterdir():
+        if p.name.startswith(".") and p.name.endswith((".tmp", ".old")) and f".{os.getpid()}." not in p.name:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:

@@ -139,6 +139,7 @@ def _set_aside(ckpt_root: Path, info: DistInfo) -> Path:
     n = 1
     while (target := ckpt_root.with_name(f"{ckpt_root.name}.stale-{n}")).exists():
         n += 1
+    barrier(info)  # every rank has finished reading the checkpoint before it moves
     if info.is_main:
         ckpt_root.rename(target)
     barrier(info)
@@ -291,6 +292,12 @@ def _train(
                     )
                 clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(raw_model.parameters(), clip))
+                if not math.isfinite(grad_norm):  # same value on every rank (all-reduced grads)
+                    raise NonFiniteLoss(
+                        f"non-finite gradient norm {grad_norm} at step {step} (loss {loss_value:.4f}, "
+                        f"lr {lr:.3g}); the update was not applied and nothing was saved. Last good "
+                        f"checkpoint: {last_good}. Lower train.lr or check the data, then resume or restart"
+                    )
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 loader.step = step + 1

@@ -85,23 +85,41 @@ def train_overrides(config: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
     return {**(train.get(cell.scale) or {}), **(train.get(cell.key) or {})}
 
 
-def train_command(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
-    """The shell command of a cell's training job: `leviathan train`, under torchrun when the
-    job has several GPUs. Overrides come from config.train[<scale>], runtime from config.runtime."""
-    gpus = resources(config, cell.scale)["gpu"]
+def launcher_args(config: Mapping[str, Any], scale: str) -> str:
+    """How `python` starts training: torchrun on one node when the job has several GPUs."""
+    gpus = resources(config, scale)["gpu"]
     if gpus > 1:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus)]
-    else:
-        launcher = [sys.executable]
-    args = [*launcher, "-m", "leviathan.cli", "train", "--scale", cell.scale, "--vocab", cell.vocab,
-            "--variant", cell.variant, "--seed", str(cell.seed), "--train", f"{tokens}/train.bin",
-            "--val", f"{tokens}/val.bin", "--run-dir", run_dir]  # fmt: skip
+        return shlex.join(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus)])
+    return ""
+
+
+def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
+    """`leviathan train` arguments that define the cell's run (its identity): a change here
+    reruns the cell. Overrides come from config.train[<scale>] and config.train[<cell>]."""
+    args = ["--scale", cell.scale, "--vocab", cell.vocab, "--variant", cell.variant,
+            "--seed", str(cell.seed), "--train", f"{tokens}/train.bin", "--val", f"{tokens}/val.bin",
+            "--run-dir", run_dir]  # fmt: skip
     for key, value in sorted(train_overrides(config, cell).items()):
         args += ["--set", _kv(key, value)]
+    return shlex.join(args)
+
+
+def runtime_args(config: Mapping[str, Any]) -> str:
+    """`--runtime` arguments from config.runtime: how training runs, not what it computes.
+    Kept out of the rule's params, so changing them (logging, threads, ...) reruns nothing."""
+    args: list[str] = []
     for key, value in sorted((config.get("runtime") or {}).items()):
         if value is not None:
             args += ["--runtime", _kv(key, value)]
     return shlex.join(args)
+
+
+def train_command(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str,
+                  python: str = sys.executable) -> str:  # fmt: skip
+    """The whole command of a cell's training job (what the train rule runs)."""
+    parts = [shlex.quote(python), launcher_args(config, cell.scale), "-m leviathan.cli train",
+             cell_args(cell, config, tokens, run_dir), runtime_args(config)]  # fmt: skip
+    return " ".join(p for p in parts if p)
 
 
 # ---------------------------------------------------------------- evaluation
