@@ -1,6 +1,3 @@
-import shlex
-import sys
-
 # Shared definitions: the cells of the configured studies and their paths (logic in
 # leviathan.workflow, unit-tested there).
 from leviathan.workflow.grid import (
@@ -13,10 +10,6 @@ from leviathan.workflow.grid import (
 from leviathan.workflow import steps
 
 CORPUS = config["corpus"]["name"]
-# Not params (no rerun when they change): the interpreter of this Snakemake, and how
-# training runs (config.runtime: logging, threads, checkpoint cadence, ...).
-PYTHON = shlex.quote(sys.executable)
-TRAIN_RUNTIME = steps.runtime_args(config)
 CELLS = cells(config["studies"])
 VOCABS = sorted({c.vocab for c in CELLS})
 

@@ -23,5 +23,5 @@ rule train:
         cpus_per_gpu=res("cpus_per_gpu"),
         mem_mb=res("mem_mb"),
         runtime=res("runtime"),
-    shell:
-        "{PYTHON} {params.launch} -m leviathan.cli train {params.cell} {TRAIN_RUNTIME} > {log} 2>&1"
+    script:
+        "../scripts/train.py"

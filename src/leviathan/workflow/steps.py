@@ -116,7 +116,7 @@ def runtime_args(config: Mapping[str, Any]) -> str:
 
 def train_command(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str,
                   python: str = sys.executable) -> str:  # fmt: skip
-    """The whole command of a cell's training job (what the train rule runs)."""
+    """The whole command of a cell's training job (the train rule's script execs these pieces)."""
     parts = [shlex.quote(python), launcher_args(config, cell.scale), "-m leviathan.cli train",
              cell_args(cell, config, tokens, run_dir), runtime_args(config)]  # fmt: skip
     return " ".join(p for p in parts if p)
