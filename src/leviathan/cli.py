@@ -19,10 +19,18 @@ def _registrars() -> list[Register]:
     from leviathan.data import cli as data_cli
     from leviathan.eval import cli as eval_cli
     from leviathan.model import cli as model_cli
+    from leviathan.report import cli as report_cli
     from leviathan.train import cli as train_cli
     from leviathan.workflow import cli as workflow_cli
 
-    return [model_cli.register, data_cli.register, train_cli.register, eval_cli.register, workflow_cli.register]
+    return [
+        model_cli.register,
+        data_cli.register,
+        train_cli.register,
+        eval_cli.register,
+        workflow_cli.register,
+        report_cli.register,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
