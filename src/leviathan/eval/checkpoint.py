@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
+from leviathan.device import resolve_device
 from leviathan.eval.errors import EvalInputError
 from leviathan.io import read_json, sha256_file
 from leviathan.model import LanguageModel, ModelConfig, build_model
@@ -52,15 +53,6 @@ def resolve_checkpoint(path: str | Path) -> Path:
         f"{p}: not a checkpoint: expected a run directory with checkpoints/final/ or a "
         f"checkpoint directory holding {STATE} and {WEIGHTS}"
     )
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise EvalInputError(f"device={device!r}: CUDA is not available here; use --device cpu or auto")
-    return dev
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from leviathan.device import resolve_device
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -23,17 +25,6 @@ class DistInfo:
     @property
     def enabled(self) -> bool:
         return self.world_size > 1
-
-
-def resolve_device(spec: str, local_rank: int = 0) -> torch.device:
-    if spec == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    device = torch.device(spec)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"runtime.device={spec!r} but CUDA is not available here: use cpu or auto")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device(f"cuda:{local_rank}")
-    return device
 
 
 def init_distributed(device_spec: str) -> DistInfo:
