@@ -26,3 +26,33 @@ rule all:
         [c.final_marker for c in CELLS],
         EVAL_TARGETS,
         REPORT_TARGETS,
+
+
+# Stage targets (one per DVC stage in dvc.yaml): each builds one layer of the DAG.
+DATA_TARGETS = [
+    f"{tokens_dir(CORPUS, vocab)}/{name}" for vocab in VOCABS for name in ("train.bin", "val.bin", "counts.npy")
+]
+
+
+rule all_data:
+    """Raw corpus and token shards for every vocabulary of the configured studies."""
+    input:
+        DATA_TARGETS,
+
+
+rule all_train:
+    """The final checkpoint of every cell."""
+    input:
+        [c.final_marker for c in CELLS],
+
+
+rule all_eval:
+    """Every evaluation output."""
+    input:
+        EVAL_TARGETS,
+
+
+rule all_report:
+    """Tables and figures."""
+    input:
+        REPORT_TARGETS,
