@@ -12,6 +12,9 @@ configfile: "config/config.yaml"
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/tokenize.smk"
@@ -29,13 +32,16 @@ rule all:
 
 
 # Stage targets (one per DVC stage in dvc.yaml): each builds one layer of the DAG.
-DATA_TARGETS = [
-    f"{tokens_dir(CORPUS, vocab)}/{name}" for vocab in VOCABS for name in ("train.bin", "val.bin", "counts.npy")
-]
+# Everything under data/ is built here (word counts too, which only evaluation reads), so that
+# the later DVC stages never write into the data stage's output.
+DATA_NAMES = ("train.bin", "val.bin", "counts.npy") + (
+    ("word_counts.json",) if config.get("evaluate", {}).get("word_counts") is not None else ()
+)
+DATA_TARGETS = [f"{tokens_dir(CORPUS, vocab)}/{name}" for vocab in VOCABS for name in DATA_NAMES]
 
 
 rule all_data:
-    """Raw corpus and token shards for every vocabulary of the configured studies."""
+    """Raw corpus, token shards and counts for every vocabulary of the configured studies."""
     input:
         DATA_TARGETS,
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from leviathan.data.fetch import fetch_embedded
-from leviathan.data.manifest import vocab_record, write_manifest
 from leviathan.data.prepare import tokenize_corpus
 from leviathan.io import atomic_path
+from leviathan.manifest import vocab_record, write_manifest
 from leviathan.vocab import get_vocab
 
 

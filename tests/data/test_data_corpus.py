@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sysconfig
 from collections.abc import Iterator
@@ -22,8 +23,9 @@ from leviathan.data.corpus import (
     write_corpus,
 )
 from leviathan.data.embedded import embedded_documents, module_text, stdlib_files
-from leviathan.data.manifest import manifest_path, read_manifest
+from leviathan import provenance
 from leviathan.io import sha256_file
+from leviathan.manifest import manifest_path, read_manifest, recorded_sha256, write_manifest
 
 DOCS = [Document(f"doc{i}", f"text number {i} " * (i + 1)) for i in range(200)]
 
@@ -157,3 +159,82 @@ def test_manifest_path_rule(tmp_path: Path) -> None:
     (tmp_path / "x.bin.json").write_text(json.dumps({"kind": "counts"}))
     with pytest.raises(ValueError, match="expected 'tokens'"):
         read_manifest(tmp_path / "x.bin", kind="tokens")
+
+
+def test_manifest_carries_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    art = tmp_path / "x.bin"
+    art.write_bytes(b"abc")
+    started = provenance.utc_now() - dt.timedelta(seconds=5)
+    config = {"b": [1, 2], "a": {"y": 1, "x": None}}
+    m = write_manifest(art, kind="tokens", config=config, started=started, device="cpu")
+    assert read_manifest(art) == m
+    assert m["artifact"]["sha256"] == sha256_file(art) and m["artifact"]["path"] == str(art)
+    assert m["code"].keys() == {"leviathan", "git_commit", "git_dirty"}
+    env = m["env"]
+    assert env["slurm_job_id"] == "4242" and env["device"] == "cpu"
+    assert {"python", "torch", "cuda", "host"} <= env.keys()
+    assert set(provenance.PACKAGES) <= env["packages"].keys()
+    assert env["packages"]["numpy"] and env["packages"]["torch"]  # installed here
+    assert m["config"] == config
+    assert m["config_sha256"] == provenance.config_sha256({"a": {"x": None, "y": 1}, "b": [1, 2]})
+    t0, t1 = (dt.datetime.fromisoformat(m[k]) for k in ("started_utc", "finished_utc"))
+    assert t1.tzinfo is not None and t0 <= t1 and (t1 - t0).total_seconds() >= 4
+    assert m["created_utc"] == m["finished_utc"]
+    with pytest.raises(ValueError, match="reserved"):
+        write_manifest(art, kind="tokens", fields={"finished_utc": "x"})
+
+
+def test_manifest_without_config_or_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    art = tmp_path / "x.bin"
+    art.write_bytes(b"abc")
+    m = write_manifest(art, kind="tokens")
+    assert "config" not in m and "config_sha256" not in m
+    assert m["started_utc"] is None and m["finished_utc"]
+    assert m["env"]["slurm_job_id"] is None
+
+
+def test_config_sha256_is_canonical() -> None:
+    a = {"lr": 0.003, "betas": [0.9, 0.999], "model": {"d": 64, "h": 4}}
+    b = {"model": {"h": 4, "d": 64}, "betas": [0.9, 0.999], "lr": 0.003}
+    assert provenance.config_sha256(a) == provenance.config_sha256(b)
+    assert provenance.canonical_json(b) == '{"betas":[0.9,0.999],"lr":0.003,"model":{"d":64,"h":4}}'
+    assert provenance.config_sha256(a) != provenance.config_sha256({**a, "lr": 0.001})
+    assert provenance.config_sha256({"betas": (0.9, 0.999)}) == provenance.config_sha256({"betas": [0.9, 0.999]})
+
+
+def test_recorded_path_and_recorded_sha256(tmp_path: Path) -> None:
+    tmp, final = tmp_path / ".final.tmp", tmp_path / "final"
+    tmp.mkdir()
+    (tmp / "w.bin").write_bytes(b"weights")
+    m = write_manifest(tmp / "w.bin", kind="checkpoint", recorded_path=final / "w.bin")
+    assert (tmp / "w.bin.json").is_file()  # written where the artifact is now
+    assert m["artifact"]["path"] == str(final / "w.bin") and m["artifact"]["name"] == "w.bin"
+    tmp.rename(final)
+    assert recorded_sha256(final / "w.bin") == sha256_file(final / "w.bin")
+    # the manifest's hash is used as recorded (not re-read); without one (or of another kind) it is computed
+    doctored = {**m, "artifact": {**m["artifact"], "sha256": "f" * 64}}
+    (final / "w.bin.json").write_text(json.dumps(doctored))
+    assert recorded_sha256(final / "w.bin") == "f" * 64
+    assert recorded_sha256(final / "w.bin", kind="tokens") == sha256_file(final / "w.bin")
+    (final / "w.bin.json").unlink()
+    assert recorded_sha256(final / "w.bin") == sha256_file(final / "w.bin")
+
+
+def test_fetch_manifests_record_config_and_start(tmp_path: Path) -> None:
+    from leviathan.data.fetch import fetch_text
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"{i}.txt").write_text(f"document {i} " * 20)
+    before = provenance.utc_now().replace(microsecond=0)
+    manifests = fetch_text(tmp_path / "out", [str(src)], val_fraction=0.3, limits=(None, None))
+    for m in manifests.values():
+        assert m["config"] == {"step": "fetch", "source": "text", "patterns": [str(src)], "val_fraction": 0.3,
+                               "text_field": "text", "limits": {"max_docs": None, "max_bytes": None}}  # fmt: skip
+        assert m["config_sha256"] == provenance.config_sha256(m["config"])
+        started = dt.datetime.fromisoformat(m["started_utc"])
+        assert before <= started <= dt.datetime.fromisoformat(m["finished_utc"])
+    assert manifests["train"]["started_utc"] == manifests["val"]["started_utc"]  # one step

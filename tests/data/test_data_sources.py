@@ -11,9 +11,9 @@ import zstandard
 
 from leviathan.data.corpus import CorpusError, read_documents
 from leviathan.data.fetch import fetch_hf, fetch_pile, fetch_text
-from leviathan.data.manifest import read_manifest
 from leviathan.data.sources import HFSpec, HubUnreachableError, hf_documents
 from leviathan.io import sha256_file
+from leviathan.manifest import read_manifest
 
 
 def _jsonl(path: Path, texts: list[str], compress: bool = False, **extra: str) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from leviathan.data.manifest import read_manifest, vocab_record, write_manifest
+from leviathan.manifest import read_manifest, vocab_record, write_manifest
 from leviathan.data.tokenizers import token_dtype
 from leviathan.io import atomic_path
 from leviathan.eval.checkpoint import Checkpoint, EvalModel, open_checkpoint

@@ -34,12 +34,21 @@ def test_missing_or_unfinished_checkpoints_are_clear_errors(runs: dict[str, Path
         resolve_checkpoint(unfinished)
 
 
-def test_record_carries_the_weights_sha256_and_configs(runs: dict[str, Path]) -> None:
+def test_record_carries_the_weights_sha256_and_configs(runs: dict[str, Path], tmp_path: Path) -> None:
     ckpt = read_checkpoint(runs["leviathan"])
     rec = ckpt.record()
     assert rec["sha256"] == sha256_file(ckpt.path / "model.safetensors")
     assert (rec["variant"], rec["vocab"], rec["scale"], rec["context"]) == ("leviathan", "gpt2", "micro", 64)
     assert rec["train_data"]["vocab"] == "gpt2" and rec["step"] == 4
+    manifest = ckpt.path / "model.safetensors.json"
+    assert rec["manifest"].endswith("checkpoints/final/model.safetensors.json")
+    assert rec["manifest_sha256"] == sha256_file(manifest)
+    # a checkpoint written without a manifest (older runs) still evaluates; the record says so
+    import shutil
+
+    old = shutil.copytree(ckpt.path, tmp_path / "old")
+    (old / "model.safetensors.json").unlink()
+    assert read_checkpoint(old).record()["manifest"] is None
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -18,7 +18,13 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict,
     return rc, (json.loads(lines[-1]) if lines else {}), cap.err
 
 
-def test_val_with_word_counts(runs, small_val: Path, gpt2_shards: Path, tmp_path: Path, capsys) -> None:
+def test_val_with_word_counts(runs, small_val: Path, gpt2_shards: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    import datetime as dt
+
+    from leviathan.provenance import config_sha256
+
+    monkeypatch.setenv("SLURM_JOB_ID", "31337")
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
     wc = tmp_path / "wc.json"
     rc, summary, _ = run(["eval", "word-counts", "--train", str(gpt2_shards / "train.bin"), "--val", str(small_val),
                           "--out", str(wc)], capsys)  # fmt: skip
@@ -32,6 +38,18 @@ def test_val_with_word_counts(runs, small_val: Path, gpt2_shards: Path, tmp_path
     assert result["kind"] == "val" and result["checkpoint"]["variant"] == "tied"
     assert summary["loss"] == result["results"]["overall"]["loss"]
     assert len(result["results"]["frequency_tokens"]["quantile"]) <= 4 and "frequency_words" in result["results"]
+    # provenance: the same fields as every manifest, the command's start, the chain to the checkpoint's manifest
+    for r in (result, json.loads(wc.read_text())):
+        assert r["config_sha256"] == config_sha256(r["config"])
+        assert r["env"]["slurm_job_id"] == "31337" and r["env"]["packages"]["lm_eval"]
+        assert r["code"]["leviathan"] and "git_commit" in r["code"]
+        started, finished = (dt.datetime.fromisoformat(r[k]) for k in ("started_utc", "finished_utc"))
+        assert before <= started <= finished and r["created_utc"] == r["finished_utc"]
+    assert result["env"]["device"] == "cpu"
+    manifest = json.loads((runs["tied"] / "checkpoints" / "final" / "model.safetensors.json").read_text())
+    assert result["checkpoint"]["manifest"].endswith("checkpoints/final/model.safetensors.json")
+    assert manifest["artifact"]["sha256"] == result["checkpoint"]["sha256"]
+    assert [i["role"] for i in manifest["inputs"]] == ["train_tokens", "val_tokens"]
 
 
 def test_wikitext_and_lm_eval_with_a_config_file(runs, task_files, tmp_path: Path, capsys) -> None:
@@ -64,7 +82,9 @@ def test_sample_efficiency(runs, tmp_path: Path, capsys) -> None:
     out = tmp_path / "se.json"
     rc, summary, _ = run(["eval", "sample-efficiency", "--baseline", str(runs["tied"]), "--run", str(runs["leviathan"]),
                           "--out", str(out)], capsys)  # fmt: skip
-    assert rc == 0 and json.loads(out.read_text())["kind"] == "sample_efficiency"
+    result = json.loads(out.read_text())
+    assert rc == 0 and result["kind"] == "sample_efficiency"
+    assert result["started_utc"] <= result["finished_utc"] and result["config_sha256"]
 
 
 def test_errors_are_messages_not_tracebacks(runs, small_val: Path, tmp_path: Path, capsys, unreachable_hub) -> None:

@@ -51,6 +51,34 @@ def test_val_covers_every_target_once_and_matches_the_model(loaded, small_val: P
     assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))["kind"] == "val"
 
 
+def test_envelope_carries_the_provenance_record(loaded, tmp_path: Path, monkeypatch) -> None:
+    import datetime as dt
+
+    from leviathan.eval.results import envelope
+    from leviathan.manifest import write_manifest
+    from leviathan.provenance import PACKAGES, config_sha256
+
+    monkeypatch.setenv("SLURM_JOB_ID", "99")
+    ckpt, _ = loaded
+    started = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    env = envelope("val", checkpoint=ckpt, inputs=[], config={"b": 2, "a": 1}, results={}, seconds=1.23456,
+                   device="cpu", started=started)  # fmt: skip
+    assert env["config"] == {"a": 1, "b": 2} and env["config_sha256"] == config_sha256({"b": 2, "a": 1})
+    assert env["started_utc"] == started.isoformat(timespec="seconds") <= env["finished_utc"]
+    assert env["env"]["slurm_job_id"] == "99" and env["env"]["device"] == "cpu"
+    assert set(PACKAGES) <= env["env"]["packages"].keys() and env["seconds"] == 1.235
+    assert env["checkpoint"]["manifest"] and env["checkpoint"]["sha256"] == ckpt.sha256
+    # the same fields, from the same function, as a manifest's
+    art = tmp_path / "a.bin"
+    art.write_bytes(b"x")
+    m = write_manifest(art, kind="tokens", config={"a": 1}, started=started, device="cpu")
+    prov = ("code", "env", "config", "config_sha256", "started_utc", "finished_utc")
+    assert set(prov) <= m.keys() and set(prov) <= env.keys()
+    assert m["env"].keys() == env["env"].keys() and m["code"] == env["code"]
+    # without a start time the envelope says so rather than guessing
+    assert envelope("val", checkpoint=None, inputs=[], config={}, results={})["started_utc"] is None
+
+
 def test_batch_size_and_prefix_windows(loaded, small_val: Path) -> None:
     ckpt, em = loaded
     a = evaluate_shard(em, small_val, vocab="gpt2", context=64, batch_size=1, max_windows=7, keep_token_losses=True)

@@ -66,9 +66,60 @@ def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
     assert val_rows[-1]["val_loss"] < val_rows[0]["val_loss"]
     assert train_rows[0]["mfu"] == "unknown"  # CPU: no peak, no guess
     final = reference_run / "checkpoints" / "final"
-    assert {p.name for p in final.iterdir()} == {"model.safetensors", "optim.pt", "rng.pt", "state.json"}
+    assert {p.name for p in final.iterdir()} == {"model.safetensors", "model.safetensors.json", "optim.pt",
+                                                 "rng.pt", "state.json"}  # fmt: skip
+    for name in ("step_00000004", "step_00000008"):  # every visible checkpoint has its manifest
+        assert (reference_run / "checkpoints" / name / "model.safetensors.json").is_file()
     steps = sorted(p.name for p in (reference_run / "checkpoints").iterdir())
     assert steps == ["final", "step_00000004", "step_00000008"]  # keep_last=2 (12 is final)
+
+
+def test_checkpoint_manifest_chains_to_the_token_shards(
+    gpt2_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime as dt
+    import json
+
+    from leviathan.eval.checkpoint import read_checkpoint
+    from leviathan.io import sha256_file
+    from leviathan.manifest import read_manifest
+    from leviathan.provenance import config_sha256
+
+    monkeypatch.chdir(tmp_path)  # paths in manifests are relative to the working directory
+    monkeypatch.setenv("SLURM_JOB_ID", "777")
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    c = train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * 2)
+    result = train(c, train_bins=[gpt2_shards / "train.bin"], val_bin=gpt2_shards / "val.bin", run_dir="run",
+                   runtime=RuntimeConfig(progress=False, val_every=0, val_windows=2, ckpt_every=1, keep_last=5))  # fmt: skip
+    final = Path("run") / "checkpoints" / "final"
+    assert result.final_checkpoint == final
+    m = read_manifest(final / "model.safetensors", kind="checkpoint")
+    assert m["artifact"]["sha256"] == sha256_file(final / "model.safetensors")
+    assert m["artifact"]["path"] == "run/checkpoints/final/model.safetensors"  # not the temp dir
+    assert m["checkpoint_dir"] == "run/checkpoints/final"
+    shards = {r: read_manifest(gpt2_shards / f"{r}.bin") for r in ("train", "val")}
+    assert m["inputs"] == [
+        {"role": f"{r}_tokens", "path": str(gpt2_shards / f"{r}.bin"), "sha256": shards[r]["artifact"]["sha256"]}
+        for r in ("train", "val")
+    ]
+    assert shards["train"]["artifact"]["sha256"] == sha256_file(gpt2_shards / "train.bin")
+    state = json.loads((final / "state.json").read_text())
+    assert m["config"] == state["train_config"] == c.to_dict()
+    assert m["config_sha256"] == config_sha256(c.to_dict()) == state["train_fingerprint"] == m["train_fingerprint"]
+    assert m["state_sha256"] == sha256_file(final / "state.json")
+    assert (m["step"], m["tokens"], m["model_config"]) == (2, state["tokens"], state["model_config"])
+    assert m["env"]["slurm_job_id"] == "777" and m["env"]["device"] == "cpu" and m["env"]["packages"]["torch"]
+    started, finished = (dt.datetime.fromisoformat(m[k]) for k in ("started_utc", "finished_utc"))
+    assert before <= started <= finished
+    # step checkpoints carry one too, and all of the run share its start
+    step1 = read_manifest(Path("run") / "checkpoints" / "step_00000001" / "model.safetensors", kind="checkpoint")
+    assert step1["step"] == 1 and step1["started_utc"] == m["started_utc"]
+    assert step1["artifact"]["path"] == "run/checkpoints/step_00000001/model.safetensors"
+    assert not list((Path("run") / "checkpoints").glob(".*"))  # no temp dirs left
+    # evaluation records the manifest of the checkpoint it read
+    rec = read_checkpoint("run").record()
+    assert rec["manifest"] == "run/checkpoints/final/model.safetensors.json"
+    assert rec["manifest_sha256"] == sha256_file(final / "model.safetensors.json")
 
 
 @pytest.mark.slow

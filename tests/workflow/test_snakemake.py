@@ -2,36 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-
-
-def workflow_copy(dest: Path) -> Path:
-    for name in ("Snakefile", "workflow", "profiles", "config"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
-    return dest
-
-
-def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run([SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def job_counts(output: str) -> dict[str, int]:
-    table = output[output.index("Job stats:") :]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
+from workflow_helpers import ROOT, job_counts, small_config, snakemake, workflow_copy
 
 
 def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
@@ -79,23 +55,10 @@ def test_workflow_lints_clean() -> None:
     assert "Congratulations" in out.stdout + out.stderr
 
 
-SMALL = {
-    "studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}},
-    "train": {"micro": {"total_tokens": 8 * 64 * 6}},
-    "runtime": {"val_every": 3, "val_windows": 4, "ckpt_every": 3, "threads": 2, "restart_on_mismatch": True},
-}
-SMALL_EVAL_TASKS = ["piqa", "lambada_openai"]
-
-
 @pytest.mark.slow
 def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     work = workflow_copy(tmp_path)
-    config = yaml.safe_load((work / "config" / "config.yaml").read_text())
-    config.update(SMALL)
-    lm_eval = config["evaluate"]["lm_eval"]
-    lm_eval["tasks"] = SMALL_EVAL_TASKS
-    lm_eval["data"] = {task: lm_eval["data"][task] for task in SMALL_EVAL_TASKS}
-    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    config = small_config(work)
     out = snakemake(work, "--profile", "profiles/local", "all")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     for variant in ("tied", "leviathan"):

@@ -8,6 +8,8 @@ from leviathan.workflow.grid import (
     wildcard_pattern,
 )
 from leviathan.workflow import steps
+from leviathan.report.build import FIGURES_DIR, TABLES_DIR, report_inputs, table_names
+from leviathan.report.figures import FIGURE_NAMES
 
 CORPUS = config["corpus"]["name"]
 CELLS = cells(config["studies"])
@@ -42,3 +44,27 @@ def val_inputs(wildcards):
     if config.get("evaluate", {}).get("word_counts") is not None:
         inputs["word_counts"] = f"{tokens}/word_counts.json"
     return inputs
+
+
+REPORT_TABLES = table_names(report_inputs(config))
+
+
+def table_outputs():
+    out = []
+    for name in REPORT_TABLES:
+        out.append(report(f"{TABLES_DIR}/{name}.csv", caption=f"../report/tables/{name}.rst",
+                          category="Tables", labels={"table": name, "format": "csv"}))
+        out += [f"{TABLES_DIR}/{name}.md", f"{TABLES_DIR}/{name}.tex"]
+    out.append(report(f"{TABLES_DIR}/paper_check.md", caption="../report/tables/paper_check.rst",
+                      category="Tables", labels={"table": "paper_check", "format": "md"}))
+    out.append(f"{TABLES_DIR}/paper_check.csv")
+    return out
+
+
+def figure_outputs():
+    out = []
+    for name in FIGURE_NAMES:
+        out.append(report(f"{FIGURES_DIR}/{name}.png", caption=f"../report/figures/{name}.rst",
+                          category="Figures", labels={"figure": name}))
+        out.append(f"{FIGURES_DIR}/{name}.pdf")
+    return out

@@ -1,17 +1,27 @@
-# Report: tables from the evaluation results (leviathan.report).
-REPORT_TARGETS = ["results/report/summary.csv", "results/report/summary.md"]
+# Report: the paper's tables (CSV, Markdown, LaTeX) and figures (PNG, PDF), each with a
+# manifest, from the evaluation outputs (leviathan.report). Captions: workflow/report/.
+from leviathan.paper import reported_path
+
+
+REPORT_TARGETS = ["results/report/summary.csv", "results/report/summary.md"] + [
+    f"{TABLES_DIR}/{name}.{fmt}" for name in REPORT_TABLES for fmt in ("csv", "md", "tex")
+] + [f"{TABLES_DIR}/paper_check.csv", f"{TABLES_DIR}/paper_check.md"] + [f"{FIGURES_DIR}/{name}.{fmt}" for name in FIGURE_NAMES for fmt in ("png", "pdf")]
 
 
 rule report:
-    """One row per cell: val loss/ppl/bpb, WikiText-103 ppl, lm-eval mean accuracy."""
+    """Summary, the paper's tables beside its reported figures, and the figures."""
     input:
-        EVAL_TARGETS,
+        evals=EVAL_TARGETS,
+        checkpoints=[c.final_marker for c in CELLS],
+        paper=str(reported_path()),
     output:
+        table_outputs(),
+        figure_outputs(),
         csv="results/report/summary.csv",
         md="results/report/summary.md",
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/report/summary.log",
+        "logs/report/report.log",
     script:
         "../scripts/report.py"

@@ -10,7 +10,8 @@ Modules, one job each:
     counts      per-id train counts (int64[V] .npy)
     prepare     corpus -> shards + counts for one vocabulary
     loader      deterministic, DDP-shardable, resumable train batches; validation windows
-    manifest    the one manifest writer used by every artifact
     inspect     summaries / checks for `leviathan data inspect`
     cli         `leviathan data ...`
+
+Every artifact gets its manifest from `leviathan.manifest` (shared with checkpoints).
 """

@@ -14,6 +14,7 @@ moves another document between train and val.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import hashlib
 import io
 import json
@@ -27,8 +28,9 @@ from typing import IO, Any, NamedTuple
 
 import zstandard
 
-from leviathan.data.manifest import invalidate_manifest, read_manifest, write_manifest
 from leviathan.io import atomic_path
+from leviathan.manifest import invalidate_manifest, read_manifest, write_manifest
+from leviathan.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +153,8 @@ def write_corpus(
     splits: Iterable[str],
     source: dict[str, Any],
     inputs: Sequence[dict[str, str]] | Callable[[], Sequence[dict[str, str]]] = (),
+    config: dict[str, Any] | None = None,
+    started: _dt.datetime | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Write every (split, document) of `routed` and a manifest per split; return manifests.
 
@@ -159,7 +163,10 @@ def write_corpus(
     `inputs` (records from `input_record`) may be a callable, evaluated once every
     document has been read (for sources that learn which files they opened as they go).
     Nothing is renamed into place unless every split has at least one document.
+    `config` (the fetch step's resolved settings) and `started` (when it began; default:
+    now) go into every split's manifest.
     """
+    started = started or utc_now()
     out = Path(out_dir)
     names = list(dict.fromkeys(splits))
     with contextlib.ExitStack() as stack:
@@ -193,6 +200,8 @@ def write_corpus(
             kind="corpus",
             inputs=input_records,
             fields={"split": name, "source": source, **stats.record()},
+            config=config,
+            started=started,
         )
     return manifests
 

@@ -7,21 +7,24 @@ the shard it was counted from (path + sha256), the vocabulary and the totals.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from leviathan.data.manifest import (
+from leviathan.data.shards import Shard, ShardError, open_shard
+from leviathan.io import atomic_path
+from leviathan.manifest import (
+    display_path,
     input_record,
     invalidate_manifest,
     read_manifest,
     vocab_record,
     write_manifest,
 )
-from leviathan.data.shards import Shard, ShardError, open_shard
-from leviathan.io import atomic_path
+from leviathan.provenance import utc_now
 from leviathan.vocab import get_vocab
 
 COUNT_CHUNK = 1 << 24  # tokens per bincount pass: bounded memory on any shard size
@@ -41,9 +44,18 @@ def count_shard(shard: Shard) -> np.ndarray[Any, np.dtype[np.int64]]:
 
 
 def write_counts(
-    counts: np.ndarray[Any, np.dtype[np.int64]], shard: Shard, out: str | os.PathLike[str]
+    counts: np.ndarray[Any, np.dtype[np.int64]],
+    shard: Shard,
+    out: str | os.PathLike[str],
+    *,
+    started: _dt.datetime | None = None,
 ) -> dict[str, Any]:
-    """Save `counts` as .npy (atomically) with its manifest; return the manifest."""
+    """Save `counts` as .npy (atomically) with its manifest; return the manifest.
+
+    `started`: when counting began (default: now; the tokenize pass that counts as it
+    encodes passes its own start).
+    """
+    started = started or utc_now()
     spec = get_vocab(shard.vocab)
     if counts.shape != (spec.n_vocab,) or counts.dtype != np.int64:
         raise ValueError(f"counts must be int64[{spec.n_vocab}], got {counts.dtype}{counts.shape}")
@@ -56,6 +68,13 @@ def write_counts(
         kind="counts",
         inputs=[input_record(shard.path, shard.sha256)],
         vocab=vocab_record(spec),
+        config={
+            "step": "counts",
+            "shard": display_path(shard.path),
+            "vocab": spec.name,
+            "includes_eot": True,
+        },
+        started=started,
         fields={
             "dtype": "int64",
             "length": int(counts.size),
@@ -71,8 +90,9 @@ def counts_from_shard(
     bin_path: str | os.PathLike[str], out: str | os.PathLike[str]
 ) -> dict[str, Any]:
     """Count ids of an existing `.bin` and write `out` (.npy) + manifest."""
+    started = utc_now()
     shard = open_shard(bin_path)
-    return write_counts(count_shard(shard), shard, out)
+    return write_counts(count_shard(shard), shard, out, started=started)
 
 
 def load_counts(

@@ -10,13 +10,12 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from leviathan.data.corpus import Document, hash_split, limit, write_corpus
 from leviathan.data.embedded import embedded_documents, embedded_source
-from leviathan.data.manifest import input_record
 from leviathan.data.sources import (
     PILE_DATASET,
     PILE_LOCAL_TRAIN_GLOB,
@@ -31,6 +30,8 @@ from leviathan.data.sources import (
     text_documents,
     text_source,
 )
+from leviathan.manifest import input_record
+from leviathan.provenance import utc_now
 
 DEFAULT_VAL_FRACTION = 0.05
 
@@ -40,6 +41,18 @@ Limits = tuple[int | None, int | None]  # (max_docs, max_bytes)
 
 def _limits_record(limits: Limits) -> dict[str, int | None]:
     return {"max_docs": limits[0], "max_bytes": limits[1]}
+
+
+def _config(source: str, **settings: Any) -> dict[str, Any]:
+    """The resolved settings of a fetch (the manifests' `config`): what decides the corpus,
+    not where it is written nor how fast (output directory, worker counts)."""
+    return {"step": "fetch", "source": source, **settings}
+
+
+def _spec_record(spec: HFSpec) -> dict[str, Any]:
+    rec = asdict(spec)
+    rec["data_files"] = list(spec.data_files) if spec.data_files else None
+    return rec
 
 
 def _route(split: str, docs: Iterable[Document]) -> Iterator[tuple[str, Document]]:
@@ -53,9 +66,13 @@ def fetch_embedded(
     workers: int | None = None,
 ) -> Manifests:
     """The embedded stdlib corpus, split by document-id hash."""
+    started = utc_now()
     source = {**embedded_source(), "val_fraction": val_fraction}
     routed = hash_split(embedded_documents(workers=workers), val_fraction)
-    return write_corpus(out, routed, splits=("train", "val"), source=source)
+    config = _config("embedded", val_fraction=val_fraction)
+    return write_corpus(
+        out, routed, splits=("train", "val"), source=source, config=config, started=started
+    )
 
 
 def fetch_text(
@@ -66,12 +83,26 @@ def fetch_text(
     limits: Limits = (None, None),
 ) -> Manifests:
     """Local files/globs (one document per file, or per line of JSONL[.zst]), hash split."""
+    started = utc_now()
+    config = _config(
+        "text",
+        patterns=list(patterns),
+        val_fraction=val_fraction,
+        text_field=text_field,
+        limits=_limits_record(limits),
+    )
     paths = expand_paths(patterns)
     source = {**text_source(paths), "val_fraction": val_fraction, "limits": _limits_record(limits)}
     docs = limit(text_documents(paths, text_field), *limits)
     inputs = [input_record(p) for p in paths]
     return write_corpus(
-        out, hash_split(docs, val_fraction), splits=("train", "val"), source=source, inputs=inputs
+        out,
+        hash_split(docs, val_fraction),
+        splits=("train", "val"),
+        source=source,
+        inputs=inputs,
+        config=config,
+        started=started,
     )
 
 
@@ -87,8 +118,15 @@ def fetch_hf(
     `val_fraction`, exactly one spec is given and is hash-split into train/val.
     `limits` (max_docs, max_bytes) apply to every dataset split read.
     """
+    started = utc_now()
     if not specs:
         raise ValueError("no dataset split given: pass e.g. --split train=train")
+    config = _config(
+        "hf",
+        splits={name: _spec_record(s) for name, s in specs.items()},
+        val_fraction=val_fraction,
+        limits=_limits_record(limits),
+    )
     inputs = [input_record(f) for s in specs.values() for f in _local_files(s)]
     if val_fraction is not None:
         if len(specs) != 1:
@@ -106,6 +144,8 @@ def fetch_hf(
             splits=("train", "val"),
             source=source,
             inputs=inputs,
+            config=config,
+            started=started,
         )
     source = {
         "kind": "hf",
@@ -114,7 +154,15 @@ def fetch_hf(
     routed = itertools.chain.from_iterable(
         _route(name, limit(hf_documents(spec), *limits)) for name, spec in specs.items()
     )
-    return write_corpus(out, routed, splits=specs.keys(), source=source, inputs=inputs)
+    return write_corpus(
+        out,
+        routed,
+        splits=specs.keys(),
+        source=source,
+        inputs=inputs,
+        config=config,
+        started=started,
+    )
 
 
 def _local_files(spec: HFSpec) -> list[Path]:
@@ -139,6 +187,11 @@ def fetch_pile(
 
     The Pile's own validation split is used as val. Limits allow partial downloads.
     """
+    started = utc_now()
+    settings: dict[str, Any] = {
+        "train_limits": _limits_record(train_limits),
+        "val_limits": _limits_record(val_limits),
+    }
     if local_dir is not None:
         root = Path(local_dir)
         source: dict[str, Any] = {
@@ -148,6 +201,13 @@ def fetch_pile(
             "val_glob": val_glob,
             "limits": {"train": _limits_record(train_limits), "val": _limits_record(val_limits)},
         }
+        config = _config(
+            "pile-local",
+            local_dir=root.as_posix(),
+            train_glob=train_glob,
+            val_glob=val_glob,
+            **settings,
+        )
         opened: list[Path] = []
         routed = itertools.chain(
             _route("train", limit(pile_local_documents(root, train_glob, opened), *train_limits)),
@@ -159,9 +219,20 @@ def fetch_pile(
             splits=("train", "val"),
             source=source,
             inputs=lambda: [input_record(p) for p in dict.fromkeys(opened)],
+            config=config,
+            started=started,
         )
     base = HFSpec(dataset=dataset, split=train_split, config=config, revision=revision)
     val = replace(base, split=val_split)
+    step_config = _config(
+        "pile-hf",
+        dataset=dataset,
+        config=config,
+        revision=revision,
+        train_split=train_split,
+        val_split=val_split,
+        **settings,
+    )
     source = {
         "kind": "pile-hf",
         "splits": {
@@ -173,4 +244,11 @@ def fetch_pile(
         _route("train", limit(hf_documents(base), *train_limits)),
         _route("val", limit(hf_documents(val), *val_limits)),
     )
-    return write_corpus(out, routed, splits=("train", "val"), source=source)
+    return write_corpus(
+        out,
+        routed,
+        splits=("train", "val"),
+        source=source,
+        config=step_config,
+        started=started,
+    )

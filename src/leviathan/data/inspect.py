@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from leviathan.data.counts import load_counts
-from leviathan.data.manifest import manifest_path, read_manifest
 from leviathan.data.shards import ShardError, open_shard
 from leviathan.io import sha256_file
+from leviathan.manifest import manifest_path, read_manifest
 
 ARTIFACT_SUFFIXES = (".bin", ".npy", ".jsonl.zst")
 

@@ -69,6 +69,6 @@ def tokenize_corpus(
         }
         if want_counts and result.counts is not None:
             out = Path(out_dir) / COUNTS_FILE
-            write_counts(result.counts, open_shard(result.path), out)
+            write_counts(result.counts, open_shard(result.path), out, started=result.started)
             summary["counts"] = str(out)
     return summary

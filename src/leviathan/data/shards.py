@@ -11,6 +11,7 @@ file into place only once complete, and then writes the manifest.
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import os
 import sys
@@ -24,15 +25,17 @@ from tqdm import tqdm
 
 from leviathan.data.corpus import read_corpus_manifest
 from leviathan.data.encode import DEFAULT_BATCH_BYTES, Encoded, default_parallelism, encode_file
-from leviathan.data.manifest import (
+from leviathan.data.tokenizers import Tokenizer, token_dtype
+from leviathan.io import atomic_path
+from leviathan.manifest import (
+    display_path,
     input_record,
     invalidate_manifest,
     read_manifest,
     vocab_record,
     write_manifest,
 )
-from leviathan.data.tokenizers import Tokenizer, token_dtype
-from leviathan.io import atomic_path
+from leviathan.provenance import utc_now
 from leviathan.vocab import get_vocab
 
 __all__ = [
@@ -61,6 +64,7 @@ class TokenizeResult:
     sha256: str
     seconds: float
     counts: np.ndarray[Any, np.dtype[np.int64]] | None = None
+    started: _dt.datetime | None = None  # when the tokenization of this split began
 
     @property
     def mb_per_s(self) -> float:
@@ -153,6 +157,7 @@ def tokenize_split(
     progress: bool = True,
 ) -> TokenizeResult:
     """Tokenize `<corpus_dir>/<split>.jsonl.zst` into `<out_dir>/<split>.bin` + manifest."""
+    started = utc_now()
     corpus_manifest = read_corpus_manifest(corpus_dir, split)
     src = Path(corpus_dir) / corpus_manifest["artifact"]["name"]
     out = shard_path(out_dir, split)
@@ -172,12 +177,22 @@ def tokenize_split(
             raise ShardError(f"{src}: corpus split {split!r} has no documents; refetch it")
         invalidate_manifest(out)
     result.path = out
+    result.started = started
+    config = {
+        "step": "tokenize",
+        "corpus": display_path(corpus_dir),
+        "split": split,
+        "vocab": tokenizer.spec.name,
+        "eot_between_documents": True,
+    }
     write_manifest(
         out,
         kind="tokens",
         inputs=[input_record(src, corpus_manifest["artifact"]["sha256"])],
         vocab=vocab_record(tokenizer.spec),
         artifact_sha256=result.sha256,
+        config=config,
+        started=started,
         fields={
             "split": split,
             "dtype": np.dtype(tokenizer.dtype).name,

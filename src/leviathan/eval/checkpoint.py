@@ -24,6 +24,7 @@ from torch import nn
 from leviathan.device import resolve_device
 from leviathan.eval.errors import EvalInputError
 from leviathan.io import read_json, sha256_file
+from leviathan.manifest import display_path, manifest_path
 from leviathan.model import LanguageModel, ModelConfig, build_model
 from leviathan.model.generated import check_ids
 from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, token_losses
@@ -83,9 +84,15 @@ class Checkpoint:
         """The checkpoint's identity as recorded in every evaluation output."""
         tc = self.train_config
         loader = self.state.get("loader") or {}
+        manifest = manifest_path(self.path / WEIGHTS)
+        has_manifest = manifest.is_file()
         return {
             "path": str(self.path),
             "sha256": self.sha256,
+            # the checkpoint's own manifest (model.safetensors.json): the next link of the
+            # chain (training data, train config); None for checkpoints written without one
+            "manifest": display_path(manifest) if has_manifest else None,
+            "manifest_sha256": sha256_file(manifest) if has_manifest else None,
             "state_sha256": sha256_file(self.path / STATE),
             "step": self.state.get("step"),
             "tokens": self.state.get("tokens"),

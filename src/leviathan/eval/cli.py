@@ -23,6 +23,7 @@ from typing import Any
 
 from leviathan.eval.config import PAPER_TASKS, EvalConfig, LocalTaskData
 from leviathan.eval.errors import EvalInputError
+from leviathan.provenance import utc_now
 
 
 def _common_model(p: argparse.ArgumentParser) -> None:
@@ -111,11 +112,13 @@ def run_val(args: argparse.Namespace) -> int:
     from leviathan.eval.results import write_result
     from leviathan.eval.validation import evaluate_val
 
+    started = utc_now()
     cfg = EvalConfig.from_file(args.config).val
     cfg = replace(cfg, **_overrides(args, {"context": "context", "batch_size": "batch_size",
                                            "max_windows": "max_windows", "quantile_bins": "quantile_bins"}))  # fmt: skip
     ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
-    out = evaluate_val(ckpt, model, args.val, counts=args.counts, word_counts=args.word_counts, cfg=cfg)
+    out = evaluate_val(ckpt, model, args.val, counts=args.counts, word_counts=args.word_counts, cfg=cfg,
+                       started=started)  # fmt: skip
     write_result(args.out, out)
     o = out["results"]["overall"]
     _print({"out": str(args.out), "loss": o["loss"], "perplexity": o["perplexity"], "bits_per_byte": o["bits_per_byte"],
@@ -127,7 +130,8 @@ def run_word_counts(args: argparse.Namespace) -> int:
     from leviathan.eval.results import write_result
     from leviathan.eval.validation import build_word_counts
 
-    out = build_word_counts(args.train, args.val, max_train_tokens=args.max_train_tokens)
+    started = utc_now()
+    out = build_word_counts(args.train, args.val, max_train_tokens=args.max_train_tokens, started=started)
     write_result(args.out, out)
     r = out["results"]
     _print({"out": str(args.out), "val_word_types": r["val_word_types"], "train_tokens_counted": r["train_tokens_counted"]})
@@ -139,6 +143,7 @@ def run_wikitext(args: argparse.Namespace) -> int:
     from leviathan.eval.results import write_result
     from leviathan.eval.wikitext import evaluate_wikitext
 
+    started = utc_now()
     cfg = EvalConfig.from_file(args.config).wikitext
     changes = _overrides(args, {"dataset": "dataset", "name": "name", "split": "split", "builder": "builder",
                                 "context": "context", "stride": "stride", "batch_size": "batch_size"})  # fmt: skip
@@ -149,7 +154,7 @@ def run_wikitext(args: argparse.Namespace) -> int:
         changes["data_files"] = files
     cfg = replace(cfg, **changes)
     ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
-    out = evaluate_wikitext(ckpt, model, cfg)
+    out = evaluate_wikitext(ckpt, model, cfg, started=started)
     write_result(args.out, out)
     r = out["results"]
     _print({"out": str(args.out), "token_perplexity": r["token_perplexity"], "word_perplexity": r["word_perplexity"],
@@ -162,6 +167,7 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
     from leviathan.eval.lm_eval_tasks import run_lm_eval
     from leviathan.eval.results import write_result
 
+    started = utc_now()
     cfg = EvalConfig.from_file(args.config).lm_eval
     changes = _overrides(args, {"limit": "limit", "num_fewshot": "num_fewshot", "bootstrap_iters": "bootstrap_iters",
                                 "batch_size": "batch_size"})  # fmt: skip
@@ -179,7 +185,7 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
     cfg = replace(cfg, **changes)
     ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
     samples = args.samples or args.out.with_name(args.out.stem + ".samples.jsonl")
-    out = run_lm_eval(ckpt, model, cfg, samples_out=samples)
+    out = run_lm_eval(ckpt, model, cfg, samples_out=samples, started=started)
     write_result(args.out, out)
     tasks = out["results"]["tasks"]
     _print({"out": str(args.out), "samples": str(samples), "mean_acc": out["results"]["mean_acc"],
@@ -191,7 +197,8 @@ def run_sample_efficiency(args: argparse.Namespace) -> int:
     from leviathan.eval.results import write_result
     from leviathan.eval.sample_efficiency import sample_efficiency
 
-    out = sample_efficiency(args.baseline, args.run)
+    started = utc_now()
+    out = sample_efficiency(args.baseline, args.run, started=started)
     write_result(args.out, out)
     _print({"out": str(args.out), "target_val_loss": out["results"]["baseline"]["target_val_loss"],
             "ratios": {r["run"]: r["ratio"] for r in out["results"]["runs"]}})  # fmt: skip

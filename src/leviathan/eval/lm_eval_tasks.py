@@ -27,6 +27,7 @@ lm-eval's EvaluationTracker computes it), and the per-sample logs (a JSONL file 
 from __future__ import annotations
 
 import copy
+import datetime as _dt
 import json
 import os
 import time
@@ -39,6 +40,7 @@ from leviathan.eval.errors import EvalInputError, HubUnreachable
 from leviathan.eval.hub import is_connection_error, offline_mode, require_hub
 from leviathan.eval.results import envelope
 from leviathan.io import atomic_path, sha256_file
+from leviathan.provenance import utc_now
 
 # lm-eval's task directory of each paper task (indexing only these is ~10x faster than the
 # whole catalogue; any other lm-eval task name falls back to the full index)
@@ -182,13 +184,15 @@ def _jsonable(obj: Any) -> Any:
 
 def run_lm_eval(
     ckpt: Checkpoint, model: EvalModel, cfg: LmEvalConfig = LmEvalConfig(),
-    samples_out: str | os.PathLike[str] | None = None,
+    samples_out: str | os.PathLike[str] | None = None, started: _dt.datetime | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Run lm-eval on the configured tasks; the `lm_eval` evaluation output.
 
     Per-sample logs go to `samples_out` (JSONL, one sample per line with its task), written
-    atomically; the output records its path and sha256.
+    atomically; the output records its path and sha256. `started`: when the evaluation
+    began, checkpoint loading included (default: now).
     """
+    started = started or utc_now()
     import lm_eval
 
     from leviathan.eval.lm_eval_adapter import LeviathanLM
@@ -237,7 +241,7 @@ def run_lm_eval(
                               "count": sum(len(v) for v in samples.values())}  # fmt: skip
     config = {**cfg.to_dict(), "max_length": lm.max_length, "precision": model.precision}
     return envelope("lm_eval", checkpoint=ckpt, inputs=inputs, config=_jsonable(config), results=results,
-                    seconds=time.perf_counter() - t0, device=str(model.device))  # fmt: skip
+                    seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip
 
 
 def _mean_acc(per_task: dict[str, dict[str, Any]]) -> float | None:

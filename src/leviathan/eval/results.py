@@ -1,15 +1,20 @@
 """The one format of every evaluation output: a JSON object written atomically.
 
     {
-      "schema": 1, "kind": "val" | "wikitext" | "lm_eval" | "sample_efficiency" | "word_counts",
-      "checkpoint": {path, sha256 (of model.safetensors), step, tokens, scale, vocab, variant,
-                     seed, model_config, ...} | null,
+      "schema": 2, "kind": "val" | "wikitext" | "lm_eval" | "sample_efficiency" | "word_counts",
+      "checkpoint": {path, sha256 (of model.safetensors), manifest (its model.safetensors.json),
+                     step, tokens, scale, vocab, variant, seed, model_config, ...} | null,
       "inputs": [{"role", "path", "sha256", "manifest"?}, ...],   data it used, with manifests
-      "config": {...},                                             the evaluation's settings
+      "config": {...}, "config_sha256": "...",                    the evaluation's settings
       "results": {...},
-      "code": {leviathan, git_commit, git_dirty}, "env": {python, torch, host, cuda, device},
-      "created_utc": "...", "seconds": ...
+      "code": {leviathan, git_commit, git_dirty},
+      "env": {python, implementation, torch, cuda, host, device, slurm_job_id, packages},
+      "started_utc": "...", "finished_utc": "...", "created_utc": "...", "seconds": ...
     }
+
+`code`, `env`, `config`, `config_sha256`, `started_utc` and `finished_utc` come from
+`leviathan.provenance.record`, the same function that fills every manifest. An output's own
+sha256 is recorded by whoever consumes it (the report tables).
 """
 
 from __future__ import annotations
@@ -21,12 +26,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leviathan.data.manifest import display_path, manifest_path, read_manifest
 from leviathan.eval.checkpoint import Checkpoint
 from leviathan.io import read_json, sha256_file, write_json
-from leviathan.provenance import code_version, environment
+from leviathan.manifest import display_path, manifest_path, read_manifest
+from leviathan.provenance import record
 
-SCHEMA = 1
+SCHEMA = 2  # 2: + config_sha256, started_utc/finished_utc, env.packages, checkpoint.manifest
 
 
 def perplexity(loss: float | None) -> float | None:
@@ -61,21 +66,18 @@ def envelope(
     results: Mapping[str, Any],
     seconds: float | None = None,
     device: str | None = None,
+    started: _dt.datetime | None = None,
 ) -> dict[str, Any]:
-    env = environment()
-    env["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
-    if device is not None:
-        env["device"] = device
+    """An evaluation output; `started` is when the evaluation (command) began."""
+    prov = record(config=config, started=started, device=device)
     return {
         "schema": SCHEMA,
         "kind": kind,
         "checkpoint": checkpoint.record() if checkpoint is not None else None,
         "inputs": [dict(i) for i in inputs],
-        "config": dict(config),
         "results": dict(results),
-        "code": code_version(),
-        "env": env,
-        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        **prov,
+        "created_utc": prov["finished_utc"],
         "seconds": None if seconds is None else round(seconds, 3),
     }
 

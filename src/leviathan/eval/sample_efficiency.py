@@ -17,6 +17,7 @@ runtime.val_windows), which metrics.jsonl does not record: keep it fixed per stu
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Any
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.results import envelope
 from leviathan.io import read_json, sha256_file
+from leviathan.provenance import utc_now
 from leviathan.train.telemetry import read_metrics
 
 METRICS = "metrics.jsonl"
@@ -126,8 +128,12 @@ def _run_record(curve: Curve, role: str) -> dict[str, Any]:
     return rec
 
 
-def sample_efficiency(baseline: str | os.PathLike[str], runs: list[str | os.PathLike[str]]) -> dict[str, Any]:
-    """The `sample_efficiency` evaluation output of runs against a (tied) baseline run."""
+def sample_efficiency(baseline: str | os.PathLike[str], runs: list[str | os.PathLike[str]],
+                      started: _dt.datetime | None = None) -> dict[str, Any]:  # fmt: skip
+    """The `sample_efficiency` evaluation output of runs against a (tied) baseline run.
+
+    `started`: when the command began (default: now)."""
+    started = started or utc_now()
     t0 = time.perf_counter()
     if not runs:
         raise EvalInputError("name at least one run to compare with the baseline")
@@ -143,4 +149,4 @@ def sample_efficiency(baseline: str | os.PathLike[str], runs: list[str | os.Path
     }  # fmt: skip
     inputs = [_run_record(base, "baseline")] + [_run_record(c, "run") for c in curves]
     return envelope("sample_efficiency", checkpoint=None, inputs=inputs, config={}, results=results,
-                    seconds=time.perf_counter() - t0)  # fmt: skip
+                    seconds=time.perf_counter() - t0, started=started)  # fmt: skip

@@ -7,6 +7,7 @@ give the overall figures and the token buckets; the kept per-token losses give t
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from leviathan.eval.frequency import stratify, token_frequency
 from leviathan.eval.perplexity import LN2, check_finite_loss, evaluate_shard
 from leviathan.eval.results import envelope, file_record, perplexity, read_result
 from leviathan.eval.words import count_words, iter_words, word_key, word_losses
+from leviathan.provenance import utc_now
 
 PathLike = str | os.PathLike[str]
 
@@ -51,8 +53,12 @@ def load_train_counts(ckpt: Checkpoint, path: PathLike) -> np.ndarray[Any, np.dt
         raise EvalInputError(f"{exc} (the checkpoint {ckpt.path} was trained on {ckpt.vocab.name})") from exc
 
 
-def build_word_counts(train: PathLike, val: PathLike, *, max_train_tokens: int | None = None) -> dict[str, Any]:
-    """The `word_counts` output: training counts of every word of the validation text."""
+def build_word_counts(train: PathLike, val: PathLike, *, max_train_tokens: int | None = None,
+                      started: _dt.datetime | None = None) -> dict[str, Any]:  # fmt: skip
+    """The `word_counts` output: training counts of every word of the validation text.
+
+    `started`: when the command began (default: now)."""
+    started = started or utc_now()
     t0 = time.perf_counter()
     val_shard = open_shard(val, verify_sha256=True)
     train_shard = open_shard(train)
@@ -78,7 +84,7 @@ def build_word_counts(train: PathLike, val: PathLike, *, max_train_tokens: int |
     inputs = [file_record(train, "train_tokens"), file_record(val, "val_tokens")]
     return envelope("word_counts", checkpoint=None, inputs=inputs,
                     config={"max_train_tokens": max_train_tokens, "vocab": vocab}, results=results,
-                    seconds=time.perf_counter() - t0)  # fmt: skip
+                    seconds=time.perf_counter() - t0, started=started)  # fmt: skip
 
 
 def load_word_counts(path: PathLike) -> dict[str, Any]:
@@ -96,8 +102,12 @@ def evaluate_val(
     counts: PathLike | None = None,
     word_counts: PathLike | None = None,
     cfg: ValConfig = ValConfig(),
+    started: _dt.datetime | None = None,
 ) -> dict[str, Any]:
-    """The `val` evaluation output (see the module docstring and `leviathan.eval.results`)."""
+    """The `val` evaluation output (see the module docstring and `leviathan.eval.results`).
+
+    `started`: when the evaluation began, checkpoint loading included (default: now)."""
+    started = started or utc_now()
     t0 = time.perf_counter()
     shard = open_val_shard(ckpt, val)
     train_counts = load_train_counts(ckpt, counts) if counts is not None else None
@@ -143,4 +153,4 @@ def evaluate_val(
     config = {"context": context, "batch_size": cfg.batch_size, "max_windows": cfg.max_windows,
               "quantile_bins": cfg.quantile_bins, "max_decade": cfg.max_decade, "precision": model.precision}  # fmt: skip
     return envelope("val", checkpoint=ckpt, inputs=inputs, config=config, results=results,
-                    seconds=time.perf_counter() - t0, device=str(model.device))  # fmt: skip
+                    seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip

@@ -14,6 +14,7 @@ byte. The dataset id, config, split and a local-files override (`data_files`, an
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import time
 from typing import Any
@@ -28,6 +29,7 @@ from leviathan.eval.hub import is_connection_error, require_hub
 from leviathan.eval.perplexity import LN2, check_finite_loss, score_stream
 from leviathan.eval.results import envelope, perplexity
 from leviathan.io import sha256_file
+from leviathan.provenance import utc_now
 
 
 def load_texts(cfg: WikitextConfig) -> tuple[list[str], dict[str, Any], list[dict[str, Any]]]:
@@ -103,8 +105,12 @@ def score_text(model: EvalModel, vocab: str, text: str, *, context: int, stride:
     }
 
 
-def evaluate_wikitext(ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig = WikitextConfig()) -> dict[str, Any]:
-    """The `wikitext` evaluation output of a checkpoint (see `leviathan.eval.results`)."""
+def evaluate_wikitext(ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig = WikitextConfig(),
+                      started: _dt.datetime | None = None) -> dict[str, Any]:  # fmt: skip
+    """The `wikitext` evaluation output of a checkpoint (see `leviathan.eval.results`).
+
+    `started`: when the evaluation began, checkpoint loading included (default: now)."""
+    started = started or utc_now()
     t0 = time.perf_counter()
     context = cfg.context or ckpt.context
     stride = cfg.stride or context
@@ -117,4 +123,4 @@ def evaluate_wikitext(ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig = 
     config = {**cfg.__dict__, "context": context, "stride": stride, "precision": model.precision}
     check_finite_loss(result["loss"], ckpt)
     return envelope("wikitext", checkpoint=ckpt, inputs=inputs, config=config, results=result,
-                    seconds=time.perf_counter() - t0, device=str(model.device))  # fmt: skip
+                    seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip

@@ -6,15 +6,23 @@ A checkpoint is a directory `<run>/checkpoints/step_<N>/` (or `final/`) holding
   rng.pt              torch CPU/CUDA, numpy and python RNG states (weights_only too)
   state.json          step, tokens, loader state (with its data fingerprint), the train and
                       model configs with the config fingerprint, code version, metrics
+  model.safetensors.json
+                      the manifest (kind "checkpoint", `leviathan.manifest`): sha256 of the
+                      weights, the token shards trained and validated on (with the sha256
+                      their manifests record), the train config and its sha256, state.json's
+                      sha256, code, environment, start/end time. Never read when resuming.
 It is written under a temporary name and renamed into place only when complete, so a
-directory named `step_*`/`final` is always whole; `state.json` is written last.
+directory named `step_*`/`final` is always whole; `state.json` and then the manifest are
+written last (the manifest records the final directory's path, not the temporary one).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import random
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +31,23 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from leviathan.io import read_json, write_json
+from leviathan.io import read_json, sha256_file, write_json
+from leviathan.manifest import display_path, write_manifest
 
 FINAL = "final"
 PREFIX = "step_"
+WEIGHTS = "model.safetensors"
+STATE = "state.json"
+MANIFEST_KIND = "checkpoint"
+
+
+@dataclass(frozen=True)
+class ManifestInfo:
+    """What a checkpoint's manifest records beyond the checkpoint itself."""
+
+    inputs: Sequence[Mapping[str, str]]  # {"role", "path", "sha256"} of the token shards
+    started: _dt.datetime | None = None  # when the training process began
+    device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,18 +93,25 @@ def save_checkpoint(
     model_state: dict[str, torch.Tensor],
     optim_state: dict[str, Any],
     state: dict[str, Any],
+    manifest: ManifestInfo | None = None,
 ) -> Path:
-    """Write checkpoint `root/name` atomically (temp dir + rename) and return its path."""
+    """Write checkpoint `root/name` atomically (temp dir + rename) and return its path.
+
+    With `manifest`, `model.safetensors.json` is written inside the temporary directory
+    after state.json, so a visible checkpoint always has it.
+    """
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
     tmp = root / f".{name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, tmp / "model.safetensors")
+        save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, tmp / WEIGHTS)
         torch.save(optim_state, tmp / "optim.pt")
         torch.save(rng_state(), tmp / "rng.pt")
-        write_json(tmp / "state.json", state)
+        write_json(tmp / STATE, state)
+        if manifest is not None:
+            _write_manifest(tmp, final, state, manifest)
         _fsync_tree(tmp)  # the files are on disk before the directory becomes visible
         old = root / f".{name}.{os.getpid()}.old"
         if final.exists():  # replace (e.g. `final` rewritten): move the old one aside first
@@ -95,6 +123,26 @@ def save_checkpoint(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _write_manifest(tmp: Path, final: Path, state: dict[str, Any], info: ManifestInfo) -> None:
+    write_manifest(
+        tmp / WEIGHTS,
+        kind=MANIFEST_KIND,
+        recorded_path=final / WEIGHTS,
+        inputs=info.inputs,
+        config=state["train_config"],
+        started=info.started,
+        device=info.device,
+        fields={
+            "checkpoint_dir": display_path(final),
+            "step": state["step"],
+            "tokens": state["tokens"],
+            "train_fingerprint": state["train_fingerprint"],
+            "state_sha256": sha256_file(tmp / STATE),
+            "model_config": state["model_config"],
+        },
+    )
 
 
 def _fsync_dir(path: Path) -> None:

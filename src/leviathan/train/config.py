@@ -13,11 +13,11 @@ where the run is long enough).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+
+from leviathan.provenance import config_sha256
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,7 @@ class TrainConfig:
 
     def fingerprint(self) -> str:
         """sha256 of the canonical JSON of the config (what a resume must match)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return config_sha256(self.to_dict())
 
     def with_(self, **changes: Any) -> TrainConfig:
         return replace(self, **changes)

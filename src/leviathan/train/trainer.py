@@ -26,9 +26,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from leviathan.data.loader import DataMismatchError, TrainLoader, val_batches
+from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, build_model, model_config
 from leviathan.model.accounting import account_model
-from leviathan.provenance import code_version, environment
+from leviathan.provenance import code_version, environment, utc_now
 from leviathan.train import checkpoint as ckpt
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown
@@ -172,6 +173,7 @@ def _train(
     cfg: TrainConfig, train_bins: list[Path], val_bin: Path | None, run_dir: Path,
     runtime: RuntimeConfig, info: DistInfo,
 ) -> TrainResult:  # fmt: skip
+    started = utc_now()
     cfg.validate(info.world_size)
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
@@ -233,17 +235,24 @@ def _train(
                    "params": acc.total_params, "train_flops_per_token": acc.train_flops,
                    "train_config": cfg.to_dict(), "code": code_version()})  # fmt: skip
 
+    manifest = None
+    if info.is_main:  # the data the checkpoints come from, with the sha256 their manifests record
+        data = [input_record(s.path, s.sha256, role="train_tokens") for s in loader.shards]
+        if val_bin is not None:
+            data.append(input_record(val_bin, recorded_sha256(val_bin, "tokens"), role="val_tokens"))
+        manifest = ckpt.ManifestInfo(inputs=data, started=started, device=str(device))
+
     def save(name: str, step: int, extra: dict[str, Any]) -> Path:
         path = ckpt_root / name
         if info.is_main:
             state = {
                 "step": step, "tokens": step * cfg.tokens_per_step, "loader": loader.state_dict(),
                 "train_config": cfg.to_dict(), "train_fingerprint": train_fp,
-                "model_config": raw_model.cfg.to_dict(), "code": code_version(), "env": environment(),
+                "model_config": raw_model.cfg.to_dict(), "code": code_version(), "env": environment(str(device)),
                 "world_size": info.world_size, **extra,
             }  # fmt: skip
             ckpt.save_checkpoint(ckpt_root, name, model_state=raw_model.state_dict(),
-                                 optim_state=opt.state_dict(), state=state)  # fmt: skip
+                                 optim_state=opt.state_dict(), state=state, manifest=manifest)  # fmt: skip
             ckpt.prune(ckpt_root, runtime.keep_last)
         barrier(info)
         return path

@@ -149,7 +149,9 @@ def evaluate(kind: str, run_dir: str | Path, out: str | Path, config: Mapping[st
     """Run one evaluation of a trained cell and write its JSON (atomically)."""
     from leviathan.eval.checkpoint import open_checkpoint
     from leviathan.eval.results import write_result
+    from leviathan.provenance import utc_now
 
+    started = utc_now()
     cfg = eval_config(config)
     device = eval_sections(config).get("device", "auto")
     ckpt, model = open_checkpoint(run_dir, device=device)
@@ -157,15 +159,16 @@ def evaluate(kind: str, run_dir: str | Path, out: str | Path, config: Mapping[st
         from leviathan.eval.validation import evaluate_val
 
         result = evaluate_val(ckpt, model, inputs["val"], counts=inputs.get("counts"),
-                              word_counts=inputs.get("word_counts"), cfg=cfg.val)  # fmt: skip
+                              word_counts=inputs.get("word_counts"), cfg=cfg.val, started=started)  # fmt: skip
     elif kind == "wikitext":
         from leviathan.eval.wikitext import evaluate_wikitext
 
-        result = evaluate_wikitext(ckpt, model, cfg.wikitext)
+        result = evaluate_wikitext(ckpt, model, cfg.wikitext, started=started)
     elif kind == "lm_eval":
         from leviathan.eval.lm_eval_tasks import run_lm_eval
 
-        result = run_lm_eval(ckpt, model, cfg.lm_eval, samples_out=Path(out).with_suffix(".samples.jsonl"))
+        result = run_lm_eval(ckpt, model, cfg.lm_eval, samples_out=Path(out).with_suffix(".samples.jsonl"),
+                             started=started)  # fmt: skip
     else:
         raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(EVAL_KINDS)}")
     write_result(out, result)

@@ -1,0 +1,264 @@
+"""`leviathan audit`: trace a reported number back to its data and code, re-verifying every hash.
+
+The chain, each link checked against the hash its consumer recorded:
+
+    table (.md/.tex -> .csv)     manifest: the table's sha256, its inputs, the cell map
+      -> evaluation JSON         sha256 recorded by the table; it records the checkpoint's
+                                 weights and state sha256 and its data inputs
+        -> checkpoint            model.safetensors.json: weights sha256, train/val shards
+          -> token shards        train.bin.json: shard sha256, raw corpus, vocabulary file
+            -> raw corpus        train.jsonl.zst.json
+            -> vocabulary file   the BPE file's sha256 (checked where it is in the cache here)
+
+Every recorded git commit must exist in this checkout's history. A number itself is
+recomputed from its cell map (leviathan.report.cellmap) and compared with the table.
+Any mismatch is reported with the exact file and the exit status is non-zero.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from leviathan.io import read_json, sha256_file
+from leviathan.manifest import manifest_path
+from leviathan.report.cellmap import CellSpec, DocumentCache, compute, same_number
+
+EVAL_KINDS = {"val", "wikitext", "lm_eval", "sample_efficiency", "word_counts"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    ok: bool
+    depth: int
+    what: str
+    detail: str = ""
+
+    def line(self) -> str:
+        status = "ok  " if self.ok else "FAIL"
+        return f"{status} {'  ' * self.depth}{self.what}" + (f"  {self.detail}" if self.detail else "")
+
+
+@dataclass
+class Auditor:
+    root: Path = field(default_factory=Path.cwd)
+    findings: list[Finding] = field(default_factory=list)
+    _sha: dict[Path, str] = field(default_factory=dict)
+    _walked: set[Path] = field(default_factory=set)
+
+    # ------------------------------------------------------------ primitives
+    def path(self, p: str | os.PathLike[str]) -> Path:
+        q = Path(p)
+        return q if q.is_absolute() else self.root / q
+
+    def show(self, p: str | os.PathLike[str]) -> str:
+        """A path as printed: relative to the audit root where it lies inside it."""
+        path = self.path(p)
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def note(self, ok: bool, depth: int, what: str, detail: str = "") -> bool:
+        self.findings.append(Finding(ok, depth, what, detail))
+        return ok
+
+    @property
+    def failures(self) -> list[Finding]:
+        return [f for f in self.findings if not f.ok]
+
+    def sha(self, p: Path) -> str:
+        if p not in self._sha:
+            self._sha[p] = sha256_file(p)
+        return self._sha[p]
+
+    def check_hash(self, p: str | os.PathLike[str], recorded: str | None, where: str, depth: int) -> bool:
+        """Is the file's content the one `where` recorded?"""
+        path, shown = self.path(p), self.show(p)
+        where = self.show(where) if os.sep in where else where
+        if not path.is_file():
+            return self.note(False, depth, shown, f"missing (recorded in {where})")
+        if not recorded:
+            return self.note(False, depth, shown, f"no sha256 recorded in {where}")
+        actual = self.sha(path)
+        if actual != recorded:
+            return self.note(False, depth, shown, f"sha256 {actual[:12]} != {recorded[:12]} recorded in {where}: the file changed")
+        return self.note(True, depth, shown, f"sha256 {actual[:12]}")
+
+    def check_commit(self, code: Mapping[str, Any] | None, where: str, depth: int) -> None:
+        commit = (code or {}).get("git_commit")
+        if not commit:
+            self.note(True, depth, f"code of {where}", "no git commit recorded (not run from a git checkout)")
+            return
+        exists = _commit_exists(commit)
+        dirty = " with uncommitted changes" if (code or {}).get("git_dirty") else ""
+        if exists is None:
+            self.note(True, depth, f"code {commit[:12]}{dirty}", "not verifiable here (no git checkout)")
+        elif exists:
+            self.note(True, depth, f"code {commit[:12]}{dirty}", "commit exists")
+        else:
+            self.note(False, depth, f"code {commit[:12]}", f"recorded in {where}: no such commit in this repository")
+
+    # ------------------------------------------------------------ the chain
+    def walk(self, p: str | os.PathLike[str], depth: int, verified: str | None = None) -> None:
+        """Verify what `p` records about its own inputs (`verified`: the sha256 its consumer
+        recorded and that was just checked; the file's own manifest must agree with it)."""
+        path = self.path(p)
+        if path in self._walked:
+            return
+        self._walked.add(path)
+        mpath = manifest_path(path)
+        if mpath.is_file():
+            self.walk_manifest(path, read_json(mpath), depth, verified)
+        elif path.name == "state.json":
+            self.walk_checkpoint_dir(path.parent, depth)
+        elif path.suffix == ".json":
+            doc = read_json(path)
+            if isinstance(doc, Mapping) and doc.get("kind") in EVAL_KINDS and "inputs" in doc:
+                self.walk_eval(path, doc, depth)
+
+    def walk_manifest(self, path: Path, manifest: Mapping[str, Any], depth: int, verified: str | None = None) -> None:
+        mpath = self.show(manifest_path(path))
+        recorded = manifest.get("artifact", {}).get("sha256")
+        if verified is None or recorded != verified:  # else: the line above already says it
+            self.check_hash(path, recorded, f"its manifest {mpath}", depth)
+        self.check_commit(manifest.get("code"), mpath, depth + 1)
+        vocab = manifest.get("vocab")
+        if vocab and vocab.get("bpe_file"):
+            self.check_vocab_file(vocab, mpath, depth + 1)
+        for inp in manifest.get("inputs", []):
+            if self.check_hash(inp["path"], inp.get("sha256"), mpath, depth + 1):
+                self.walk(inp["path"], depth + 1, inp.get("sha256"))
+
+    def walk_checkpoint_dir(self, ckpt_dir: Path, depth: int, verified: str | None = None) -> None:
+        weights = ckpt_dir / "model.safetensors"
+        if manifest_path(weights).is_file():
+            self.walk(weights, depth, verified)
+        else:
+            self.note(False, depth, self.show(weights), "the checkpoint has no manifest model.safetensors.json "
+                      "(written by the trainer since provenance v2: retrain the cell to record it)")  # fmt: skip
+
+    def walk_eval(self, path: Path, doc: Mapping[str, Any], depth: int) -> None:
+        depth += 1
+        self.check_commit(doc.get("code"), str(path), depth)
+        ckpt = doc.get("checkpoint")
+        if ckpt:
+            ckpt_dir = self.path(ckpt["path"])
+            self.check_hash(ckpt_dir / "state.json", ckpt.get("state_sha256"), str(path), depth)
+            if self.check_hash(ckpt_dir / "model.safetensors", ckpt.get("sha256"), str(path), depth):
+                self.walk_checkpoint_dir(ckpt_dir, depth, ckpt.get("sha256"))
+        for inp in doc.get("inputs", []):
+            if self.check_hash(inp["path"], inp.get("sha256"), str(path), depth):
+                self.walk(inp["path"], depth, inp.get("sha256"))
+
+    def check_vocab_file(self, vocab: Mapping[str, Any], where: str, depth: int) -> None:
+        from leviathan.data.tokenizers import cache_dir
+
+        bpe = cache_dir() / vocab["bpe_file"]
+        what = f"vocabulary {vocab.get('name')} ({vocab['bpe_file']})"
+        if not bpe.is_file():
+            self.note(True, depth, what, f"not in this machine's cache ({bpe.parent}); recorded sha256 {str(vocab.get('bpe_sha256'))[:12]}")
+        elif self.sha(bpe) != vocab.get("bpe_sha256"):
+            self.note(False, depth, what, f"{bpe}: sha256 {self.sha(bpe)[:12]} != {str(vocab.get('bpe_sha256'))[:12]} recorded in {where}")
+        else:
+            self.note(True, depth, what, f"sha256 {self.sha(bpe)[:12]}")
+
+    # ------------------------------------------------------------ tables
+    def audit_table(self, table: str | os.PathLike[str], cell: tuple[str, str] | None = None) -> None:
+        path = self.path(table)
+        mpath = manifest_path(path)
+        if not mpath.is_file():
+            self.note(False, 0, str(table), f"no manifest {mpath.name}: not a report table (or not finished)")
+            return
+        manifest = read_json(mpath)
+        if manifest.get("kind") == "table_rendering":
+            if not self.check_hash(path, manifest["artifact"]["sha256"], self.show(mpath), 0):
+                self.note(False, 0, self.show(path), "the rendering differs from what the report step wrote (hand-edited?)")
+            csv = manifest["inputs"][0]
+            path, manifest = self.path(csv["path"]), read_json(manifest_path(self.path(csv["path"])))
+            if manifest["artifact"]["sha256"] != csv["sha256"]:
+                self.note(False, 0, self.show(path), f"is not the table {self.show(mpath)} was rendered from")
+        if manifest.get("kind") != "table":
+            self.note(False, 0, str(table), f"{mpath.name} is a {manifest.get('kind')!r} manifest, not a table's")
+            return
+        if not self.check_hash(path, manifest["artifact"]["sha256"], self.show(manifest_path(path)), 0):
+            self.note(False, 0, self.show(path), "the table differs from what the report step wrote (hand-edited?)")
+        recorded_inputs = {i["path"]: i.get("sha256") for i in manifest.get("inputs", [])}
+        frame = pd.read_csv(path, dtype={"row": str}).set_index("row")
+        cells = [(c["row"], c["column"], CellSpec.from_dict(c)) for c in manifest.get("cells", [])]
+        if cell is not None:
+            picked = [c for c in cells if (c[0], c[1]) == cell]
+            if not picked:
+                self.note(False, 0, f"{path.name} [{cell[0]}, {cell[1]}]", _no_cell(frame, cell))
+                return
+            cells = picked
+        docs = DocumentCache(self.root)
+        for row, column, spec in cells:
+            self.audit_cell(path, frame, row, column, spec, recorded_inputs, docs)
+
+    def audit_cell(self, table: Path, frame: pd.DataFrame, row: str, column: str, spec: CellSpec,
+                   recorded_inputs: Mapping[str, str | None], docs: DocumentCache) -> None:  # fmt: skip
+        label = f"{table.name} [{row}, {column}]"
+        at = len(self.findings)  # the verdict goes above the chain it rests on
+        files_ok = True
+        for src in _unique_paths(spec):
+            if self.check_hash(src, recorded_inputs.get(src), self.show(manifest_path(table)), 1):
+                self.walk(src, 1, recorded_inputs.get(src))
+            else:
+                files_ok = False
+        try:
+            shown = float(frame.loc[row, column]) if row in frame.index and column in frame.columns else math.nan
+        except (TypeError, ValueError):
+            shown = math.nan
+        if not files_ok:
+            verdict = Finding(False, 0, label, "not recomputed: a source file is missing or changed")
+        else:
+            value = compute(spec, docs)
+            ops = spec.op if not spec.parts else f"{spec.op}({', '.join(p.op for p in spec.parts)})"
+            if same_number(shown, value):
+                verdict = Finding(True, 0, label, f"= {shown:.6g} ({ops} of {len(spec.leaves())} recorded field(s))")
+            else:
+                verdict = Finding(False, 0, label, f"the table says {shown:.6g} but its sources give {value:.6g} "
+                                  f"({ops}): {table} was edited")  # fmt: skip
+        self.findings.insert(at, verdict)
+
+
+def _unique_paths(spec: CellSpec) -> Iterator[str]:
+    seen: set[str] = set()
+    for s in spec.leaves():
+        if s.path not in seen:
+            seen.add(s.path)
+            yield s.path
+
+
+def _no_cell(frame: pd.DataFrame, cell: tuple[str, str]) -> str:
+    row, col = cell
+    if row not in frame.index:
+        return f"no row {row!r} (rows: {', '.join(map(str, frame.index[:8]))}{', ...' if len(frame) > 8 else ''})"
+    if col not in frame.columns:
+        return f"no column {col!r} (columns: {', '.join(frame.columns)})"
+    return "this cell has no recorded source (empty: not applicable or not run)"
+
+
+@cache
+def _commit_exists(commit: str) -> bool | None:
+    from leviathan.paper import repo_root
+
+    try:
+        inside = subprocess.run(["git", "-C", str(repo_root()), "rev-parse", "--git-dir"],
+                                capture_output=True, timeout=10)  # fmt: skip
+        if inside.returncode != 0:
+            return None
+        out = subprocess.run(["git", "-C", str(repo_root()), "cat-file", "-e", f"{commit}^{{commit}}"],
+                             capture_output=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.returncode == 0

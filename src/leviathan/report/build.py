@@ -1,0 +1,140 @@
+"""Write the report: every table as CSV + Markdown + LaTeX, and the figures, each with a manifest.
+
+A table's CSV keeps full precision and its manifest carries the cell map (where every number
+comes from) and the sha256 of every file the numbers were read from; the Markdown and LaTeX
+files are renderings of it (their manifests name the CSV as their one input).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from leviathan.io import atomic_path
+from leviathan.manifest import display_path, input_record, write_manifest
+from leviathan.report.cellmap import DocumentCache
+from leviathan.report.tables import ReportInputs, Table, build_tables, rendered, table_paths
+
+TABLES_DIR = "results/report/tables"
+FIGURES_DIR = "results/report/figures"
+
+
+def report_inputs(config: Mapping[str, Any], paper_path: str | os.PathLike[str] | None = None) -> ReportInputs:
+    """What the report reads, from the workflow config (studies, enabled evaluations)."""
+    from leviathan.paper import reported_path
+    from leviathan.workflow.steps import enabled_evals
+
+    return ReportInputs(
+        studies=config["studies"],
+        evals=enabled_evals(config),
+        paper_path=display_path(paper_path or reported_path()),
+    )
+
+
+def table_names(inp: ReportInputs) -> list[str]:
+    """The tables a config yields (the report rule declares exactly these as outputs)."""
+    main = inp.study("main")
+    pairs = lambda groups: any(v == "leviathan" and (s, vo, "tied") in groups for (s, vo, v) in groups)  # noqa: E731
+    names = []
+    if main:
+        names.append("main")
+        if "lm_eval" in inp.evals:
+            names.append("downstream")
+    if inp.study("ablation"):
+        names.append("ablation")
+    if pairs(inp.study("vocabulary")):
+        names.append("vocabulary")
+    if pairs(main):
+        names.append("frequency")
+    return names + ["cost", "paper_vs_ours"]
+
+
+def _latex(table: Table, text: pd.DataFrame) -> str:
+    body = text.to_latex(index=False, escape=True, column_format="l" * len(table.label_columns) + "r" * len(table.columns))
+    caption = table.title.replace("%", r"\%").replace("_", r"\_")
+    return (
+        "\\begin{table}[t]\n\\centering\n\\small\n"
+        f"\\caption{{{caption}}}\n\\label{{tab:{table.name.replace('_', '-')}}}\n"
+        f"{body}\\end{{table}}\n"
+    )
+
+
+def _markdown(table: Table, text: pd.DataFrame) -> str:
+    note = "Values from the evaluation outputs; `-`: not applicable or not run. Full precision: the CSV."
+    return f"# {table.title}\n\n{text.to_markdown(index=False, disable_numparse=True)}\n\n{note}\n"
+
+
+def write_table(table: Table, docs: DocumentCache, out_dir: str | os.PathLike[str],
+                started: _dt.datetime | None = None) -> dict[str, Path]:  # fmt: skip
+    """Write one table's CSV, Markdown and LaTeX files with their manifests."""
+    paths = table_paths(out_dir, table.name)
+    frame = table.frame(docs)
+    text = rendered(table, frame)
+    with atomic_path(paths["csv"]) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.17g")
+    write_manifest(
+        paths["csv"], kind="table",
+        inputs=[input_record(docs.path(p)) for p in table.sources()],
+        config={"table": table.name, "title": table.title, "columns": table.columns},
+        fields={"table": table.name, "cells": table.cell_map(), "row_column": "row"},
+        started=started,
+    )  # fmt: skip
+    for fmt, content in (("md", _markdown(table, text)), ("tex", _latex(table, text))):
+        with atomic_path(paths[fmt]) as tmp:
+            tmp.write_text(content)
+        write_manifest(paths[fmt], kind="table_rendering", inputs=[input_record(paths["csv"])],
+                       fields={"table": table.name, "rendering_of": display_path(paths["csv"])})  # fmt: skip
+    return paths
+
+
+def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[Path]:
+    """The paper's own consistency (leviathan.report.paper) as CSV + Markdown: what does not add up."""
+    from leviathan.report.paper import consistency_checks
+
+    frame = pd.DataFrame([c.to_dict() for c in consistency_checks()])
+    frame = frame[["what", "reported", "recomputed", "difference", "tolerance", "ok"]]
+    csv, md = Path(out_dir) / "paper_check.csv", Path(out_dir) / "paper_check.md"
+    with atomic_path(csv) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.17g")
+    bad = frame[~frame["ok"]]
+    shown = frame.assign(status=["ok" if ok else "DOES NOT ADD UP" for ok in frame["ok"]]).drop(columns=["ok"])
+    text = (f"# The paper's figures checked against each other\n\n{len(bad)} of {len(frame)} reported figures "
+            f"do not follow from the others (beyond their rounding):\n\n"
+            + "".join(f"- {w}: reported {r:g}, recomputed {c:.4g}\n" for w, r, c in
+                      zip(bad["what"], bad["reported"], bad["recomputed"], strict=True))
+            + f"\n{shown.to_markdown(index=False, floatfmt='.4g')}\n")  # fmt: skip
+    with atomic_path(md) as tmp:
+        tmp.write_text(text)
+    for path in (csv, md):
+        write_manifest(path, kind="paper_check", inputs=[input_record(paper_path)])
+    return [csv, md]
+
+
+def write_report(config: Mapping[str, Any], tables_dir: str | os.PathLike[str] = TABLES_DIR,
+                 figures_dir: str | os.PathLike[str] | None = FIGURES_DIR,
+                 sample_efficiency: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:  # fmt: skip
+    """Every table (and, unless figures_dir is None, every figure) of the configured studies."""
+    started = _dt.datetime.now(_dt.UTC)
+    inp = report_inputs(config)
+    docs = DocumentCache()
+    tables = build_tables(inp, docs)
+    expected = table_names(inp)
+    if list(tables) != expected:
+        raise AssertionError(f"report tables {list(tables)} differ from the declared {expected}")
+    written: list[Path] = []
+    csvs: dict[str, Path] = {}
+    for table in tables.values():
+        paths = write_table(table, docs, tables_dir, started)
+        csvs[table.name] = paths["csv"]
+        written.extend(paths.values())
+    written.extend(write_paper_check(tables_dir, inp.paper_path))
+    if figures_dir is not None:
+        from leviathan.report.figures import write_figures
+
+        written.extend(write_figures(csvs, [Path(p) for p in sample_efficiency], figures_dir))
+    return written

@@ -1,0 +1,182 @@
+"""Where every number of a report table comes from: the cell map.
+
+A table cell is declared, never typed in: an operation (`op`) applied to values read from
+files (`sources`, each a path and a JSON pointer into it, in group "a" or "b"). The same
+`compute` builds the table and, later, re-checks it (`leviathan audit`), so a number can
+be traced to the exact field of the exact file it was computed from.
+
+Groups: "a" is the reference (tied, or the paper), "b" the value compared with it. Several
+sources in one group (seeds) are averaged.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from leviathan.io import read_json
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str
+    pointer: str  # RFC 6901 JSON pointer, e.g. /results/overall/loss
+    group: str = "a"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "pointer": self.pointer, "group": self.group}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, str]) -> Source:
+        return cls(d["path"], d["pointer"], d.get("group", "a"))
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """`op` over `sources`, or (op "diff_of") the difference of two other cells: parts[1] - parts[0]."""
+
+    op: str
+    sources: tuple[Source, ...] = field(default_factory=tuple)
+    parts: tuple[CellSpec, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": self.op, "sources": [s.to_dict() for s in self.sources]}
+        if self.parts:
+            d["parts"] = [p.to_dict() for p in self.parts]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CellSpec:
+        return cls(
+            d["op"],
+            tuple(Source.from_dict(s) for s in d.get("sources", [])),
+            tuple(CellSpec.from_dict(p) for p in d.get("parts", [])),
+        )
+
+    def leaves(self) -> list[Source]:
+        """Every file field this cell reads, nested parts included."""
+        out = list(self.sources)
+        for p in self.parts:
+            out.extend(p.leaves())
+        return out
+
+
+def resolve_pointer(doc: Any, pointer: str) -> Any:
+    """The value at a JSON pointer (`/a/0/b`); KeyError naming the missing step."""
+    if pointer in ("", "/"):
+        return doc
+    node = doc
+    for raw in pointer.lstrip("/").split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, list):
+            node = node[int(part)]
+        elif isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            raise KeyError(f"{pointer}: no {part!r}")
+    return node
+
+
+class DocumentCache:
+    """Parsed JSON/YAML documents by path, read once per report or audit."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root) if root is not None else None
+        self._docs: dict[str, Any] = {}
+
+    def path(self, path: str) -> Path:
+        p = Path(path)
+        return p if p.is_absolute() or self.root is None else self.root / p
+
+    def get(self, path: str) -> Any:
+        if path not in self._docs:
+            p = self.path(path)
+            self._docs[path] = yaml.safe_load(p.read_text()) if p.suffix in (".yaml", ".yml") else read_json(p)
+        return self._docs[path]
+
+    def value(self, source: Source) -> Any:
+        return resolve_pointer(self.get(source.path), source.pointer)
+
+
+def _mean(values: Sequence[float]) -> float:
+    vals = [float(v) for v in values if v is not None]
+    return sum(vals) / len(vals) if vals and len(vals) == len(values) else math.nan
+
+
+def _accounting(model_config: Mapping[str, Any]) -> Any:
+    from leviathan.model.accounting import account
+    from leviathan.model.config import ModelConfig
+
+    return account(ModelConfig.from_dict(dict(model_config)).validate())
+
+
+def _pair(fn: Callable[[float, float], float]) -> Callable[[list[Any], list[Any]], float]:
+    def op(a: list[Any], b: list[Any]) -> float:
+        x, y = _mean(a), _mean(b)
+        return fn(x, y) if math.isfinite(x) and math.isfinite(y) else math.nan
+
+    return op
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _params(configs: list[Any]) -> float:
+    counts = {_accounting(c).total_params for c in configs}
+    return float(counts.pop()) if len(counts) == 1 else math.nan
+
+
+def _flops(configs: list[Any]) -> float:
+    counts = {_accounting(c).train_flops / 3 for c in configs}  # forward FLOPs per token
+    return float(counts.pop()) if len(counts) == 1 else math.nan
+
+
+# op name -> function of (group a values, group b values)
+OPS: dict[str, Callable[[list[Any], list[Any]], float]] = {
+    "mean": lambda a, b: _mean(a),  # a reported value (mean over seeds)
+    "pct": lambda a, b: 100.0 * _mean(a),  # a fraction shown in percent (accuracy)
+    "exp": lambda a, b: _exp(_mean(a)),  # perplexity of a mean loss
+    "gain": _pair(lambda x, y: (x - y) / x),  # relative improvement of b over a (lower is better)
+    "change": _pair(lambda x, y: y / x - 1.0),  # relative change of b from a
+    "diff": _pair(lambda x, y: y - x),
+    "diff_pct": _pair(lambda x, y: 100.0 * (y - x)),  # accuracy gain, points
+    "exp_gain": _pair(lambda x, y: (_exp(x) - _exp(y)) / _exp(x)),  # perplexity gain from losses
+    "exp_change": _pair(lambda x, y: _exp(y) / _exp(x) - 1.0),  # perplexity change from losses
+    "params": lambda a, b: _params(a),  # the model counter on the recorded model config
+    "flops": lambda a, b: _flops(a),
+    "params_overhead": lambda a, b: _params(b) / _params(a) - 1.0,
+    "flops_overhead": lambda a, b: _flops(b) / _flops(a) - 1.0,
+}
+
+
+def compute(spec: CellSpec, docs: DocumentCache) -> float:
+    """The value of a cell from its sources (NaN where a source is missing or null)."""
+    if spec.op == "diff_of":
+        if len(spec.parts) != 2:
+            raise ValueError("op diff_of takes exactly two parts")
+        return compute(spec.parts[1], docs) - compute(spec.parts[0], docs)
+    if spec.op not in OPS:
+        raise ValueError(f"unknown cell op {spec.op!r} (known: {', '.join(OPS)})")
+    groups: dict[str, list[Any]] = {"a": [], "b": []}
+    for s in spec.sources:
+        groups[s.group].append(docs.value(s))
+    if not groups["a"]:
+        return math.nan
+    value = OPS[spec.op](groups["a"], groups["b"])
+    return float(value)
+
+
+def same_number(recorded: float, recomputed: float, rel: float = 1e-9) -> bool:
+    if math.isnan(recorded) or math.isnan(recomputed):
+        return math.isnan(recorded) and math.isnan(recomputed)
+    return math.isclose(recorded, recomputed, rel_tol=rel, abs_tol=1e-12)

@@ -1,0 +1,401 @@
+"""The paper's tables, from our evaluation outputs, beside the paper's reported figures.
+
+Every table is a list of rows (an id such as `400m/o200k_base/leviathan`, text labels) and
+numeric columns whose cells are declared as `CellSpec`s (leviathan.report.cellmap): the
+value is computed from the fields of the files it names, and that declaration is saved in
+the table's manifest (its cell map), so `leviathan audit` can trace and re-check any number.
+
+Tables (the paper's, SPEC section 6): main, downstream, ablation, vocabulary, frequency,
+cost, and paper_vs_ours (every reported figure beside ours, where we trained that scale).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from leviathan.report.cellmap import CellSpec, DocumentCache, Source, compute
+from leviathan.workflow.grid import Cell, study_cells
+
+PAPER_TASKS = ["hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande", "lambada_openai"]
+PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
+
+# column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals, "pct" a fraction in %,
+# "points" already in percent/points, "int" an integer count, "ppl" 2 decimals
+FORMATS = {"loss": "{:.4f}", "ppl": "{:.2f}", "pct": "{:+.2f}%", "points": "{:.1f}", "dpoints": "{:+.1f}",
+           "int": "{:,.0f}", "num": "{:.4g}"}  # fmt: skip
+
+
+@dataclass
+class Table:
+    name: str
+    title: str
+    label_columns: list[str]
+    columns: dict[str, str]  # numeric column -> format kind (FORMATS)
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # row id -> labels
+    cells: dict[tuple[str, str], CellSpec] = field(default_factory=dict)
+
+    def add_row(self, row: str, **labels: Any) -> str:
+        if "," in row:
+            raise ValueError(f"row id {row!r} must not contain a comma (cells are addressed ROW,COL)")
+        self.rows[row] = labels
+        return row
+
+    def set(self, row: str, column: str, spec: CellSpec | None) -> None:
+        if column not in self.columns:
+            raise KeyError(f"{self.name}: no column {column!r}")
+        if spec is not None and spec.leaves():
+            self.cells[row, column] = spec
+
+    def frame(self, docs: DocumentCache) -> pd.DataFrame:
+        records = []
+        for row, labels in self.rows.items():
+            rec: dict[str, Any] = {"row": row, **{c: labels.get(c) for c in self.label_columns}}
+            for col in self.columns:
+                spec = self.cells.get((row, col))
+                rec[col] = compute(spec, docs) if spec is not None else math.nan
+            records.append(rec)
+        return pd.DataFrame(records, columns=["row", *self.label_columns, *self.columns])
+
+    def cell_map(self) -> list[dict[str, Any]]:
+        return [{"row": r, "column": c, **spec.to_dict()} for (r, c), spec in self.cells.items()]
+
+    def sources(self) -> list[str]:
+        return sorted({s.path for spec in self.cells.values() for s in spec.leaves()})
+
+
+def _fmt(value: Any, kind: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if kind == "pct":
+        return FORMATS[kind].format(100.0 * value)
+    return FORMATS[kind].format(value)
+
+
+def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame as text for Markdown/LaTeX (the CSV keeps full precision)."""
+    out = frame.drop(columns=["row"]).copy().astype(object)
+    for col, kind in table.columns.items():
+        out[col] = [_fmt(v, kind) for v in frame[col]]
+    return out
+
+
+# ---------------------------------------------------------------- building blocks
+
+def _eval(c: Cell, kind: str) -> str:
+    return f"{c.eval_dir}/{kind}.json"
+
+
+def _src(cells: Iterable[Cell], kind: str, pointer: str, group: str = "a") -> tuple[Source, ...]:
+    return tuple(Source(_eval(c, kind), pointer, group) for c in cells)
+
+
+def _pair(op: str, ref: Iterable[Cell], cmp: Iterable[Cell], kind: str, pointer: str) -> CellSpec:
+    return CellSpec(op, _src(ref, kind, pointer, "a") + _src(cmp, kind, pointer, "b"))
+
+
+def _state(cells: Iterable[Cell], group: str = "a") -> tuple[Source, ...]:
+    return tuple(Source(c.final_marker, "/model_config", group) for c in cells)
+
+
+class PaperFigures:
+    """config/paper_reported.yaml as table sources (it is recorded and hashed like any input)."""
+
+    def __init__(self, path: str, docs: DocumentCache) -> None:
+        self.path, self.doc = path, docs.get(path)
+
+    def spec(self, *keys: str | int) -> CellSpec | None:
+        node: Any = self.doc
+        for k in keys:
+            if isinstance(node, Mapping) and k in node:
+                node = node[k]
+            elif isinstance(node, list) and isinstance(k, int) and k < len(node):
+                node = node[k]
+            else:
+                return None
+        return CellSpec("mean", (Source(self.path, "/" + "/".join(str(k) for k in keys)),))
+
+
+VARIANT_ORDER = ["tied", "untied", "albert", "flat_mlp", "factored_mlp", "leviathan"]
+
+
+def _order(c: Cell) -> tuple[Any, ...]:
+    from leviathan.model.presets import SCALES
+
+    scales = list(SCALES)
+    return (scales.index(c.scale) if c.scale in scales else len(scales), c.scale, c.vocab,
+            VARIANT_ORDER.index(c.variant) if c.variant in VARIANT_ORDER else len(VARIANT_ORDER), c.variant, c.seed)  # fmt: skip
+
+
+def _groups(cells: Iterable[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
+    """Cells by (scale, vocab, variant), tied first: seeds of one configuration are averaged."""
+    out: dict[tuple[str, str, str], list[Cell]] = defaultdict(list)
+    for c in sorted(set(cells), key=_order):
+        out[c.scale, c.vocab, c.variant].append(c)
+    return dict(out)
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    studies: Mapping[str, Mapping[str, Any]]
+    evals: Sequence[str]  # enabled evaluation kinds (val always)
+    paper_path: str  # config/paper_reported.yaml as recorded
+
+    def study(self, name: str) -> dict[tuple[str, str, str], list[Cell]]:
+        return _groups(study_cells(self.studies[name])) if name in self.studies else {}
+
+    def all_cells(self) -> dict[tuple[str, str, str], list[Cell]]:
+        return _groups(c for s in self.studies.values() for c in study_cells(s))
+
+
+# ---------------------------------------------------------------- the tables
+
+def main_table(inp: ReportInputs, paper: PaperFigures) -> Table:
+    cols = {"tokens": "int", "val_loss": "loss", "val_ppl": "ppl", "val_ppl_change": "pct"}
+    if "wikitext" in inp.evals:
+        cols |= {"wikitext_ppl": "ppl", "wikitext_ppl_gain": "pct"}
+    if "lm_eval" in inp.evals:
+        cols |= {"lambada_ppl": "ppl", "lambada_ppl_gain": "pct"}
+    cols |= {"paper_val_loss": "loss", "paper_val_ppl": "ppl", "paper_val_ppl_change": "pct",
+             "paper_wikitext_ppl_gain": "pct", "paper_lambada_ppl_gain": "pct"}  # fmt: skip
+    t = Table("main", "Main results: validation loss and perplexity, zero-shot perplexity gains over tied",
+              ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
+    groups = inp.study("main")
+    for (scale, vocab, variant), cells in groups.items():
+        row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
+        tied = groups.get((scale, vocab, "tied"))
+        t.set(row, "tokens", CellSpec("mean", _src(cells, "val", "/checkpoint/tokens")))
+        t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", "/results/overall/loss")))
+        t.set(row, "val_ppl", CellSpec("exp", _src(cells, "val", "/results/overall/loss")))
+        lambada = "/results/tasks/lambada_openai/metrics/perplexity,none"
+        if "wikitext_ppl" in cols:
+            t.set(row, "wikitext_ppl", CellSpec("exp", _src(cells, "wikitext", "/results/loss")))
+        if "lambada_ppl" in cols:
+            t.set(row, "lambada_ppl", CellSpec("mean", _src(cells, "lm_eval", lambada)))
+        if tied and variant != "tied":
+            t.set(row, "val_ppl_change", _pair("exp_change", tied, cells, "val", "/results/overall/loss"))
+            if "wikitext_ppl" in cols:
+                t.set(row, "wikitext_ppl_gain", _pair("exp_gain", tied, cells, "wikitext", "/results/loss"))
+            if "lambada_ppl" in cols:
+                t.set(row, "lambada_ppl_gain", _pair("gain", tied, cells, "lm_eval", lambada))
+        t.set(row, "paper_val_loss", paper.spec("main", scale, variant, "val_loss"))
+        t.set(row, "paper_val_ppl", paper.spec("main", scale, variant, "val_ppl"))
+        t.set(row, "paper_val_ppl_change", paper.spec("main", scale, variant, "val_ppl_change"))
+        t.set(row, "paper_wikitext_ppl_gain", paper.spec("main", scale, variant, "wikitext103_ppl_gain"))
+        t.set(row, "paper_lambada_ppl_gain", paper.spec("main", scale, variant, "lambada_ppl_gain"))
+    return t
+
+
+def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
+    if "lm_eval" not in inp.evals:
+        return None
+    groups = inp.study("main")
+    if not groups:
+        return None
+    first = next(iter(groups.values()))[0]
+    tasks_run = docs.get(_eval(first, "lm_eval"))["results"]["tasks"]
+    tasks = [t for t in PAPER_TASKS if t in tasks_run] + sorted(set(tasks_run) - set(PAPER_TASKS))
+    cols = {task: "points" for task in tasks} | {"mean": "points", "gain_points": "dpoints",
+                                                 "paper_mean": "points", "paper_gain_points": "dpoints"}  # fmt: skip
+    t = Table("downstream", "Zero-shot accuracy (%) and the mean gain over tied (points)",
+              ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
+    for (scale, vocab, variant), cells in groups.items():
+        row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
+        for task in tasks:
+            t.set(row, task, CellSpec("pct", _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none")))
+        t.set(row, "mean", CellSpec("pct", _src(cells, "lm_eval", "/results/mean_acc")))
+        tied = groups.get((scale, vocab, "tied"))
+        if tied and variant != "tied":
+            t.set(row, "gain_points", _pair("diff_pct", tied, cells, "lm_eval", "/results/mean_acc"))
+        key = f"downstream_{scale.replace('.', '_')}"
+        per_task = [paper.spec(key, variant, task) for task in PAPER_TASKS]
+        if all(per_task):
+            t.set(row, "paper_mean", CellSpec("mean", tuple(s for spec in per_task for s in spec.sources)))  # type: ignore[union-attr]
+        if variant != "tied":
+            t.set(row, "paper_gain_points", paper.spec(key, "mean_gain_points"))
+    return t
+
+
+def ablation_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
+    groups = inp.study("ablation")
+    if not groups:
+        return None
+    cols = {"params": "int", "val_loss": "loss", "gain": "pct", "paper_params": "int",
+            "paper_val_loss": "loss", "paper_gain": "pct"}  # fmt: skip
+    t = Table("ablation", "Input-layer ablation: validation loss and relative gain over tied",
+              ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
+    for (scale, vocab, variant), cells in groups.items():
+        row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
+        t.set(row, "params", CellSpec("params", _state(cells[:1])))
+        t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", "/results/overall/loss")))
+        tied = groups.get((scale, vocab, "tied"))
+        if tied:
+            t.set(row, "gain", _pair("gain", tied, cells, "val", "/results/overall/loss"))
+        key = f"ablation_{scale}"
+        t.set(row, "paper_params", paper.spec(key, variant, "params"))
+        t.set(row, "paper_val_loss", paper.spec(key, variant, "val_loss"))
+        t.set(row, "paper_gain", paper.spec(key, variant, "gain"))
+    return t
+
+
+def vocabulary_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
+    from leviathan.vocab import get_vocab
+
+    groups = inp.study("vocabulary")
+    pairs = sorted({(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups},
+                   key=lambda sv: (sv[0], get_vocab(sv[1]).n_vocab))  # fmt: skip
+    if not pairs:
+        return None
+    cols = {"tied_loss": "loss", "leviathan_loss": "loss", "gain": "pct",
+            "paper_gain_min": "pct", "paper_gain_max": "pct"}  # fmt: skip
+    t = Table("vocabulary", "Vocabulary study: relative loss gain of leviathan over tied",
+              ["scale", "vocab", "n_vocab"], cols)  # fmt: skip
+    loss = "/results/overall/loss"
+    for scale, vocab in pairs:
+        tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
+        row = t.add_row(f"{scale}/{vocab}", scale=scale, vocab=vocab, n_vocab=get_vocab(vocab).n_vocab)
+        t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", loss)))
+        t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", loss)))
+        t.set(row, "gain", _pair("gain", tied, lev, "val", loss))
+        t.set(row, "paper_gain_min", paper.spec("vocabulary", "gain_range", 0))
+        t.set(row, "paper_gain_max", paper.spec("vocabulary", "gain_range", 1))
+    return t
+
+
+def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
+    groups = inp.study("main")
+    pairs = sorted({(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups})
+    if not pairs:
+        return None
+    cols = {"tokens": "int", "tied_loss": "loss", "leviathan_loss": "loss", "loss_gain_nats": "loss",
+            "tied_ppl": "ppl", "leviathan_ppl": "ppl", "ppl_gain": "pct",
+            "paper_ppl_gain": "pct", "paper_loss_gain_nats": "loss"}  # fmt: skip
+    t = Table("frequency", "Validation loss by training-set frequency of the target token (tied vs leviathan)",
+              ["scale", "vocab", "bucket"], cols)  # fmt: skip
+    for scale, vocab in pairs:
+        tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
+        buckets = docs.get(_eval(tied[0], "val"))["results"]["frequency_tokens"]["log10"]
+        for i, bucket in enumerate(buckets):
+            label = bucket["label"]
+            row = t.add_row(f"{scale}/{vocab}/{label}", scale=scale, vocab=vocab, bucket=label)
+            ptr = f"/results/frequency_tokens/log10/{i}"
+            t.set(row, "tokens", CellSpec("mean", _src(tied[:1], "val", f"{ptr}/n")))
+            if not bucket["n"]:
+                continue
+            t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", f"{ptr}/mean_loss")))
+            t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", f"{ptr}/mean_loss")))
+            t.set(row, "loss_gain_nats", _pair("diff", lev, tied, "val", f"{ptr}/mean_loss"))
+            t.set(row, "tied_ppl", CellSpec("exp", _src(tied, "val", f"{ptr}/mean_loss")))
+            t.set(row, "leviathan_ppl", CellSpec("exp", _src(lev, "val", f"{ptr}/mean_loss")))
+            t.set(row, "ppl_gain", _pair("exp_gain", tied, lev, "val", f"{ptr}/mean_loss"))
+            key = f"frequency_{scale.replace('.', '_')}"
+            if label == "1-9":
+                t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_1_9_ppl_gain"))
+                t.set(row, "paper_loss_gain_nats", paper.spec(key, "bucket_1_9_loss_gain_nats"))
+            elif label == ">=1000000":
+                t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_over_1m_gain"))
+    return t
+
+
+def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
+    cols = {"params": "int", "forward_flops_per_token": "int", "params_overhead": "pct",
+            "flops_overhead": "pct", "paper_params_overhead": "pct", "paper_flops_overhead": "pct"}  # fmt: skip
+    t = Table("cost", "Cost by the model's own counter: parameters, forward FLOPs per token, overhead vs tied",
+              ["scale", "vocab", "variant"], cols)  # fmt: skip
+    groups = inp.all_cells()
+    for (scale, vocab, variant), cells in groups.items():
+        row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant)
+        t.set(row, "params", CellSpec("params", _state(cells[:1])))
+        t.set(row, "forward_flops_per_token", CellSpec("flops", _state(cells[:1])))
+        tied = groups.get((scale, vocab, "tied"))
+        if tied and variant != "tied":
+            both = _state(tied[:1], "a") + _state(cells[:1], "b")
+            t.set(row, "params_overhead", CellSpec("params_overhead", both))
+            t.set(row, "flops_overhead", CellSpec("flops_overhead", both))
+        if variant == "leviathan":
+            t.set(row, "paper_params_overhead", paper.spec("cost", f"param_overhead_{scale.replace('.', '_')}"))
+            t.set(row, "paper_flops_overhead", paper.spec("cost", f"flop_overhead_{scale.replace('.', '_')}"))
+    return t
+
+
+def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures) -> Table:
+    """Every reported figure with a counterpart, beside ours (empty where that scale was not run)."""
+    t = Table("paper_vs_ours", "The paper's reported figures beside ours (ours empty where not trained)",
+              ["table", "scale", "variant", "quantity"], {"paper": "num", "ours": "num", "difference": "num"})  # fmt: skip
+    pairs: list[tuple[str, str, str, str, str]] = []  # table, scale, variant, ours column, paper column
+    doc = paper.doc
+    for scale, row in doc.get("main", {}).items():
+        for variant, figs in row.items():
+            if isinstance(figs, Mapping):
+                for q in ("val_loss", "val_ppl", "val_ppl_change", "wikitext103_ppl_gain", "lambada_ppl_gain"):
+                    if q in figs:
+                        ours = {"wikitext103_ppl_gain": "wikitext_ppl_gain"}.get(q, q)
+                        pairs.append(("main", scale, variant, ours, f"paper_{ours}"))
+    for variant in doc.get("ablation_400m", {}):
+        pairs += [("ablation", "400m", variant, "val_loss", "paper_val_loss"), ("ablation", "400m", variant, "gain", "paper_gain")]
+    for variant in ("tied", "leviathan"):
+        pairs.append(("downstream", "1.2b", variant, "mean", "paper_mean"))
+    pairs.append(("downstream", "1.2b", "leviathan", "gain_points", "paper_gain_points"))
+    pairs += [("cost", "1.2b", "leviathan", "params_overhead", "paper_params_overhead"),
+              ("cost", "1.2b", "leviathan", "flops_overhead", "paper_flops_overhead")]  # fmt: skip
+    for table_name, scale, variant, ours_col, paper_col in pairs:
+        source = tables.get(table_name)
+        vocab = PAPER_MAIN_VOCAB
+        row = t.add_row(f"{table_name}/{scale}/{variant}/{ours_col}", table=table_name, scale=scale,
+                        variant=variant, quantity=ours_col)  # fmt: skip
+        src_row = f"{scale}/{vocab}/{variant}"
+        paper_spec = _paper_spec_for(table_name, scale, variant, paper_col, paper)
+        t.set(row, "paper", paper_spec)
+        ours = source.cells.get((src_row, ours_col)) if source is not None else None
+        t.set(row, "ours", ours)
+        if ours is not None and paper_spec is not None:
+            t.set(row, "difference", CellSpec("diff_of", parts=(paper_spec, ours)))
+    return t
+
+
+def _paper_spec_for(table: str, scale: str, variant: str, paper_col: str, paper: PaperFigures) -> CellSpec | None:
+    q = paper_col.removeprefix("paper_")
+    key = scale.replace(".", "_")
+    if table == "main":
+        return paper.spec("main", scale, variant, {"wikitext_ppl_gain": "wikitext103_ppl_gain"}.get(q, q))
+    if table == "ablation":
+        return paper.spec(f"ablation_{scale}", variant, q)
+    if table == "downstream":
+        if q == "gain_points":
+            return paper.spec(f"downstream_{key}", "mean_gain_points")
+        per_task = [paper.spec(f"downstream_{key}", variant, task) for task in PAPER_TASKS]
+        return CellSpec("mean", tuple(s for spec in per_task if spec for s in spec.sources)) if all(per_task) else None
+    if table == "cost":
+        return paper.spec("cost", f"{q.replace('params', 'param').replace('flops', 'flop')}_{key}")
+    return None
+
+
+def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
+    """Every table the configured studies support, in report order."""
+    paper = PaperFigures(inp.paper_path, docs)
+    built: list[Table | None] = [
+        main_table(inp, paper) if "main" in inp.studies else None,
+        downstream_table(inp, paper, docs),
+        ablation_table(inp, paper),
+        vocabulary_table(inp, paper),
+        frequency_table(inp, paper, docs),
+        cost_table(inp, paper),
+    ]
+    tables = {t.name: t for t in built if t is not None}
+    tables["paper_vs_ours"] = paper_vs_ours(tables, paper)
+    return tables
+
+
+TABLE_NAMES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "paper_vs_ours"]
+
+
+def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
+    d = Path(out_dir)
+    return {fmt: d / f"{name}.{fmt}" for fmt in ("csv", "md", "tex")}

@@ -1,0 +1,193 @@
+"""DVC versioning of the workflow through the real tools (git, dvc, snakemake, make), in a temporary
+git repository holding a copy of the project's workflow files on the SMALL grid: `dvc repro` runs
+the pipeline and is a no-op the second time; `dvc push` then `make pull` in a fresh clone restores
+data, checkpoints and results without Snakemake wanting to retrain anything."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from workflow_helpers import BIN, ROOT, job_counts, small_config, snakemake, workflow_copy
+
+pytestmark = pytest.mark.slow
+
+VENV = Path(sys.executable).parent.parent
+DVC = str(BIN / "dvc")
+STAGES = ("data", "train", "evaluate", "report")
+CELLS = [f"results/runs/micro/gpt2/{variant}/seed0" for variant in ("tied", "leviathan")]
+# what the pipeline writes that DVC versions (the step checkpoints are .dvcignore'd, not pushed)
+TRACKED = ("data", "results/runs", "results/eval", "results/report", "results/report.zip")
+
+
+@dataclass(frozen=True)
+class Built:
+    repo: Path
+    env: dict[str, str]
+    first: subprocess.CompletedProcess[str]
+    remote: Path
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def ok(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+    out = run(cmd, cwd, env, timeout)
+    assert out.returncode == 0, f"{' '.join(cmd)}: {out.stdout[-4000:]}\n{out.stderr[-4000:]}"
+    return out
+
+
+def make(target: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The project's Makefile target with this interpreter's venv (installed: -o skips set-up)."""
+    return run(["make", f"VENV={VENV}", "-o", f"{VENV}/.installed", target], cwd, env)
+
+
+def files(root: Path) -> dict[str, str]:
+    """sha256 of every file under the tracked outputs, by path relative to `root`."""
+    out = {}
+    for name in TRACKED:
+        path = root / name
+        for f in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
+            out[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def stats(root: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every file under data/ and results/, step checkpoints included."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for d in ("data", "results") for p in sorted((root / d).rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def snakemake_runs(root: Path) -> int:
+    """How many Snakemake invocations have run here (each one writes a log)."""
+    logs = root / ".snakemake" / "log"
+    return len(list(logs.iterdir())) if logs.is_dir() else 0
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+    """The SMALL study in a fresh git repository with the project's DVC set-up, built by `dvc repro`
+    (dvc.lock committed, as a release would be) and pushed to a temporary local remote."""
+    base = tmp_path_factory.mktemp("dvc")
+    repo, remote, home = base / "repo", base / "remote", base / "dvc-home"
+    repo.mkdir()
+    workflow_copy(repo)
+    small_config(repo)
+    # src/ is a dependency of every stage (the package itself runs from its installed copy)
+    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore", "Makefile", ".dvc/config", ".dvc/.gitignore"):
+        (repo / name).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, repo / name)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+           # no user/system DVC config, no shared site cache: the test sees only the project's
+           "DVC_GLOBAL_CONFIG_DIR": str(home / "global"), "DVC_SYSTEM_CONFIG_DIR": str(home / "system"),
+           "DVC_SITE_CACHE_DIR": str(home / "site"),
+           # commits and stashes in the repository and its clones, with or without a git identity
+           "GIT_AUTHOR_NAME": "CI", "GIT_AUTHOR_EMAIL": "ci@example.org",
+           "GIT_COMMITTER_NAME": "CI", "GIT_COMMITTER_EMAIL": "ci@example.org"}  # fmt: skip
+    env.pop("SNAKEMAKE_PROFILE", None)
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "project"],
+                [DVC, "remote", "modify", "--local", "local", "url", str(remote)]):  # fmt: skip
+        ok(cmd, repo, env)
+    first = ok([DVC, "repro"], repo, env)
+    ok(["git", "add", "dvc.lock"], repo, env)
+    ok(["git", "commit", "-qm", "release record"], repo, env)
+    pushed = ok([DVC, "push"], repo, env)
+    assert "files pushed" in pushed.stdout + pushed.stderr
+    yield Built(repo, env, first, remote)
+
+
+def test_dvc_repro_runs_the_pipeline_then_is_a_no_op(built: Built) -> None:
+    repo, env = built.repo, built.env
+    out = built.first.stdout + built.first.stderr
+    for stage in STAGES:
+        assert f"Running stage '{stage}'" in out
+    assert "Report created" in out and (repo / "results/report.zip").is_file()
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    assert set(lock["stages"]) == set(STAGES)
+    assert [o["path"] for o in lock["stages"]["train"]["outs"]] == ["results/runs"]
+    for cell in CELLS:
+        assert (repo / cell / "checkpoints/final/state.json").is_file()
+    # the later stages wrote nothing into the earlier stages' outputs
+    status = ok([DVC, "status"], repo, env)
+    assert "Data and pipelines are up to date" in status.stdout
+    before, runs = stats(repo), snakemake_runs(repo)
+    again = make("repro", repo, env)  # `make repro` is `dvc repro` with the venv on PATH
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    text = again.stdout + again.stderr
+    assert "Data and pipelines are up to date" in text and "Running stage" not in text
+    for stage in STAGES:
+        assert f"Stage '{stage}' didn't change, skipping" in text
+    assert snakemake_runs(repo) == runs and stats(repo) == before
+    assert not run(["git", "status", "--porcelain"], repo, env).stdout.strip()
+
+
+def test_push_then_pull_into_a_fresh_clone_does_not_retrain(built: Built, tmp_path: Path) -> None:
+    repo, env = built.repo, built.env
+    clone = tmp_path / "clone"
+    ok(["git", "clone", "-q", str(repo), str(clone)], tmp_path, env)
+    ok([DVC, "remote", "modify", "--local", "local", "url", str(built.remote)], clone, env)
+    assert not (clone / "data").exists() and not (clone / ".dvc/cache").exists()
+    pulled = make("pull", clone, env)
+    assert pulled.returncode == 0, pulled.stdout[-3000:] + pulled.stderr[-3000:]
+    assert "nothing will be retrained" in pulled.stdout
+    # the same bytes: token shards, final checkpoints, metrics, evaluations, report, each with its manifest
+    theirs, ours = files(repo), files(clone)
+    assert ours == theirs
+    for cell in CELLS:
+        for name in ("model.safetensors", "model.safetensors.json", "optim.pt", "state.json"):
+            assert f"{cell}/checkpoints/final/{name}" in ours
+        assert f"{cell}/metrics.jsonl" in ours
+    assert "data/tokens/embedded/gpt2/train.bin.json" in ours
+    # intermediate training state stays local (.dvcignore): only final checkpoints travel
+    assert list((repo / CELLS[0] / "checkpoints").glob("step_*"))
+    assert not list((clone / CELLS[0] / "checkpoints").glob("step_*"))
+    before = stats(clone)
+    plan = snakemake(clone, "-n", "--profile", "profiles/local", "all")
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "Nothing to be done" in plan.stdout + plan.stderr
+    assert "missing provenance/metadata" not in plan.stdout + plan.stderr
+    # and `snakemake all` for real runs nothing: no checkpoint, metric or result changes
+    real = snakemake(clone, "--profile", "profiles/local", "all")
+    assert real.returncode == 0 and "Nothing to be done" in real.stdout + real.stderr
+    assert stats(clone) == before and files(clone) == theirs
+    assert "Data and pipelines are up to date" in ok([DVC, "status"], clone, env).stdout
+    # Snakemake's records are complete, as after a real run: a cell's own config change reruns it
+    config = yaml.safe_load((clone / "config/config.yaml").read_text())
+    config["train"]["micro/gpt2/leviathan/seed0"] = {"lr": 1e-3}
+    (clone / "config/config.yaml").write_text(yaml.safe_dump(config))
+    plan = snakemake(clone, "-n", "--profile", "profiles/local", "all")
+    text = plan.stdout + plan.stderr
+    assert job_counts(text).get("train") == 1 and "variant=leviathan" in text and "variant=tied" not in text
+
+
+def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(built: Built, tmp_path: Path) -> None:
+    env = built.env
+    clone = tmp_path / "clone"
+    ok(["git", "clone", "-q", str(built.repo), str(clone)], tmp_path, env)
+    ok([DVC, "remote", "modify", "--local", "local", "url", str(built.remote)], clone, env)
+    config = yaml.safe_load((clone / "config/config.yaml").read_text())
+    config["train"]["micro"]["total_tokens"] *= 2  # an edit made before pulling: every cell trains longer
+    (clone / "config/config.yaml").write_text(yaml.safe_dump(config))
+    pulled = make("pull", clone, env)
+    assert pulled.returncode != 0
+    assert "differs from dvc.lock" in pulled.stdout and "modified:           config" in pulled.stdout
+    assert (clone / CELLS[0] / "checkpoints/final/state.json").is_file()  # pulled, but not touched
+    assert not (clone / ".snakemake").exists()  # no Snakemake run marked anything up to date
+    # the recipe it prints: pull on the locked commit, then bring the edit back; Snakemake sees it
+    ok(["git", "stash", "-q"], clone, env)
+    pulled = make("pull", clone, env)
+    assert pulled.returncode == 0, pulled.stdout[-3000:] + pulled.stderr[-3000:]
+    ok(["git", "stash", "pop", "-q"], clone, env)
+    plan = snakemake(clone, "-n", "--profile", "profiles/local", "all")
+    counts = job_counts(plan.stdout + plan.stderr)
+    assert counts.get("train") == 2 and "tokenize" not in counts

@@ -1,0 +1,112 @@
+"""The cell map (how a table number is computed) and the audit walk, on a small chain of real files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from leviathan.io import sha256_file, write_json
+from leviathan.manifest import input_record, write_manifest
+from leviathan.report.audit import Auditor
+from leviathan.report.build import write_table
+from leviathan.report.cellmap import CellSpec, DocumentCache, Source, compute, resolve_pointer
+from leviathan.report.tables import Table
+
+
+def test_pointer_walks_dicts_lists_and_escapes() -> None:
+    doc = {"a": [{"b/c": {"m~n": 3}}], "acc,none": 0.5}
+    assert resolve_pointer(doc, "/a/0/b~1c/m~0n") == 3
+    assert resolve_pointer(doc, "/acc,none") == 0.5
+    with pytest.raises(KeyError, match="missing"):
+        resolve_pointer(doc, "/a/0/missing")
+
+
+def test_ops_compute_from_the_files(tmp_path: Path) -> None:
+    write_json(tmp_path / "tied.json", {"loss": 3.0})
+    write_json(tmp_path / "lev0.json", {"loss": 2.8})
+    write_json(tmp_path / "lev1.json", {"loss": 2.9})
+    docs = DocumentCache(tmp_path)
+    tied = (Source("tied.json", "/loss", "a"),)
+    lev = (Source("lev0.json", "/loss", "b"), Source("lev1.json", "/loss", "b"))
+    assert compute(CellSpec("mean", tied), docs) == 3.0
+    assert compute(CellSpec("mean", tuple(Source(s.path, s.pointer) for s in lev)), docs) == pytest.approx(2.85)
+    assert compute(CellSpec("gain", tied + lev), docs) == pytest.approx((3.0 - 2.85) / 3.0)
+    assert compute(CellSpec("exp_change", tied + lev), docs) == pytest.approx(math.exp(2.85) / math.exp(3.0) - 1)
+    a, b = CellSpec("mean", tied), CellSpec("mean", (Source("lev0.json", "/loss"),))
+    assert compute(CellSpec("diff_of", parts=(a, b)), docs) == pytest.approx(-0.2)
+    assert math.isnan(compute(CellSpec("mean", ()), docs))
+    with pytest.raises(ValueError, match="unknown cell op"):
+        compute(CellSpec("median", tied), docs)
+
+
+def _chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """corpus -> shard -> evaluation JSON -> table, each link recording its input's sha256."""
+    monkeypatch.chdir(tmp_path)
+    Path("data").mkdir()
+    Path("data/corpus.txt").write_text("some text\n")
+    write_manifest("data/corpus.txt", kind="corpus")
+    Path("data/shard.bin").write_bytes(bytes(range(64)))
+    write_manifest("data/shard.bin", kind="tokens", inputs=[input_record("data/corpus.txt")])
+    evaluation = {"kind": "val", "checkpoint": None, "code": {"git_commit": None},
+                  "inputs": [{"role": "val_tokens", **input_record("data/shard.bin")}],
+                  "results": {"overall": {"loss": 2.5}}}  # fmt: skip
+    write_json("val.json", evaluation)
+    table = Table("demo", "Demo", ["variant"], {"val_loss": "loss", "val_ppl": "ppl"})
+    row = table.add_row("micro/leviathan", variant="leviathan")
+    table.set(row, "val_loss", CellSpec("mean", (Source("val.json", "/results/overall/loss"),)))
+    table.set(row, "val_ppl", CellSpec("exp", (Source("val.json", "/results/overall/loss"),)))
+    paths = write_table(table, DocumentCache(), "tables")
+    return paths["csv"]
+
+
+def _audit(table: str | Path, cell: tuple[str, str] | None = None) -> Auditor:
+    auditor = Auditor(Path.cwd())
+    auditor.audit_table(table, cell)
+    return auditor
+
+
+def test_audit_passes_then_names_the_tampered_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    csv = _chain(tmp_path, monkeypatch)
+    assert pd.read_csv(csv)["val_ppl"][0] == pytest.approx(math.exp(2.5))
+    clean = _audit(csv)
+    assert not clean.failures, [f.line() for f in clean.failures]
+    walked = {f.what for f in clean.findings}
+    assert {"data/shard.bin", "data/corpus.txt", "val.json"} <= walked
+    assert not _audit("tables/demo.md", ("micro/leviathan", "val_ppl")).failures
+
+    # an edited shard: its own manifest and the evaluation that read it disagree with it
+    original = Path("data/shard.bin").read_bytes()
+    Path("data/shard.bin").write_bytes(original[:-1] + b"\x00")
+    bad = _audit(csv, ("micro/leviathan", "val_loss"))
+    assert [f.what for f in bad.failures] == ["data/shard.bin"]
+    assert "recorded in val.json" in bad.failures[0].detail
+    Path("data/shard.bin").write_bytes(original)
+
+    # a hand-edited number: the table's hash and the recomputed value both say so
+    text = csv.read_text()
+    csv.write_text(text.replace("2.5,", "2.4,", 1))
+    bad = _audit(csv)
+    details = " ".join(f.detail for f in bad.failures)
+    assert "tables/demo.csv" in {f.what for f in bad.failures}
+    assert "the table says 2.4 but its sources give 2.5" in details
+    csv.write_text(text)
+
+    # an edited evaluation output: the table recorded another sha256 for it
+    doc = json.loads(Path("val.json").read_text())
+    doc["results"]["overall"]["loss"] = 2.0
+    write_json("val.json", doc)
+    bad = _audit(csv)
+    failed = {f.what: f.detail for f in bad.failures}
+    assert "recorded in tables/demo.csv.json" in failed["val.json"]
+    assert sha256_file("val.json")[:12] in failed["val.json"]
+
+
+def test_unknown_cell_is_an_error_naming_the_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    csv = _chain(tmp_path, monkeypatch)
+    bad = _audit(csv, ("micro/tied", "val_loss"))
+    assert bad.failures and "no row 'micro/tied'" in bad.failures[0].detail
+    assert "micro/leviathan" in bad.failures[0].detail

@@ -1,0 +1,127 @@
+"""Tables, figures, the Snakemake report and `leviathan audit` on a real micro run of the workflow."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from workflow_helpers import BIN, small_config, snakemake, tool_env, workflow_copy
+
+pytestmark = pytest.mark.slow
+
+TABLES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "paper_vs_ours"]
+FIGURES = ["loss_curves", "frequency", "vocabulary", "ablation"]
+LEV = "results/runs/micro/gpt2/leviathan/seed0"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = workflow_copy(tmp_path_factory.mktemp("report"))
+    config = small_config(work)
+    main = config["studies"]["main"]
+    config["studies"] = {"main": main, "ablation": {**main, "variants": ["tied", "untied", "leviathan"]},
+                         "vocabulary": dict(main)}  # fmt: skip
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake(work, "--profile", "profiles/local", "all")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return work
+
+
+def audit(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "leviathan"), "audit", *args], cwd=work, capture_output=True, text=True,
+                          env=tool_env(), timeout=300)  # fmt: skip
+
+
+def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
+    tables = work / "results/report/tables"
+    for name in TABLES:
+        for fmt in ("csv", "md", "tex"):
+            assert (tables / f"{name}.{fmt}").stat().st_size > 0
+            assert (tables / f"{name}.{fmt}.json").is_file()
+    main = pd.read_csv(tables / "main.csv").set_index("row")
+    val = json.loads((work / "results/eval/micro/gpt2/leviathan/seed0/val.json").read_text())
+    assert main.loc["micro/gpt2/leviathan", "val_loss"] == val["results"]["overall"]["loss"]
+    manifest = json.loads((tables / "main.csv.json").read_text())
+    cell = next(c for c in manifest["cells"] if (c["row"], c["column"]) == ("micro/gpt2/leviathan", "val_ppl_change"))
+    assert cell["op"] == "exp_change" and {s["group"] for s in cell["sources"]} == {"a", "b"}
+    # the cost table's counter agrees with the parameter count the trainer logged at start
+    cost = pd.read_csv(tables / "cost.csv").set_index("row")
+    start = json.loads((work / LEV / "metrics.jsonl").read_text().splitlines()[0])
+    assert cost.loc["micro/gpt2/leviathan", "params"] == start["params"]
+    assert "\\begin{tabular}" in (tables / "ablation.tex").read_text()
+    paper = pd.read_csv(tables / "paper_vs_ours.csv")
+    assert paper["paper"].notna().all() and paper["ours"].isna().all()  # no paper scale trained here
+    check = (tables / "paper_check.md").read_text()
+    assert "3 of 16 reported figures do not follow" in check and "exp(val loss 2.402)" in check
+
+
+def test_figures_png_and_pdf(work: Path) -> None:
+    for name in FIGURES:
+        png = (work / f"results/report/figures/{name}.png").read_bytes()
+        pdf = (work / f"results/report/figures/{name}.pdf").read_bytes()
+        assert png.startswith(b"\x89PNG") and pdf.startswith(b"%PDF") and len(png) > 10_000
+
+
+def test_snakemake_report_archive(work: Path) -> None:
+    out = snakemake(work, "--profile", "profiles/local", "--report", "results/report.zip", "all")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    names = zipfile.ZipFile(work / "results/report.zip").namelist()
+    assert any(n.endswith("loss_curves.png") for n in names)
+    assert any(n.endswith("main.csv") for n in names)
+
+
+def test_audit_passes_on_the_clean_run(work: Path) -> None:
+    out = audit(work, "results/report/tables/main.csv", "--all")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "audit passed" in out.stdout
+    one = audit(work, "results/report/tables/main.tex", "--cell", "micro/gpt2/leviathan,val_loss")
+    assert one.returncode == 0, one.stdout + one.stderr
+    for link in (f"{LEV}/checkpoints/final/model.safetensors", "data/tokens/embedded/gpt2/train.bin",
+                 "data/corpus/embedded/train.jsonl.zst", "vocabulary gpt2"):  # fmt: skip
+        assert link in one.stdout, link
+
+
+def _tampered(work: Path, path: str, tamper) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    target = work / path
+    backup = target.with_name(target.name + ".bak")
+    shutil.copy2(target, backup)
+    try:
+        tamper(target)
+        return audit(work, "results/report/tables/main.csv", "--all")
+    finally:
+        backup.replace(target)
+
+
+def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
+    def flip_byte(p: Path) -> None:
+        data = bytearray(p.read_bytes())
+        data[100] ^= 0xFF
+        p.write_bytes(bytes(data))
+
+    shard = "data/tokens/embedded/gpt2/train.bin"
+    out = _tampered(work, shard, flip_byte)
+    assert out.returncode == 1 and f"{shard}: sha256" in out.stderr
+
+    weights = f"{LEV}/checkpoints/final/model.safetensors"
+    tied = work / "results/runs/micro/gpt2/tied/seed0/checkpoints/final/model.safetensors"
+    out = _tampered(work, weights, lambda p: shutil.copy(tied, p))
+    assert out.returncode == 1 and f"{weights}: sha256" in out.stderr
+
+    table = "results/report/tables/main.csv"
+
+    def edit_value(p: Path) -> None:
+        frame = pd.read_csv(p)
+        frame.loc[frame["row"] == "micro/gpt2/leviathan", "val_loss"] -= 0.5
+        frame.to_csv(p, index=False, float_format="%.17g")
+
+    out = _tampered(work, table, edit_value)
+    assert out.returncode == 1
+    assert f"{table}: sha256" in out.stderr and "main.csv [micro/gpt2/leviathan, val_loss]" in out.stderr
+    assert "was edited" in out.stderr
+    assert audit(work, table, "--all").returncode == 0  # restored: clean again
