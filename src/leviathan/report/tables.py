@@ -325,7 +325,26 @@ def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
     return t
 
 
-def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures) -> Table:
+def _sample_efficiency_spec(inp: ReportInputs, docs: DocumentCache, scale: str) -> CellSpec | None:
+    """Ours: the tokens ratio at which leviathan reaches tied's final loss (mean over seeds)."""
+    from leviathan.workflow.grid import sample_efficiency_path
+
+    lev = inp.all_cells().get((scale, PAPER_MAIN_VOCAB, "leviathan"), [])
+    tied = {c.seed for c in inp.all_cells().get((scale, PAPER_MAIN_VOCAB, "tied"), [])}
+    sources = []
+    for c in lev:
+        if c.seed not in tied:
+            continue
+        path = sample_efficiency_path(scale, PAPER_MAIN_VOCAB, c.seed)
+        runs = docs.get(path)["results"]["runs"]
+        i = next(i for i, r in enumerate(runs) if r["variant"] == "leviathan")
+        sources.append(Source(path, f"/results/runs/{i}/ratio_interpolated"))
+    return CellSpec("mean", tuple(sources)) if sources else None
+
+
+def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures,
+                  extra: Mapping[tuple[str, str, str, str], tuple[CellSpec | None, CellSpec | None]] | None = None,
+                  ) -> Table:  # fmt: skip
     """Every reported figure with a counterpart, beside ours (empty where that scale was not run)."""
     t = Table("paper_vs_ours", "The paper's reported figures beside ours (ours empty where not trained)",
               ["table", "scale", "variant", "quantity"], {"paper": "num", "ours": "num", "difference": "num"})  # fmt: skip
@@ -345,18 +364,22 @@ def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures) -> Table:
     pairs.append(("downstream", "1.2b", "leviathan", "gain_points", "paper_gain_points"))
     pairs += [("cost", "1.2b", "leviathan", "params_overhead", "paper_params_overhead"),
               ("cost", "1.2b", "leviathan", "flops_overhead", "paper_flops_overhead")]  # fmt: skip
-    for table_name, scale, variant, ours_col, paper_col in pairs:
-        source = tables.get(table_name)
-        vocab = PAPER_MAIN_VOCAB
-        row = t.add_row(f"{table_name}/{scale}/{variant}/{ours_col}", table=table_name, scale=scale,
-                        variant=variant, quantity=ours_col)  # fmt: skip
-        src_row = f"{scale}/{vocab}/{variant}"
-        paper_spec = _paper_spec_for(table_name, scale, variant, paper_col, paper)
+
+    def add(table_name: str, scale: str, variant: str, quantity: str, paper_spec: CellSpec | None,
+            ours: CellSpec | None) -> None:  # fmt: skip
+        row = t.add_row(f"{table_name}/{scale}/{variant}/{quantity}", table=table_name, scale=scale,
+                        variant=variant, quantity=quantity)  # fmt: skip
         t.set(row, "paper", paper_spec)
-        ours = source.cells.get((src_row, ours_col)) if source is not None else None
         t.set(row, "ours", ours)
         if ours is not None and paper_spec is not None:
             t.set(row, "difference", CellSpec("diff_of", parts=(paper_spec, ours)))
+
+    for table_name, scale, variant, ours_col, paper_col in pairs:
+        source = tables.get(table_name)
+        ours = source.cells.get((f"{scale}/{PAPER_MAIN_VOCAB}/{variant}", ours_col)) if source is not None else None
+        add(table_name, scale, variant, ours_col, _paper_spec_for(table_name, scale, variant, paper_col, paper), ours)
+    for (table_name, scale, variant, quantity), (paper_spec, ours) in (extra or {}).items():
+        add(table_name, scale, variant, quantity, paper_spec, ours)
     return t
 
 
@@ -389,7 +412,9 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
         cost_table(inp, paper),
     ]
     tables = {t.name: t for t in built if t is not None}
-    tables["paper_vs_ours"] = paper_vs_ours(tables, paper)
+    extra = {("sample_efficiency", "1.2b", "leviathan", "tokens_ratio"): (
+        paper.spec("sample_efficiency", "tokens_ratio_1_2b"), _sample_efficiency_spec(inp, docs, "1.2b"))}
+    tables["paper_vs_ours"] = paper_vs_ours(tables, paper, extra)
     return tables
 
 

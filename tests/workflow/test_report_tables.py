@@ -1,0 +1,78 @@
+"""Table building at a paper scale: our rows meet the paper's figures (evaluation files written here)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from leviathan.io import write_json
+from leviathan.model.accounting import account, overhead
+from leviathan.model.presets import model_config
+from leviathan.paper import reported, reported_path
+from leviathan.report.build import table_names, write_report
+from leviathan.report.cellmap import DocumentCache
+from leviathan.report.tables import ReportInputs, build_tables
+from leviathan.workflow.grid import Cell
+
+LOSS = {"tied": 3.10, "leviathan": 3.00}
+BUCKETS = [{"label": "1-9", "n": 10}, {"label": "10-99", "n": 0}]
+
+
+def _write_cell(cell: Cell) -> None:
+    loss = LOSS[cell.variant]
+    freq = [{**b, "mean_loss": loss + 1.0} for b in BUCKETS]
+    write_json(f"{cell.eval_dir}/val.json", {
+        "kind": "val", "checkpoint": {"tokens": 4_200_000_000},
+        "results": {"overall": {"loss": loss}, "frequency_tokens": {"log10": freq}},
+    })  # fmt: skip
+    cfg = model_config(cell.scale, cell.vocab, cell.variant)
+    write_json(cell.final_marker, {"model_config": cfg.to_dict()})
+
+
+@pytest.fixture
+def at_200m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReportInputs:
+    monkeypatch.chdir(tmp_path)
+    study = {"scales": ["200m"], "vocabs": ["o200k_base"], "variants": ["leviathan", "tied"], "seeds": [0]}
+    for variant in ("tied", "leviathan"):
+        _write_cell(Cell("200m", "o200k_base", variant, 0))
+    return ReportInputs({"main": study}, ["val"], str(reported_path()))
+
+
+def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
+    tables = build_tables(at_200m, DocumentCache())
+    assert list(tables) == table_names(at_200m) == ["main", "frequency", "cost", "paper_vs_ours"]
+    main = tables["main"].frame(DocumentCache()).set_index("row")
+    assert list(main.index) == ["200m/o200k_base/tied", "200m/o200k_base/leviathan"]  # tied first
+    lev = main.loc["200m/o200k_base/leviathan"]
+    assert lev["val_ppl"] == pytest.approx(math.exp(3.0))
+    assert lev["val_ppl_change"] == pytest.approx(math.exp(3.0 - 3.1) - 1)
+    assert lev["paper_val_loss"] == reported()["main"]["200m"]["leviathan"]["val_loss"]
+    assert math.isnan(main.loc["200m/o200k_base/tied", "val_ppl_change"])
+
+    pvo = tables["paper_vs_ours"].frame(DocumentCache()).set_index("row")
+    row = pvo.loc["main/200m/leviathan/val_loss"]
+    assert row["ours"] == 3.0 and row["difference"] == pytest.approx(3.0 - 3.052)
+    assert math.isnan(pvo.loc["main/400m/leviathan/val_loss", "ours"])  # not trained here
+
+    cost = tables["cost"].frame(DocumentCache()).set_index("row")
+    tied, lev_acc = (account(model_config("200m", "o200k_base", v)) for v in ("tied", "leviathan"))
+    assert cost.loc["200m/o200k_base/leviathan", "params"] == lev_acc.total_params
+    assert cost.loc["200m/o200k_base/leviathan", "params_overhead"] == pytest.approx(overhead(lev_acc, tied)["params"])
+
+    freq = tables["frequency"].frame(DocumentCache()).set_index("row")
+    assert freq.loc["200m/o200k_base/1-9", "loss_gain_nats"] == pytest.approx(0.1)
+    assert math.isnan(freq.loc["200m/o200k_base/10-99", "tied_loss"])  # empty bucket: no number
+
+
+def test_write_report_renders_every_format(at_200m: ReportInputs, tmp_path: Path) -> None:
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}}
+    written = write_report(config, "tables", None)
+    assert {p.name for p in written} >= {"main.csv", "main.md", "main.tex", "paper_check.md"}
+    md = Path("tables/main.md").read_text()
+    assert "| 200m " in md and "3.0520" in md  # the paper's loss beside ours, rounded for reading
+    tex = Path("tables/main.tex").read_text()
+    assert "\\label{tab:main}" in tex and "val\\_ppl\\_change" in tex and "\\%" in tex
+    assert pd.read_csv("tables/main.csv")["val_loss"].tolist() == [3.1, 3.0]  # full precision
