@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv run test test-fast bench clean-venv
+.PHONY: venv run test test-fast bench clean-venv repro push pull
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,35 @@ test: $(STAMP)
 ## unit tests only
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
+
+## DVC versioning (README, "Versioning with DVC"). The stages of dvc.yaml run Snakemake with the
+## profile $(PROFILE): `make repro PROFILE=profiles/slurm`, or export SNAKEMAKE_PROFILE.
+PROFILE   ?= $(or $(SNAKEMAKE_PROFILE),profiles/local)
+TOOLS_ENV := PATH="$(abspath $(BIN)):$$PATH" SNAKEMAKE_PROFILE="$(PROFILE)"
+
+## rebuild what changed (Snakemake decides what inside a stage) and record it in dvc.lock
+repro: $(STAMP)
+	$(TOOLS_ENV) $(BIN)/dvc repro
+
+## send data, final checkpoints, evaluations and the report to the DVC remote
+push: $(STAMP)
+	$(BIN)/dvc push
+
+## fetch them, then make Snakemake see them as up to date. Pulled files get fresh mtimes in
+## arbitrary order and .snakemake/ has no records of them, so Snakemake would retrain. Only if
+## the checkout (code, config, pulled outputs) is exactly what dvc.lock records are all outputs
+## touched, in DAG order, recording Snakemake's metadata as a real run does (--forceall);
+## otherwise nothing is touched (that would pass old results off as new) and it says why.
+pull: $(STAMP)
+	$(BIN)/dvc pull
+	@$(BIN)/dvc status --quiet || { $(BIN)/dvc status; \
+	  echo "make pull: the checkout differs from dvc.lock (above), so nothing was marked up to date."; \
+	  echo "Run 'make pull' on the commit dvc.lock was made with (git stash your edits first), then come back:"; \
+	  echo "Snakemake then reruns exactly what your changes affect."; exit 1; }
+	$(TOOLS_ENV) $(BIN)/snakemake --profile "$(PROFILE)" --touch --forceall all
+	@$(TOOLS_ENV) $(BIN)/snakemake --profile "$(PROFILE)" --dry-run all 2>&1 | grep -q "Nothing to be done" || { \
+	  echo "make pull: Snakemake still has work to do ('snakemake -n all' shows what)"; exit 1; }
+	@echo "make pull: all outputs present and up to date; nothing will be retrained"
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_model.py
