@@ -59,6 +59,7 @@ def _chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     row = table.add_row("micro/leviathan", variant="leviathan")
     table.set(row, "val_loss", CellSpec("mean", (Source("val.json", "/results/overall/loss"),)))
     table.set(row, "val_ppl", CellSpec("exp", (Source("val.json", "/results/overall/loss"),)))
+    table.add_row("micro/tied", variant="tied")  # not run: its cells are empty, with no sources
     paths = write_table(table, DocumentCache(), "tables")
     return paths["csv"]
 
@@ -105,8 +106,27 @@ def test_audit_passes_then_names_the_tampered_file(tmp_path: Path, monkeypatch: 
     assert sha256_file("val.json")[:12] in failed["val.json"]
 
 
+def test_a_number_in_an_empty_cell_is_caught_even_with_a_matching_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    csv = _chain(tmp_path, monkeypatch)
+    empty = _audit(csv, ("micro/tied", "val_loss"))
+    assert not empty.failures and "nothing to verify" in empty.findings[-1].detail
+    frame = pd.read_csv(csv)
+    frame.loc[frame["row"] == "micro/tied", "val_loss"] = 2.6
+    frame.to_csv(csv, index=False)
+    manifest = json.loads(Path(f"{csv}.json").read_text())
+    manifest["artifact"]["sha256"] = sha256_file(csv)  # the forger updated the manifest too
+    write_json(f"{csv}.json", manifest)
+    bad = _audit(csv)
+    assert [f.what for f in bad.failures] == ["demo.csv [micro/tied, val_loss]"]
+    assert "has no recorded source" in bad.failures[0].detail
+
+
 def test_unknown_cell_is_an_error_naming_the_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     csv = _chain(tmp_path, monkeypatch)
-    bad = _audit(csv, ("micro/tied", "val_loss"))
-    assert bad.failures and "no row 'micro/tied'" in bad.failures[0].detail
+    bad = _audit(csv, ("micro/untied", "val_loss"))
+    assert bad.failures and "no row 'micro/untied'" in bad.failures[0].detail
     assert "micro/leviathan" in bad.failures[0].detail
+    bad = _audit(csv, ("micro/leviathan", "val_los"))
+    assert bad.failures and "no column 'val_los'" in bad.failures[0].detail

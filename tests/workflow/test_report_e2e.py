@@ -124,4 +124,31 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
     assert out.returncode == 1
     assert f"{table}: sha256" in out.stderr and "main.csv [micro/gpt2/leviathan, val_loss]" in out.stderr
     assert "was edited" in out.stderr
+
+    # the checkpoint's manifest rewritten to name other training data: the evaluation recorded its hash
+    manifest = f"{weights}.json"
+
+    def other_data(p: Path) -> None:
+        doc = json.loads(p.read_text())
+        doc["inputs"][0]["path"] = "data/tokens/embedded/gpt2/val.bin"
+        p.write_text(json.dumps(doc))
+
+    out = _tampered(work, manifest, other_data)
+    assert out.returncode == 1 and f"{manifest}: sha256" in out.stderr
     assert audit(work, table, "--all").returncode == 0  # restored: clean again
+
+
+def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(work: Path) -> None:
+    lev = work / "results/eval/micro/gpt2/leviathan/seed0/val.json"
+    backup = lev.read_bytes()
+    shutil.copy(work / "results/eval/micro/gpt2/tied/seed0/val.json", lev)
+    try:
+        rebuilt = subprocess.run([str(BIN / "leviathan"), "report", "tables", "--no-figures"], cwd=work,
+                                 capture_output=True, text=True, env=tool_env(), timeout=300)  # fmt: skip
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        out = audit(work, "results/report/tables/main.csv", "--cell", "micro/gpt2/leviathan,val_loss")
+        assert out.returncode == 1 and "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
+    finally:
+        lev.write_bytes(backup)
+        subprocess.run([str(BIN / "leviathan"), "report", "tables", "--no-figures"], cwd=work, env=tool_env(),
+                       capture_output=True, timeout=300, check=True)  # fmt: skip

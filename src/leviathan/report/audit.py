@@ -41,9 +41,10 @@ class Finding:
     depth: int
     what: str
     detail: str = ""
+    unverified: bool = False  # nothing wrong found, but it could not be checked here
 
     def line(self) -> str:
-        status = "ok  " if self.ok else "FAIL"
+        status = "FAIL" if not self.ok else "n/v " if self.unverified else "ok  "
         return f"{status} {'  ' * self.depth}{self.what}" + (f"  {self.detail}" if self.detail else "")
 
 
@@ -67,13 +68,17 @@ class Auditor:
         except ValueError:
             return str(path)
 
-    def note(self, ok: bool, depth: int, what: str, detail: str = "") -> bool:
-        self.findings.append(Finding(ok, depth, what, detail))
+    def note(self, ok: bool, depth: int, what: str, detail: str = "", unverified: bool = False) -> bool:
+        self.findings.append(Finding(ok, depth, what, detail, unverified))
         return ok
 
     @property
     def failures(self) -> list[Finding]:
         return [f for f in self.findings if not f.ok]
+
+    @property
+    def unverified(self) -> list[Finding]:
+        return [f for f in self.findings if f.ok and f.unverified]
 
     def sha(self, p: Path) -> str:
         if p not in self._sha:
@@ -96,16 +101,18 @@ class Auditor:
     def check_commit(self, code: Mapping[str, Any] | None, where: str, depth: int) -> None:
         commit = (code or {}).get("git_commit")
         if not commit:
-            self.note(True, depth, f"code of {where}", "no git commit recorded (not run from a git checkout)")
+            self.note(True, depth, f"code of {where}", "no git commit recorded (not run from a git checkout)", True)
             return
         exists = _commit_exists(commit)
-        dirty = " with uncommitted changes" if (code or {}).get("git_dirty") else ""
         if exists is None:
-            self.note(True, depth, f"code {commit[:12]}{dirty}", "not verifiable here (no git checkout)")
-        elif exists:
-            self.note(True, depth, f"code {commit[:12]}{dirty}", "commit exists")
+            self.note(True, depth, f"code {commit[:12]}", "not verifiable here (no git checkout)", True)
+        elif not exists:
+            hint = " (this is a shallow clone: git fetch --unshallow)" if _shallow() else ""
+            self.note(False, depth, f"code {commit[:12]}", f"recorded in {where}: no such commit in this repository{hint}")
+        elif (code or {}).get("git_dirty"):
+            self.note(True, depth, f"code {commit[:12]}", "commit exists, but the run had uncommitted changes", True)
         else:
-            self.note(False, depth, f"code {commit[:12]}", f"recorded in {where}: no such commit in this repository")
+            self.note(True, depth, f"code {commit[:12]}", "commit exists")
 
     # ------------------------------------------------------------ the chain
     def walk(self, p: str | os.PathLike[str], depth: int, verified: str | None = None) -> None:
@@ -140,7 +147,14 @@ class Auditor:
 
     def walk_checkpoint_dir(self, ckpt_dir: Path, depth: int, verified: str | None = None) -> None:
         weights = ckpt_dir / "model.safetensors"
-        if manifest_path(weights).is_file():
+        mpath = manifest_path(weights)
+        if mpath.is_file():
+            manifest = read_json(mpath)
+            state = ckpt_dir / "state.json"  # the configs the tables' params/FLOPs read
+            if self.check_hash(state, manifest.get("state_sha256"), self.show(mpath), depth) and (
+                read_json(state).get("model_config") != manifest.get("model_config")
+            ):
+                self.note(False, depth, self.show(state), f"model_config differs from {self.show(mpath)}")
             self.walk(weights, depth, verified)
         else:
             self.note(False, depth, self.show(weights), "the checkpoint has no manifest model.safetensors.json "
@@ -151,13 +165,32 @@ class Auditor:
         self.check_commit(doc.get("code"), str(path), depth)
         ckpt = doc.get("checkpoint")
         if ckpt:
+            self.check_cell_identity(path, ckpt, depth)
             ckpt_dir = self.path(ckpt["path"])
             self.check_hash(ckpt_dir / "state.json", ckpt.get("state_sha256"), str(path), depth)
+            if ckpt.get("manifest"):  # the checkpoint's manifest as it was when evaluated
+                self.check_hash(ckpt["manifest"], ckpt.get("manifest_sha256"), str(path), depth)
+            elif "manifest" in ckpt:
+                self.note(False, depth, self.show(ckpt_dir), f"{self.show(path)} evaluated a checkpoint without a manifest")
             if self.check_hash(ckpt_dir / "model.safetensors", ckpt.get("sha256"), str(path), depth):
                 self.walk_checkpoint_dir(ckpt_dir, depth, ckpt.get("sha256"))
         for inp in doc.get("inputs", []):
             if self.check_hash(inp["path"], inp.get("sha256"), str(path), depth):
                 self.walk(inp["path"], depth, inp.get("sha256"))
+            if inp.get("checkpoint_sha256"):  # a run's metrics (sample efficiency): its final checkpoint
+                final = self.path(inp["path"]).parent / "checkpoints" / "final"
+                if self.check_hash(final / "model.safetensors", inp["checkpoint_sha256"], str(path), depth):
+                    self.walk_checkpoint_dir(final, depth + 1, inp["checkpoint_sha256"])
+
+    def check_cell_identity(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
+        """An evaluation under results/eval/<scale>/<vocab>/<variant>/seed<k>/ must be of that cell."""
+        parts = path.parent.parts
+        if len(parts) < 5 or parts[-5] != "eval":
+            return
+        recorded = (ckpt.get("scale"), ckpt.get("vocab"), ckpt.get("variant"), f"seed{ckpt.get('seed')}")
+        if tuple(parts[-4:]) != recorded:
+            self.note(False, depth, self.show(path), f"evaluates the checkpoint of cell {'/'.join(map(str, recorded))} "
+                      f"but sits in {'/'.join(parts[-4:])}'s directory (a copied or swapped evaluation)")  # fmt: skip
 
     def check_vocab_file(self, vocab: Mapping[str, Any], where: str, depth: int) -> None:
         from leviathan.data.tokenizers import cache_dir
@@ -165,7 +198,8 @@ class Auditor:
         bpe = cache_dir() / vocab["bpe_file"]
         what = f"vocabulary {vocab.get('name')} ({vocab['bpe_file']})"
         if not bpe.is_file():
-            self.note(True, depth, what, f"not in this machine's cache ({bpe.parent}); recorded sha256 {str(vocab.get('bpe_sha256'))[:12]}")
+            self.note(True, depth, what, f"not in this machine's cache ({bpe.parent}); recorded sha256 "
+                      f"{str(vocab.get('bpe_sha256'))[:12]}", True)  # fmt: skip
         elif self.sha(bpe) != vocab.get("bpe_sha256"):
             self.note(False, depth, what, f"{bpe}: sha256 {self.sha(bpe)[:12]} != {str(vocab.get('bpe_sha256'))[:12]} recorded in {where}")
         else:
@@ -183,7 +217,11 @@ class Auditor:
             if not self.check_hash(path, manifest["artifact"]["sha256"], self.show(mpath), 0):
                 self.note(False, 0, self.show(path), "the rendering differs from what the report step wrote (hand-edited?)")
             csv = manifest["inputs"][0]
-            path, manifest = self.path(csv["path"]), read_json(manifest_path(self.path(csv["path"])))
+            path = self.path(csv["path"])
+            if not manifest_path(path).is_file():
+                self.note(False, 0, self.show(path), f"the table {self.show(mpath)} was rendered from has no manifest")
+                return
+            manifest = read_json(manifest_path(path))
             if manifest["artifact"]["sha256"] != csv["sha256"]:
                 self.note(False, 0, self.show(path), f"is not the table {self.show(mpath)} was rendered from")
         if manifest.get("kind") != "table":
@@ -191,15 +229,24 @@ class Auditor:
             return
         if not self.check_hash(path, manifest["artifact"]["sha256"], self.show(manifest_path(path)), 0):
             self.note(False, 0, self.show(path), "the table differs from what the report step wrote (hand-edited?)")
+        self.check_commit(manifest.get("code"), self.show(manifest_path(path)), 1)
         recorded_inputs = {i["path"]: i.get("sha256") for i in manifest.get("inputs", [])}
         frame = pd.read_csv(path, dtype={"row": str}).set_index("row")
         cells = [(c["row"], c["column"], CellSpec.from_dict(c)) for c in manifest.get("cells", [])]
+        mapped = {(r, c) for r, c, _ in cells}
         if cell is not None:
             picked = [c for c in cells if (c[0], c[1]) == cell]
             if not picked:
-                self.note(False, 0, f"{path.name} [{cell[0]}, {cell[1]}]", _no_cell(frame, cell))
+                empty = cell[0] in frame.index and cell[1] in frame.columns and pd.isna(frame.loc[cell[0], cell[1]])
+                self.note(empty, 0, f"{path.name} [{cell[0]}, {cell[1]}]", _no_cell(frame, cell))
                 return
             cells = picked
+        else:  # a number written into a cell that has no source ("-": not applicable, not run)
+            for column in (manifest.get("config") or {}).get("columns", {}):
+                for row in frame.index[frame[column].notna()] if column in frame.columns else []:
+                    if (row, column) not in mapped:
+                        self.note(False, 0, f"{path.name} [{row}, {column}]",
+                                  f"holds {frame.loc[row, column]} but has no recorded source: {self.show(path)} was edited")  # fmt: skip
         docs = DocumentCache(self.root)
         for row, column, spec in cells:
             self.audit_cell(path, frame, row, column, spec, recorded_inputs, docs)
@@ -245,7 +292,19 @@ def _no_cell(frame: pd.DataFrame, cell: tuple[str, str]) -> str:
         return f"no row {row!r} (rows: {', '.join(map(str, frame.index[:8]))}{', ...' if len(frame) > 8 else ''})"
     if col not in frame.columns:
         return f"no column {col!r} (columns: {', '.join(frame.columns)})"
-    return "this cell has no recorded source (empty: not applicable or not run)"
+    return "empty: not applicable or not run, nothing to verify"
+
+
+@cache
+def _shallow() -> bool:
+    from leviathan.paper import repo_root
+
+    try:
+        out = subprocess.run(["git", "-C", str(repo_root()), "rev-parse", "--is-shallow-repository"],
+                             capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.stdout.strip() == "true"
 
 
 @cache

@@ -54,12 +54,23 @@ def table_names(inp: ReportInputs) -> list[str]:
     return names + ["cost", "paper_vs_ours"]
 
 
+_TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}  # fmt: skip
+
+
+def tex_escape(text: str) -> str:
+    """Text for LaTeX: special characters escaped, >= and <= as math (no OT1 font surprises)."""
+    out = "".join(_TEX_SPECIAL.get(ch, ch) for ch in str(text))
+    return out.replace(">=", r"$\geq$").replace("<=", r"$\leq$").replace(">", r"$>$").replace("<", r"$<$")
+
+
 def _latex(table: Table, text: pd.DataFrame) -> str:
-    body = text.to_latex(index=False, escape=True, column_format="l" * len(table.label_columns) + "r" * len(table.columns))
-    caption = table.title.replace("%", r"\%").replace("_", r"\_")
+    escaped = text.map(tex_escape).rename(columns=tex_escape)
+    body = escaped.to_latex(index=False, escape=False,
+                            column_format="l" * len(table.label_columns) + "r" * len(table.columns))  # fmt: skip
     return (
         "\\begin{table}[t]\n\\centering\n\\small\n"
-        f"\\caption{{{caption}}}\n\\label{{tab:{table.name.replace('_', '-')}}}\n"
+        f"\\caption{{{tex_escape(table.title)}}}\n\\label{{tab:{table.name.replace('_', '-')}}}\n"
         f"{body}\\end{{table}}\n"
     )
 

@@ -6,7 +6,8 @@ files (`sources`, each a path and a JSON pointer into it, in group "a" or "b"). 
 be traced to the exact field of the exact file it was computed from.
 
 Groups: "a" is the reference (tied, or the paper), "b" the value compared with it. Several
-sources in one group (seeds) are averaged.
+sources in one group (seeds, tasks) are averaged. A missing field is an error (KeyError);
+a null field, or a cell without sources, is NaN.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def _params(configs: list[Any]) -> float:
 
 
 def _flops(configs: list[Any]) -> float:
-    counts = {_accounting(c).train_flops / 3 for c in configs}  # forward FLOPs per token
+    counts = {_accounting(c).forward_flops for c in configs}  # forward FLOPs per token
     return float(counts.pop()) if len(counts) == 1 else math.nan
 
 
@@ -147,8 +148,8 @@ OPS: dict[str, Callable[[list[Any], list[Any]], float]] = {
     "pct": lambda a, b: 100.0 * _mean(a),  # a fraction shown in percent (accuracy)
     "exp": lambda a, b: _exp(_mean(a)),  # perplexity of a mean loss
     "gain": _pair(lambda x, y: (x - y) / x),  # relative improvement of b over a (lower is better)
-    "change": _pair(lambda x, y: y / x - 1.0),  # relative change of b from a
     "diff": _pair(lambda x, y: y - x),
+    "reduction": _pair(lambda x, y: x - y),  # how much lower b is than a (loss gain, nats)
     "diff_pct": _pair(lambda x, y: 100.0 * (y - x)),  # accuracy gain, points
     "exp_gain": _pair(lambda x, y: (_exp(x) - _exp(y)) / _exp(x)),  # perplexity gain from losses
     "exp_change": _pair(lambda x, y: _exp(y) / _exp(x) - 1.0),  # perplexity change from losses
@@ -160,7 +161,7 @@ OPS: dict[str, Callable[[list[Any], list[Any]], float]] = {
 
 
 def compute(spec: CellSpec, docs: DocumentCache) -> float:
-    """The value of a cell from its sources (NaN where a source is missing or null)."""
+    """The value of a cell from its sources (NaN where a source is null or there are none)."""
     if spec.op == "diff_of":
         if len(spec.parts) != 2:
             raise ValueError("op diff_of takes exactly two parts")

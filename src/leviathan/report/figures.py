@@ -122,7 +122,7 @@ def vocabulary(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
         _empty(ax, "no vocabulary study in this config")
     else:
         lo, hi = frame["paper_gain_min"].iloc[0], frame["paper_gain_max"].iloc[0]
-        ax.axhspan(100 * lo, 100 * hi, color="grey", alpha=0.25, label="paper (200M, range)")
+        ax.axhspan(100 * lo, 100 * hi, color="grey", alpha=0.25, label="paper (range; scale not stated)")
         sns.lineplot(frame, x="n_vocab", y=100 * frame["gain"], hue="scale", marker="o", ax=ax)
         for _, r in frame.iterrows():
             ax.annotate(r["vocab"], (r["n_vocab"], 100 * r["gain"]), textcoords="offset points", xytext=(4, 4), fontsize=8)

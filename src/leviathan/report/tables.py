@@ -26,6 +26,9 @@ from leviathan.workflow.grid import Cell, study_cells
 
 PAPER_TASKS = ["hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande", "lambada_openai"]
 PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
+# WikiText-103 perplexity per word (lm-eval's wikitext metric): independent of the tokenizer,
+# so vocabularies and the paper compare; token-level perplexity is in the evaluation JSON too
+WIKITEXT_PPL = "/results/word_perplexity"
 
 # column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals, "pct" a fraction in %,
 # "points" already in percent/points, "int" an integer count, "ppl" 2 decimals
@@ -157,11 +160,21 @@ class ReportInputs:
 
 # ---------------------------------------------------------------- the tables
 
-def main_table(inp: ReportInputs, paper: PaperFigures) -> Table:
+def _lm_eval_tasks(inp: ReportInputs, docs: DocumentCache) -> dict[str, Any]:
+    """The lm-eval tasks of the main study's evaluations (task -> its metrics), {} if none ran."""
+    groups = inp.study("main")
+    if "lm_eval" not in inp.evals or not groups:
+        return {}
+    first = next(iter(groups.values()))[0]
+    tasks = docs.get(_eval(first, "lm_eval"))["results"]["tasks"]
+    return {name: task.get("metrics", {}) for name, task in tasks.items()}
+
+
+def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table:
     cols = {"tokens": "int", "val_loss": "loss", "val_ppl": "ppl", "val_ppl_change": "pct"}
     if "wikitext" in inp.evals:
         cols |= {"wikitext_ppl": "ppl", "wikitext_ppl_gain": "pct"}
-    if "lm_eval" in inp.evals:
+    if "perplexity,none" in _lm_eval_tasks(inp, docs).get("lambada_openai", {}):
         cols |= {"lambada_ppl": "ppl", "lambada_ppl_gain": "pct"}
     cols |= {"paper_val_loss": "loss", "paper_val_ppl": "ppl", "paper_val_ppl_change": "pct",
              "paper_wikitext_ppl_gain": "pct", "paper_lambada_ppl_gain": "pct"}  # fmt: skip
@@ -176,15 +189,17 @@ def main_table(inp: ReportInputs, paper: PaperFigures) -> Table:
         t.set(row, "val_ppl", CellSpec("exp", _src(cells, "val", "/results/overall/loss")))
         lambada = "/results/tasks/lambada_openai/metrics/perplexity,none"
         if "wikitext_ppl" in cols:
-            t.set(row, "wikitext_ppl", CellSpec("exp", _src(cells, "wikitext", "/results/loss")))
+            t.set(row, "wikitext_ppl", CellSpec("mean", _src(cells, "wikitext", WIKITEXT_PPL)))
         if "lambada_ppl" in cols:
             t.set(row, "lambada_ppl", CellSpec("mean", _src(cells, "lm_eval", lambada)))
         if tied and variant != "tied":
             t.set(row, "val_ppl_change", _pair("exp_change", tied, cells, "val", "/results/overall/loss"))
             if "wikitext_ppl" in cols:
-                t.set(row, "wikitext_ppl_gain", _pair("exp_gain", tied, cells, "wikitext", "/results/loss"))
+                t.set(row, "wikitext_ppl_gain", _pair("gain", tied, cells, "wikitext", WIKITEXT_PPL))
             if "lambada_ppl" in cols:
                 t.set(row, "lambada_ppl_gain", _pair("gain", tied, cells, "lm_eval", lambada))
+        if vocab != PAPER_MAIN_VOCAB:
+            continue  # the paper's figures are for o200k
         t.set(row, "paper_val_loss", paper.spec("main", scale, variant, "val_loss"))
         t.set(row, "paper_val_ppl", paper.spec("main", scale, variant, "val_ppl"))
         t.set(row, "paper_val_ppl_change", paper.spec("main", scale, variant, "val_ppl_change"))
@@ -194,31 +209,36 @@ def main_table(inp: ReportInputs, paper: PaperFigures) -> Table:
 
 
 def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
-    if "lm_eval" not in inp.evals:
-        return None
     groups = inp.study("main")
-    if not groups:
+    tasks_run = {name for name, metrics in _lm_eval_tasks(inp, docs).items() if "acc,none" in metrics}
+    if not tasks_run:
         return None
-    first = next(iter(groups.values()))[0]
-    tasks_run = docs.get(_eval(first, "lm_eval"))["results"]["tasks"]
-    tasks = [t for t in PAPER_TASKS if t in tasks_run] + sorted(set(tasks_run) - set(PAPER_TASKS))
+    paper_tasks = [t for t in PAPER_TASKS if t in tasks_run]
+    tasks = paper_tasks + sorted(tasks_run - set(PAPER_TASKS))
+    averaged = paper_tasks or tasks  # `mean`: over the paper's tasks that ran (all tasks if none did)
     cols = {task: "points" for task in tasks} | {"mean": "points", "gain_points": "dpoints",
                                                  "paper_mean": "points", "paper_gain_points": "dpoints"}  # fmt: skip
-    t = Table("downstream", "Zero-shot accuracy (%) and the mean gain over tied (points)",
+    t = Table("downstream", f"Zero-shot accuracy (%); mean over {', '.join(averaged)}; its gain over tied (points)",
               ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
+
+    def acc(cells: list[Cell], group: str = "a") -> tuple[Source, ...]:
+        return tuple(s for task in averaged for s in _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none", group))
+
     for (scale, vocab, variant), cells in groups.items():
         row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
         for task in tasks:
             t.set(row, task, CellSpec("pct", _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none")))
-        t.set(row, "mean", CellSpec("pct", _src(cells, "lm_eval", "/results/mean_acc")))
+        t.set(row, "mean", CellSpec("pct", acc(cells)))
         tied = groups.get((scale, vocab, "tied"))
         if tied and variant != "tied":
-            t.set(row, "gain_points", _pair("diff_pct", tied, cells, "lm_eval", "/results/mean_acc"))
+            t.set(row, "gain_points", CellSpec("diff_pct", acc(tied, "a") + acc(cells, "b")))
+        if vocab != PAPER_MAIN_VOCAB or paper_tasks != PAPER_TASKS:
+            continue  # the paper's mean is over its six tasks, on o200k
         key = f"downstream_{scale.replace('.', '_')}"
         per_task = [paper.spec(key, variant, task) for task in PAPER_TASKS]
         if all(per_task):
             t.set(row, "paper_mean", CellSpec("mean", tuple(s for spec in per_task for s in spec.sources)))  # type: ignore[union-attr]
-        if variant != "tied":
+        if variant == "leviathan":
             t.set(row, "paper_gain_points", paper.spec(key, "mean_gain_points"))
     return t
 
@@ -238,6 +258,8 @@ def ablation_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
         tied = groups.get((scale, vocab, "tied"))
         if tied:
             t.set(row, "gain", _pair("gain", tied, cells, "val", "/results/overall/loss"))
+        if vocab != PAPER_MAIN_VOCAB:
+            continue
         key = f"ablation_{scale}"
         t.set(row, "paper_params", paper.spec(key, variant, "params"))
         t.set(row, "paper_val_loss", paper.spec(key, variant, "val_loss"))
@@ -291,15 +313,17 @@ def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache)
                 continue
             t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", f"{ptr}/mean_loss")))
             t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", f"{ptr}/mean_loss")))
-            t.set(row, "loss_gain_nats", _pair("diff", lev, tied, "val", f"{ptr}/mean_loss"))
+            t.set(row, "loss_gain_nats", _pair("reduction", tied, lev, "val", f"{ptr}/mean_loss"))
             t.set(row, "tied_ppl", CellSpec("exp", _src(tied, "val", f"{ptr}/mean_loss")))
             t.set(row, "leviathan_ppl", CellSpec("exp", _src(lev, "val", f"{ptr}/mean_loss")))
             t.set(row, "ppl_gain", _pair("exp_gain", tied, lev, "val", f"{ptr}/mean_loss"))
+            if vocab != PAPER_MAIN_VOCAB:
+                continue
             key = f"frequency_{scale.replace('.', '_')}"
-            if label == "1-9":
+            if (bucket.get("count_lo"), bucket.get("count_hi")) == (1, 9):
                 t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_1_9_ppl_gain"))
                 t.set(row, "paper_loss_gain_nats", paper.spec(key, "bucket_1_9_loss_gain_nats"))
-            elif label == ">=1000000":
+            elif (bucket.get("count_lo"), bucket.get("count_hi")) == (10**6, None):  # the paper's "> 1M"
                 t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_over_1m_gain"))
     return t
 
@@ -319,7 +343,7 @@ def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
             both = _state(tied[:1], "a") + _state(cells[:1], "b")
             t.set(row, "params_overhead", CellSpec("params_overhead", both))
             t.set(row, "flops_overhead", CellSpec("flops_overhead", both))
-        if variant == "leviathan":
+        if variant == "leviathan" and vocab == PAPER_MAIN_VOCAB:
             t.set(row, "paper_params_overhead", paper.spec("cost", f"param_overhead_{scale.replace('.', '_')}"))
             t.set(row, "paper_flops_overhead", paper.spec("cost", f"flop_overhead_{scale.replace('.', '_')}"))
     return t
@@ -337,7 +361,9 @@ def _sample_efficiency_spec(inp: ReportInputs, docs: DocumentCache, scale: str) 
             continue
         path = sample_efficiency_path(scale, PAPER_MAIN_VOCAB, c.seed)
         runs = docs.get(path)["results"]["runs"]
-        i = next(i for i, r in enumerate(runs) if r["variant"] == "leviathan")
+        i = next((i for i, r in enumerate(runs) if r.get("variant") == "leviathan"), None)
+        if i is None:
+            raise ValueError(f"{path}: has no leviathan run (was its metrics.jsonl written by the trainer?)")
         sources.append(Source(path, f"/results/runs/{i}/ratio_interpolated"))
     return CellSpec("mean", tuple(sources)) if sources else None
 
@@ -345,7 +371,8 @@ def _sample_efficiency_spec(inp: ReportInputs, docs: DocumentCache, scale: str) 
 def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures,
                   extra: Mapping[tuple[str, str, str, str], tuple[CellSpec | None, CellSpec | None]] | None = None,
                   ) -> Table:  # fmt: skip
-    """Every reported figure with a counterpart, beside ours (empty where that scale was not run)."""
+    """The paper's point figures beside ours (empty where that scale was not run). Its
+    vocabulary study is a range over vocabularies: that sits in the vocabulary table."""
     t = Table("paper_vs_ours", "The paper's reported figures beside ours (ours empty where not trained)",
               ["table", "scale", "variant", "quantity"], {"paper": "num", "ours": "num", "difference": "num"})  # fmt: skip
     pairs: list[tuple[str, str, str, str, str]] = []  # table, scale, variant, ours column, paper column
@@ -362,6 +389,9 @@ def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures,
     for variant in ("tied", "leviathan"):
         pairs.append(("downstream", "1.2b", variant, "mean", "paper_mean"))
     pairs.append(("downstream", "1.2b", "leviathan", "gain_points", "paper_gain_points"))
+    pairs += [("frequency", "1.2b", "1-9", "ppl_gain", "paper_ppl_gain"),
+              ("frequency", "1.2b", "1-9", "loss_gain_nats", "paper_loss_gain_nats"),
+              ("frequency", "1.2b", ">=1000000", "ppl_gain", "paper_ppl_gain")]  # fmt: skip
     pairs += [("cost", "1.2b", "leviathan", "params_overhead", "paper_params_overhead"),
               ("cost", "1.2b", "leviathan", "flops_overhead", "paper_flops_overhead")]  # fmt: skip
 
@@ -397,6 +427,9 @@ def _paper_spec_for(table: str, scale: str, variant: str, paper_col: str, paper:
         return CellSpec("mean", tuple(s for spec in per_task if spec for s in spec.sources)) if all(per_task) else None
     if table == "cost":
         return paper.spec("cost", f"{q.replace('params', 'param').replace('flops', 'flop')}_{key}")
+    if table == "frequency":
+        name = {"1-9": "bucket_1_9", ">=1000000": "bucket_over_1m"}[variant]
+        return paper.spec(f"frequency_{key}", f"{name}_{q}" if variant == "1-9" else f"{name}_gain")
     return None
 
 
@@ -404,7 +437,7 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
     """Every table the configured studies support, in report order."""
     paper = PaperFigures(inp.paper_path, docs)
     built: list[Table | None] = [
-        main_table(inp, paper) if "main" in inp.studies else None,
+        main_table(inp, paper, docs) if "main" in inp.studies else None,
         downstream_table(inp, paper, docs),
         ablation_table(inp, paper),
         vocabulary_table(inp, paper),
