@@ -96,6 +96,17 @@ def test_audit_passes_then_names_the_tampered_file(tmp_path: Path, monkeypatch: 
     assert "the table says 2.4 but its sources give 2.5" in details
     csv.write_text(text)
 
+    # a number edited in the Markdown, its manifest's hash updated to match: still not the CSV rendered
+    md = Path("tables/demo.md")
+    md_text = md.read_text()
+    md.write_text(md_text.replace("2.5000", "2.4000"))
+    manifest = json.loads(Path("tables/demo.md.json").read_text())
+    manifest["artifact"]["sha256"] = sha256_file(md)
+    write_json("tables/demo.md.json", manifest)
+    bad = _audit(md)
+    assert [f.detail for f in bad.failures] == ["is not tables/demo.csv rendered: it was edited"]
+    md.write_text(md_text)
+
     # an edited evaluation output: the table recorded another sha256 for it
     doc = json.loads(Path("val.json").read_text())
     doc["results"]["overall"]["loss"] = 2.0

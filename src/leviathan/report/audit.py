@@ -213,6 +213,7 @@ class Auditor:
             self.note(False, 0, str(table), f"no manifest {mpath.name}: not a report table (or not finished)")
             return
         manifest = read_json(mpath)
+        rendering = path
         if manifest.get("kind") == "table_rendering":
             if not self.check_hash(path, manifest["artifact"]["sha256"], self.show(mpath), 0):
                 self.note(False, 0, self.show(path), "the rendering differs from what the report step wrote (hand-edited?)")
@@ -222,6 +223,7 @@ class Auditor:
                 self.note(False, 0, self.show(path), f"the table {self.show(mpath)} was rendered from has no manifest")
                 return
             manifest = read_json(manifest_path(path))
+            self.check_rendering(rendering, path, manifest)
             if manifest["artifact"]["sha256"] != csv["sha256"]:
                 self.note(False, 0, self.show(path), f"is not the table {self.show(mpath)} was rendered from")
         if manifest.get("kind") != "table":
@@ -250,6 +252,14 @@ class Auditor:
         docs = DocumentCache(self.root)
         for row, column, spec in cells:
             self.audit_cell(path, frame, row, column, spec, recorded_inputs, docs)
+
+    def check_rendering(self, rendering: Path, csv: Path, manifest: Mapping[str, Any]) -> None:
+        """A Markdown/LaTeX table must be exactly its CSV rendered (numbers edited there show here)."""
+        from leviathan.report.build import render, table_from_csv
+
+        table, frame = table_from_csv(csv, manifest)
+        if rendering.read_text() != render(table, frame, rendering.suffix.lstrip(".")):
+            self.note(False, 0, self.show(rendering), f"is not {self.show(csv)} rendered: it was edited")
 
     def audit_cell(self, table: Path, frame: pd.DataFrame, row: str, column: str, spec: CellSpec,
                    recorded_inputs: Mapping[str, str | None], docs: DocumentCache) -> None:  # fmt: skip

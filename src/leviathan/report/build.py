@@ -80,12 +80,25 @@ def _markdown(table: Table, text: pd.DataFrame) -> str:
     return f"# {table.title}\n\n{text.to_markdown(index=False, disable_numparse=True)}\n\n{note}\n"
 
 
+def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
+    """The Markdown ("md") or LaTeX ("tex") text of a table's frame (as read from its CSV)."""
+    text = rendered(table, frame)
+    return _markdown(table, text) if fmt == "md" else _latex(table, text)
+
+
+def table_from_csv(csv: str | os.PathLike[str], manifest: Mapping[str, Any]) -> tuple[Table, pd.DataFrame]:
+    """A table's layout (from its manifest) and values (from its CSV): what the renderings show."""
+    config = manifest["config"]
+    frame = pd.read_csv(csv, dtype={"row": str})
+    labels = [c for c in frame.columns if c != "row" and c not in config["columns"]]
+    return Table(config["table"], config["title"], labels, dict(config["columns"])), frame
+
+
 def write_table(table: Table, docs: DocumentCache, out_dir: str | os.PathLike[str],
                 started: _dt.datetime | None = None) -> dict[str, Path]:  # fmt: skip
     """Write one table's CSV, Markdown and LaTeX files with their manifests."""
     paths = table_paths(out_dir, table.name)
     frame = table.frame(docs)
-    text = rendered(table, frame)
     with atomic_path(paths["csv"]) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.17g")
     write_manifest(
@@ -95,7 +108,8 @@ def write_table(table: Table, docs: DocumentCache, out_dir: str | os.PathLike[st
         fields={"table": table.name, "cells": table.cell_map(), "row_column": "row"},
         started=started,
     )  # fmt: skip
-    for fmt, content in (("md", _markdown(table, text)), ("tex", _latex(table, text))):
+    for fmt in ("md", "tex"):
+        content = render(table, frame, fmt)
         with atomic_path(paths[fmt]) as tmp:
             tmp.write_text(content)
         write_manifest(paths[fmt], kind="table_rendering", inputs=[input_record(paths["csv"])],
