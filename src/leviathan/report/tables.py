@@ -210,15 +210,16 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
 
 def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
     groups = inp.study("main")
-    tasks_run = {name for name, metrics in _lm_eval_tasks(inp, docs).items() if "acc,none" in metrics}
-    if not tasks_run:
+    if "lm_eval" not in inp.evals or not groups:
         return None
+    tasks_run = {name for name, metrics in _lm_eval_tasks(inp, docs).items() if "acc,none" in metrics}
     paper_tasks = [t for t in PAPER_TASKS if t in tasks_run]
     tasks = paper_tasks + sorted(tasks_run - set(PAPER_TASKS))
     averaged = paper_tasks or tasks  # `mean`: over the paper's tasks that ran (all tasks if none did)
     cols = {task: "points" for task in tasks} | {"mean": "points", "gain_points": "dpoints",
                                                  "paper_mean": "points", "paper_gain_points": "dpoints"}  # fmt: skip
-    t = Table("downstream", f"Zero-shot accuracy (%); mean over {', '.join(averaged)}; its gain over tied (points)",
+    over = ", ".join(averaged) or "no accuracy task (none of the tasks that ran reports acc)"
+    t = Table("downstream", f"Zero-shot accuracy (%); mean over {over}; its gain over tied (points)",
               ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
 
     def acc(cells: list[Cell], group: str = "a") -> tuple[Source, ...]:
