@@ -29,6 +29,9 @@ PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
 # WikiText-103 perplexity per word (lm-eval's wikitext metric): independent of the tokenizer,
 # so vocabularies and the paper compare; token-level perplexity is in the evaluation JSON too
 WIKITEXT_PPL = "/results/word_perplexity"
+# main-table column -> the paper's key for it under `main.<scale>.<variant>` (paper_reported.yaml)
+MAIN_PAPER_FIGURES = {"val_loss": "val_loss", "val_ppl": "val_ppl", "val_ppl_change": "val_ppl_change",
+                      "wikitext_ppl_gain": "wikitext103_ppl_gain", "lambada_ppl_gain": "lambada_ppl_gain"}  # fmt: skip
 
 # column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals, "pct" a fraction in %,
 # "points" already in percent/points, "int" an integer count, "ppl" 2 decimals
@@ -125,6 +128,18 @@ class PaperFigures:
                 return None
         return CellSpec("mean", (Source(self.path, "/" + "/".join(str(k) for k in keys)),))
 
+    def downstream_mean(self, scale: str, variant: str) -> CellSpec | None:
+        """The mean of the paper's per-task accuracies (it states only the mean gain)."""
+        per_task = [self.spec(_key("downstream", scale), variant, task) for task in PAPER_TASKS]
+        if not all(per_task):
+            return None
+        return CellSpec("mean", tuple(s for spec in per_task for s in spec.sources))  # type: ignore[union-attr]
+
+
+def _key(section: str, scale: str) -> str:
+    """A scale-specific section of paper_reported.yaml, e.g. downstream_1_2b."""
+    return f"{section}_{scale.replace('.', '_')}"
+
 
 VARIANT_ORDER = ["tied", "untied", "albert", "flat_mlp", "factored_mlp", "leviathan"]
 
@@ -176,8 +191,7 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
         cols |= {"wikitext_ppl": "ppl", "wikitext_ppl_gain": "pct"}
     if "perplexity,none" in _lm_eval_tasks(inp, docs).get("lambada_openai", {}):
         cols |= {"lambada_ppl": "ppl", "lambada_ppl_gain": "pct"}
-    cols |= {"paper_val_loss": "loss", "paper_val_ppl": "ppl", "paper_val_ppl_change": "pct",
-             "paper_wikitext_ppl_gain": "pct", "paper_lambada_ppl_gain": "pct"}  # fmt: skip
+    cols |= {f"paper_{col}": cols.get(col, "pct") for col in MAIN_PAPER_FIGURES}
     t = Table("main", "Main results: validation loss and perplexity, zero-shot perplexity gains over tied",
               ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
     groups = inp.study("main")
@@ -200,11 +214,8 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
                 t.set(row, "lambada_ppl_gain", _pair("gain", tied, cells, "lm_eval", lambada))
         if vocab != PAPER_MAIN_VOCAB:
             continue  # the paper's figures are for o200k
-        t.set(row, "paper_val_loss", paper.spec("main", scale, variant, "val_loss"))
-        t.set(row, "paper_val_ppl", paper.spec("main", scale, variant, "val_ppl"))
-        t.set(row, "paper_val_ppl_change", paper.spec("main", scale, variant, "val_ppl_change"))
-        t.set(row, "paper_wikitext_ppl_gain", paper.spec("main", scale, variant, "wikitext103_ppl_gain"))
-        t.set(row, "paper_lambada_ppl_gain", paper.spec("main", scale, variant, "lambada_ppl_gain"))
+        for col, key in MAIN_PAPER_FIGURES.items():
+            t.set(row, f"paper_{col}", paper.spec("main", scale, variant, key))
     return t
 
 
@@ -235,12 +246,9 @@ def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache
             t.set(row, "gain_points", CellSpec("diff_pct", acc(tied, "a") + acc(cells, "b")))
         if vocab != PAPER_MAIN_VOCAB or paper_tasks != PAPER_TASKS:
             continue  # the paper's mean is over its six tasks, on o200k
-        key = f"downstream_{scale.replace('.', '_')}"
-        per_task = [paper.spec(key, variant, task) for task in PAPER_TASKS]
-        if all(per_task):
-            t.set(row, "paper_mean", CellSpec("mean", tuple(s for spec in per_task for s in spec.sources)))  # type: ignore[union-attr]
+        t.set(row, "paper_mean", paper.downstream_mean(scale, variant))
         if variant == "leviathan":
-            t.set(row, "paper_gain_points", paper.spec(key, "mean_gain_points"))
+            t.set(row, "paper_gain_points", paper.spec(_key("downstream", scale), "mean_gain_points"))
     return t
 
 
@@ -320,7 +328,7 @@ def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache)
             t.set(row, "ppl_gain", _pair("exp_gain", tied, lev, "val", f"{ptr}/mean_loss"))
             if vocab != PAPER_MAIN_VOCAB:
                 continue
-            key = f"frequency_{scale.replace('.', '_')}"
+            key = _key("frequency", scale)
             if (bucket.get("count_lo"), bucket.get("count_hi")) == (1, 9):
                 t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_1_9_ppl_gain"))
                 t.set(row, "paper_loss_gain_nats", paper.spec(key, "bucket_1_9_loss_gain_nats"))
@@ -345,8 +353,8 @@ def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
             t.set(row, "params_overhead", CellSpec("params_overhead", both))
             t.set(row, "flops_overhead", CellSpec("flops_overhead", both))
         if variant == "leviathan" and vocab == PAPER_MAIN_VOCAB:
-            t.set(row, "paper_params_overhead", paper.spec("cost", f"param_overhead_{scale.replace('.', '_')}"))
-            t.set(row, "paper_flops_overhead", paper.spec("cost", f"flop_overhead_{scale.replace('.', '_')}"))
+            t.set(row, "paper_params_overhead", paper.spec("cost", _key("param_overhead", scale)))
+            t.set(row, "paper_flops_overhead", paper.spec("cost", _key("flop_overhead", scale)))
     return t
 
 
@@ -376,28 +384,10 @@ def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures,
     vocabulary study is a range over vocabularies: that sits in the vocabulary table."""
     t = Table("paper_vs_ours", "The paper's reported figures beside ours (ours empty where not trained)",
               ["table", "scale", "variant", "quantity"], {"paper": "num", "ours": "num", "difference": "num"})  # fmt: skip
-    pairs: list[tuple[str, str, str, str, str]] = []  # table, scale, variant, ours column, paper column
-    doc = paper.doc
-    for scale, row in doc.get("main", {}).items():
-        for variant, figs in row.items():
-            if isinstance(figs, Mapping):
-                for q in ("val_loss", "val_ppl", "val_ppl_change", "wikitext103_ppl_gain", "lambada_ppl_gain"):
-                    if q in figs:
-                        ours = {"wikitext103_ppl_gain": "wikitext_ppl_gain"}.get(q, q)
-                        pairs.append(("main", scale, variant, ours, f"paper_{ours}"))
-    for variant in doc.get("ablation_400m", {}):
-        pairs += [("ablation", "400m", variant, "val_loss", "paper_val_loss"), ("ablation", "400m", variant, "gain", "paper_gain")]
-    for variant in ("tied", "leviathan"):
-        pairs.append(("downstream", "1.2b", variant, "mean", "paper_mean"))
-    pairs.append(("downstream", "1.2b", "leviathan", "gain_points", "paper_gain_points"))
-    pairs += [("frequency", "1.2b", "1-9", "ppl_gain", "paper_ppl_gain"),
-              ("frequency", "1.2b", "1-9", "loss_gain_nats", "paper_loss_gain_nats"),
-              ("frequency", "1.2b", ">=1000000", "ppl_gain", "paper_ppl_gain")]  # fmt: skip
-    pairs += [("cost", "1.2b", "leviathan", "params_overhead", "paper_params_overhead"),
-              ("cost", "1.2b", "leviathan", "flops_overhead", "paper_flops_overhead")]  # fmt: skip
-
     def add(table_name: str, scale: str, variant: str, quantity: str, paper_spec: CellSpec | None,
-            ours: CellSpec | None) -> None:  # fmt: skip
+            ours: CellSpec | None = None) -> None:  # fmt: skip
+        if ours is None and table_name in tables:  # ours: the same number in our table's row
+            ours = tables[table_name].cells.get((f"{scale}/{PAPER_MAIN_VOCAB}/{variant}", quantity))
         row = t.add_row(f"{table_name}/{scale}/{variant}/{quantity}", table=table_name, scale=scale,
                         variant=variant, quantity=quantity)  # fmt: skip
         t.set(row, "paper", paper_spec)
@@ -405,33 +395,26 @@ def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures,
         if ours is not None and paper_spec is not None:
             t.set(row, "difference", CellSpec("diff_of", parts=(paper_spec, ours)))
 
-    for table_name, scale, variant, ours_col, paper_col in pairs:
-        source = tables.get(table_name)
-        ours = source.cells.get((f"{scale}/{PAPER_MAIN_VOCAB}/{variant}", ours_col)) if source is not None else None
-        add(table_name, scale, variant, ours_col, _paper_spec_for(table_name, scale, variant, paper_col, paper), ours)
+    for scale, row in paper.doc.get("main", {}).items():
+        for variant, figs in row.items():
+            if isinstance(figs, Mapping):
+                for col, key in MAIN_PAPER_FIGURES.items():
+                    if key in figs:
+                        add("main", scale, variant, col, paper.spec("main", scale, variant, key))
+    for variant in paper.doc.get("ablation_400m", {}):
+        for quantity in ("val_loss", "gain"):
+            add("ablation", "400m", variant, quantity, paper.spec("ablation_400m", variant, quantity))
+    for variant in ("tied", "leviathan"):
+        add("downstream", "1.2b", variant, "mean", paper.downstream_mean("1.2b", variant))
+    add("downstream", "1.2b", "leviathan", "gain_points", paper.spec("downstream_1_2b", "mean_gain_points"))
+    add("frequency", "1.2b", "1-9", "ppl_gain", paper.spec("frequency_1_2b", "bucket_1_9_ppl_gain"))
+    add("frequency", "1.2b", "1-9", "loss_gain_nats", paper.spec("frequency_1_2b", "bucket_1_9_loss_gain_nats"))
+    add("frequency", "1.2b", ">=1000000", "ppl_gain", paper.spec("frequency_1_2b", "bucket_over_1m_gain"))
+    add("cost", "1.2b", "leviathan", "params_overhead", paper.spec("cost", "param_overhead_1_2b"))
+    add("cost", "1.2b", "leviathan", "flops_overhead", paper.spec("cost", "flop_overhead_1_2b"))
     for (table_name, scale, variant, quantity), (paper_spec, ours) in (extra or {}).items():
         add(table_name, scale, variant, quantity, paper_spec, ours)
     return t
-
-
-def _paper_spec_for(table: str, scale: str, variant: str, paper_col: str, paper: PaperFigures) -> CellSpec | None:
-    q = paper_col.removeprefix("paper_")
-    key = scale.replace(".", "_")
-    if table == "main":
-        return paper.spec("main", scale, variant, {"wikitext_ppl_gain": "wikitext103_ppl_gain"}.get(q, q))
-    if table == "ablation":
-        return paper.spec(f"ablation_{scale}", variant, q)
-    if table == "downstream":
-        if q == "gain_points":
-            return paper.spec(f"downstream_{key}", "mean_gain_points")
-        per_task = [paper.spec(f"downstream_{key}", variant, task) for task in PAPER_TASKS]
-        return CellSpec("mean", tuple(s for spec in per_task if spec for s in spec.sources)) if all(per_task) else None
-    if table == "cost":
-        return paper.spec("cost", f"{q.replace('params', 'param').replace('flops', 'flop')}_{key}")
-    if table == "frequency":
-        name = {"1-9": "bucket_1_9", ">=1000000": "bucket_over_1m"}[variant]
-        return paper.spec(f"frequency_{key}", f"{name}_{q}" if variant == "1-9" else f"{name}_gain")
-    return None
 
 
 def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
