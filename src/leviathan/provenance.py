@@ -67,20 +67,20 @@ def config_sha256(config: Any) -> str:
     return hashlib.sha256(canonical_json(config).encode()).hexdigest()
 
 
+def git(*args: str) -> str | None:
+    """`git <args>` in this checkout: its stripped output, or None if git fails or is absent."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo_root()), *args], capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
 @cache
 def code_version() -> dict[str, Any]:
     """git commit of the checkout and whether it had uncommitted changes (None outside git)."""
-    root = repo_root()
-
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip()
-
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
     return {

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,6 +29,7 @@ import pandas as pd
 
 from leviathan.io import read_json, sha256_file
 from leviathan.manifest import manifest_path
+from leviathan.provenance import git
 from leviathan.report.cellmap import CellSpec, DocumentCache, compute, same_number
 
 EVAL_KINDS = {"val", "wikitext", "lm_eval", "sample_efficiency", "word_counts"}
@@ -55,10 +55,12 @@ class Auditor:
     _sha: dict[Path, str] = field(default_factory=dict)
     _walked: set[Path] = field(default_factory=set)
 
+    def __post_init__(self) -> None:
+        self.docs = DocumentCache(self.root)  # recorded paths resolve against the audit root
+
     # ------------------------------------------------------------ primitives
     def path(self, p: str | os.PathLike[str]) -> Path:
-        q = Path(p)
-        return q if q.is_absolute() else self.root / q
+        return self.docs.path(p)
 
     def show(self, p: str | os.PathLike[str]) -> str:
         """A path as printed: relative to the audit root where it lies inside it."""
@@ -88,7 +90,6 @@ class Auditor:
     def check_hash(self, p: str | os.PathLike[str], recorded: str | None, where: str, depth: int) -> bool:
         """Is the file's content the one `where` recorded?"""
         path, shown = self.path(p), self.show(p)
-        where = self.show(where) if os.sep in where else where
         if not path.is_file():
             return self.note(False, depth, shown, f"missing (recorded in {where})")
         if not recorded:
@@ -161,25 +162,25 @@ class Auditor:
                       "(written by the trainer since provenance v2: retrain the cell to record it)")  # fmt: skip
 
     def walk_eval(self, path: Path, doc: Mapping[str, Any], depth: int) -> None:
-        depth += 1
-        self.check_commit(doc.get("code"), str(path), depth)
+        depth, where = depth + 1, self.show(path)
+        self.check_commit(doc.get("code"), where, depth)
         ckpt = doc.get("checkpoint")
         if ckpt:
             self.check_cell_identity(path, ckpt, depth)
             ckpt_dir = self.path(ckpt["path"])
-            self.check_hash(ckpt_dir / "state.json", ckpt.get("state_sha256"), str(path), depth)
+            self.check_hash(ckpt_dir / "state.json", ckpt.get("state_sha256"), where, depth)
             if ckpt.get("manifest"):  # the checkpoint's manifest as it was when evaluated
-                self.check_hash(ckpt["manifest"], ckpt.get("manifest_sha256"), str(path), depth)
+                self.check_hash(ckpt["manifest"], ckpt.get("manifest_sha256"), where, depth)
             elif "manifest" in ckpt:
                 self.note(False, depth, self.show(ckpt_dir), f"{self.show(path)} evaluated a checkpoint without a manifest")
-            if self.check_hash(ckpt_dir / "model.safetensors", ckpt.get("sha256"), str(path), depth):
+            if self.check_hash(ckpt_dir / "model.safetensors", ckpt.get("sha256"), where, depth):
                 self.walk_checkpoint_dir(ckpt_dir, depth, ckpt.get("sha256"))
         for inp in doc.get("inputs", []):
-            if self.check_hash(inp["path"], inp.get("sha256"), str(path), depth):
+            if self.check_hash(inp["path"], inp.get("sha256"), where, depth):
                 self.walk(inp["path"], depth, inp.get("sha256"))
             if inp.get("checkpoint_sha256"):  # a run's metrics (sample efficiency): its final checkpoint
                 final = self.path(inp["path"]).parent / "checkpoints" / "final"
-                if self.check_hash(final / "model.safetensors", inp["checkpoint_sha256"], str(path), depth):
+                if self.check_hash(final / "model.safetensors", inp["checkpoint_sha256"], where, depth):
                     self.walk_checkpoint_dir(final, depth + 1, inp["checkpoint_sha256"])
 
     def check_cell_identity(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
@@ -249,9 +250,8 @@ class Auditor:
                     if (row, column) not in mapped:
                         self.note(False, 0, f"{path.name} [{row}, {column}]",
                                   f"holds {frame.loc[row, column]} but has no recorded source: {self.show(path)} was edited")  # fmt: skip
-        docs = DocumentCache(self.root)
         for row, column, spec in cells:
-            self.audit_cell(path, frame, row, column, spec, recorded_inputs, docs)
+            self.audit_cell(path, frame, row, column, spec, recorded_inputs)
 
     def check_rendering(self, rendering: Path, csv: Path, manifest: Mapping[str, Any]) -> None:
         """A Markdown/LaTeX table must be exactly its CSV rendered (numbers edited there show here)."""
@@ -262,7 +262,7 @@ class Auditor:
             self.note(False, 0, self.show(rendering), f"is not {self.show(csv)} rendered: it was edited")
 
     def audit_cell(self, table: Path, frame: pd.DataFrame, row: str, column: str, spec: CellSpec,
-                   recorded_inputs: Mapping[str, str | None], docs: DocumentCache) -> None:  # fmt: skip
+                   recorded_inputs: Mapping[str, str | None]) -> None:  # fmt: skip
         label = f"{table.name} [{row}, {column}]"
         at = len(self.findings)  # the verdict goes above the chain it rests on
         files_ok = True
@@ -278,7 +278,7 @@ class Auditor:
         if not files_ok:
             verdict = Finding(False, 0, label, "not recomputed: a source file is missing or changed")
         else:
-            value = compute(spec, docs)
+            value = compute(spec, self.docs)
             ops = spec.op if not spec.parts else f"{spec.op}({', '.join(p.op for p in spec.parts)})"
             if same_number(shown, value):
                 verdict = Finding(True, 0, label, f"= {shown:.6g} ({ops} of {len(spec.leaves())} recorded field(s))")
@@ -307,27 +307,12 @@ def _no_cell(frame: pd.DataFrame, cell: tuple[str, str]) -> str:
 
 @cache
 def _shallow() -> bool:
-    from leviathan.paper import repo_root
-
-    try:
-        out = subprocess.run(["git", "-C", str(repo_root()), "rev-parse", "--is-shallow-repository"],
-                             capture_output=True, text=True, timeout=10)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return out.stdout.strip() == "true"
+    return git("rev-parse", "--is-shallow-repository") == "true"
 
 
 @cache
 def _commit_exists(commit: str) -> bool | None:
-    from leviathan.paper import repo_root
-
-    try:
-        inside = subprocess.run(["git", "-C", str(repo_root()), "rev-parse", "--git-dir"],
-                                capture_output=True, timeout=10)  # fmt: skip
-        if inside.returncode != 0:
-            return None
-        out = subprocess.run(["git", "-C", str(repo_root()), "cat-file", "-e", f"{commit}^{{commit}}"],
-                             capture_output=True, timeout=10)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
+    """Whether this checkout's history has `commit` (None: not a git checkout here)."""
+    if git("rev-parse", "--git-dir") is None:
         return None
-    return out.returncode == 0
+    return git("cat-file", "-e", f"{commit}^{{commit}}") is not None

@@ -91,7 +91,7 @@ class DocumentCache:
         self.root = Path(root) if root is not None else None
         self._docs: dict[str, Any] = {}
 
-    def path(self, path: str) -> Path:
+    def path(self, path: str | os.PathLike[str]) -> Path:
         p = Path(path)
         return p if p.is_absolute() or self.root is None else self.root / p
 
