@@ -31,7 +31,7 @@ from leviathan.paper import reported, reported_path  # noqa: E402
 
 FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation"]
 FORMATS = ("png", "pdf")
-from leviathan.report.tables import VARIANT_ORDER  # noqa: E402
+from leviathan.report.tables import variant_order  # noqa: E402
 
 
 def figure_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
@@ -68,7 +68,8 @@ def loss_curves(sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[st
     fig, axes = _grid(max(1, len(groups)))
     if not groups:
         _empty(axes[0], "no (scale, vocab, seed) group with a tied baseline and another variant")
-    palette = dict(zip(VARIANT_ORDER, sns.color_palette("colorblind", len(VARIANT_ORDER)), strict=True))
+    variants = variant_order()
+    palette = dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=True))
     for ax, (path, doc) in zip(axes, groups, strict=False):
         r = doc["results"]
         base = r["baseline"]
@@ -149,7 +150,7 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
         for variant, fig_ in reported().get("ablation_400m", {}).items():
             rows.append({"variant": variant, "gain": 100 * fig_["gain"], "source": "paper (400m)"})
         long = pd.DataFrame(rows)
-        order = [v for v in VARIANT_ORDER if v in set(long["variant"])]
+        order = [v for v in variant_order() if v in set(long["variant"])]
         sns.barplot(long, x="variant", y="gain", hue="source", order=order, ax=ax, palette="colorblind")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xlabel("input layer")

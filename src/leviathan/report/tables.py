@@ -141,15 +141,19 @@ def _key(section: str, scale: str) -> str:
     return f"{section}_{scale.replace('.', '_')}"
 
 
-VARIANT_ORDER = ["tied", "untied", "albert", "flat_mlp", "factored_mlp", "leviathan"]
+def variant_order() -> list[str]:
+    """The variants in the registry's order (tied first); imported here, not at parse time of the workflow."""
+    from leviathan.model.variants import VARIANTS
+
+    return list(VARIANTS)
 
 
 def _order(c: Cell) -> tuple[Any, ...]:
     from leviathan.model.presets import SCALES
 
-    scales = list(SCALES)
+    scales, variants = list(SCALES), variant_order()
     return (scales.index(c.scale) if c.scale in scales else len(scales), c.scale, c.vocab,
-            VARIANT_ORDER.index(c.variant) if c.variant in VARIANT_ORDER else len(VARIANT_ORDER), c.variant, c.seed)  # fmt: skip
+            variants.index(c.variant) if c.variant in variants else len(variants), c.variant, c.seed)  # fmt: skip
 
 
 def _groups(cells: Iterable[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
