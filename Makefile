@@ -1,16 +1,24 @@
-# Set-up and entry points. CPU paths install the pinned CPU torch first (constraints-cpu.txt):
-# a bare torch requirement would pull a multi-GB CUDA build.
-PYTHON ?= python3.11
+# Set-up and entry points. CPU paths install the pinned CPU build of torch first
+# (constraints-cpu.txt): a bare torch requirement would pull a multi-GB CUDA build.
+# PYTHON: an interpreter to use (default: the first CPython 3.11-3.13 found, ci/find_python.sh).
+PYTHON ?=
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The CPU torch pin (one home: constraints-cpu.txt) and where that build lives besides PyPI.
+TORCH           := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' constraints-cpu.txt)
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: venv run test test-fast bench clean-venv repro push pull
 
+# torch: first a wheel pip already has on this machine (its configured --find-links; no
+# network), else the PyTorch CPU index (one retry, short timeout), then its dependencies.
 $(STAMP): pyproject.toml constraints-cpu.txt
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { py=$$(PYTHON="$(PYTHON)" sh ci/find_python.sh) && $$py -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt torch==2.13.0
+	$(BIN)/python -m pip install --quiet --no-index --no-deps "$(TORCH)" 2>/dev/null \
+	  || $(BIN)/python -m pip install --quiet --retries 1 --timeout 30 --extra-index-url $(TORCH_CPU_INDEX) "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt -e '.[test]'
 	@touch $(STAMP)
 

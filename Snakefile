@@ -6,7 +6,13 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# A study's config is complete on its own: `--configfile config/paper.yaml` replaces the default
+# instead of extending it (Snakemake would otherwise keep every key of the default that the
+# paper's file does not set: its offline stand-ins among them). `--config k=v` alone still
+# extends the default. Keys a file leaves out get the schema's defaults, nothing else.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 validate(config, "workflow/schemas/config.schema.yaml")

