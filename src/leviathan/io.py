@@ -17,12 +17,21 @@ from typing import Any
 _CHUNK = 1 << 20
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
+def sha256_file(path: str | os.PathLike[str], progress: bool = False) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks (a byte progress bar on stderr)."""
     digest = hashlib.sha256()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, desc=f"sha256 {Path(path).name}")
     with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
+            if bar is not None:
+                bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
     return digest.hexdigest()
 
 

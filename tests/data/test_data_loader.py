@@ -116,6 +116,19 @@ def test_resume_refuses_other_data(
         _loader(o200k).load_state_dict(state)
 
 
+def test_resume_under_another_numpy_needs_the_same_order(positions: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = _loader(positions).state_dict()
+    assert state["numpy"] == np.__version__
+    # another NumPy whose shuffle gives the same permutation: provably the same run, accepted
+    _loader(positions).load_state_dict({**state, "numpy": "0.0.0-other"})
+    # one whose shuffle differs (as a changed algorithm would): refused, naming NumPy
+    other = _loader(positions)
+    reversed_perm = other._perm(0)[::-1].copy()
+    monkeypatch.setattr(other, "_perm", lambda epoch: reversed_perm)
+    with pytest.raises(DataMismatchError, match=r"refusing to resume.*NumPy .* shuffles the windows differently"):
+        other.load_state_dict({**state, "numpy": "0.0.0-other"})
+
+
 def test_multiple_shards_never_cross_boundaries(
     tmp_path: Path, make_shard: Callable[..., Path]
 ) -> None:

@@ -223,6 +223,24 @@ def test_rewind_metrics_keeps_the_records_up_to_the_checkpoint(tmp_path: Path) -
     assert rewind_metrics(tmp_path / "missing.jsonl", 3, tmp_path / "x.jsonl") == 0
 
 
+@pytest.mark.slow
+def test_resume_refuses_a_shard_edited_in_place(gpt2_shards: Path, reference_run: Path, tmp_path: Path) -> None:
+    """Same size, same manifest, other bytes: caught by the full hash at the run's start."""
+    import shutil
+
+    from leviathan.data.shards import ShardError
+
+    shards, run_dir = tmp_path / "tokens", tmp_path / "run"
+    shutil.copytree(gpt2_shards, shards)
+    shutil.copytree(reference_run, run_dir)
+    shutil.rmtree(run_dir / "checkpoints" / "final")
+    with open(shards / "train.bin", "r+b") as fh:
+        fh.seek(1000)
+        fh.write(bytes(reversed(fh.read(64))))
+    with pytest.raises(ShardError, match="changed after tokenization"):
+        run_train(shards, run_dir)
+
+
 @pytest.fixture
 def make_other_shard(gpt2_shards: Path, tmp_path: Path, make_shard) -> Path:
     import numpy as np

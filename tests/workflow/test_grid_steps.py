@@ -1,5 +1,6 @@
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -65,3 +66,27 @@ def test_cell_overrides_apply_after_scale_overrides() -> None:
     config = {"train": {"micro": {"lr": 1e-3, "total_tokens": 512}, "micro/gpt2/leviathan/seed0": {"lr": 5e-4}}}
     assert train_overrides(config, cell) == {"lr": 5e-4, "total_tokens": 512}
     assert train_overrides(config, Cell("micro", "gpt2", "tied", 0)) == {"lr": 1e-3, "total_tokens": 512}
+
+
+def test_runtime_and_resource_defaults_have_one_home() -> None:
+    """The schema names the keys; their defaults live in the code (no second copy to drift)."""
+    from dataclasses import fields
+
+    from leviathan.train.config import RuntimeConfig
+    from leviathan.workflow.steps import RESOURCE_DEFAULTS
+
+    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml").read_text())
+    runtime = schema["properties"]["runtime"]["properties"]
+    res = schema["properties"]["resources"]["additionalProperties"]["properties"]
+    assert set(runtime) == {f.name for f in fields(RuntimeConfig)}
+    assert set(res) == set(RESOURCE_DEFAULTS)
+    assert [k for k, v in {**runtime, **res}.items() if "default" in v] == []
+
+
+def test_workflow_runtime_defaults_reach_the_training_job() -> None:
+    """The workflow's choices (no bars in job logs, restart a changed cell) where config is silent."""
+    cell = Cell("micro", "gpt2", "tied", 0)
+    args = shlex.split(train_command(cell, {}, "t", "r"))
+    assert "progress=false" in args and "restart_on_mismatch=true" in args
+    args = shlex.split(train_command(cell, {"runtime": {"progress": True}}, "t", "r"))
+    assert not any(a.startswith("progress=") for a in args)  # RuntimeConfig's own default

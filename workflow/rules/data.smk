@@ -4,7 +4,7 @@ rule fetch_corpus:
         train="data/corpus/{corpus}/train.jsonl.zst",
         val="data/corpus/{corpus}/val.jsonl.zst",
     params:
-        corpus=config["corpus"],
+        corpus=steps.corpus_settings(config),
     conda:
         "../envs/leviathan.yaml"
     log:

@@ -81,6 +81,6 @@ rule sample_efficiency:
         "../scripts/sample_efficiency.py"
 
 
-EVAL_TARGETS = [f"{c.eval_dir}/{kind}.json" for c in CELLS for kind in EVALS] + [
+EVAL_TARGETS = [c.eval_output(kind) for c in CELLS for kind in EVALS] + [
     sample_efficiency_path(*key) for key in SE_GROUPS
 ]

@@ -8,13 +8,16 @@ a window is unused. Windows never cross shard boundaries.
 
 Order. Sample position p = step * global_batch + j (j in [0, global_batch)) reads window
 perm_e[p mod n_windows] with epoch e = p div n_windows and perm_e a permutation seeded by
-(seed, e) (NumPy PCG64 + shuffle: reproducible for a given NumPy version). A batch is a pure function of (seed, step), so resuming at any step needs only
-the step. Rank r of world_size takes rows [r*b, (r+1)*b) of the global batch
+(seed, e) (NumPy PCG64 + shuffle). A batch is a pure function of (seed, step), so resuming at
+any step needs only the step. Rank r of world_size takes rows [r*b, (r+1)*b) of the global batch
 (b = global_batch / world_size): ranks never overlap and together cover every row.
 
 Resuming. `state_dict()` holds the step plus a fingerprint of the data (shard sha256s and
-token counts, vocabulary, dtype, context) and the ordering parameters (seed, global
-batch); `load_state_dict` refuses a state whose fingerprint or ordering differs.
+token counts, vocabulary, dtype, context), the ordering parameters (seed, global batch) and
+the sha256 of epoch 0's permutation with the NumPy version that made it; `load_state_dict`
+refuses a state whose fingerprint or ordering differs. NumPy guarantees PCG64's bit stream but
+not `shuffle`'s algorithm across versions: resuming under another NumPy is accepted only where
+it provably gives the same order (the same permutation digest), and refused otherwise.
 The world size may change between runs: the global order does not depend on it.
 
 Validation. `val_batches` walks one shard's windows in order, without overlap in targets,
@@ -34,7 +37,7 @@ import torch
 
 from leviathan.data.shards import Shard, open_shard
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the order digest (order_sha256, numpy)
 IGNORE_INDEX = -100
 PathLike = str | os.PathLike[str]
 
@@ -88,6 +91,7 @@ class TrainLoader:
         world_size: int = 1,
         vocab: str | None = None,
         verify_sha256: bool = False,
+        progress: bool = False,
     ) -> None:
         if context < 1 or global_batch < 1:
             raise ValueError(f"context={context}, global_batch={global_batch}: must be >= 1")
@@ -98,7 +102,7 @@ class TrainLoader:
                 f"global_batch={global_batch} is not divisible by world_size={world_size}; "
                 f"choose a global batch that is a multiple of the number of ranks"
             )
-        self.shards = [open_shard(p, vocab, verify_sha256) for p in _as_paths(paths)]
+        self.shards = [open_shard(p, vocab, verify_sha256, progress) for p in _as_paths(paths)]
         self.context = context
         self.global_batch = global_batch
         self.seed = seed
@@ -116,6 +120,17 @@ class TrainLoader:
         self.fingerprint = fingerprint(self.shards, context)
         self.step = 0
         self._perm_cache: dict[int, np.ndarray[Any, Any]] = {}
+        self._order_sha256: str | None = None
+
+    @property
+    def order_sha256(self) -> str:
+        """sha256 of epoch 0's window permutation: the data order this NumPy produces."""
+        if self._order_sha256 is None:
+            import hashlib
+
+            perm = np.ascontiguousarray(self._perm(0), dtype="<i8")
+            self._order_sha256 = hashlib.sha256(perm.tobytes()).hexdigest()
+        return self._order_sha256
 
     @property
     def tokens_per_step(self) -> int:
@@ -173,6 +188,8 @@ class TrainLoader:
             "seed": self.seed,
             "global_batch": self.global_batch,
             "fingerprint": self.fingerprint,
+            "order_sha256": self.order_sha256,
+            "numpy": np.__version__,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -193,6 +210,13 @@ class TrainLoader:
             for key, value in self.fingerprint.items()
             if theirs.get(key) != value
         ]
+        if not problems and state.get("order_sha256") != self.order_sha256:
+            problems.append(
+                f"data order: NumPy {np.__version__} shuffles the windows differently from NumPy "
+                f"{state.get('numpy')!r} that made the checkpoint (permutation sha256 "
+                f"{self.order_sha256[:12]} != {str(state.get('order_sha256'))[:12]}); resume under "
+                f"numpy=={state.get('numpy')}"
+            )
         if problems:
             raise DataMismatchError(
                 "refusing to resume: the checkpoint was made with different data or ordering ("

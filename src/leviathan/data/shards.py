@@ -232,13 +232,13 @@ class Shard:
 
 
 def open_shard(
-    path: str | os.PathLike[str], vocab: str | None = None, verify_sha256: bool = False
+    path: str | os.PathLike[str], vocab: str | None = None, verify_sha256: bool = False, progress: bool = False
 ) -> Shard:
     """Memory-map a `.bin` after checking it against its manifest.
 
     Checks: the manifest exists; its dtype is the one its vocabulary needs; the file size
     is a whole number of tokens and equals tokens x itemsize; the vocabulary matches
-    `vocab` when given; and, with `verify_sha256`, the content hash.
+    `vocab` when given; and, with `verify_sha256`, the content hash (`progress`: a bar).
     """
     p = Path(path)
     if not p.is_file():
@@ -267,7 +267,7 @@ def open_shard(
     if verify_sha256:
         from leviathan.io import sha256_file
 
-        actual = sha256_file(p)
+        actual = sha256_file(p, progress=progress)
         if actual != manifest["artifact"]["sha256"]:
             raise ShardError(
                 f"{p}: sha256 {actual} != manifest {manifest['artifact']['sha256']}; "

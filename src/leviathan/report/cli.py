@@ -56,20 +56,13 @@ def run_paper_check(args: argparse.Namespace) -> int:
 
 
 def run_tables(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    import yaml
-
+    from leviathan.paper import repo_root
     from leviathan.report.build import write_report
+    from leviathan.workflow.config import resolve
     from leviathan.workflow.grid import cells, sample_efficiency_path
     from leviathan.workflow.steps import sample_efficiency_groups
 
-    from snakemake.utils import validate
-
-    from leviathan.paper import repo_root
-
-    config = yaml.safe_load(Path(args.config).read_text())
-    validate(config, str(repo_root() / "workflow/schemas/config.schema.yaml"))  # as the workflow does: defaults filled
+    config = resolve([args.config], root=repo_root())  # as the workflow does: defaults filled
     se = [sample_efficiency_path(*key) for key in sample_efficiency_groups(cells(config["studies"]))]
     for path in write_report(config, args.tables_dir, None if args.no_figures else args.figures_dir, se):
         print(path)

@@ -127,6 +127,22 @@ class RuntimeConfig:
     restart_on_mismatch: bool = False
 
 
+# How the workflow runs training where config.runtime is silent (the one home of these
+# choices; the schema carries no runtime defaults): no progress bars in job logs, and a cell
+# whose config or data changed restarts, since Snakemake reruns a finished cell only then.
+WORKFLOW_RUNTIME: dict[str, Any] = {"progress": False, "restart_on_mismatch": True}
+
+
+def workflow_runtime(config_runtime: dict[str, Any] | None) -> RuntimeConfig:
+    """The runtime of a workflow training job: RuntimeConfig's defaults, the workflow's
+    choices (WORKFLOW_RUNTIME), then config.runtime."""
+    values = {**WORKFLOW_RUNTIME, **{k: v for k, v in (config_runtime or {}).items() if v is not None}}
+    known = {f.name for f in fields(RuntimeConfig)}
+    if bad := sorted(set(values) - known):
+        raise ValueError(f"unknown runtime key(s) {bad}: valid keys are {sorted(known)}")
+    return RuntimeConfig(**values)
+
+
 # Per-scale defaults of the recipe (RECON where the paper is silent: lr, warm-up).
 SCALE_DEFAULTS: dict[str, dict[str, Any]] = {
     "micro": {"context": 64, "global_batch": 8, "micro_batch": 8, "total_tokens": 8 * 64 * 40, "lr": 3e-3},

@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from leviathan.data.loader import DataMismatchError, TrainLoader, val_batches
 from leviathan.manifest import input_record, recorded_sha256
-from leviathan.model import LanguageModel, build_model, model_config
+from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
 from leviathan.model.accounting import account_model
 from leviathan.provenance import code_version, environment, utc_now
 from leviathan.train import checkpoint as ckpt
@@ -91,9 +91,14 @@ class _SignalFlag:
             signal.signal(sig, handler)
 
 
-def build_cell_model(cfg: TrainConfig) -> LanguageModel:
+def cell_model_config(cfg: TrainConfig) -> ModelConfig:
+    """The model a training config trains (its scale preset, the context, its overrides)."""
     overrides = {"max_seq_len": cfg.context, **cfg.model_overrides}
-    mcfg = model_config(cfg.scale, cfg.vocab, cfg.variant, vocab_size=cfg.vocab_size, overrides=overrides)
+    return model_config(cfg.scale, cfg.vocab, cfg.variant, vocab_size=cfg.vocab_size, overrides=overrides)
+
+
+def build_cell_model(cfg: TrainConfig) -> LanguageModel:
+    mcfg = cell_model_config(cfg)
     torch.manual_seed(cfg.seed)
     return build_model(mcfg)
 
@@ -186,8 +191,13 @@ def _train(
     device = info.device
     ckpt_root = run_dir / "checkpoints"
     model = build_cell_model(cfg).to(device)
+    # Every run start (fresh or resumed) hashes the shards in full against their manifests, so a
+    # shard edited in place (same size) is caught before a step reads it: one sequential read per
+    # run, on the main rank (BENCHMARKS.md: "Shard verification"); the others wait at the barrier.
     loader = TrainLoader(train_bins, context=cfg.context, global_batch=cfg.global_batch, seed=cfg.seed,
-                         rank=info.rank, world_size=info.world_size, vocab=cfg.vocab)  # fmt: skip
+                         rank=info.rank, world_size=info.world_size, vocab=cfg.vocab,
+                         verify_sha256=info.is_main, progress=runtime.progress)  # fmt: skip
+    barrier(info)
     _check_model_vocab(cfg, model)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                             weight_decay=cfg.weight_decay)  # fmt: skip

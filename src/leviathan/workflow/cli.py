@@ -1,8 +1,12 @@
-"""`leviathan target`: the Snakemake target file of one cell (rerun a single cell)."""
+"""Workflow commands: `leviathan target` (the Snakemake target of one cell) and
+`leviathan config show` (the resolved config, a cell's settings and the study's plan)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
+from dataclasses import asdict
 
 from leviathan.model.presets import SCALES
 from leviathan.model.variants import VARIANTS
@@ -14,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "target",
         help="print the workflow target of one cell (snakemake <target> reruns just that cell)",
-        description="Print a cell's target path. `snakemake --profile profiles/local $(leviathan "
+        description="Print a cell's target path(s). `snakemake --profile profiles/local $(leviathan "
         "target --scale micro --vocab gpt2 --variant leviathan)` trains (and with --eval, evaluates) "
         "that cell and nothing else it does not depend on.",
     )
@@ -22,11 +26,104 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--vocab", required=True)
     p.add_argument("--variant", required=True, choices=list(VARIANTS))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval", action="store_true", help="the cell's evaluation output instead of its checkpoint")
+    p.add_argument("--eval", action="store_true",
+                   help="the cell's evaluation outputs (those the config enables) instead of its checkpoint")  # fmt: skip
+    _configfile_arg(p)
     p.set_defaults(func=run)
+
+    cfg = sub.add_parser("config", help="the workflow config as the workflow resolves it")
+    csub = cfg.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
+    show = csub.add_parser(
+        "show",
+        help="print the resolved config, then the study's plan (or one cell's settings)",
+        description="Print the config exactly as `snakemake [--configfile F]` resolves it (a config file "
+        "replaces the default one; schema and code defaults filled), then the plan of its studies: "
+        "cells, tokens, disk per artifact, GPU-hours at a stated MFU. With --cell: that cell's resolved "
+        "training config, runtime, resources and training command.",
+    )
+    _configfile_arg(show)
+    show.add_argument("--cell", metavar="SCALE/VOCAB/VARIANT/seedN", help="one cell's resolved settings")
+    show.add_argument("--mfu", type=float, default=None, help="model FLOPs utilisation for GPU-hours (default 0.40)")
+    show.add_argument("--json", action="store_true", help="the resolved config (or cell) as JSON, no plan")
+    show.set_defaults(func=run_show)
+
+
+def _configfile_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--configfile", action="append", default=[], metavar="FILE",
+                   help="as snakemake's --configfile (default: config/config.yaml)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     cell = Cell(args.scale, get_vocab(args.vocab).name, args.variant, args.seed)
-    print(f"{cell.eval_dir}/eval.json" if args.eval else cell.final_marker)
+    if not args.eval:
+        print(cell.final_marker)
+        return 0
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.steps import enabled_evals
+
+    config = resolve(args.configfile)
+    for kind in enabled_evals(config):
+        print(cell.eval_output(kind))
     return 0
+
+
+def _parse_cell(key: str) -> Cell:
+    parts = key.split("/")
+    if len(parts) != 4 or not parts[3].startswith("seed") or not parts[3][4:].isdigit():
+        raise ValueError(f"--cell {key!r}: expected SCALE/VOCAB/VARIANT/seedN, e.g. 400m/o200k_base/leviathan/seed0")
+    return Cell(parts[0], get_vocab(parts[1]).name, parts[2], int(parts[3][4:]))
+
+
+def run_show(args: argparse.Namespace) -> int:
+    import yaml
+
+    from leviathan.workflow.config import resolve, stand_in_files
+    from leviathan.workflow.grid import cells
+    from leviathan.workflow.plan import DEFAULT_MFU, render_plan
+
+    config = resolve(args.configfile)
+    mfu = args.mfu if args.mfu is not None else DEFAULT_MFU
+    if args.cell:
+        cell = _parse_cell(args.cell)
+        if cell not in cells(config["studies"]):
+            raise ValueError(f"{cell.key} is not a cell of the configured studies ({', '.join(config['studies'])})")
+        out = cell_settings(config, cell, mfu)
+        print(json.dumps(out, indent=2) if args.json else yaml.safe_dump(out, sort_keys=False), end="")
+        return 0
+    if args.json:
+        print(json.dumps(config, indent=2))
+        return 0
+    files = " ".join(args.configfile) or "config/config.yaml"
+    print(f"# resolved config of: snakemake --configfile {files}")
+    print(yaml.safe_dump(config, sort_keys=False), end="")
+    stand_ins = stand_in_files(config)
+    print("# evaluation data: " + ("; ".join(f"{k} on OFFLINE STAND-INS ({len(v)} files)" for k, v in stand_ins.items())
+                                   if stand_ins else "the real datasets (no offline stand-ins)"))  # fmt: skip
+    print(render_plan(config, mfu))
+    return 0
+
+
+def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore[type-arg]
+    """One cell as the workflow trains it: train config, runtime, resources, command, plan."""
+    from leviathan.train.config import workflow_runtime
+    from leviathan.workflow.grid import tokens_dir
+    from leviathan.workflow.plan import cell_train_config, plan_cell
+    from leviathan.workflow.steps import resources, train_command
+
+    tc = cell_train_config(config, cell)
+    plan = plan_cell(config, cell, mfu)
+    tokens = tokens_dir(config["corpus"]["name"], cell.vocab)
+    return {
+        "cell": cell.key,
+        "run_dir": cell.run_dir,
+        "train": {**tc.to_dict(), "max_steps": tc.max_steps, "warmup": tc.warmup, "tokens_per_step": tc.tokens_per_step},
+        "train_fingerprint": tc.fingerprint(),
+        "runtime": asdict(workflow_runtime(config.get("runtime"))),
+        "resources": resources(config, cell.scale),
+        "command": shlex.split(train_command(cell, config, tokens, cell.run_dir, python="python")),
+        "plan": {"params": plan.params, "tokens": plan.tokens, "train_flops": plan.train_flops,
+                 "checkpoint_bytes": plan.checkpoint_bytes, "gpu_hours": plan.gpu_hours, "mfu": mfu},
+    }  # fmt: skip
+
+
+

@@ -40,6 +40,10 @@ class Cell:
     def eval_dir(self) -> str:
         return f"results/eval/{self.key}"
 
+    def eval_output(self, kind: str) -> str:
+        """The JSON an evaluation (val, wikitext, lm_eval) of this cell writes."""
+        return f"{self.eval_dir}/{kind}.json"
+
     def as_wildcards(self) -> dict[str, str]:
         return {"scale": self.scale, "vocab": self.vocab, "variant": self.variant, "seed": str(self.seed)}
 

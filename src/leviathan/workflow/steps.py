@@ -12,6 +12,14 @@ from typing import Any
 from leviathan.workflow.grid import Cell
 
 
+def corpus_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """config.corpus as the fetch applies it: `max_bytes: auto` replaced by the size the
+    configured studies need (leviathan.workflow.plan), so a larger budget refetches."""
+    from leviathan.workflow.plan import fetch_max_bytes
+
+    return {**config["corpus"], "max_bytes": fetch_max_bytes(config)}
+
+
 def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
     """Write the configured corpus to `out` (<split>.jsonl.zst + manifests)."""
     from leviathan.data import fetch
@@ -54,14 +62,18 @@ def tokenize(corpus_dir: str | Path, vocab: str, out: str | Path, options: Mappi
                            processes=options.get("processes"), progress=False)  # fmt: skip
 
 
+# A training job's resources where config.resources[<scale>] is silent (their one home).
+RESOURCE_DEFAULTS: dict[str, Any] = {"gpus": 0, "gpu_model": None, "cpus_per_gpu": 8, "cpus": 2, "mem_mb": 4000,
+                                     "runtime": 60}
+
+
 def resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
     """A training job's Snakemake resources for a scale, in the SLURM executor plugin's terms.
 
     threads: CPUs of the job (cpus_per_gpu x gpus on GPU jobs); gpu/gpu_model/cpus_per_gpu
     only take effect on GPU jobs (gpu_model "" and cpus_per_gpu 0 are "unset" to the plugin).
     """
-    r = {"gpus": 0, "gpu_model": None, "cpus_per_gpu": 8, "cpus": 2, "mem_mb": 4000, "runtime": 60}
-    r.update(config.get("resources", {}).get(scale) or {})
+    r = {**RESOURCE_DEFAULTS, **(config.get("resources", {}).get(scale) or {})}
     gpu_job = r["gpus"] > 0
     return {
         "gpu": r["gpus"],
@@ -105,11 +117,17 @@ def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) 
 
 
 def runtime_args(config: Mapping[str, Any]) -> str:
-    """`--runtime` arguments from config.runtime: how training runs, not what it computes.
+    """`--runtime` arguments: the workflow's runtime (leviathan.train.config.workflow_runtime)
+    where it differs from RuntimeConfig's defaults; how training runs, not what it computes.
     Kept out of the rule's params, so changing them (logging, threads, ...) reruns nothing."""
+    from dataclasses import asdict
+
+    from leviathan.train.config import RuntimeConfig, workflow_runtime
+
+    defaults, resolved = asdict(RuntimeConfig()), asdict(workflow_runtime(config.get("runtime")))
     args: list[str] = []
-    for key, value in sorted((config.get("runtime") or {}).items()):
-        if value is not None:
+    for key, value in sorted(resolved.items()):
+        if value != defaults[key]:
             args += ["--runtime", _kv(key, value)]
     return shlex.join(args)
 

@@ -1,0 +1,129 @@
+"""The resolved workflow config: a study's file is complete on its own (no leaks from the
+offline default), `leviathan config show` prints what Snakemake uses, and the plan."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from snakemake.utils import validate
+from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
+
+from leviathan.workflow.config import STAND_IN_DIR, resolve, stand_in_files
+from leviathan.workflow.plan import corpus_bytes, fetch_max_bytes
+
+PAPER = ROOT / "config" / "paper.yaml"
+DEFAULT = ROOT / "config" / "config.yaml"
+TASKS = {"hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande", "lambada_openai"}
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+def test_paper_config_is_the_paper_file_alone() -> None:
+    """Resolved = the paper file + the schema's defaults: no key of config/config.yaml leaks."""
+    alone = yaml.safe_load(PAPER.read_text())
+    validate(alone, str(ROOT / "workflow/schemas/config.schema.yaml"))
+    assert resolve([PAPER], root=ROOT) == alone
+
+
+def test_paper_config_names_the_real_datasets() -> None:
+    config = resolve([PAPER], root=ROOT)
+    assert stand_in_files(config) == {}
+    assert not [s for s in _strings(config) if "resources/smoke" in s]
+    assert config["corpus"]["kind"] == "pile"
+    wikitext = config["evaluate"]["wikitext"]
+    assert wikitext["dataset"] == "Salesforce/wikitext" and wikitext["name"] == "wikitext-103-raw-v1"
+    assert not wikitext.get("data_files")
+    lm_eval = config["evaluate"]["lm_eval"]
+    assert set(lm_eval["tasks"]) == TASKS and not lm_eval.get("data")
+    assert lm_eval.get("bootstrap_iters") is None  # lm-eval's own default, not the smoke run's 0
+    assert config["tokenize"]["threads"] != 2
+
+
+def test_default_config_is_offline_and_says_so() -> None:
+    config = resolve(root=ROOT)
+    assert config["corpus"]["kind"] == "embedded"
+    stand_ins = stand_in_files(config)
+    assert set(stand_ins) == {"wikitext", "lm_eval"}
+    assert len(stand_ins["lm_eval"]) == len(TASKS)
+    assert all((ROOT / f).is_file() and f.startswith(STAND_IN_DIR) for files in stand_ins.values() for f in files)
+
+
+def test_a_leaking_key_is_caught(tmp_path: Path) -> None:
+    """A study file that leaves `evaluate` out gets the schema's default (off), not the stand-ins."""
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied"]}}}))
+    config = resolve([study], root=ROOT)
+    assert config["evaluate"]["wikitext"] is None and config["evaluate"]["lm_eval"] is None
+    assert stand_in_files(config) == {} and list(config["studies"]) == ["main"]
+    # and what Snakemake itself would have done before (extend the default): the stand-ins leak
+    extended = resolve([DEFAULT, study], root=ROOT)
+    assert stand_in_files(extended) != {}
+
+
+@pytest.mark.parametrize("configfile", [None, "config/paper.yaml"])
+def test_config_show_prints_what_snakemake_uses(tmp_path: Path, configfile: str | None) -> None:
+    """Real Snakemake parses the workflow and dumps its `config`; `config show --json` agrees."""
+    work = workflow_copy(tmp_path)
+    with open(work / "Snakefile", "a") as fh:  # the copy only: dump the config Snakemake resolved
+        fh.write('\nimport json as _json\nopen("snakemake_config.json", "w").write(_json.dumps(config))\n')
+    extra = ["--configfile", configfile] if configfile else []
+    out = snakemake(work, "-n", "--profile", "profiles/local", "all", *extra)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "is extended" not in out.stdout + out.stderr
+    theirs = json.loads((work / "snakemake_config.json").read_text())
+    shown = subprocess.run([str(BIN / "leviathan"), "config", "show", "--json", *extra], cwd=work, env=tool_env(),
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads(shown.stdout) == theirs
+
+
+def test_config_show_prints_a_cell_and_the_plan() -> None:
+    leviathan = [sys.executable, "-m", "leviathan.cli", "config", "show", "--configfile", str(PAPER)]
+    cell = subprocess.run([*leviathan, "--cell", "1.2b/o200k_base/leviathan/seed0", "--json"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    got = json.loads(cell.stdout)
+    assert got["train"]["total_tokens"] == 24_100_000_000 and got["train"]["micro_batch"] == 16
+    assert got["runtime"]["compile"] is True and got["runtime"]["restart_on_mismatch"] is True
+    assert got["resources"]["gpu"] == 8
+    # GPU-hours: FLOPs over (peak x MFU), with the paper's 1.2B: about 6 x 1.12e9 params x 24.1e9 tokens
+    approx = 6 * 1.12e9 * 24.1e9 / (989e12 * 0.40) / 3600
+    assert 0.8 * approx < got["plan"]["gpu_hours"] < 1.5 * approx
+    plan = subprocess.run(leviathan, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "plan: 14 cells" in plan and "the real datasets (no offline stand-ins)" in plan
+    assert "fetch limit (corpus.max_bytes='auto')" in plan
+    bad = subprocess.run([*leviathan, "--cell", "micro/gpt2/tied/seed0"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "not a cell of the configured studies" in bad.stderr
+
+
+def test_the_paper_download_is_sized_from_the_largest_budget() -> None:
+    config = resolve([PAPER], root=ROOT)
+    need = corpus_bytes(config)
+    assert set(need) == {"gpt2", "cl100k_base", "o200k_base"}
+    o200k = need["o200k_base"]  # 1.2B's 24.1B tokens (rounded up to whole steps) x 5 bytes x 1.1
+    assert 24.1e9 * 5.0 * 1.1 <= o200k < (24.1e9 + 262_144) * 5.0 * 1.1 + 1
+    assert math.isclose(need["gpt2"], need["cl100k_base"]) and need["gpt2"] < o200k  # 200m's 4.2B
+    assert fetch_max_bytes(config) == o200k
+    assert fetch_max_bytes(resolve(root=ROOT)) is None  # the embedded corpus: all of it
+
+
+def test_target_eval_prints_paths_a_rule_produces(tmp_path: Path) -> None:
+    work = workflow_copy(tmp_path)
+    args = ["--scale", "micro", "--vocab", "gpt2", "--variant", "leviathan", "--eval"]
+    shown = subprocess.run([str(BIN / "leviathan"), "target", *args], cwd=work, env=tool_env(),
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    targets = shown.stdout.split()
+    assert [Path(t).name for t in targets] == ["val.json", "wikitext.json", "lm_eval.json"]
+    out = snakemake(work, "-n", "--profile", "profiles/local", *targets)
+    assert out.returncode == 0, out.stderr[-2000:]
