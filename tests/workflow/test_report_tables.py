@@ -26,7 +26,7 @@ def _write_cell(cell: Cell) -> None:
     freq = [{**b, "mean_loss": loss + 1.0} for b in BUCKETS]
     write_json(f"{cell.eval_dir}/val.json", {
         "kind": "val", "checkpoint": {"tokens": 4_200_000_000},
-        "results": {"overall": {"loss": loss}, "frequency_tokens": {"log10": freq}},
+        "results": {"overall": {"loss": loss, "bits_per_byte": loss / 2.0}, "frequency_tokens": {"log10": freq}},
     })  # fmt: skip
     cfg = model_config(cell.scale, cell.vocab, cell.variant)
     write_json(cell.final_marker, {"model_config": cfg.to_dict()})
@@ -43,7 +43,7 @@ def at_200m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReportInputs:
 
 def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
     tables = build_tables(at_200m, DocumentCache())
-    assert list(tables) == table_names(at_200m) == ["main", "frequency", "cost", "paper_vs_ours"]
+    assert list(tables) == table_names(at_200m) == ["main", "frequency", "cost", "summary", "paper_vs_ours"]
     main = tables["main"].frame(DocumentCache()).set_index("row")
     assert list(main.index) == ["200m/o200k_base/tied", "200m/o200k_base/leviathan"]  # tied first
     lev = main.loc["200m/o200k_base/leviathan"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from workflow_helpers import ROOT, job_counts, small_config, snakemake, workflow_copy
@@ -67,8 +68,14 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     for kind in ("val", "wikitext", "lm_eval"):
         assert (work / f"results/eval/micro/gpt2/leviathan/seed0/{kind}.json").is_file()
     assert (work / "results/eval/micro/gpt2/sample_efficiency_seed0.json").is_file()
-    summary = (work / "results/report/summary.csv").read_text().splitlines()
-    assert len(summary) == 3 and summary[0].startswith("scale,vocab,variant,seed")
+    summary = pd.read_csv(work / "results/report/tables/summary.csv", dtype={"stand_in_data": str})
+    assert list(summary["row"]) == ["micro/gpt2/tied/seed0", "micro/gpt2/leviathan/seed0"]
+    # the default config scores WikiText and lm-eval on the offline stand-ins: labelled as such
+    assert all(set(s.split(";")) == {"wikitext_word_ppl", "wikitext_stream_token_ppl", "lm_eval_mean_acc"}
+               for s in summary["stand_in_data"])  # fmt: skip
+    for name in ("summary", "main", "paper_vs_ours"):
+        md = (work / f"results/report/tables/{name}.md").read_text()
+        assert "\u2020 computed on the offline stand-in data" in md, name
     again = snakemake(work, "-n", "--profile", "profiles/local", "all")
     assert "Nothing to be done" in again.stdout + again.stderr
     # how training runs (config.runtime) is not part of a cell's identity: nothing reruns

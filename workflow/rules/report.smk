@@ -3,13 +3,13 @@
 from leviathan.paper import reported_path
 
 
-REPORT_TARGETS = ["results/report/summary.csv", "results/report/summary.md"] + [
+REPORT_TARGETS = [
     f"{TABLES_DIR}/{name}.{fmt}" for name in REPORT_TABLES for fmt in ("csv", "md", "tex")
 ] + [f"{TABLES_DIR}/paper_check.csv", f"{TABLES_DIR}/paper_check.md"] + [f"{FIGURES_DIR}/{name}.{fmt}" for name in FIGURE_NAMES for fmt in ("png", "pdf")]
 
 
 rule report:
-    """Summary, the paper's tables beside its reported figures, and the figures."""
+    """The paper's tables beside its reported figures, the summary of every cell, and the figures."""
     input:
         evals=EVAL_TARGETS,
         checkpoints=[c.final_marker for c in CELLS],
@@ -17,8 +17,6 @@ rule report:
     output:
         table_outputs(),
         figure_outputs(),
-        csv="results/report/summary.csv",
-        md="results/report/summary.md",
     conda:
         "../envs/leviathan.yaml"
     log:

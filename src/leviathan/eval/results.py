@@ -7,6 +7,7 @@
       "inputs": [{"role", "path", "sha256", "manifest"?}, ...],   data it used, with manifests
       "config": {...}, "config_sha256": "...",                    the evaluation's settings
       "results": {...},
+      "stand_in_data": [paths],   inputs that are the offline stand-ins (workflow/resources/smoke/)
       "code": {leviathan, git_commit, git_dirty},
       "env": {python, implementation, torch, cuda, host, device, slurm_job_id, packages},
       "started_utc": "...", "finished_utc": "...", "created_utc": "...", "seconds": ...
@@ -27,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.eval.checkpoint import Checkpoint
+from leviathan.eval.standin import is_stand_in
 from leviathan.io import read_json, sha256_file, write_json
 from leviathan.manifest import display_path, manifest_path, read_manifest
 from leviathan.provenance import record
 
 SCHEMA = 2  # 2: + config_sha256, started_utc/finished_utc, env.packages, checkpoint.manifest
-
-
 def perplexity(loss: float | None) -> float | None:
     """exp(loss), or None where the loss is missing or exp overflows (JSON has no inf)."""
     if loss is None or not math.isfinite(loss):
@@ -76,6 +76,7 @@ def envelope(
         "checkpoint": checkpoint.record() if checkpoint is not None else None,
         "inputs": [dict(i) for i in inputs],
         "results": dict(results),
+        "stand_in_data": sorted({str(i["path"]) for i in inputs if is_stand_in(i["path"])}),
         **prov,
         "created_utc": prov["finished_utc"],
         "seconds": None if seconds is None else round(seconds, 3),

@@ -252,6 +252,23 @@ class Auditor:
                                   f"holds {frame.loc[row, column]} but has no recorded source: {self.show(path)} was edited")  # fmt: skip
         for row, column, spec in cells:
             self.audit_cell(path, frame, row, column, spec, recorded_inputs)
+        if cell is None:
+            self.check_stand_in_labels(path, frame, cells)
+
+    def check_stand_in_labels(self, path: Path, frame: pd.DataFrame, cells: list[tuple[str, str, CellSpec]]) -> None:
+        """Every number computed on offline stand-in data must be labelled so in its row."""
+        from leviathan.report.cellmap import stand_in_files
+        from leviathan.report.tables import STAND_IN_COLUMN, stand_in_rows
+
+        expected: dict[str, set[str]] = {row: set() for row in frame.index}
+        for row, column, spec in cells:
+            if stand_in_files(spec, self.docs):
+                expected.setdefault(row, set()).add(column)
+        labelled = dict(zip(frame.index, stand_in_rows(frame.reset_index()), strict=True))
+        wrong = sorted(r for r in expected if expected[r] != labelled.get(r, set()))
+        self.note(not wrong, 0, f"{path.name} [{STAND_IN_COLUMN}]",
+                  "stand-in labels match the evaluations' stand_in_data" if not wrong else
+                  f"rows {wrong[:5]} do not label their stand-in numbers as the evaluations record them")  # fmt: skip
 
     def check_rendering(self, rendering: Path, csv: Path, manifest: Mapping[str, Any]) -> None:
         """A Markdown/LaTeX table must be exactly its CSV rendered (numbers edited there show here)."""

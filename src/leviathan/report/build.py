@@ -18,7 +18,16 @@ import pandas as pd
 from leviathan.io import atomic_path
 from leviathan.manifest import display_path, input_record, write_manifest
 from leviathan.report.cellmap import DocumentCache
-from leviathan.report.tables import ReportInputs, Table, build_tables, rendered, table_paths
+from leviathan.report.tables import (
+    STAND_IN_COLUMN,
+    STAND_IN_NOTE,
+    ReportInputs,
+    Table,
+    build_tables,
+    rendered,
+    stand_in_rows,
+    table_paths,
+)
 
 TABLES_DIR = "results/report/tables"
 FIGURES_DIR = "results/report/figures"
@@ -51,7 +60,7 @@ def table_names(inp: ReportInputs) -> list[str]:
         names.append("vocabulary")
     if pairs(main):
         names.append("frequency")
-    return names + ["cost", "paper_vs_ours"]
+    return names + ["cost", "summary", "paper_vs_ours"]
 
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -64,33 +73,37 @@ def tex_escape(text: str) -> str:
     return out.replace(">=", r"$\geq$").replace("<=", r"$\leq$").replace(">", r"$>$").replace("<", r"$<$")
 
 
-def _latex(table: Table, text: pd.DataFrame) -> str:
+def _latex(table: Table, text: pd.DataFrame, stand_in: bool) -> str:
     escaped = text.map(tex_escape).rename(columns=tex_escape)
     body = escaped.to_latex(index=False, escape=False,
                             column_format="l" * len(table.label_columns) + "r" * len(table.columns))  # fmt: skip
+    caption = tex_escape(table.title) + (" " + tex_escape(STAND_IN_NOTE) if stand_in else "")
     return (
         "\\begin{table}[t]\n\\centering\n\\small\n"
-        f"\\caption{{{tex_escape(table.title)}}}\n\\label{{tab:{table.name.replace('_', '-')}}}\n"
+        f"\\caption{{{caption}}}\n\\label{{tab:{table.name.replace('_', '-')}}}\n"
         f"{body}\\end{{table}}\n"
     )
 
 
-def _markdown(table: Table, text: pd.DataFrame) -> str:
+def _markdown(table: Table, text: pd.DataFrame, stand_in: bool) -> str:
     note = "Values from the evaluation outputs; `-`: not applicable or not run. Full precision: the CSV."
+    if stand_in:
+        note = f"**{STAND_IN_NOTE}**\n\n{note}"
     return f"# {table.title}\n\n{text.to_markdown(index=False, disable_numparse=True)}\n\n{note}\n"
 
 
 def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
     """The Markdown ("md") or LaTeX ("tex") text of a table's frame (as read from its CSV)."""
     text = rendered(table, frame)
-    return _markdown(table, text) if fmt == "md" else _latex(table, text)
+    stand_in = any(stand_in_rows(frame))
+    return _markdown(table, text, stand_in) if fmt == "md" else _latex(table, text, stand_in)
 
 
 def table_from_csv(csv: str | os.PathLike[str], manifest: Mapping[str, Any]) -> tuple[Table, pd.DataFrame]:
     """A table's layout (from its manifest) and values (from its CSV): what the renderings show."""
     config = manifest["config"]
-    frame = pd.read_csv(csv, dtype={"row": str})
-    labels = [c for c in frame.columns if c != "row" and c not in config["columns"]]
+    frame = pd.read_csv(csv, dtype={"row": str, STAND_IN_COLUMN: str})
+    labels = [c for c in frame.columns if c not in ("row", STAND_IN_COLUMN) and c not in config["columns"]]
     return Table(config["table"], config["title"], labels, dict(config["columns"])), frame
 
 

@@ -142,17 +142,57 @@ def _flops(configs: list[Any]) -> float:
     return float(counts.pop()) if len(counts) == 1 else math.nan
 
 
+# Ops on one group (a value per seed, averaged) and on paired groups (a: reference, b: compared).
+SINGLE: dict[str, Callable[[float], float]] = {
+    "mean": lambda v: v,  # a reported value (mean over seeds)
+    "pct": lambda v: 100.0 * v,  # a fraction shown in percent (accuracy)
+    "exp": _exp,  # perplexity of a mean loss
+}
+PAIRED: dict[str, Callable[[float, float], float]] = {
+    "gain": lambda x, y: (x - y) / x,  # relative improvement of b over a (lower is better)
+    "diff": lambda x, y: y - x,
+    "reduction": lambda x, y: x - y,  # how much lower b is than a (loss gain, nats)
+    "diff_pct": lambda x, y: 100.0 * (y - x),  # accuracy gain, points
+    "exp_gain": lambda x, y: (_exp(x) - _exp(y)) / _exp(x),  # perplexity gain from losses
+    "exp_change": lambda x, y: _exp(y) / _exp(x) - 1.0,  # perplexity change from losses
+}
+CI_SUFFIX = "_ci95"
+
+
+def t_half_width(values: Sequence[float], level: float = 0.95) -> float:
+    """Half-width of the Student-t confidence interval of the mean of `values` (NaN if n < 2)."""
+    from scipy.stats import t
+
+    vals = [float(v) for v in values]
+    n = len(vals)
+    if n < 2 or not all(math.isfinite(v) for v in vals):
+        return math.nan
+    mean = sum(vals) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
+    return float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+
+
+def _single_ci(fn: Callable[[float], float]) -> Callable[[list[Any], list[Any]], float]:
+    return lambda a, b: t_half_width([fn(float(v)) for v in a]) if None not in a else math.nan
+
+
+def _paired_ci(fn: Callable[[float, float], float]) -> Callable[[list[Any], list[Any]], float]:
+    """The CI of the per-seed values fn(a_i, b_i): pairs share a seed (same data order)."""
+
+    def op(a: list[Any], b: list[Any]) -> float:
+        if len(a) != len(b) or None in a or None in b:
+            return math.nan
+        return t_half_width([fn(float(x), float(y)) for x, y in zip(a, b, strict=True)])
+
+    return op
+
+
 # op name -> function of (group a values, group b values)
 OPS: dict[str, Callable[[list[Any], list[Any]], float]] = {
-    "mean": lambda a, b: _mean(a),  # a reported value (mean over seeds)
-    "pct": lambda a, b: 100.0 * _mean(a),  # a fraction shown in percent (accuracy)
-    "exp": lambda a, b: _exp(_mean(a)),  # perplexity of a mean loss
-    "gain": _pair(lambda x, y: (x - y) / x),  # relative improvement of b over a (lower is better)
-    "diff": _pair(lambda x, y: y - x),
-    "reduction": _pair(lambda x, y: x - y),  # how much lower b is than a (loss gain, nats)
-    "diff_pct": _pair(lambda x, y: 100.0 * (y - x)),  # accuracy gain, points
-    "exp_gain": _pair(lambda x, y: (_exp(x) - _exp(y)) / _exp(x)),  # perplexity gain from losses
-    "exp_change": _pair(lambda x, y: _exp(y) / _exp(x) - 1.0),  # perplexity change from losses
+    **{name: (lambda f: lambda a, b: f(_mean(a)))(fn) for name, fn in SINGLE.items()},
+    **{name: _pair(fn) for name, fn in PAIRED.items()},
+    **{name + CI_SUFFIX: _single_ci(fn) for name, fn in SINGLE.items()},  # 95% CI over seeds
+    **{name + CI_SUFFIX: _paired_ci(fn) for name, fn in PAIRED.items()},  # paired 95% CI
     "params": lambda a, b: _params(a),  # the model counter on the recorded model config
     "flops": lambda a, b: _flops(a),
     "params_overhead": lambda a, b: _params(b) / _params(a) - 1.0,
@@ -175,6 +215,17 @@ def compute(spec: CellSpec, docs: DocumentCache) -> float:
         return math.nan
     value = OPS[spec.op](groups["a"], groups["b"])
     return float(value)
+
+
+def stand_in_files(spec: CellSpec, docs: DocumentCache) -> list[str]:
+    """The offline stand-in data files behind a cell (the `stand_in_data` of the evaluation
+    outputs it reads; see leviathan.eval.standin)."""
+    found: set[str] = set()
+    for s in spec.leaves():
+        doc = docs.get(s.path)
+        if isinstance(doc, Mapping):
+            found.update(doc.get("stand_in_data") or [])
+    return sorted(found)
 
 
 def same_number(recorded: float, recomputed: float, rel: float = 1e-9) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from leviathan.report.cellmap import CellSpec, DocumentCache, Source, compute
+from leviathan.report.cellmap import CI_SUFFIX, CellSpec, DocumentCache, Source, compute, stand_in_files
 from leviathan.workflow.grid import Cell, study_cells
 
 PAPER_TASKS = ["hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande", "lambada_openai"]
@@ -29,6 +29,7 @@ PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
 # WikiText-103 perplexity per word (lm-eval's wikitext metric): independent of the tokenizer,
 # so vocabularies and the paper compare; token-level perplexity is in the evaluation JSON too
 WIKITEXT_PPL = "/results/word_perplexity"
+WIKITEXT_STREAM_PPL = "/results/token_perplexity"  # the older stream definition, a secondary figure
 # main-table column -> the paper's key for it under `main.<scale>.<variant>` (paper_reported.yaml)
 MAIN_PAPER_FIGURES = {"val_loss": "val_loss", "val_ppl": "val_ppl", "val_ppl_change": "val_ppl_change",
                       "wikitext_ppl_gain": "wikitext103_ppl_gain", "lambada_ppl_gain": "lambada_ppl_gain"}  # fmt: skip
@@ -37,6 +38,17 @@ MAIN_PAPER_FIGURES = {"val_loss": "val_loss", "val_ppl": "val_ppl", "val_ppl_cha
 # "points" already in percent/points, "int" an integer count, "ppl" 2 decimals
 FORMATS = {"loss": "{:.4f}", "ppl": "{:.2f}", "pct": "{:+.2f}%", "points": "{:.1f}", "dpoints": "{:+.1f}",
            "int": "{:,.0f}", "num": "{:.4g}"}  # fmt: skip
+# A column's 95% confidence half-width over seeds (`<column>_ci95`, Student t; paired by seed for a
+# gain over tied) is shown as "±" in the column's own format.
+CI_FORMAT = {"loss": "±{:.4f}", "ppl": "±{:.2f}", "pct": "±{:.2f}%", "points": "±{:.1f}", "dpoints": "±{:.1f}",
+             "num": "±{:.4g}", "int": "±{:,.0f}"}  # fmt: skip
+# The label column naming, per row, the numeric columns computed on offline stand-in data; the
+# Markdown and LaTeX renderings mark those values with STAND_IN_MARK and say why.
+STAND_IN_COLUMN = "stand_in_data"
+STAND_IN_MARK = "\u2020"
+STAND_IN_NOTE = (f"{STAND_IN_MARK} computed on the offline stand-in data (workflow/resources/smoke/, a few "
+                 "hand-written examples that check the pipeline runs): not the benchmark, not comparable "
+                 "to the paper's figures.")  # fmt: skip
 
 
 @dataclass
@@ -55,20 +67,36 @@ class Table:
         return row
 
     def set(self, row: str, column: str, spec: CellSpec | None) -> None:
+        """Declare a cell; where the table has `<column>_ci95`, its confidence interval too."""
         if column not in self.columns:
             raise KeyError(f"{self.name}: no column {column!r}")
         if spec is not None and spec.leaves():
             self.cells[row, column] = spec
+            if column + CI_SUFFIX in self.columns and not spec.parts:
+                self.cells[row, column + CI_SUFFIX] = CellSpec(spec.op + CI_SUFFIX, spec.sources)
+
+    def with_ci(self, *columns: str) -> None:
+        """Add `<column>_ci95` after each of `columns` (call before setting cells)."""
+        out: dict[str, str] = {}
+        for col, kind in self.columns.items():
+            out[col] = kind
+            if col in columns:
+                out[col + CI_SUFFIX] = "ci_" + kind
+        self.columns = out
 
     def frame(self, docs: DocumentCache) -> pd.DataFrame:
         records = []
         for row, labels in self.rows.items():
             rec: dict[str, Any] = {"row": row, **{c: labels.get(c) for c in self.label_columns}}
+            stand_in = []
             for col in self.columns:
                 spec = self.cells.get((row, col))
                 rec[col] = compute(spec, docs) if spec is not None else math.nan
+                if spec is not None and stand_in_files(spec, docs):
+                    stand_in.append(col)
+            rec[STAND_IN_COLUMN] = ";".join(stand_in)
             records.append(rec)
-        return pd.DataFrame(records, columns=["row", *self.label_columns, *self.columns])
+        return pd.DataFrame(records, columns=["row", *self.label_columns, STAND_IN_COLUMN, *self.columns])
 
     def cell_map(self) -> list[dict[str, Any]]:
         return [{"row": r, "column": c, **spec.to_dict()} for (r, c), spec in self.cells.items()]
@@ -80,16 +108,26 @@ class Table:
 def _fmt(value: Any, kind: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if kind == "pct":
-        return FORMATS[kind].format(100.0 * value)
-    return FORMATS[kind].format(value)
+    ci = kind.startswith("ci_")
+    base = kind.removeprefix("ci_")
+    fmt = CI_FORMAT[base] if ci else FORMATS[base]
+    return fmt.format(100.0 * value if base == "pct" else value)
+
+
+def stand_in_rows(frame: pd.DataFrame) -> list[set[str]]:
+    """Per row: the columns computed on offline stand-in data."""
+    col = frame[STAND_IN_COLUMN] if STAND_IN_COLUMN in frame else [""] * len(frame)
+    return [set(str(v).split(";")) - {""} if isinstance(v, str) else set() for v in col]
 
 
 def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame as text for Markdown/LaTeX (the CSV keeps full precision)."""
-    out = frame.drop(columns=["row"]).copy().astype(object)
+    """The frame as text for Markdown/LaTeX (the CSV keeps full precision); values computed on
+    stand-in data carry STAND_IN_MARK."""
+    out = frame.drop(columns=["row", STAND_IN_COLUMN], errors="ignore").copy().astype(object)
+    marked = stand_in_rows(frame)
     for col, kind in table.columns.items():
-        out[col] = [_fmt(v, kind) for v in frame[col]]
+        out[col] = [_fmt(v, kind) + (STAND_IN_MARK if col in m and _fmt(v, kind) != "-" else "")
+                    for v, m in zip(frame[col], marked, strict=True)]  # fmt: skip
     return out
 
 
@@ -164,6 +202,11 @@ def _groups(cells: Iterable[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
     return dict(out)
 
 
+def _seeded(groups: Mapping[tuple[str, str, str], list[Cell]]) -> bool:
+    """Whether any configuration has 2 or more seeds: its tables then give 95% CIs."""
+    return any(len(cells) >= 2 for cells in groups.values())
+
+
 @dataclass(frozen=True)
 class ReportInputs:
     studies: Mapping[str, Mapping[str, Any]]
@@ -199,6 +242,8 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
     t = Table("main", "Main results: validation loss and perplexity, zero-shot perplexity gains over tied",
               ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
     groups = inp.study("main")
+    if _seeded(groups):
+        t.with_ci("val_loss", "val_ppl_change", "wikitext_ppl", "wikitext_ppl_gain", "lambada_ppl", "lambada_ppl_gain")
     for (scale, vocab, variant), cells in groups.items():
         row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
         tied = groups.get((scale, vocab, "tied"))
@@ -264,6 +309,8 @@ def ablation_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
             "paper_val_loss": "loss", "paper_gain": "pct"}  # fmt: skip
     t = Table("ablation", "Input-layer ablation: validation loss and relative gain over tied",
               ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
+    if _seeded(groups):
+        t.with_ci("val_loss", "gain")
     for (scale, vocab, variant), cells in groups.items():
         row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
         t.set(row, "params", CellSpec("params", _state(cells[:1])))
@@ -291,11 +338,14 @@ def vocabulary_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
     cols = {"tied_loss": "loss", "leviathan_loss": "loss", "gain": "pct",
             "paper_gain_min": "pct", "paper_gain_max": "pct"}  # fmt: skip
     t = Table("vocabulary", "Vocabulary study: relative loss gain of leviathan over tied",
-              ["scale", "vocab", "n_vocab"], cols)  # fmt: skip
+              ["scale", "vocab", "n_vocab", "seeds"], cols)  # fmt: skip
+    if _seeded(groups):
+        t.with_ci("tied_loss", "leviathan_loss", "gain")
     loss = "/results/overall/loss"
     for scale, vocab in pairs:
         tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
-        row = t.add_row(f"{scale}/{vocab}", scale=scale, vocab=vocab, n_vocab=get_vocab(vocab).n_vocab)
+        row = t.add_row(f"{scale}/{vocab}", scale=scale, vocab=vocab, n_vocab=get_vocab(vocab).n_vocab,
+                        seeds=len(lev))  # fmt: skip
         t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", loss)))
         t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", loss)))
         t.set(row, "gain", _pair("gain", tied, lev, "val", loss))
@@ -338,6 +388,31 @@ def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache)
                 t.set(row, "paper_loss_gain_nats", paper.spec(key, "bucket_1_9_loss_gain_nats"))
             elif (bucket.get("count_lo"), bucket.get("count_hi")) == (10**6, None):  # the paper's "> 1M"
                 t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_over_1m_gain"))
+    return t
+
+
+def summary_table(inp: ReportInputs) -> Table:
+    """One row per trained cell (each seed): the headline number of every evaluation it ran."""
+    cols = {"tokens": "int", "val_loss": "loss", "val_ppl": "ppl", "val_bpb": "num"}
+    if "wikitext" in inp.evals:  # lm-eval's word perplexity (the main table's); the stream one beside it
+        cols |= {"wikitext_word_ppl": "ppl", "wikitext_stream_token_ppl": "ppl"}
+    if "lm_eval" in inp.evals:
+        cols |= {"lm_eval_mean_acc": "points"}
+    t = Table("summary", "Every cell: validation loss, perplexity and bits per byte; WikiText-103 word "
+              "perplexity (lm-eval's definition) and stream token perplexity; mean lm-eval accuracy (%)",
+              ["scale", "vocab", "variant", "seed"], cols)  # fmt: skip
+    for cells in inp.all_cells().values():
+        for c in cells:
+            row = t.add_row(c.key, scale=c.scale, vocab=c.vocab, variant=c.variant, seed=c.seed)
+            t.set(row, "tokens", CellSpec("mean", _src([c], "val", "/checkpoint/tokens")))
+            t.set(row, "val_loss", CellSpec("mean", _src([c], "val", "/results/overall/loss")))
+            t.set(row, "val_ppl", CellSpec("exp", _src([c], "val", "/results/overall/loss")))
+            t.set(row, "val_bpb", CellSpec("mean", _src([c], "val", "/results/overall/bits_per_byte")))
+            if "wikitext" in inp.evals:
+                t.set(row, "wikitext_word_ppl", CellSpec("mean", _src([c], "wikitext", WIKITEXT_PPL)))
+                t.set(row, "wikitext_stream_token_ppl", CellSpec("mean", _src([c], "wikitext", WIKITEXT_STREAM_PPL)))
+            if "lm_eval" in inp.evals:
+                t.set(row, "lm_eval_mean_acc", CellSpec("pct", _src([c], "lm_eval", "/results/mean_acc")))
     return t
 
 
@@ -431,6 +506,7 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
         vocabulary_table(inp, paper),
         frequency_table(inp, paper, docs),
         cost_table(inp, paper),
+        summary_table(inp),
     ]
     tables = {t.name: t for t in built if t is not None}
     extra = {("sample_efficiency", "1.2b", "leviathan", "tokens_ratio"): (
@@ -439,7 +515,7 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
     return tables
 
 
-TABLE_NAMES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "paper_vs_ours"]
+TABLE_NAMES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "summary", "paper_vs_ours"]
 
 
 def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:

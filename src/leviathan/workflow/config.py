@@ -14,11 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from leviathan.eval.standin import STAND_IN_DIR, is_stand_in
+
 DEFAULT_CONFIGFILE = Path("config/config.yaml")
 SCHEMA = Path("workflow/schemas/config.schema.yaml")
-# Offline stand-ins of the evaluation data (hand-written files in the official schemas): a number
-# computed on them is not comparable to the paper's and says so wherever it appears.
-STAND_IN_DIR = "workflow/resources/smoke/"
+__all__ = ["DEFAULT_CONFIGFILE", "SCHEMA", "STAND_IN_DIR", "resolve", "stand_in_files"]
 
 
 def resolve(
@@ -64,7 +64,7 @@ def stand_in_files(config: Mapping[str, Any]) -> dict[str, list[str]]:
     """Per evaluation (wikitext, lm_eval): the offline stand-in files it reads, if any."""
     out: dict[str, list[str]] = {}
     for kind, section in (config.get("evaluate") or {}).items():
-        files = sorted({f for f in _data_files(section) if f.replace("\\", "/").startswith(STAND_IN_DIR)})
+        files = sorted({f for f in _data_files(section) if is_stand_in(f)})
         if files:
             out[kind] = files
     return out
