@@ -56,7 +56,7 @@ def test_wikitext_and_lm_eval_with_a_config_file(runs, task_files, tmp_path: Pat
     import datasets
 
     wiki = tmp_path / "wiki.parquet"
-    datasets.Dataset.from_dict({"text": ["", " = Title = \n", "", " Some text about things .\n"] * 5}).to_parquet(str(wiki))
+    datasets.Dataset.from_dict({"page": [" = Title = \n \n Some text about things .\n \n" * 5] * 2}).to_parquet(str(wiki))
     cfg = tmp_path / "eval.yaml"
     cfg.write_text(yaml.safe_dump({"eval": {
         "wikitext": {"data_files": {"test": str(wiki)}, "stride": 32},
@@ -66,6 +66,7 @@ def test_wikitext_and_lm_eval_with_a_config_file(runs, task_files, tmp_path: Pat
     rc, summary, _ = run(["eval", "wikitext", "--checkpoint", str(runs["leviathan"]), "--config", str(cfg),
                           "--device", "cpu", "--out", str(out)], capsys)  # fmt: skip
     assert rc == 0 and json.loads(out.read_text())["config"]["stride"] == 32 and summary["tokens"] > 0
+    assert summary["documents"] == 2 and summary["word_perplexity"] > 1
     out = tmp_path / "lm_eval.json"
     rc, summary, _ = run(["eval", "lm-eval", "--checkpoint", str(runs["leviathan"]), "--config", str(cfg),
                           "--device", "cpu", "--out", str(out)], capsys)  # fmt: skip

@@ -44,7 +44,7 @@ def test_paper_config_names_the_real_datasets() -> None:
     assert not [s for s in _strings(config) if "resources/smoke" in s]
     assert config["corpus"]["kind"] == "pile"
     wikitext = config["evaluate"]["wikitext"]
-    assert wikitext["dataset"] == "Salesforce/wikitext" and wikitext["name"] == "wikitext-103-raw-v1"
+    assert wikitext["dataset"] == "EleutherAI/wikitext_document_level" and wikitext["name"] == "wikitext-103-raw-v1"
     assert not wikitext.get("data_files")
     lm_eval = config["evaluate"]["lm_eval"]
     assert set(lm_eval["tasks"]) == TASKS and not lm_eval.get("data")

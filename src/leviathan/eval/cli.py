@@ -59,16 +59,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     w.add_argument("--out", required=True, type=Path)
     w.set_defaults(func=run_word_counts)
 
-    t = ev.add_parser("wikitext", help="WikiText-103 zero-shot perplexity (token, word, byte level)")
+    t = ev.add_parser("wikitext", help="WikiText-103 zero-shot perplexity by lm-eval's wikitext task (word, byte, bits per byte)")
     _common_model(t)
-    t.add_argument("--dataset", help="HF dataset id (default Salesforce/wikitext)")
+    t.add_argument("--dataset", help="HF dataset id (default EleutherAI/wikitext_document_level)")
     t.add_argument("--name", help="dataset config (default wikitext-103-raw-v1)")
     t.add_argument("--split", help="split (default test)")
     t.add_argument("--data-files", action="append", default=[], metavar="SPLIT=FILE",
                    help="local files instead of the Hub (repeatable), e.g. test=wiki.test.parquet")  # fmt: skip
     t.add_argument("--builder", help="format of --data-files (inferred from the extension)")
     t.add_argument("--context", type=int)
-    t.add_argument("--stride", type=int, help="window stride (default: the context)")
+    t.add_argument("--stride", type=int, help="stride of the secondary stream figure (default: the context)")
     t.set_defaults(func=run_wikitext)
 
     lm = ev.add_parser("lm-eval", help="zero-shot lm-evaluation-harness tasks (the paper's six by default)")
@@ -157,8 +157,9 @@ def run_wikitext(args: argparse.Namespace) -> int:
     out = evaluate_wikitext(ckpt, model, cfg, started=started)
     write_result(args.out, out)
     r = out["results"]
-    _print({"out": str(args.out), "token_perplexity": r["token_perplexity"], "word_perplexity": r["word_perplexity"],
-            "bits_per_byte": r["bits_per_byte"], "tokens": r["tokens"]})  # fmt: skip
+    _print({"out": str(args.out), "word_perplexity": r["word_perplexity"], "byte_perplexity": r["byte_perplexity"],
+            "bits_per_byte": r["bits_per_byte"], "documents": r["documents"],
+            "stream_token_perplexity": r["stream"]["token_perplexity"], "tokens": r["stream"]["tokens"]})  # fmt: skip
     return 0
 
 

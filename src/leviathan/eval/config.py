@@ -96,11 +96,14 @@ class ValConfig:
 
 @dataclass(frozen=True)
 class WikitextConfig:
-    dataset: str = "Salesforce/wikitext"
+    """lm-eval's `wikitext` task on WikiText-103 (leviathan.eval.wikitext): the dataset in the
+    document-level schema (one `page` per article), the rolling-window length (`context`,
+    default the training context) and, for the secondary stream figure, its `stride`."""
+
+    dataset: str = "EleutherAI/wikitext_document_level"
     name: str | None = "wikitext-103-raw-v1"
     split: str = "test"
     revision: str | None = None
-    text_column: str = "text"
     data_files: dict[str, Any] | None = None
     builder: str | None = None
     context: int | None = None

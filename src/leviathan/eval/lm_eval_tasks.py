@@ -31,6 +31,8 @@ import datetime as _dt
 import json
 import os
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,7 @@ TASK_DIRS = {
     "piqa": "piqa",
     "winogrande": "winogrande",
     "lambada_openai": "lambada",
+    "wikitext": "wikitext",
 }
 SPLIT_KEYS = ("training_split", "validation_split", "test_split")
 
@@ -136,13 +139,17 @@ def with_local_data(cfg: dict[str, Any], data: LocalTaskData) -> tuple[dict[str,
     return out, source
 
 
-def build_tasks(cfg: LmEvalConfig) -> tuple[dict[str, Any], dict[str, dict[str, Any]], Any]:
+def build_tasks(
+    cfg: LmEvalConfig, overrides: Mapping[str, Mapping[str, Any]] | None = None, hub_fix: str | None = None
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], Any]:
     """lm-eval Task objects of the configured tasks, where each one's data came from, and
-    the TaskManager that built them (pass it on to lm_eval.simple_evaluate)."""
+    the TaskManager that built them (pass it on to lm_eval.simple_evaluate). `overrides`
+    change keys of a task's official config (e.g. WikiText-103 for lm-eval's WikiText-2
+    dataset config) before any local data is substituted."""
     tm = task_manager(cfg.tasks)
     configs, sources = {}, {}
     for task in dict.fromkeys(cfg.tasks):
-        official = official_config(tm, task)
+        official = {**official_config(tm, task), **(overrides or {}).get(task, {})}
         if task in cfg.data:
             configs[task], sources[task] = with_local_data(official, cfg.data[task])
         else:
@@ -150,7 +157,7 @@ def build_tasks(cfg: LmEvalConfig) -> tuple[dict[str, Any], dict[str, dict[str, 
             sources[task] = {"kind": "hub", "dataset": official.get("dataset_path"),
                              "name": official.get("dataset_name"), "scored_split": scored_split(official)}  # fmt: skip
     hub_tasks = [t for t, s in sources.items() if s["kind"] == "hub"]
-    fix = ("Point each at local files in the official schema with the config key "
+    fix = hub_fix or ("Point each at local files in the official schema with the config key "
            "lm_eval.data.<task>.data_files (e.g. lm_eval.data.hellaswag.data_files: "
            "{validation: hellaswag/validation.jsonl}; CLI: --task-data hellaswag:validation=FILE)")  # fmt: skip
     if hub_tasks:
@@ -182,23 +189,27 @@ def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=handle_non_serializable, allow_nan=True), parse_constant=lambda c: None)
 
 
-def run_lm_eval(
-    ckpt: Checkpoint, model: EvalModel, cfg: LmEvalConfig = LmEvalConfig(),
-    samples_out: str | os.PathLike[str] | None = None, started: _dt.datetime | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """Run lm-eval on the configured tasks; the `lm_eval` evaluation output.
+@dataclass
+class TaskRun:
+    """What lm-eval returned for the configured tasks, in the form our outputs keep."""
 
-    Per-sample logs go to `samples_out` (JSONL, one sample per line with its task), written
-    atomically; the output records its path and sha256. `started`: when the evaluation
-    began, checkpoint loading included (default: now).
-    """
-    started = started or utc_now()
+    per_task: dict[str, dict[str, Any]]  # task -> metrics, version, n-shot, counts, hash, data, config
+    samples: dict[str, list[dict[str, Any]]]  # task -> lm-eval's per-sample logs
+    inputs: list[dict[str, Any]]  # the local data files read, with sha256
+    raw_config: dict[str, Any]  # lm-eval's own run config
+    max_length: int
+
+
+def evaluate_tasks(
+    ckpt: Checkpoint, model: EvalModel, cfg: LmEvalConfig,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None, hub_fix: str | None = None,
+) -> TaskRun:  # fmt: skip
+    """Run lm-eval's own `simple_evaluate` on the configured tasks through our model."""
     import lm_eval
 
     from leviathan.eval.lm_eval_adapter import LeviathanLM
 
-    t0 = time.perf_counter()
-    tasks, sources, tm = build_tasks(cfg)
+    tasks, sources, tm = build_tasks(cfg, overrides, hub_fix)
     lm = LeviathanLM(loaded=(ckpt, model), batch_size=cfg.batch_size, max_length=cfg.max_length,
                      max_gen_toks=cfg.max_gen_toks)  # fmt: skip
     raw = lm_eval.simple_evaluate(
@@ -224,23 +235,44 @@ def run_lm_eval(
             "data": sources[task],
             "config": _jsonable(raw.get("configs", {}).get(task)),
         }
-    results: dict[str, Any] = {
-        "lm_eval_version": lm_eval_version(),
-        "tasks": per_task,
-        "mean_acc": _mean_acc(per_task),
-        "lm_eval_config": _jsonable({k: v for k, v in (raw.get("config") or {}).items()}),
-    }
     inputs = [{"role": f"lm_eval:{t}", "path": f["path"], "sha256": f["sha256"]}
               for t, s in sources.items() if s["kind"] == "local" for fs in s["data_files"].values() for f in fs]  # fmt: skip
+    return TaskRun(per_task, samples, inputs, _jsonable(dict(raw.get("config") or {})), lm.max_length)
+
+
+def write_samples(samples: Mapping[str, list[dict[str, Any]]], path: str | os.PathLike[str]) -> dict[str, Any]:
+    """lm-eval's per-sample logs as JSONL (one sample per line with its task), atomically;
+    returns the record an output keeps of it (path, sha256, count)."""
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
+        for task, rows in samples.items():
+            for row in rows:
+                fh.write(json.dumps({"task": task, **_jsonable(row)}, sort_keys=True) + "\n")
+    return {"path": str(path), "sha256": sha256_file(path), "count": sum(len(v) for v in samples.values())}
+
+
+def run_lm_eval(
+    ckpt: Checkpoint, model: EvalModel, cfg: LmEvalConfig = LmEvalConfig(),
+    samples_out: str | os.PathLike[str] | None = None, started: _dt.datetime | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Run lm-eval on the configured tasks; the `lm_eval` evaluation output.
+
+    Per-sample logs go to `samples_out` (JSONL, one sample per line with its task), written
+    atomically; the output records its path and sha256. `started`: when the evaluation
+    began, checkpoint loading included (default: now).
+    """
+    started = started or utc_now()
+    t0 = time.perf_counter()
+    run = evaluate_tasks(ckpt, model, cfg)
+    results: dict[str, Any] = {
+        "lm_eval_version": lm_eval_version(),
+        "tasks": run.per_task,
+        "mean_acc": _mean_acc(run.per_task),
+        "lm_eval_config": run.raw_config,
+    }
     if samples_out is not None:
-        with atomic_path(samples_out) as tmp, open(tmp, "w") as fh:
-            for task, rows in samples.items():
-                for row in rows:
-                    fh.write(json.dumps({"task": task, **_jsonable(row)}, sort_keys=True) + "\n")
-        results["samples"] = {"path": str(samples_out), "sha256": sha256_file(samples_out),
-                              "count": sum(len(v) for v in samples.values())}  # fmt: skip
-    config = {**cfg.to_dict(), "max_length": lm.max_length, "precision": model.precision}
-    return envelope("lm_eval", checkpoint=ckpt, inputs=inputs, config=_jsonable(config), results=results,
+        results["samples"] = write_samples(run.samples, samples_out)
+    config = {**cfg.to_dict(), "max_length": run.max_length, "precision": model.precision}
+    return envelope("lm_eval", checkpoint=ckpt, inputs=run.inputs, config=_jsonable(config), results=results,
                     seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip
 
 

@@ -1,15 +1,18 @@
-"""WikiText-103 zero-shot perplexity through Hugging Face `datasets`.
+"""WikiText-103 zero-shot perplexity by lm-evaluation-harness's own `wikitext` task.
 
-The test split (`Salesforce/wikitext`, config `wikitext-103-raw-v1`, one row per line of the
-raw file; blank lines are empty rows) is turned back into the raw text: rows concatenated,
-an empty row standing for its blank line ("\\n"). The text is tokenized with the model's
-vocabulary, preceded by one EOT token as the only context of the first token, and scored
-with windows of the training context moved by `stride` (default: the context, disjoint
-windows; a smaller stride gives each token more context). Reported: token-level loss and
-perplexity, word-level perplexity exp(total nats / words) with words as in
-`leviathan.eval.words` (ASCII-whitespace separated, tokenizer-independent), and bits per
-byte. The dataset id, config, split and a local-files override (`data_files`, any format
-`datasets` reads: parquet, json, csv, text) are config.
+The number is lm-eval's: its `wikitext` task definition (document-level text, one `page` per
+article; its `wikitext_detokenizer` as the scored target; `loglikelihood_rolling` over windows
+of the model's length with the EOT token as the prefix of the first one; `word_perplexity`
+with words counted on the page before detokenization, `byte_perplexity`, `bits_per_byte`),
+run by lm-eval's `simple_evaluate` through our model (leviathan.eval.lm_eval_adapter). Only
+the dataset changes: lm-eval's task reads `EleutherAI/wikitext_document_level` with the
+WikiText-2 config; the paper's figure is WikiText-103 (`wikitext-103-raw-v1`, the same
+dataset's other config). `data_files` points it at local files in that schema instead of the
+Hub (any format `datasets` reads).
+
+A secondary figure, named as such, keeps the older definition: the pages concatenated as they
+are (no detokenizer), preceded by one EOT token, scored in windows of `context` moved by
+`stride` (default: disjoint) - token-level loss and perplexity (`stream`).
 """
 
 from __future__ import annotations
@@ -23,92 +26,53 @@ import numpy as np
 
 from leviathan.data.tokenizers import load_tokenizer
 from leviathan.eval.checkpoint import Checkpoint, EvalModel
-from leviathan.eval.config import WikitextConfig, infer_builder, normalise_data_files
-from leviathan.eval.errors import EvalInputError, HubUnreachable
-from leviathan.eval.hub import is_connection_error, require_hub
-from leviathan.eval.perplexity import LN2, check_finite_loss, score_stream
+from leviathan.eval.config import LmEvalConfig, LocalTaskData, WikitextConfig
+from leviathan.eval.errors import EvalInputError
+from leviathan.eval.lm_eval_tasks import evaluate_tasks, lm_eval_version, write_samples
+from leviathan.eval.perplexity import check_finite_loss, score_stream
 from leviathan.eval.results import envelope, perplexity
-from leviathan.io import sha256_file
 from leviathan.provenance import utc_now
 
-
-def load_texts(cfg: WikitextConfig) -> tuple[list[str], dict[str, Any], list[dict[str, Any]]]:
-    """Rows of the configured split, a description of the source, and input file records."""
-    import datasets
-
-    inputs: list[dict[str, Any]] = []
-    if cfg.data_files:
-        files = normalise_data_files(cfg.data_files, "wikitext")
-        if cfg.split not in files:
-            raise EvalInputError(
-                f"wikitext.data_files has split(s) {sorted(files)} but wikitext.split={cfg.split!r}: "
-                f"name the file of the {cfg.split!r} split"
-            )
-        builder = infer_builder(files, cfg.builder, "wikitext")
-        ds = datasets.load_dataset(builder, data_files={cfg.split: files[cfg.split]}, split=cfg.split)
-        source = {"kind": "local", "builder": builder, "split": cfg.split, "data_files": files[cfg.split]}
-        inputs = [{"role": "wikitext", "path": f, "sha256": sha256_file(f)} for f in files[cfg.split]]
-    else:
-        fix = ("Download it where the Hub is reachable (e.g. the parquet files of "
-               f"{cfg.dataset}/{cfg.name}) and set wikitext.data_files to {{{cfg.split}: <file>}}")  # fmt: skip
-        require_hub(f"WikiText ({cfg.dataset}, {cfg.name}, split {cfg.split})", fix)
-        try:
-            ds = datasets.load_dataset(cfg.dataset, cfg.name, split=cfg.split, revision=cfg.revision)
-        except Exception as exc:
-            if is_connection_error(exc):
-                raise HubUnreachable(f"WikiText ({cfg.dataset}, {cfg.name}) could not be loaded from the "
-                                     f"Hugging Face Hub or the local cache: {exc}. {fix}") from exc  # fmt: skip
-            raise
-        source = {"kind": "hub", "dataset": cfg.dataset, "name": cfg.name, "split": cfg.split,
-                  "revision": cfg.revision}  # fmt: skip
-    if cfg.text_column not in ds.column_names:
-        raise EvalInputError(
-            f"wikitext: the dataset has columns {ds.column_names}, no {cfg.text_column!r}: set "
-            "wikitext.text_column or use files in the official schema (one `text` column)"
-        )
-    texts = list(ds[cfg.text_column])
-    source.update({"rows": len(texts), "fingerprint": getattr(ds, "_fingerprint", None)})
-    return texts, source, inputs
+TASK = "wikitext"  # lm-eval's task name (its YAML: lm_eval/tasks/wikitext/wikitext.yaml)
+METRICS = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 
 
-def raw_text(rows: list[str]) -> str:
-    """The raw file text from its rows (empty rows are blank lines)."""
-    return "".join(r if r else "\n" for r in rows)
+def task_overrides(cfg: WikitextConfig) -> dict[str, dict[str, Any]]:
+    """What changes in lm-eval's `wikitext` config: the dataset (WikiText-103) and its split."""
+    change: dict[str, Any] = {"dataset_path": cfg.dataset, "dataset_name": cfg.name, "test_split": cfg.split}
+    if cfg.revision:
+        change["dataset_kwargs"] = {"revision": cfg.revision}
+    return {TASK: change}
 
 
-def score_text(model: EvalModel, vocab: str, text: str, *, context: int, stride: int, batch_size: int) -> dict[str, Any]:
-    """Token/word/byte-level perplexity of one text (preceded by EOT)."""
+def lm_eval_config(cfg: WikitextConfig, context: int) -> LmEvalConfig:
+    data = {TASK: LocalTaskData(cfg.data_files, cfg.builder)} if cfg.data_files else {}
+    return LmEvalConfig(tasks=(TASK,), data=data, num_fewshot=0, batch_size=cfg.batch_size, max_length=context,
+                        bootstrap_iters=0)  # fmt: skip
+
+
+def score_stream_text(model: EvalModel, vocab: str, text: str, *, context: int, stride: int,
+                      batch_size: int) -> dict[str, Any]:  # fmt: skip
+    """The secondary stream figure: token-level perplexity of one text (preceded by EOT)."""
     tok = load_tokenizer(vocab)
     ids = np.asarray([tok.spec.eot_id, *tok.encode(text)], dtype=np.int64)
     if ids.size < 2:
         raise EvalInputError("wikitext: the text is empty")
-    t0 = time.perf_counter()
     losses = score_stream(model, ids, context=context, stride=stride, batch_size=batch_size)
-    seconds = time.perf_counter() - t0
     total = float(losses.astype(np.float64).sum())
-    raw = text.encode("utf-8")
-    n_tokens, n_words, n_bytes = int(losses.size), len(raw.split()), len(raw)
-    loss = total / n_tokens
-    return {
-        "tokens": n_tokens,
-        "words": n_words,
-        "bytes": n_bytes,
-        "total_nats": total,
-        "loss": loss,
-        "token_perplexity": perplexity(loss),
-        "word_perplexity": perplexity(total / n_words) if n_words else None,
-        "bits_per_byte": total / LN2 / n_bytes,
-        "byte_perplexity": perplexity(total / n_bytes),
-        "text_sha256": hashlib.sha256(raw).hexdigest(),
-        "seconds": round(seconds, 3),
-        "tokens_per_s": n_tokens / seconds if seconds > 0 else None,
-    }
+    loss = total / int(losses.size)
+    return {"tokens": int(losses.size), "total_nats": total, "loss": loss, "token_perplexity": perplexity(loss),
+            "context": context, "stride": stride, "text_sha256": hashlib.sha256(text.encode()).hexdigest()}  # fmt: skip
 
 
 def evaluate_wikitext(ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig = WikitextConfig(),
-                      started: _dt.datetime | None = None) -> dict[str, Any]:  # fmt: skip
+                      started: _dt.datetime | None = None,
+                      samples_out: str | None = None) -> dict[str, Any]:  # fmt: skip
     """The `wikitext` evaluation output of a checkpoint (see `leviathan.eval.results`).
 
+    results: word_perplexity, byte_perplexity, bits_per_byte (lm-eval's), `lm_eval` (its
+    version, task hash, document count, data source and task config) and `stream` (the
+    secondary token-level figure; `token_perplexity` repeats it at the top level).
     `started`: when the evaluation began, checkpoint loading included (default: now)."""
     started = started or utc_now()
     t0 = time.perf_counter()
@@ -116,11 +80,38 @@ def evaluate_wikitext(ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig = 
     stride = cfg.stride or context
     if context > model.max_seq_len:
         raise EvalInputError(f"wikitext.context={context} exceeds the model's max_seq_len={model.max_seq_len}")
-    rows, source, inputs = load_texts(cfg)
-    result = score_text(model, ckpt.vocab.name, raw_text(rows), context=context, stride=stride,
-                        batch_size=cfg.batch_size)  # fmt: skip
-    result["source"] = source
-    config = {**cfg.__dict__, "context": context, "stride": stride, "precision": model.precision}
-    check_finite_loss(result["loss"], ckpt)
-    return envelope("wikitext", checkpoint=ckpt, inputs=inputs, config=config, results=result,
+    if stride > context:
+        raise EvalInputError(f"wikitext.stride={stride} must be <= wikitext.context={context}")
+    fix = (f"Download {cfg.dataset} ({cfg.name}) where the Hub is reachable and set wikitext.data_files to "
+           f"{{{cfg.split}: <file>}} (one `page` per article, the dataset's own schema)")  # fmt: skip
+    try:
+        run = evaluate_tasks(ckpt, model, lm_eval_config(cfg, context), task_overrides(cfg), hub_fix=fix)
+    except KeyError as exc:
+        if exc.args != ("page",):
+            raise
+        raise EvalInputError("wikitext: the data has no `page` column: lm-eval's wikitext task reads the "
+                             f"document-level schema of {cfg.dataset} (one `page` per article)") from exc  # fmt: skip
+    task = run.per_task[TASK]
+    metrics = task["metrics"]
+    docs = sorted(run.samples.get(TASK, []), key=lambda s: s["doc_id"])
+    pages = [d["doc"]["page"] for d in docs]
+    if not pages:
+        raise EvalInputError("wikitext: the split has no documents")
+    t1 = time.perf_counter()
+    stream = score_stream_text(model, ckpt.vocab.name, "".join(pages), context=context, stride=stride,
+                               batch_size=cfg.batch_size)  # fmt: skip
+    stream["seconds"] = round(time.perf_counter() - t1, 3)
+    result: dict[str, Any] = {m: metrics.get(f"{m},none") for m in METRICS}
+    result["token_perplexity"] = stream["token_perplexity"]  # the stream figure (secondary)
+    result["documents"] = len(pages)
+    result["lm_eval"] = {"version": lm_eval_version(), "task": TASK, "task_version": task["version"],
+                         "task_hash": task["task_hash"], "n_samples": task["n_samples"], "data": task["data"],
+                         "config": task["config"]}  # fmt: skip
+    result["stream"] = stream
+    if samples_out is not None:
+        result["samples"] = write_samples(run.samples, samples_out)
+    check_finite_loss(stream["loss"], ckpt)
+    config = {**{k: v for k, v in cfg.__dict__.items()}, "context": context, "stride": stride,
+              "precision": model.precision}  # fmt: skip
+    return envelope("wikitext", checkpoint=ckpt, inputs=run.inputs, config=config, results=result,
                     seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip
