@@ -85,6 +85,71 @@ def test_lm_eval_scores_are_our_model_s_loglikelihoods(paper_run, loaded) -> Non
         assert row["acc"] == float(int(np.argmax(logliks)) == gold)
 
 
+def test_whitespace_only_context_is_scored_after_the_prefix_token(loaded) -> None:
+    """lm-eval moves a context's trailing spaces into the continuation, so "   " leaves no context
+    token: the continuation must be scored after EOT (HFLM's prefix token), from full logits."""
+    from leviathan.data.tokenizers import load_tokenizer
+
+    ckpt, _ = loaded
+    model, tok = load_model(ckpt), load_tokenizer("gpt2")
+    lm = LeviathanLM(loaded=loaded, batch_size=2)
+    reqs = [Instance("loglikelihood", {}, (ctx, " hello world"), i) for i, ctx in enumerate(["   ", "\n", ""])]
+    got = lm.loglikelihood(reqs, disable_tqdm=True)
+    for (ctx, cont), (logp, _) in zip([r.args for r in reqs], got, strict=True):
+        ids = [tok.spec.eot_id, *tok.encode(ctx + cont)]  # EOT, then everything lm-eval scores
+        x = torch.as_tensor(ids, dtype=torch.int64)[None]
+        with torch.no_grad():
+            full = torch.log_softmax(model(x[:, :-1]).double(), -1)[0]
+        expected = float(sum(full[i, t] for i, t in enumerate(ids[1:])))
+        assert logp == pytest.approx(expected, abs=2e-4), repr(ctx)
+
+
+def test_pretrained_is_the_checkpoint_argument_and_auto_is_refused(runs, loaded) -> None:
+    lm = LeviathanLM.create_from_arg_string(f"pretrained={runs['leviathan']},batch_size=4,device=cpu")
+    assert lm.ckpt.sha256 == loaded[0].sha256 and lm.batch_size == 4
+    with pytest.raises(EvalInputError, match="`auto` is not supported.*batch_size=32"):
+        LeviathanLM.create_from_arg_string(f"pretrained={runs['leviathan']},batch_size=auto,device=cpu")
+    with pytest.raises(EvalInputError, match="disagree"):
+        LeviathanLM(pretrained=runs["leviathan"], checkpoint=runs["tied"], device="cpu")
+
+
+def test_acc_and_acc_norm_are_both_recorded(paper_run) -> None:
+    r = paper_run[0]["results"]
+    both = [t for t, v in r["tasks"].items() if "acc_norm,none" in v["metrics"]]
+    assert set(both) == {"hellaswag", "arc_easy", "arc_challenge", "piqa"}
+    expected = [r["tasks"][t]["metrics"]["acc_norm,none" if t in both else "acc,none"] for t in PAPER_TASKS]
+    assert r["mean_acc_norm"] == pytest.approx(sum(expected) / len(expected))
+
+
+@pytest.mark.slow
+def test_lm_eval_s_own_cli_runs_our_checkpoint(runs, loaded, task_files, tmp_path: Path) -> None:
+    """`leviathan-lm-eval` is lm-eval's CLI with our model registered; lm-eval's own task YAMLs
+    on local files (written for --include_path), its own output layout; same numbers as ours."""
+    import subprocess
+    import sys
+
+    from leviathan.eval.lm_eval_tasks import write_local_tasks
+
+    cfg = data_cfg(task_files, ["piqa", "arc_easy"])
+    write_local_tasks(cfg, tmp_path / "tasks")
+    exe = Path(sys.executable).with_name("leviathan-lm-eval")
+    args = [str(exe), "--model", "leviathan", "--model_args", f"pretrained={runs['leviathan']}", "--device", "cpu",
+            "--tasks", "piqa,arc_easy", "--include_path", str(tmp_path / "tasks"), "--output_path",
+            str(tmp_path / "out"), "--log_samples"]  # fmt: skip
+    out = subprocess.run([*args, "--batch_size", "4"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = list((tmp_path / "out").rglob("results_*.json"))
+    assert len(results) == 1 and len(list((tmp_path / "out").rglob("samples_piqa_*.jsonl"))) == 1
+    theirs = json.loads(results[0].read_text())["results"]
+    ours = run_lm_eval(*loaded, cfg, harness_dir=tmp_path / "harness")["results"]
+    for task in ("piqa", "arc_easy"):
+        for metric in ("acc,none", "acc_norm,none"):
+            assert theirs[task][metric] == ours["tasks"][task]["metrics"][metric]
+    assert [Path(f["path"]).name.split("_")[0] for f in ours["harness_output"]["files"]].count("samples") == 2
+    bad = subprocess.run([*args, "--batch_size", "auto"], capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "`auto` is not supported" in bad.stderr
+
+
 def test_batching_does_not_change_scores(loaded) -> None:
     lm1 = LeviathanLM(loaded=loaded, batch_size=1)
     lm7 = LeviathanLM(loaded=loaded, batch_size=7)

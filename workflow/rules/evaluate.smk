@@ -57,6 +57,9 @@ rule eval_lm_eval:
         final="results/runs/{scale}/{vocab}/{variant}/seed{seed}/checkpoints/final/state.json",
     output:
         "results/eval/{scale}/{vocab}/{variant}/seed{seed}/lm_eval.json",
+        samples="results/eval/{scale}/{vocab}/{variant}/seed{seed}/lm_eval.samples.jsonl",
+        # lm-eval's own layout (results_<date>.json, samples_<task>_<date>.jsonl), as --output_path writes it
+        harness=directory("results/eval/{scale}/{vocab}/{variant}/seed{seed}/lm_eval_harness"),
     params:
         settings=EVAL_CFG.lm_eval,
     conda:

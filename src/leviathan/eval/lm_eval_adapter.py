@@ -1,13 +1,18 @@
 """lm-evaluation-harness model `leviathan`: our checkpoints behind lm-eval's `TemplateLM`.
 
-    lm = LeviathanLM(checkpoint="results/runs/.../seed0", device="cuda", batch_size=32)
+    lm = LeviathanLM(pretrained="results/runs/.../seed0", device="cuda", batch_size=32)
     lm_eval.simple_evaluate(model=lm, tasks=[...])
     # or, once this module is imported: simple_evaluate(model="leviathan",
-    #     model_args="checkpoint=results/runs/...,batch_size=32", tasks=[...])
+    #     model_args="pretrained=results/runs/...,batch_size=32", tasks=[...])
+    # or lm-eval's own CLI: leviathan-lm-eval --model leviathan --model_args pretrained=RUN ...
 
-The model is the checkpoint's `EvalModel` (input table materialised once: no LEV
-recomputation per request) with the checkpoint's tiktoken vocabulary; an empty context is
-the EOT token (GPT-2 convention). Requests are sorted longest first and run in batches of
+`pretrained` names a run directory or a checkpoint directory (`checkpoint` is an alias), as
+HF models are named in lm-eval. The model is the checkpoint's `EvalModel` (input table
+materialised once: no LEV recomputation per request) with the checkpoint's tiktoken
+vocabulary; an empty context, or one that is only whitespace (which encodes to no tokens once
+lm-eval moves its trailing spaces into the continuation), is the EOT token, as lm-eval's HF
+model does with its prefix token. `batch_size=auto` is refused (this model does not probe
+memory): give an integer. Requests are sorted longest first and run in batches of
 `batch_size` right-padded sequences (causal attention: padding after a position cannot
 affect it); only the continuation positions' logits are computed, a bounded number of rows
 at a time. Inputs longer than `max_length` (default: the training context) keep their last
@@ -33,8 +38,11 @@ from leviathan.eval.checkpoint import Checkpoint, EvalModel, open_checkpoint
 from leviathan.eval.errors import EvalInputError
 
 def _int(value: Any, name: str, default: int | None) -> int | None:
-    if value is None or value == "" or value == "auto":
+    if value is None or value == "":
         return default
+    if str(value).startswith("auto"):
+        raise EvalInputError(f"leviathan model arg {name}={value!r}: `auto` is not supported (this model does not "
+                             f"probe device memory); give an integer, e.g. {name}=32")  # fmt: skip
     try:
         out = int(value)
     except (TypeError, ValueError):
@@ -52,6 +60,7 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
 
     def __init__(
         self,
+        pretrained: str | Path | None = None,
         checkpoint: str | Path | None = None,
         device: str | None = "auto",
         batch_size: int | str | None = 16,
@@ -62,10 +71,14 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
         **unused: Any,
     ) -> None:
         super().__init__()
+        if pretrained is not None and checkpoint is not None and str(pretrained) != str(checkpoint):
+            raise EvalInputError(f"pretrained={pretrained} and checkpoint={checkpoint} disagree: give one "
+                                 "(checkpoint is an alias of pretrained)")  # fmt: skip
+        path = pretrained if pretrained is not None else checkpoint
         if loaded is None:
-            if checkpoint is None:
-                raise EvalInputError("the leviathan lm-eval model needs checkpoint=<run or checkpoint dir>")
-            loaded = open_checkpoint(checkpoint, device or "auto", precision)
+            if path is None:
+                raise EvalInputError("the leviathan lm-eval model needs pretrained=<run or checkpoint dir>")
+            loaded = open_checkpoint(path, device or "auto", precision)
         self.ckpt, self.model = loaded
         self.tok: Tokenizer = load_tokenizer(self.ckpt.vocab.name)
         self.batch_size = _int(batch_size, "batch_size", 16) or 16
@@ -94,6 +107,15 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
     def tok_decode(self, tokens: Sequence[int]) -> str:
         return self.tok.decode(tokens)
 
+    def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """lm-eval's split of (context, continuation) into tokens; a context that encodes to no
+        tokens (only whitespace, moved into the continuation) gets the prefix token, as an
+        empty one does, so the first continuation token is scored after EOT, not elsewhere."""
+        context_enc, continuation_enc = super()._encode_pair(context, continuation)
+        if not context_enc:
+            context_enc = [self.prefix_token_id]
+        return context_enc, continuation_enc
+
     def get_model_info(self) -> dict[str, Any]:
         return {"leviathan_checkpoint": str(self.ckpt.path), "leviathan_checkpoint_sha256": self.ckpt.sha256,
                 "leviathan_variant": self.ckpt.model_config.variant, "vocab": self.ckpt.vocab.name,
@@ -106,6 +128,8 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
         for i, (ctx, cont) in enumerate(seqs):
             if not cont:
                 raise EvalInputError("lm-eval sent an empty continuation")
+            if not ctx:
+                raise EvalInputError("a request with no context token (use the prefix token for an empty context)")
             if len(cont) > self.max_length:
                 raise EvalInputError(f"a continuation of {len(cont)} tokens exceeds max_length={self.max_length}")
             full = (ctx + cont)[-(self.max_length + 1) :]

@@ -139,6 +139,35 @@ def with_local_data(cfg: dict[str, Any], data: LocalTaskData) -> tuple[dict[str,
     return out, source
 
 
+def local_task_yaml(tm: Any, task: str, data: LocalTaskData) -> dict[str, Any]:
+    """An lm-eval task YAML (for `--include_path`) that is lm-eval's official `task` pointed at
+    local files: it `include`s the official YAML and changes only the dataset location and
+    splits, as `with_local_data` does for our own runs."""
+    cfg, _ = with_local_data(official_config(tm, task), data)
+    out = {"include": str(tm.task_index[task].yaml_path), "task": task, "dataset_path": cfg["dataset_path"],
+           "dataset_name": None, "dataset_kwargs": cfg["dataset_kwargs"]}  # fmt: skip
+    out.update({key: cfg.get(key) for key in SPLIT_KEYS})
+    return out
+
+
+def write_local_tasks(cfg: LmEvalConfig, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """One `<task>.yaml` per task with local data in `out_dir`: lm-eval's own CLI then runs the
+    same tasks on the same files with `--include_path out_dir` (any model, `hf` included)."""
+    import yaml
+
+    tm = task_manager(list(cfg.data))
+    written = []
+    for task, data in cfg.data.items():
+        local = local_task_yaml(tm, task, data)
+        local["dataset_kwargs"] = {"data_files": {s: [str(Path(f).resolve()) for f in fs]
+                                                  for s, fs in local["dataset_kwargs"]["data_files"].items()}}  # fmt: skip
+        path = Path(out_dir) / f"{task}.yaml"
+        with atomic_path(path) as tmp:
+            tmp.write_text(yaml.safe_dump(local, sort_keys=False))
+        written.append(path)
+    return written
+
+
 def build_tasks(
     cfg: LmEvalConfig, overrides: Mapping[str, Mapping[str, Any]] | None = None, hub_fix: str | None = None
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], Any]:
@@ -203,8 +232,10 @@ class TaskRun:
 def evaluate_tasks(
     ckpt: Checkpoint, model: EvalModel, cfg: LmEvalConfig,
     overrides: Mapping[str, Mapping[str, Any]] | None = None, hub_fix: str | None = None,
+    tracker: Any = None,
 ) -> TaskRun:  # fmt: skip
-    """Run lm-eval's own `simple_evaluate` on the configured tasks through our model."""
+    """Run lm-eval's own `simple_evaluate` on the configured tasks through our model
+    (`tracker`: an lm-eval EvaluationTracker that records the run, as its CLI does)."""
     import lm_eval
 
     from leviathan.eval.lm_eval_adapter import LeviathanLM
@@ -216,10 +247,16 @@ def evaluate_tasks(
         model=lm, tasks=list(tasks.values()), num_fewshot=cfg.num_fewshot, limit=cfg.limit,
         bootstrap_iters=cfg.bootstrap_iters, log_samples=True, random_seed=cfg.seed,
         numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed, task_manager=tm,
+        evaluation_tracker=tracker,
     )  # fmt: skip
     if raw is None:
         raise RuntimeError("lm-eval returned no results (not rank 0?)")
-    samples = raw.get("samples") or {}
+    samples = raw.pop("samples", None) or {}
+    if tracker is not None:  # lm-eval's own files: results_<date>.json, samples_<task>_<date>.jsonl
+        tracker.save_results_aggregated(results=raw, samples=samples)
+        for task in raw.get("configs", {}):
+            if task in samples:
+                tracker.save_results_samples(task_name=task, samples=samples[task])
     per_task = {}
     for task in tasks:
         task_res = raw["results"].get(task, {})
@@ -250,34 +287,62 @@ def write_samples(samples: Mapping[str, list[dict[str, Any]]], path: str | os.Pa
     return {"path": str(path), "sha256": sha256_file(path), "count": sum(len(v) for v in samples.values())}
 
 
+def harness_tracker(out_dir: str | os.PathLike[str]) -> Any:
+    """lm-eval's EvaluationTracker writing into `out_dir` (its `--output_path`), emptied first."""
+    import shutil
+
+    from lm_eval.loggers import EvaluationTracker
+
+    shutil.rmtree(out_dir, ignore_errors=True)
+    Path(out_dir).mkdir(parents=True)
+    return EvaluationTracker(output_path=str(out_dir))
+
+
+def harness_files(out_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The files lm-eval wrote under its output path, with their sha256."""
+    return [{"path": str(p), "sha256": sha256_file(p)} for p in sorted(Path(out_dir).rglob("*")) if p.is_file()]
+
+
 def run_lm_eval(
     ckpt: Checkpoint, model: EvalModel, cfg: LmEvalConfig = LmEvalConfig(),
     samples_out: str | os.PathLike[str] | None = None, started: _dt.datetime | None = None,
+    harness_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Run lm-eval on the configured tasks; the `lm_eval` evaluation output.
 
     Per-sample logs go to `samples_out` (JSONL, one sample per line with its task), written
-    atomically; the output records its path and sha256. `started`: when the evaluation
-    began, checkpoint loading included (default: now).
+    atomically; the output records its path and sha256. `harness_dir`: lm-eval's own output
+    layout too (what `--output_path DIR --log_samples` writes: results_<date>.json and
+    samples_<task>_<date>.jsonl, read by lm-eval's tooling), recorded with their sha256.
+    `started`: when the evaluation began, checkpoint loading included (default: now).
     """
     started = started or utc_now()
     t0 = time.perf_counter()
-    run = evaluate_tasks(ckpt, model, cfg)
+    tracker = harness_tracker(harness_dir) if harness_dir is not None else None
+    run = evaluate_tasks(ckpt, model, cfg, tracker=tracker)
     results: dict[str, Any] = {
         "lm_eval_version": lm_eval_version(),
         "tasks": run.per_task,
         "mean_acc": _mean_acc(run.per_task),
+        "mean_acc_norm": _mean_acc(run.per_task, norm=True),
         "lm_eval_config": run.raw_config,
     }
     if samples_out is not None:
         results["samples"] = write_samples(run.samples, samples_out)
+    if harness_dir is not None:
+        results["harness_output"] = {"path": str(harness_dir), "files": harness_files(harness_dir)}
     config = {**cfg.to_dict(), "max_length": run.max_length, "precision": model.precision}
     return envelope("lm_eval", checkpoint=ckpt, inputs=run.inputs, config=_jsonable(config), results=results,
                     seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip
 
 
-def _mean_acc(per_task: dict[str, dict[str, Any]]) -> float | None:
-    """Mean of the tasks' `acc` (the paper's average), over tasks that report one."""
-    accs = [t["metrics"].get("acc,none") for t in per_task.values()]
-    accs = [a for a in accs if isinstance(a, (int, float))]
+def _mean_acc(per_task: dict[str, dict[str, Any]], norm: bool = False) -> float | None:
+    """Mean of the tasks' `acc` (the paper's average), over tasks that report one; with `norm`,
+    each task's `acc_norm` where it has one (HellaSwag, ARC, PIQA), else its `acc`."""
+    accs = []
+    for t in per_task.values():
+        m = t["metrics"]
+        value = m.get("acc_norm,none", m.get("acc,none")) if norm else m.get("acc,none")
+        if isinstance(value, (int, float)) and "acc,none" in m:
+            accs.append(value)
     return sum(accs) / len(accs) if accs else None

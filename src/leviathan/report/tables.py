@@ -276,20 +276,26 @@ def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache
     paper_tasks = [t for t in PAPER_TASKS if t in tasks_run]
     tasks = paper_tasks + sorted(tasks_run - set(PAPER_TASKS))
     averaged = paper_tasks or tasks  # `mean`: over the paper's tasks that ran (all tasks if none did)
-    cols = {task: "points" for task in tasks} | {"mean": "points", "gain_points": "dpoints",
+    metrics = _lm_eval_tasks(inp, docs)
+    cols = {task: "points" for task in tasks} | {"mean": "points", "gain_points": "dpoints", "mean_norm": "points",
                                                  "paper_mean": "points", "paper_gain_points": "dpoints"}  # fmt: skip
     over = ", ".join(averaged) or "no accuracy task (none of the tasks that ran reports acc)"
-    t = Table("downstream", f"Zero-shot accuracy (%); mean over {over}; its gain over tied (points)",
+    t = Table("downstream", f"Zero-shot accuracy (%, lm-eval's acc) per task; mean over {over} and its gain "
+              "over tied (points); mean_norm: the same mean with acc_norm where a task has it",
               ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
 
-    def acc(cells: list[Cell], group: str = "a") -> tuple[Source, ...]:
-        return tuple(s for task in averaged for s in _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none", group))
+    def acc(cells: list[Cell], group: str = "a", norm: bool = False) -> tuple[Source, ...]:
+        def metric(task: str) -> str:
+            return "acc_norm,none" if norm and "acc_norm,none" in metrics.get(task, {}) else "acc,none"
+
+        return tuple(s for task in averaged for s in _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/{metric(task)}", group))
 
     for (scale, vocab, variant), cells in groups.items():
         row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
         for task in tasks:
             t.set(row, task, CellSpec("pct", _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none")))
         t.set(row, "mean", CellSpec("pct", acc(cells)))
+        t.set(row, "mean_norm", CellSpec("pct", acc(cells, norm=True)))
         tied = groups.get((scale, vocab, "tied"))
         if tied and variant != "tied":
             t.set(row, "gain_points", CellSpec("diff_pct", acc(tied, "a") + acc(cells, "b")))

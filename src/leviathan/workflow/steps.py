@@ -186,7 +186,7 @@ def evaluate(kind: str, run_dir: str | Path, out: str | Path, config: Mapping[st
         from leviathan.eval.lm_eval_tasks import run_lm_eval
 
         result = run_lm_eval(ckpt, model, cfg.lm_eval, samples_out=Path(out).with_suffix(".samples.jsonl"),
-                             started=started)  # fmt: skip
+                             harness_dir=Path(out).parent / "lm_eval_harness", started=started)  # fmt: skip
     else:
         raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(EVAL_KINDS)}")
     write_result(out, result)
