@@ -99,3 +99,19 @@ def test_errors_are_messages_not_tracebacks(runs, small_val: Path, tmp_path: Pat
                       "--out", str(tmp_path / "x.json")], capsys)  # fmt: skip
     assert rc == 2 and "TASK:SPLIT=FILE" in err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_lm_eval_task_yamls_load_in_lm_eval_on_the_same_files(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`leviathan eval lm-eval-tasks`: lm-eval's own TaskManager loads them, on our local files."""
+    from lm_eval.tasks import TaskManager
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    rc, summary, _ = run(["eval", "lm-eval-tasks", "--out", str(tmp_path)], capsys)
+    assert rc == 0 and set(summary["tasks"]) == {"hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande",
+                                                 "lambada_openai"}  # fmt: skip
+    tm = TaskManager(include_defaults=False, include_path=str(tmp_path))  # the YAMLs include the official ones
+    piqa = tm.load(["piqa"])["tasks"]["piqa"]
+    local = root / "workflow/resources/smoke/lm_eval/piqa_validation.jsonl"
+    assert len(list(piqa.validation_docs())) == sum(1 for _ in open(local))
+    assert piqa.config.dataset_kwargs["data_files"]["validation"] == [str(local)]

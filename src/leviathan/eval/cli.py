@@ -82,6 +82,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lm.add_argument("--samples", type=Path, help="per-sample log JSONL (default: OUT with .samples.jsonl)")
     lm.set_defaults(func=run_lm_eval_cmd)
 
+    lt = ev.add_parser("lm-eval-tasks", help="lm-eval task YAMLs on a workflow config's local data (--include_path)",
+                       description="Write one <task>.yaml per task of evaluate.lm_eval.data: lm-eval's official "
+                       "task (included) pointed at the same local files, for lm-eval's own CLI with any model: "
+                       "lm_eval --model hf ... --include_path OUT --tasks piqa")  # fmt: skip
+    lt.add_argument("--configfile", action="append", default=[], metavar="FILE",
+                    help="workflow config (default: config/config.yaml), resolved as Snakemake does")  # fmt: skip
+    lt.add_argument("--out", required=True, type=Path)
+    lt.set_defaults(func=run_lm_eval_tasks)
+
     s = ev.add_parser("sample-efficiency", help="tokens each run needs to reach the baseline's final val loss")
     s.add_argument("--baseline", required=True, type=Path, help="the tied baseline's run directory")
     s.add_argument("--run", required=True, action="append", type=Path, help="run directory (repeatable)")
@@ -191,6 +200,21 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
     tasks = out["results"]["tasks"]
     _print({"out": str(args.out), "samples": str(samples), "mean_acc": out["results"]["mean_acc"],
             "acc": {t: v["metrics"].get("acc,none") for t, v in tasks.items()}})  # fmt: skip
+    return 0
+
+
+def run_lm_eval_tasks(args: argparse.Namespace) -> int:
+    from leviathan.eval.lm_eval_tasks import write_local_tasks
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.steps import eval_config
+
+    cfg = eval_config(resolve(args.configfile)).lm_eval
+    if not cfg.data:
+        raise ValueError("the config's evaluate.lm_eval.data names no local files: its tasks read the Hub "
+                         "(lm-eval's own task names work as they are)")  # fmt: skip
+    paths = write_local_tasks(cfg, args.out)
+    _print({"out": str(args.out), "tasks": [p.stem for p in paths],
+            "use": f"--include_path {args.out} --tasks {','.join(p.stem for p in paths)}"})  # fmt: skip
     return 0
 
 
