@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt -e '.[test,hf]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
