@@ -106,3 +106,12 @@ def test_bfloat16_export(tmp_path: Path) -> None:
 def test_unknown_dtype_names_the_valid_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown dtype 'float16': use one of float32, bfloat16"):
         hf.check_dtype("float16")
+
+
+def test_workflow_schema_offers_exactly_the_export_dtypes() -> None:
+    import yaml
+
+    from leviathan.paper import repo_root
+
+    schema = yaml.safe_load((repo_root() / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    assert schema["properties"]["export"]["properties"]["dtype"]["enum"] == list(hf.DTYPES)

@@ -26,7 +26,7 @@ from leviathan.export.card import model_card
 from leviathan.export.hf import check_dtype, to_llama
 from leviathan.export.tokenizer import hf_tokenizer
 from leviathan.io import publish_dir, sha256_file
-from leviathan.manifest import display_path, input_record, manifest_path, vocab_record, write_manifest
+from leviathan.manifest import display_path, input_record, vocab_record, write_manifest
 from leviathan.provenance import utc_now
 
 MANIFEST_KIND = "hf_export"
@@ -91,17 +91,6 @@ def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], dty
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ExportResult(final, manifest)
-
-
-def read_export_manifest(out: str | os.PathLike[str]) -> dict[str, Any]:
-    """The manifest of an export directory."""
-    from leviathan.manifest import read_manifest
-
-    return read_manifest(Path(out) / WEIGHTS, kind=MANIFEST_KIND)
-
-
-def export_manifest_path(out: str | os.PathLike[str]) -> Path:
-    return manifest_path(Path(out) / WEIGHTS)
 
 
 def _transformers_version() -> str:
