@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	$(BIN)/python -m pip install --quiet --no-index --no-deps "$(TORCH)" 2>/dev/null \
 	  || $(BIN)/python -m pip install --quiet --retries 1 --timeout 30 --extra-index-url $(TORCH_CPU_INDEX) "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt -e '.[test,hf]'
 	@touch $(STAMP)
 
 venv: $(STAMP)

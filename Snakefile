@@ -27,6 +27,7 @@ include: "workflow/rules/tokenize.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/export.smk"
 
 
 rule all:
@@ -68,3 +69,12 @@ rule all_report:
     """Tables and figures."""
     input:
         REPORT_TARGETS,
+
+
+rule all_export:
+    """Every trained cell as a transformers checkpoint (results/export/). Not part of `all`:
+    it adds a job per cell (10 on the default config), each importing transformers and
+    rebuilding its vocabulary's tokenizer (5-20 s of CPU each), and nothing downstream reads
+    the exports: ask for them when you ship a model or evaluate it with outside tools."""
+    input:
+        EXPORT_TARGETS,

@@ -18,6 +18,7 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 def _registrars() -> list[Register]:
     from leviathan.data import cli as data_cli
     from leviathan.eval import cli as eval_cli
+    from leviathan.export import cli as export_cli
     from leviathan.model import cli as model_cli
     from leviathan.report import cli as report_cli
     from leviathan.train import cli as train_cli
@@ -28,6 +29,7 @@ def _registrars() -> list[Register]:
         data_cli.register,
         train_cli.register,
         eval_cli.register,
+        export_cli.register,
         workflow_cli.register,
         report_cli.register,
     ]

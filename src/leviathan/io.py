@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,41 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: Path) -> None:
+    """fsync every file under `path` (recursively) and the directories holding them."""
+    for child in path.iterdir():
+        if child.is_dir():
+            fsync_tree(child)
+        else:
+            with open(child, "rb") as fh:
+                os.fsync(fh.fileno())
+    fsync_dir(path)
+
+
+def publish_dir(tmp: Path, final: Path) -> None:
+    """Make the complete directory `tmp` visible as `final` (a sibling), replacing any old one.
+
+    The files are on disk before the rename; an existing `final` is moved aside first and
+    removed only after the new one is in place, so `final` is at every moment either the
+    old directory or the new one, never a mixture."""
+    fsync_tree(tmp)
+    old = final.with_name(f".{final.name}.{os.getpid()}.old")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    tmp.rename(final)
+    fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

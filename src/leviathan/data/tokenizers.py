@@ -223,7 +223,7 @@ def resolve_bpe_file(name: str, cache: Path | None = None) -> tuple[Path, str]:
     )
 
 
-def _parse_ranks(path: Path) -> dict[bytes, int]:
+def parse_ranks(path: Path) -> dict[bytes, int]:
     ranks: dict[bytes, int] = {}
     for line in path.read_bytes().splitlines():
         if line:
@@ -266,7 +266,7 @@ def _load(name: str, cache: Path) -> Tokenizer:
     encoding = tiktoken.Encoding(
         spec.encoding,
         pat_str=pat_str,
-        mergeable_ranks=_parse_ranks(path),
+        mergeable_ranks=parse_ranks(path),
         special_tokens=special,
     )
     if (encoding.n_vocab, encoding.eot_token) != (spec.n_vocab, spec.eot_id):

@@ -10,6 +10,10 @@ The chain, each link checked against the hash its consumer recorded:
             -> raw corpus        train.jsonl.zst.json
             -> vocabulary file   the BPE file's sha256 (checked where it is in the cache here)
 
+An export (`leviathan export`, results/export/<cell>/) is audited the same way from its
+manifest model.safetensors.json: every file of the directory, then the checkpoint it came
+from and on down the chain.
+
 Every recorded git commit must exist in this checkout's history. A number itself is
 recomputed from its cell map (leviathan.report.cellmap) and compared with the table.
 Any mismatch is reported with the exact file and the exit status is non-zero.
@@ -139,6 +143,8 @@ class Auditor:
         if verified is None or recorded != verified:  # else: the line above already says it
             self.check_hash(path, recorded, f"its manifest {mpath}", depth)
         self.check_commit(manifest.get("code"), mpath, depth + 1)
+        for name, sha in (manifest.get("files") or {}).items():  # the other files of a directory artifact
+            self.check_hash(path.parent / name, sha, f"its manifest {mpath}", depth + 1)
         vocab = manifest.get("vocab")
         if vocab and vocab.get("bpe_file"):
             self.check_vocab_file(vocab, mpath, depth + 1)
@@ -205,6 +211,18 @@ class Auditor:
             self.note(False, depth, what, f"{bpe}: sha256 {self.sha(bpe)[:12]} != {str(vocab.get('bpe_sha256'))[:12]} recorded in {where}")
         else:
             self.note(True, depth, what, f"sha256 {self.sha(bpe)[:12]}")
+
+    # ------------------------------------------------------------ artifacts
+    def audit_artifact(self, p: str | os.PathLike[str]) -> None:
+        """The chain behind one artifact with a manifest (a directory means its
+        model.safetensors: a checkpoint or a `leviathan export` directory)."""
+        path = self.path(p)
+        if path.is_dir():
+            path = path / "model.safetensors"
+        if not manifest_path(path).is_file():
+            self.note(False, 0, self.show(path), f"no manifest {manifest_path(path).name}: not a pipeline artifact (or not finished)")
+            return
+        self.walk(path, 0)
 
     # ------------------------------------------------------------ tables
     def audit_table(self, table: str | os.PathLike[str], cell: tuple[str, str] | None = None) -> None:

@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "evaluation outputs, checkpoints, token shards and raw corpus, re-verifying every recorded "
         "sha256 and git commit. Exit status 1 on any mismatch.",
     )
-    audit.add_argument("table", help="a table file, e.g. results/report/tables/main.csv")
+    audit.add_argument("table", help="a table file, e.g. results/report/tables/main.csv, or an artifact with a "
+                       "manifest, e.g. an export directory results/export/micro/gpt2/leviathan/seed0")
     which = audit.add_mutually_exclusive_group()
     which.add_argument("--cell", metavar="ROW,COL", help="one number: its row id and column, e.g. micro/gpt2/leviathan,val_loss")
     which.add_argument("--all", action="store_true", help="every number of the table (the default)")
@@ -81,7 +82,10 @@ def run_audit(args: argparse.Namespace) -> int:
             raise ValueError(f"--cell {args.cell!r}: expected ROW,COL (e.g. micro/gpt2/leviathan,val_loss)")
         cell = (row, col)
     auditor = Auditor(Path(args.root).resolve())
-    auditor.audit_table(args.table, cell)
+    if cell is None and Path(args.table).suffix not in (".csv", ".md", ".tex"):  # not a table: an artifact
+        auditor.audit_artifact(args.table)
+    else:
+        auditor.audit_table(args.table, cell)
     for f in auditor.findings:
         if not (args.quiet and f.ok):
             print(f.line())

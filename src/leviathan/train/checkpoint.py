@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from leviathan.io import read_json, sha256_file, write_json
+from leviathan.io import publish_dir, read_json, sha256_file, write_json
 from leviathan.manifest import display_path, write_manifest
 
 FINAL = "final"
@@ -112,14 +112,7 @@ def save_checkpoint(
         write_json(tmp / STATE, state)
         if manifest is not None:
             _write_manifest(tmp, final, state, manifest)
-        _fsync_tree(tmp)  # the files are on disk before the directory becomes visible
-        old = root / f".{name}.{os.getpid()}.old"
-        if final.exists():  # replace (e.g. `final` rewritten): move the old one aside first
-            shutil.rmtree(old, ignore_errors=True)
-            final.rename(old)
-        tmp.rename(final)
-        _fsync_dir(root)
-        shutil.rmtree(old, ignore_errors=True)
+        publish_dir(tmp, final)  # on disk, then renamed; an old `final` is replaced whole
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
@@ -144,20 +137,6 @@ def _write_manifest(tmp: Path, final: Path, state: dict[str, Any], info: Manifes
         },
     )
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(path: Path) -> None:
-    for child in path.iterdir():
-        with open(child, "rb") as fh:
-            os.fsync(fh.fileno())
-    _fsync_dir(path)
 
 
 def list_checkpoints(root: Path) -> list[CheckpointRef]:

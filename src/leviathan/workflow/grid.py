@@ -6,6 +6,7 @@ cells, each once however many studies use it. Paths are readable and stable:
     data/tokens/<corpus>/<vocab>/                train.bin, val.bin, counts.npy (+ manifests)
     results/runs/<scale>/<vocab>/<variant>/seed<k>/   checkpoints/, metrics.jsonl
     results/eval/<scale>/<vocab>/<variant>/seed<k>/   evaluation JSON
+    results/export/<scale>/<vocab>/<variant>/seed<k>/ transformers checkpoint (`leviathan export`)
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class Cell:
     def eval_output(self, kind: str) -> str:
         """The JSON an evaluation (val, wikitext, lm_eval) of this cell writes."""
         return f"{self.eval_dir}/{kind}.json"
+
+    @property
+    def export_dir(self) -> str:
+        return f"results/export/{self.key}"
 
     def as_wildcards(self) -> dict[str, str]:
         return {"scale": self.scale, "vocab": self.vocab, "variant": self.variant, "seed": str(self.seed)}

@@ -1,0 +1,79 @@
+"""The model card (README.md) of an exported checkpoint: what it is and where it came from."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+VARIANT_INPUTS = {
+    "tied": "an ordinary V x D embedding table, shared with the output head",
+    "untied": "an ordinary V x D embedding table, with a separate output head",
+    "albert": "a V x e table and an e x D projection (ALBERT), multiplied out to V x D",
+    "flat_mlp": "a 2-layer SiLU MLP of the id's binary code, evaluated once for every id",
+    "factored_mlp": "LEV's digit codebooks and a 2-layer SiLU MLP, evaluated once for every id",
+    "leviathan": "LEV, the paper's continuous embedding generator, evaluated once for every id",
+}
+
+
+def model_card(checkpoint: dict[str, Any], vocab: dict[str, Any], dtype: str, export_dir: str) -> str:
+    """README.md of an export; `checkpoint` is `Checkpoint.record()`, `vocab` a vocab record."""
+    cell = f"{checkpoint['scale']}/{checkpoint['vocab']}/{checkpoint['variant']}/seed{checkpoint['seed']}"
+    code = checkpoint.get("code") or {}
+    commit = code.get("git_commit") or "unknown (not trained from a git checkout)"
+    dirty = " (with uncommitted changes)" if code.get("git_dirty") else ""
+    variant = checkpoint["variant"]
+    tied = "yes (`tie_word_embeddings`)" if variant == "tied" else "no (`lm_head` is the trained output head)"
+    config = json.dumps(checkpoint.get("model_config"), indent=2, sort_keys=True)
+    return f"""---
+library_name: transformers
+pipeline_tag: text-generation
+tags: [leviathan, llama, reproduction]
+---
+
+# Leviathan reproduction: {cell}
+
+A decoder-only language model trained by the Leviathan reproduction pipeline (a
+reproduction of "Leviathan: Decoupling Input and Output Representations in Language
+Models", arXiv 2601.22040), exported as a plain `transformers` `LlamaForCausalLM`: it loads
+with `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained`, no custom code.
+
+The input representation of the `{variant}` variant is {VARIANT_INPUTS.get(variant, variant)};
+it is stored here as the materialised V x D `embed_tokens` table, so the exported model
+computes exactly what the trained one computes. Tied input and output: {tied}.
+
+| | |
+|---|---|
+| cell (scale/vocabulary/variant/seed) | `{cell}` |
+| training step / tokens | {checkpoint.get('step')} / {checkpoint.get('tokens')} |
+| checkpoint | `{checkpoint['path']}` |
+| checkpoint sha256 (model.safetensors) | `{checkpoint['sha256']}` |
+| code version | leviathan {code.get('leviathan', '?')}, git `{commit}`{dirty} |
+| tokenizer | tiktoken `{vocab['encoding']}` (n_vocab {vocab['n_vocab']}), BPE file sha256 `{vocab['bpe_sha256']}` |
+| context length | {checkpoint.get('context')} |
+| weights dtype | {dtype} |
+
+A model trained on the pipeline's default (embedded, offline) corpus is a smoke-test
+artifact: its scores mean nothing about the paper's claims.
+
+## Use
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained("{export_dir}")
+tokenizer = AutoTokenizer.from_pretrained("{export_dir}")
+```
+
+```bash
+lm_eval --model hf --model_args pretrained={export_dir} --tasks hellaswag,arc_easy
+```
+
+## Model config (as trained)
+
+```json
+{config}
+```
+
+The export's manifest (`model.safetensors.json`) records the sha256 of every file here and
+of the checkpoint it came from; `leviathan audit {export_dir}` re-verifies the chain back
+to the training data.
+"""

@@ -1,0 +1,99 @@
+"""`export_run`: a trained run -> a directory `transformers` loads with no custom code.
+
+    OUT/config.json                LlamaConfig
+    OUT/generation_config.json     EOT as BOS/EOS
+    OUT/model.safetensors          Llama weights (the V x D input table materialised)
+    OUT/tokenizer.json, tokenizer_config.json, special_tokens_map.json (as transformers writes them)
+    OUT/README.md                  model card: cell, checkpoint sha256, config, code version
+    OUT/model.safetensors.json     manifest (kind "hf_export"): every file's sha256, the
+                                   checkpoint it came from (the provenance chain), the BPE file
+
+Everything is written into a temporary sibling directory and renamed into place whole, so
+OUT is either absent, the old export (with `force`), or complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from leviathan.data.tokenizers import load_tokenizer
+from leviathan.eval.checkpoint import STATE, WEIGHTS, load_model, read_checkpoint
+from leviathan.export.card import model_card
+from leviathan.export.hf import check_dtype, to_llama
+from leviathan.export.tokenizer import hf_tokenizer
+from leviathan.io import publish_dir, sha256_file
+from leviathan.manifest import display_path, input_record, vocab_record, write_manifest
+from leviathan.provenance import utc_now
+
+MANIFEST_KIND = "hf_export"
+
+
+class ExportError(ValueError):
+    """An export's input or output location is unusable; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    out: Path
+    manifest: dict[str, Any]
+
+
+def check_out(out: Path, force: bool) -> None:
+    """Refuse to replace a non-empty OUT unless `force`; a file is never replaced."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out}: exists and is not a directory; choose another OUT")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ExportError(f"{out}: exists and is not empty; pass --force to replace it, or choose another OUT")
+
+
+def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], dtype: str = "float32",
+               force: bool = False) -> ExportResult:  # fmt: skip
+    """Export the final checkpoint of `run_dir` (or a checkpoint directory) to `out`."""
+    started = utc_now()
+    check_dtype(dtype)
+    final = Path(out)
+    check_out(final, force)
+    try:
+        ckpt = read_checkpoint(run_dir)
+    except FileNotFoundError as exc:
+        raise ExportError(str(exc)) from exc
+    tok = load_tokenizer(ckpt.vocab.name)
+    llama = to_llama(load_model(ckpt, "cpu"), tok.spec, dtype)
+    hf_tok = hf_tokenizer(tok, ckpt.context)
+    record = ckpt.record()
+    vocab = vocab_record(tok.spec, sha256_file(tok.bpe_path))
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        llama.save_pretrained(tmp, safe_serialization=True)
+        hf_tok.save_pretrained(tmp)
+        (tmp / "README.md").write_text(model_card(record, vocab, dtype, display_path(final)))
+        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name != WEIGHTS}
+        inputs = [input_record(ckpt.path / WEIGHTS, ckpt.sha256, role="checkpoint"),
+                  input_record(ckpt.path / STATE, record["state_sha256"], role="checkpoint_state")]  # fmt: skip
+        if record["manifest"]:
+            inputs.append(input_record(record["manifest"], record["manifest_sha256"], role="checkpoint_manifest"))
+        manifest = write_manifest(
+            tmp / WEIGHTS, kind=MANIFEST_KIND, recorded_path=final / WEIGHTS, inputs=inputs, vocab=vocab,
+            config={"dtype": dtype, "format": "transformers LlamaForCausalLM"}, started=started, device="cpu",
+            fields={"export_dir": display_path(final), "files": files, "checkpoint": record,
+                    "transformers": _transformers_version()},
+        )  # fmt: skip
+        if final.is_dir() and not any(final.iterdir()):
+            final.rmdir()
+        publish_dir(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ExportResult(final, manifest)
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
