@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv run test test-fast bench clean-venv repro push pull
+.PHONY: venv run test test-fast bench gpu-check clean-venv repro push pull
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ pull: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_model.py
+
+## on a GPU machine: one table + gpu_check.json (issue 16; `--smoke` runs in make test)
+gpu-check:
+	$(BIN)/python bench/gpu_check.py --json gpu_check.json
 
 clean-venv:
 	rm -rf $(VENV)
