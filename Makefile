@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TORCH           := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' constraints-cpu.txt)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: venv run test test-fast bench clean-venv repro push pull
+.PHONY: venv run test test-fast bench gpu-check clean-venv repro push pull
 
 # torch: first a wheel pip already has on this machine (its configured --find-links; no
 # network), else the PyTorch CPU index (one retry, short timeout), then its dependencies.
@@ -67,6 +67,10 @@ pull: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_model.py
+
+## on a GPU machine: one table + gpu_check.json (issue 16; `--smoke` runs in make test)
+gpu-check:
+	$(BIN)/python bench/gpu_check.py --json gpu_check.json
 
 clean-venv:
 	rm -rf $(VENV)

@@ -172,6 +172,7 @@ class TrainLoader:
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, targets) of this rank at `step`; a pure function of (seed, step, rank)."""
         rows = np.stack([self._window(int(w)) for w in self.window_ids(step)]).astype(np.int64)
+        self.shards[0].check_ids(rows)  # all shards share one vocabulary (fingerprint)
         return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -280,6 +281,9 @@ def val_batches(
     mine = range(rank, total, world_size)
     for i in range(0, len(mine), batch_size):
         pairs = [windows.window(w) for w in mine[i : i + batch_size]]
+        for x, y in pairs:
+            windows.shard.check_ids(x)
+            windows.shard.check_ids(y)
         yield (
             torch.from_numpy(np.stack([p[0] for p in pairs])),
             torch.from_numpy(np.stack([p[1] for p in pairs])),

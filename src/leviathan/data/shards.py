@@ -230,6 +230,18 @@ class Shard:
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
+    def check_ids(self, ids: np.ndarray[Any, Any]) -> None:
+        """Raise ShardError if `ids` (read from this shard) leave [0, n_vocab) of its vocabulary.
+
+        Where data enters (each batch, on the host, before it reaches a device): the model's
+        forward then needs no per-batch host sync to validate ids."""
+        n_vocab = get_vocab(self.vocab).n_vocab
+        if ids.size and int(ids.max()) >= n_vocab:
+            raise ShardError(
+                f"{self.path}: token id {int(ids.max())} is outside [0, {n_vocab}) of its "
+                f"vocabulary {self.vocab}; the file is corrupt or not this manifest's; re-tokenize"
+            )
+
 
 def open_shard(
     path: str | os.PathLike[str], vocab: str | None = None, verify_sha256: bool = False, progress: bool = False

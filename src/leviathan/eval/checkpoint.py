@@ -26,7 +26,7 @@ from leviathan.eval.errors import EvalInputError
 from leviathan.io import read_json, sha256_file
 from leviathan.manifest import display_path, manifest_path
 from leviathan.model import LanguageModel, ModelConfig, build_model
-from leviathan.model.generated import check_ids
+from leviathan.model.generated import validate_ids
 from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, token_losses
 from leviathan.model.variants import TableInput
 from leviathan.vocab import VocabSpec, get_vocab
@@ -221,9 +221,7 @@ class EvalModel(nn.Module):
     @torch.inference_mode()
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, T] -> final hidden states [B, T, D] (dtype of the autocast)."""
-        if ids.numel():
-            lo, hi = torch.aminmax(ids)
-            check_ids(int(lo), int(hi), self.vocab_size)
+        validate_ids(ids, self.vocab_size)
         with self._autocast():
             return self.backbone(F.embedding(ids, self.input_table))
 

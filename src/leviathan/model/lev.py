@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from leviathan.model import lev_native
 from leviathan.model.bspline import N_TAPS
 from leviathan.model.config import LEVConfig
 from leviathan.model.generated import GeneratedInput
@@ -80,6 +81,77 @@ class _Cells:
         return torch.addcmul(A[..., 1, :], self.f, A[..., 2, :], value=2.0)
 
 
+KERNELS = ("auto", "native", "plain")
+
+
+def _use_native(t: torch.Tensor, kernel: str) -> bool:
+    """The fused CPU kernel: opaque to torch.compile, so traced code takes the plain path
+    (which inductor fuses itself: Triton on GPU)."""
+    if kernel == "plain":
+        return False
+    usable = (
+        t.device.type == "cpu"
+        and torch.promote_types(t.dtype, torch.float32) == torch.float32
+        and not torch.compiler.is_compiling()
+        and lev_native.available()
+    )
+    if kernel == "native" and not usable:
+        raise RuntimeError("kernel='native' needs fp32 CPU tensors, eager mode and a C compiler")
+    return usable
+
+
+def _plain_forward(
+    t32: torch.Tensor, coef32: torch.Tensor, n_knots: int, eps: float, chunk_elems: int
+) -> torch.Tensor:
+    """The reference path in torch ops: the product in fp32 log space, chunk by chunk."""
+    N, h, P = t32.shape
+    r = coef32.shape[-1]
+    M = torch.empty(N, h, r, dtype=t32.dtype, device=t32.device)
+    for sl in _chunks(N, h * P * r, chunk_elems):
+        phi = _Cells(t32[sl], coef32, n_knots).phi()
+        # sign of the product = product of the factors' signs (+-1, -0.0 counts as
+        # negative, as in backward's copysign); magnitude from the log-space sum
+        sign = torch.copysign(torch.ones((), dtype=t32.dtype, device=t32.device), phi).prod(2)
+        log_abs = phi.abs_().clamp_min_(eps).log_().sum(2)
+        M[sl] = log_abs.exp_().mul_(sign)
+    return M
+
+
+def _plain_backward(
+    t32: torch.Tensor, coef32: torch.Tensor, gMM: torch.Tensor, n_knots: int, eps: float,
+    chunk_elems: int,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(grad_t, grad_coef) given gMM = grad_M * M, in torch ops, chunk by chunk."""
+    N, h, P = t32.shape
+    r = coef32.shape[-1]
+    gM = gMM.unsqueeze(2)  # [N, h, 1, r]
+    grad_t = torch.empty_like(t32)
+    grad_coef = torch.zeros_like(coef32)
+    for sl in _chunks(N, h * P * r, chunk_elems):
+        cells = _Cells(t32[sl], coef32, n_knots)
+        phi = cells.phi()
+        # d M / d phi_p = M / phi_p, the product of the other factors; |phi_p| is clamped
+        # to eps here exactly as in the forward, so this stays exact at phi_p = 0.
+        mag = phi.abs().clamp_min_(eps)
+        g_phi = gM[sl] / torch.copysign(mag, phi)  # [n, h, P, r]
+        grad_t[sl] = (g_phi * cells.dphi_df()).sum(-1).mul_(n_knots - 1)
+        g_f = g_phi * cells.f
+        g_A = torch.stack((g_phi, g_f, g_f * cells.f), dim=3)  # d/dA0, d/dA1, d/dA2
+        segment_add_(grad_coef, cells.rows, g_A.view(-1, 3, r))
+    return grad_t, grad_coef
+
+
+def segment_add_(out: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) -> None:
+    """out[rows[i]] += values[i]. index_add_ accumulates with atomics on CUDA (not
+    reproducible); under torch.use_deterministic_algorithms(True) the rows are summed by a
+    sort-based segment reduction instead (index_put_ with accumulate=True, which sorts the
+    indices and reduces each run in a fixed order)."""
+    if torch.are_deterministic_algorithms_enabled():
+        out.index_put_((rows,), values, accumulate=True)
+    else:
+        out.index_add_(0, rows, values)
+
+
 class SplineProduct(torch.autograd.Function):
     """M [N, h, r] = prod_p phi[n, l, p, :]   (steps 4-5 of LEV; see the module docstring)."""
 
@@ -91,60 +163,61 @@ class SplineProduct(torch.autograd.Function):
         n_knots: int,
         eps: float,
         chunk_elems: int,
+        kernel: str,
     ) -> torch.Tensor:
         dtype = torch.promote_types(t.dtype, torch.float32)
         t32, coef32 = t.to(dtype), coef.to(dtype)
         N, h, P = t.shape
         r = coef.shape[-1]
-        M = torch.empty(N, h, r, dtype=dtype, device=t.device)
-        for sl in _chunks(N, h * P * r, chunk_elems):
-            phi = _Cells(t32[sl], coef32, n_knots).phi()
-            # sign of the product = product of the factors' signs (+-1, -0.0 counts as
-            # negative, as in backward's copysign); magnitude from the log-space sum
-            sign = torch.copysign(torch.ones((), dtype=dtype, device=t.device), phi).prod(2)
-            log_abs = phi.abs_().clamp_min_(eps).log_().sum(2)
-            M[sl] = log_abs.exp_().mul_(sign)
+        if _use_native(t, kernel):
+            shape = (h, P, n_knots, N_TAPS, r)
+            M = lev_native.spline_forward(t32.contiguous(), coef32.reshape(shape).contiguous(), eps)
+        else:
+            M = _plain_forward(t32, coef32, n_knots, eps, chunk_elems)
         ctx.save_for_backward(t, coef, M)
         ctx.n_knots, ctx.eps, ctx.chunk_elems = n_knots, eps, chunk_elems  # type: ignore[attr-defined]
+        ctx.kernel = kernel  # type: ignore[attr-defined]
         return M
 
     @staticmethod
     @once_differentiable
     def backward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx, grad_M: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None, None]:
         t, coef, M = ctx.saved_tensors  # type: ignore[attr-defined]
         n_knots: int = ctx.n_knots  # type: ignore[attr-defined]
         dtype = M.dtype
         t32, coef32 = t.to(dtype), coef.to(dtype)
-        N, h, P = t.shape
-        r = coef.shape[-1]
-        gM = (grad_M.to(dtype) * M).unsqueeze(2)  # [N, h, 1, r]
-        grad_t = torch.empty_like(t32)
-        grad_coef = torch.zeros_like(coef32)
-        for sl in _chunks(N, h * P * r, ctx.chunk_elems):  # type: ignore[attr-defined]
-            cells = _Cells(t32[sl], coef32, n_knots)
-            phi = cells.phi()
-            # d M / d phi_p = M / phi_p, the product of the other factors; |phi_p| is clamped
-            # to eps here exactly as in the forward, so this stays exact at phi_p = 0.
-            mag = phi.abs().clamp_min_(ctx.eps)  # type: ignore[attr-defined]
-            g_phi = gM[sl] / torch.copysign(mag, phi)  # [n, h, P, r]
-            grad_t[sl] = (g_phi * cells.dphi_df()).sum(-1).mul_(n_knots - 1)
-            g_f = g_phi * cells.f
-            g_A = torch.stack((g_phi, g_f, g_f * cells.f), dim=3)  # d/dA0, d/dA1, d/dA2
-            grad_coef.index_add_(0, cells.rows, g_A.view(-1, 3, r))
+        gMM = grad_M.to(dtype) * M
+        if _use_native(t, ctx.kernel):  # type: ignore[attr-defined]
+            N, h, P = t.shape
+            shape = (h, P, n_knots, N_TAPS, coef.shape[-1])
+            grad_t, grad_coef = lev_native.spline_backward(
+                t32.contiguous(), coef32.reshape(shape).contiguous(), gMM, ctx.eps  # type: ignore[attr-defined]
+            )
+            grad_coef = grad_coef.view_as(coef32)
+        else:
+            grad_t, grad_coef = _plain_backward(t32, coef32, gMM, n_knots, ctx.eps, ctx.chunk_elems)  # type: ignore[attr-defined]
         return (
             grad_t.to(t.dtype) if ctx.needs_input_grad[0] else None,
             grad_coef.to(coef.dtype) if ctx.needs_input_grad[1] else None,
             None,
             None,
             None,
+            None,
         )
 
 
-def spline_product(t: torch.Tensor, S: torch.Tensor, eps: float, chunk_elems: int) -> torch.Tensor:
-    """M [N, h, r] = prod_p sum_j B(t[n, l, p], j) S[l, p, j, :], for t [N, h, P], S [h, P, kappa, r]."""
-    return SplineProduct.apply(t, cell_coefficients(S), S.shape[2], eps, chunk_elems)
+def spline_product(
+    t: torch.Tensor, S: torch.Tensor, eps: float, chunk_elems: int, kernel: str = "auto"
+) -> torch.Tensor:
+    """M [N, h, r] = prod_p sum_j B(t[n, l, p], j) S[l, p, j, :], for t [N, h, P], S [h, P, kappa, r].
+
+    kernel: "auto" (the fused native kernel on CPU where it compiles and nothing is being
+    traced, else the plain torch path), "native" or "plain" (tests, benchmarks)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel={kernel!r}: use one of {KERNELS}")
+    return SplineProduct.apply(t, cell_coefficients(S), S.shape[2], eps, chunk_elems, kernel)
 
 
 class DigitCodebooks(nn.Module):
@@ -181,6 +254,7 @@ class LEV(GeneratedInput):
         self.ln_bias = nn.Parameter(torch.zeros(h, d))
         self.splines = nn.Parameter(torch.empty(h, d, cfg.n_knots, cfg.rank))  # S_l
         self.out_proj = nn.Linear(h * cfg.rank, d_model, bias=False)  # [W_out_1 .. W_out_h]
+        self.kernel = "auto"  # spline product path (see `spline_product`); not a model setting
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -211,5 +285,5 @@ class LEV(GeneratedInput):
         """Embeddings [N, D] of a flat id vector, one evaluation per entry (no dedup)."""
         cfg = self.cfg
         t = self.coordinates(self.codebooks(ids))
-        M = spline_product(t, self.splines, cfg.log_eps, cfg.chunk_elems)  # fp32 [N, h, r]
+        M = spline_product(t, self.splines, cfg.log_eps, cfg.chunk_elems, self.kernel)  # fp32 [N, h, r]
         return self.out_proj(M.flatten(1).to(self.out_proj.weight.dtype))

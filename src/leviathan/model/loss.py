@@ -37,7 +37,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     ) -> torch.Tensor:
         N = hidden.shape[0]
         valid = targets != IGNORE_INDEX
-        n_valid = int(valid.sum())
+        denom = valid.sum().clamp_min(1)  # a tensor: no host sync (was int(valid.sum()))
         need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         grad_h = torch.zeros_like(hidden) if need_grad else None
         grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_grad else None
@@ -57,7 +57,6 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 g = probs.to(weight.dtype) if weight.dtype != torch.float32 else probs
                 grad_h[start : start + step] = (g @ weight).to(hidden.dtype)  # type: ignore[index]
                 grad_w += (g.t() @ h).float()  # type: ignore[operator]
-        denom = max(n_valid, 1)
         if need_grad:
             ctx.save_for_backward(grad_h.div_(denom), grad_w.div_(denom))  # type: ignore[union-attr]
         ctx.weight_dtype = weight.dtype  # type: ignore[attr-defined]

@@ -33,14 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from leviathan.model.config import ModelConfig
-from leviathan.model.generated import GeneratedInput, check_ids
+from leviathan.model.generated import GeneratedInput, validate_ids
 from leviathan.model.lev import LEV, DigitCodebooks
-
-
-def _check_table_ids(ids: torch.Tensor, vocab_size: int) -> None:
-    if ids.numel():
-        lo, hi = torch.aminmax(ids)
-        check_ids(int(lo), int(hi), vocab_size)
 
 
 class TableInput(nn.Module):
@@ -53,7 +47,7 @@ class TableInput(nn.Module):
         nn.init.normal_(self.weight, 0.0, std)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        _check_table_ids(ids, self.vocab_size)
+        validate_ids(ids, self.vocab_size)
         return F.embedding(ids, self.weight)
 
     @torch.no_grad()
@@ -73,7 +67,7 @@ class FactorizedTableInput(nn.Module):
         nn.init.normal_(self.proj.weight, 0.0, 1.0 / math.sqrt(inner))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        _check_table_ids(ids, self.vocab_size)
+        validate_ids(ids, self.vocab_size)
         return self.proj(F.embedding(ids, self.table))
 
     @torch.no_grad()

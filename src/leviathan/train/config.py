@@ -121,6 +121,9 @@ class RuntimeConfig:
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False
     threads: int | None = None  # torch CPU threads (None: torch's default)
+    # torch.use_deterministic_algorithms(True) (and cuBLAS's fixed workspace): every
+    # variant's step bitwise reproducible on CUDA too, at some cost (bench/gpu_check.py)
+    deterministic: bool = False
     # Checkpoints of a different config or data: refuse (False), or move them aside to
     # checkpoints.stale-<n>/ and start afresh (True; the workflow's choice, since Snakemake
     # only reruns a finished cell when its config or inputs changed).

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import time
 from collections.abc import Iterator, Sequence
@@ -89,6 +90,14 @@ class _SignalFlag:
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
+
+
+def set_deterministic() -> None:
+    """Deterministic kernels everywhere (LEV's backward then sums rows by a sort-based
+    segment reduction instead of index_add_'s atomics); cuBLAS needs a fixed workspace,
+    set before its first use."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
 
 
 def cell_model_config(cfg: TrainConfig) -> ModelConfig:
@@ -188,6 +197,8 @@ def _train(
     cfg.validate(info.world_size)
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
+    if runtime.deterministic:
+        set_deterministic()
     device = info.device
     ckpt_root = run_dir / "checkpoints"
     model = build_cell_model(cfg).to(device)
@@ -312,6 +323,9 @@ def _train(
                     (loss / n_micro).backward()
                     total += loss.detach().double() / n_micro
                 all_reduce_sum(total, info)
+                # Host syncs, once per optimizer step (none per micro-batch): the loss and the
+                # gradient norm are read for the non-finite checks and the metrics log, and
+                # the stop flag below so that every rank stops at the same step.
                 loss_value = float(total) / info.world_size
                 if not math.isfinite(loss_value):
                     raise NonFiniteLoss(

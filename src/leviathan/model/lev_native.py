@@ -1,0 +1,214 @@
+"""A fused CPU kernel for LEV's spline product (steps 4-5), compiled on first use.
+
+Why: in eager PyTorch the product costs ~10 passes over the N x h x d_seed x r factors
+(gather of a [3, r] block, two multiply-adds, sign, abs, clamp, log, sum, exp), each a
+separate memory-bound kernel; inductor's fused version is still ~6x off a single pass on
+CPU (measured, BENCHMARKS.md). This kernel does one pass: per (id, head) a running product
+of r lanes kept in registers, each factor one gather of 3 coefficients and two FMAs.
+
+Forward: M = prod_p phi_p as a direct product with safe rescaling instead of logs: every
+RESCALE factors each lane's exponent is moved into an integer (bit operations, exact), so
+no partial product over- or underflows (|phi| is clamped to eps first, as in the plain
+path) unless RESCALE consecutive factors multiply to
+beyond 2^+-125 (each |phi| ~ 2^15 or 2^-15 on average: far outside what phi takes; |phi| is
+bounded by max |S|). A zero factor gives an exact 0.
+
+Backward (given gMM = grad_M * M, the same formula as the plain path): for each (head, p)
+pair, owned by one thread, d M / d phi_p = M / phi_p with |phi_p| clamped to eps exactly
+as `lev._SplineProductPlain` does, accumulated over ids in a fixed order: deterministic
+and free of atomics (no index_add_).
+
+The kernel is plain C (no torch headers), compiled once per source + compiler flags into
+a cache directory (`LEVIATHAN_KERNEL_CACHE`, default ~/.cache/leviathan/kernels) with the
+system C compiler (`CC`, default cc); where none is available `available()` is False and
+LEV uses the plain torch path (same numbers to fp32 rounding; tests compare the two).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import torch
+
+RESCALE = 8
+
+_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+#define RESCALE %(rescale)d
+
+static inline void cell(float t, int K, int *c, float *f) {
+    float x = t * (float)(K - 1);
+    float cc = floorf(x + 0.5f);
+    if (cc < 0.f) cc = 0.f;
+    if (cc > (float)(K - 1)) cc = (float)(K - 1);
+    *c = (int)cc;
+    *f = x - cc;
+}
+
+/* t [N, h, P], coef [h, P, K, 3, r], M [N, h, r] (all fp32, contiguous). */
+void lev_spline_forward(const float *t, const float *coef, float *M,
+                        int64_t N, int h, int P, int K, int r, float eps, int threads) {
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
+    for (int l = 0; l < h; ++l) {
+        for (int64_t n = 0; n < N; ++n) {
+            float acc[r];
+            int32_t ex[r];
+            for (int m = 0; m < r; ++m) { acc[m] = 1.f; ex[m] = 0; }
+            const float *tn = t + (n * h + l) * P;
+            for (int p = 0; p < P; ++p) {
+                int c; float f;
+                cell(tn[p], K, &c, &f);
+                const float *a = coef + (((int64_t)l * P + p) * K + c) * 3 * r;
+                const float *a1 = a + r, *a2 = a + 2 * r;
+                for (int m = 0; m < r; ++m) {  /* |phi| clamped to eps, as the plain path */
+                    float phi = a[m] + f * (a1[m] + f * a2[m]);
+                    float mag = fabsf(phi) > eps ? fabsf(phi) : eps;
+                    acc[m] *= copysignf(mag, phi);
+                }
+                if ((p + 1) %% RESCALE == 0 || p == P - 1) {
+                    for (int m = 0; m < r; ++m) {  /* acc = mantissa in [1, 2) x 2^e, exact */
+                        uint32_t b; memcpy(&b, &acc[m], 4);
+                        uint32_t e = (b >> 23) & 0xffu;
+                        int ok = (e - 1u) < 254u;  /* normal numbers only; 0, inf, nan kept */
+                        uint32_t nb = ok ? ((b & 0x807fffffu) | 0x3f800000u) : b;
+                        ex[m] += ok ? (int32_t)e - 127 : 0;
+                        memcpy(&acc[m], &nb, 4);
+                    }
+                }
+            }
+            float *out = M + (n * h + l) * r;
+            for (int m = 0; m < r; ++m) out[m] = ldexpf(acc[m], ex[m]);
+        }
+    }
+}
+
+/* gMM = grad_M * M [N, h, r]; grad_t [N, h, P] (written); grad_coef [h, P, K, 3, r] (+=). */
+void lev_spline_backward(const float *t, const float *coef, const float *gMM,
+                         float *grad_t, float *grad_coef, int64_t N, int h, int P, int K,
+                         int r, float eps, int threads) {
+    #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
+    for (int l = 0; l < h; ++l) {
+        for (int p = 0; p < P; ++p) {
+            for (int64_t n = 0; n < N; ++n) {
+                int c; float f;
+                cell(t[(n * h + l) * P + p], K, &c, &f);
+                int64_t row = (((int64_t)l * P + p) * K + c) * 3 * r;
+                const float *a = coef + row, *a1 = a + r, *a2 = a + 2 * r;
+                float *g = grad_coef + row, *g1 = g + r, *g2 = g + 2 * r;
+                const float *gm = gMM + (n * h + l) * r;
+                float gt = 0.f;
+                for (int m = 0; m < r; ++m) {
+                    float phi = a[m] + f * (a1[m] + f * a2[m]);
+                    float mag = fabsf(phi) > eps ? fabsf(phi) : eps;
+                    float gp = gm[m] / copysignf(mag, phi);
+                    gt += gp * (a1[m] + 2.f * f * a2[m]);
+                    g[m] += gp; g1[m] += gp * f; g2[m] += gp * f * f;
+                }
+                grad_t[(n * h + l) * P + p] = gt * (float)(K - 1);
+            }
+        }
+    }
+}
+""" % {"rescale": RESCALE}
+
+_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c99"]
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("LEVIATHAN_KERNEL_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "leviathan" / "kernels"
+
+
+def _cpu_id() -> str:
+    """What `-march=native` compiles for: the machine and its CPU's model and feature flags, so a
+    cache shared between kinds of nodes (a cluster's home directory) never hands one node a
+    library built for another's instruction set."""
+    import platform
+
+    info = ""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+        info = "\n".join(sorted({ln for ln in lines if ln.startswith(("model name", "flags", "Features", "CPU part"))}))
+    except OSError:
+        pass
+    return f"{platform.machine()}\n{platform.processor()}\n{info}"
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    """Compile (once, cached by content) and load the kernel; None without a C compiler."""
+    if os.environ.get("LEVIATHAN_NATIVE_KERNEL", "1") == "0":
+        return None
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        return None
+    key = hashlib.sha256((_SOURCE + " ".join(_FLAGS) + cc + _cpu_id()).encode()).hexdigest()[:16]
+    lib = _cache_dir() / f"lev_spline_{key}.so"
+    if not lib.exists():
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
+            src = Path(tmp) / "lev_spline.c"
+            src.write_text(_SOURCE)
+            out = Path(tmp) / lib.name
+            done = subprocess.run([cc, *_FLAGS, str(src), "-o", str(out), "-lm"],
+                                  capture_output=True, text=True)  # fmt: skip
+            if done.returncode != 0:
+                return None
+            out.replace(lib)  # atomic: concurrent processes see a whole library or none
+    dll = ctypes.CDLL(str(lib))
+    i64, i32, f32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    dll.lev_spline_forward.argtypes = [ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, i32]
+    dll.lev_spline_backward.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, i32]
+    return dll
+
+
+def available() -> bool:
+    return _library() is not None
+
+
+def _ptr(x: torch.Tensor) -> int:
+    return x.data_ptr()
+
+
+def _check(t: torch.Tensor, coef: torch.Tensor) -> tuple[int, int, int, int, int]:
+    N, h, P = t.shape
+    K, r = coef.shape[2], coef.shape[4]
+    assert coef.shape == (h, P, K, 3, r), coef.shape
+    for x in (t, coef):
+        assert x.dtype == torch.float32 and x.is_contiguous() and x.device.type == "cpu"
+    return N, h, P, K, r
+
+
+def spline_forward(t: torch.Tensor, coef: torch.Tensor, eps: float) -> torch.Tensor:
+    """M [N, h, r] for t [N, h, P] and coef [h, P, K, 3, r] (fp32, contiguous, CPU)."""
+    N, h, P, K, r = _check(t, coef)
+    M = torch.empty(N, h, r, dtype=torch.float32)
+    lib = _library()
+    assert lib is not None, "native LEV kernel unavailable (no C compiler)"
+    lib.lev_spline_forward(_ptr(t), _ptr(coef), _ptr(M), N, h, P, K, r, eps, torch.get_num_threads())
+    return M
+
+
+def spline_backward(
+    t: torch.Tensor, coef: torch.Tensor, gMM: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_t [N, h, P], grad_coef [h, P, K, 3, r]) given gMM = grad_M * M [N, h, r]."""
+    N, h, P, K, r = _check(t, coef)
+    gMM = gMM.to(torch.float32).contiguous()
+    grad_t = torch.empty_like(t)
+    grad_coef = torch.zeros_like(coef)
+    lib = _library()
+    assert lib is not None, "native LEV kernel unavailable (no C compiler)"
+    lib.lev_spline_backward(_ptr(t), _ptr(coef), _ptr(gMM), _ptr(grad_t), _ptr(grad_coef),
+                            N, h, P, K, r, eps, torch.get_num_threads())  # fmt: skip
+    return grad_t, grad_coef
