@@ -69,8 +69,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_model.py
 
 ## on a GPU machine: one table + gpu_check.json (issue 16; `--smoke` runs in make test)
+## the GPU check (bench/gpu_check.py, <= 8 min on one H200). It needs a CUDA build of torch, so it
+## does not use the CPU set-up: GPU_PYTHON (default: .venv's python if there is one, else
+## python3) with the package importable from src/ (pip install -e . into a CUDA env, or as here).
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-check:
-	$(BIN)/python bench/gpu_check.py --json gpu_check.json
+	PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) bench/gpu_check.py --json gpu_check.json
 
 clean-venv:
 	rm -rf $(VENV)
