@@ -120,6 +120,7 @@ class RuntimeConfig:
     keep_last: int = 2  # step checkpoints kept besides `final`
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False
+    dvclive: bool = False  # live curves through DVCLive in <run_dir>/dvclive/ (pip install 'leviathan[live]')
     threads: int | None = None  # torch CPU threads (None: torch's default)
     # Checkpoints of a different config or data: refuse (False), or move them aside to
     # checkpoints.stale-<n>/ and start afresh (True; the workflow's choice, since Snakemake
