@@ -180,8 +180,8 @@ class ReportInputs:
 # ---------------------------------------------------------------- the tables
 
 def _lm_eval_tasks(inp: ReportInputs, docs: DocumentCache) -> dict[str, Any]:
-    """The lm-eval tasks of the main study's evaluations (task -> its metrics), {} if none ran."""
-    groups = inp.study("main")
+    """The lm-eval tasks of the main study's (else any cell's) evaluations (task -> its metrics), {} if none ran."""
+    groups = inp.study("main") or inp.all_cells()
     if "lm_eval" not in inp.evals or not groups:
         return {}
     first = next(iter(groups.values()))[0]
@@ -223,31 +223,38 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
     return t
 
 
+def _accuracy_tasks(inp: ReportInputs, docs: DocumentCache) -> tuple[list[str], list[str], list[str]]:
+    """(the paper's tasks that ran, every task that reports acc, the tasks the mean averages:
+    the paper's that ran, or all of them if none did)."""
+    tasks_run = {name for name, metrics in _lm_eval_tasks(inp, docs).items() if "acc,none" in metrics}
+    paper_tasks = [t for t in PAPER_TASKS if t in tasks_run]
+    tasks = paper_tasks + sorted(tasks_run - set(PAPER_TASKS))
+    return paper_tasks, tasks, paper_tasks or tasks
+
+
+def _acc(cells: Iterable[Cell], tasks: Iterable[str], group: str = "a") -> tuple[Source, ...]:
+    return tuple(s for task in tasks for s in _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none", group))
+
+
 def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
     groups = inp.study("main")
     if "lm_eval" not in inp.evals or not groups:
         return None
-    tasks_run = {name for name, metrics in _lm_eval_tasks(inp, docs).items() if "acc,none" in metrics}
-    paper_tasks = [t for t in PAPER_TASKS if t in tasks_run]
-    tasks = paper_tasks + sorted(tasks_run - set(PAPER_TASKS))
-    averaged = paper_tasks or tasks  # `mean`: over the paper's tasks that ran (all tasks if none did)
+    paper_tasks, tasks, averaged = _accuracy_tasks(inp, docs)
     cols = {task: "points" for task in tasks} | {"mean": "points", "gain_points": "dpoints",
                                                  "paper_mean": "points", "paper_gain_points": "dpoints"}  # fmt: skip
     over = ", ".join(averaged) or "no accuracy task (none of the tasks that ran reports acc)"
     t = Table("downstream", f"Zero-shot accuracy (%); mean over {over}; its gain over tied (points)",
               ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
 
-    def acc(cells: list[Cell], group: str = "a") -> tuple[Source, ...]:
-        return tuple(s for task in averaged for s in _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none", group))
-
     for (scale, vocab, variant), cells in groups.items():
         row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
         for task in tasks:
             t.set(row, task, CellSpec("pct", _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none")))
-        t.set(row, "mean", CellSpec("pct", acc(cells)))
+        t.set(row, "mean", CellSpec("pct", _acc(cells, averaged)))
         tied = groups.get((scale, vocab, "tied"))
         if tied and variant != "tied":
-            t.set(row, "gain_points", CellSpec("diff_pct", acc(tied, "a") + acc(cells, "b")))
+            t.set(row, "gain_points", CellSpec("diff_pct", _acc(tied, averaged, "a") + _acc(cells, averaged, "b")))
         if vocab != PAPER_MAIN_VOCAB or paper_tasks != PAPER_TASKS:
             continue  # the paper's mean is over its six tasks, on o200k
         t.set(row, "paper_mean", paper.downstream_mean(scale, variant))
@@ -436,12 +443,18 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
     extra = {("sample_efficiency", "1.2b", "leviathan", "tokens_ratio"): (
         paper.spec("sample_efficiency", "tokens_ratio_1_2b"), _sample_efficiency_spec(inp, docs, "1.2b"))}
     tables["paper_vs_ours"] = paper_vs_ours(tables, paper, extra)
+    from leviathan.report.metrics import metrics_table
+
+    tables[METRICS_TABLE] = metrics_table(inp, docs)
     return tables
 
 
-TABLE_NAMES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "paper_vs_ours"]
+METRICS_TABLE = "metrics"  # per cell, flat; also rendered as JSON for DVC (leviathan.report.metrics)
+TABLE_NAMES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "paper_vs_ours", METRICS_TABLE]
 
 
 def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
+    """A table's files: the CSV and its renderings (Markdown, LaTeX; JSON for the metrics table)."""
     d = Path(out_dir)
-    return {fmt: d / f"{name}.{fmt}" for fmt in ("csv", "md", "tex")}
+    formats = ("csv", "md", "tex", "json") if name == METRICS_TABLE else ("csv", "md", "tex")
+    return {fmt: d / f"{name}.{fmt}" for fmt in formats}
