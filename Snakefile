@@ -34,9 +34,7 @@ rule all:
 # Stage targets (one per DVC stage in dvc.yaml): each builds one layer of the DAG.
 # Everything under data/ is built here (word counts too, which only evaluation reads), so that
 # the later DVC stages never write into the data stage's output.
-DATA_NAMES = ("train.bin", "val.bin", "counts.npy") + (
-    ("word_counts.json",) if config.get("evaluate", {}).get("word_counts") is not None else ()
-)
+DATA_NAMES = ("train.bin", "val.bin", "counts.npy") + (("word_counts.json",) if WORD_COUNTS else ())
 DATA_TARGETS = [f"{tokens_dir(CORPUS, vocab)}/{name}" for vocab in VOCABS for name in DATA_NAMES]
 
 
