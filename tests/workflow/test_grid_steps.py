@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from leviathan.workflow.grid import Cell, cells, wildcard_pattern
-from leviathan.workflow.steps import resources, train_command
+from leviathan.workflow.steps import default_resource, resources, rule_resources, train_command, train_slurm_keys
 
 STUDIES = {
     "main": {"scales": ["400m", "1.2b"], "vocabs": ["o200k_base"], "variants": ["tied", "leviathan"], "seeds": [0]},
@@ -65,3 +65,26 @@ def test_cell_overrides_apply_after_scale_overrides() -> None:
     config = {"train": {"micro": {"lr": 1e-3, "total_tokens": 512}, "micro/gpt2/leviathan/seed0": {"lr": 5e-4}}}
     assert train_overrides(config, cell) == {"lr": 5e-4, "total_tokens": 512}
     assert train_overrides(config, Cell("micro", "gpt2", "tied", 0)) == {"lr": 1e-3, "total_tokens": 512}
+
+
+def test_slurm_settings_per_scale_only_where_set() -> None:
+    config = {"resources": {"400m": {"gpus": 4, "slurm_partition": "h100", "constraint": "ib", "slurm_extra": "--exclusive"},
+                            "micro": {"cpus": 2}}}  # fmt: skip
+    assert resources(config, "400m")["slurm_partition"] == "h100" and resources(config, "400m")["constraint"] == "ib"
+    assert "slurm_partition" not in resources(config, "micro")
+    assert train_slurm_keys(config) == ["slurm_partition", "constraint", "slurm_extra"]
+    assert train_slurm_keys({"resources": {"micro": {"cpus": 2}}}) == []
+
+
+def test_default_resource_reads_snakemakes_default_resources_arguments() -> None:
+    args = ["tmpdir=system_tmpdir", "mem_mb=8000", "slurm_partition=debug", "slurm_account='<your-account>'"]
+    assert default_resource(args, "slurm_partition") == "debug"
+    assert default_resource(args, "slurm_account") == "<your-account>"
+    assert default_resource(args, "mem_mb") == 8000
+    assert default_resource(args, "qos") is None and default_resource(None, "qos") is None
+
+
+def test_rule_resources_come_from_the_config_without_threads() -> None:
+    config = {"rule_resources": {"tokenize": {"mem_mb": 4000, "runtime": 720, "threads": 8, "qos": "short"}}}
+    assert rule_resources(config, "tokenize") == {"mem_mb": 4000, "runtime": 720, "qos": "short"}
+    assert rule_resources(config, "report") == {}
