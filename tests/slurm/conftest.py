@@ -22,7 +22,8 @@ IN_CI = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 @dataclass(frozen=True)
 class Cluster:
     account: str
-    partition: str
+    partition: str  # the default partition
+    partition2: str  # a second one (jobs that name it)
     env: dict[str, str]
 
 
@@ -54,6 +55,7 @@ def slurm_cluster() -> Iterator[Cluster]:
     env = {**os.environ}
     account = env.setdefault("SLURM_LOCAL_ACCOUNT", "ci")
     partition = env.setdefault("SLURM_LOCAL_PARTITION", "debug")
+    partition2 = env.setdefault("SLURM_LOCAL_PARTITION2", "gpu")
     was_up = subprocess.run([str(SCRIPT), "status"], env=env, capture_output=True, timeout=120).returncode == 0
     start = subprocess.run([str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=900)
     if start.returncode != 0:
@@ -64,7 +66,7 @@ def slurm_cluster() -> Iterator[Cluster]:
             _unavailable(f"ci/local_slurm.sh could not install slurm-wlm here (no package mirror?):\n{out}")
         pytest.fail(f"ci/local_slurm.sh start failed:\n{out}")
     try:
-        yield Cluster(account=account, partition=partition, env=env)
+        yield Cluster(account=account, partition=partition, partition2=partition2, env=env)
     finally:
         if not was_up:
             stop = subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=300)
