@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv run test test-fast bench clean-venv repro push pull
+.PHONY: venv run test test-fast bench clean-venv repro push pull env-pins
 
 $(STAMP): pyproject.toml constraints-cpu.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,13 @@ pull: $(STAMP)
 	@$(TOOLS_ENV) $(BIN)/snakemake --profile "$(PROFILE)" --dry-run all 2>&1 | grep -q "Nothing to be done" || { \
 	  echo "make pull: Snakemake still has work to do ('snakemake -n all' shows what)"; exit 1; }
 	@echo "make pull: all outputs present and up to date; nothing will be retrained"
+
+## the exact versions the rules' conda env installs (workflow/envs/leviathan.yaml reads them as pip
+## constraints), from this tested venv; local build labels dropped (torch 2.13.0+cpu -> 2.13.0,
+## which a cluster's CUDA build of the same version satisfies)
+env-pins: $(STAMP)
+	@{ echo "# pip constraints of the rules' conda env (make env-pins, from the tested venv)"; \
+	  $(BIN)/python -m pip freeze --exclude-editable | sed -E 's/\+[A-Za-z0-9.]+$$//'; } > workflow/envs/leviathan.constraints.txt
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_model.py

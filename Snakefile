@@ -1,9 +1,15 @@
 # Leviathan reproduction workflow (arXiv 2601.22040).
 #   snakemake --profile profiles/local all                       # default: embedded corpus, CPU
 #   snakemake --profile profiles/slurm --configfile config/paper.yaml all
+import os
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
+
+# the rules' conda env (workflow/envs/leviathan.yaml) installs the package from here, wherever
+# Snakemake creates the env (--conda-prefix) or copies the env file
+os.environ["LEVIATHAN_ROOT"] = workflow.basedir
 
 
 configfile: "config/config.yaml"
