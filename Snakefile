@@ -9,7 +9,7 @@ min_version("9.0")
 
 # the rules' conda env (workflow/envs/leviathan.yaml) installs the package from here, wherever
 # Snakemake creates the env (--conda-prefix) or copies the env file
-os.environ["LEVIATHAN_ROOT"] = workflow.basedir
+os.environ.update(LEVIATHAN_ROOT=workflow.basedir)  # set here, not read: no envvars: directive
 
 
 configfile: "config/config.yaml"

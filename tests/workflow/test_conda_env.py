@@ -29,7 +29,7 @@ def pip_section() -> list[str]:
 def test_env_file_names_no_path_relative_to_where_it_lies() -> None:
     for line in pip_section():
         assert "${LEVIATHAN_ROOT}" in line, f"{line!r}: a path that breaks when the env file is copied elsewhere"
-    assert 'os.environ["LEVIATHAN_ROOT"] = workflow.basedir' in (ROOT / "Snakefile").read_text()
+    assert "os.environ.update(LEVIATHAN_ROOT=workflow.basedir)" in (ROOT / "Snakefile").read_text()
 
 
 def test_pip_resolves_the_package_from_a_copy_of_the_env_file_elsewhere(tmp_path: Path) -> None:
