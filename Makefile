@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TORCH           := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' constraints-cpu.txt)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: venv run test test-fast bench gpu-check clean-venv repro push pull
+.PHONY: venv run test test-fast bench gpu-check clean-venv repro push pull env-pins
 
 # torch: first a wheel pip already has on this machine (its configured --find-links; no
 # network), else the PyTorch CPU index (one retry, short timeout), then its dependencies.
@@ -65,10 +65,16 @@ pull: $(STAMP)
 	  echo "make pull: Snakemake still has work to do ('snakemake -n all' shows what)"; exit 1; }
 	@echo "make pull: all outputs present and up to date; nothing will be retrained"
 
+## the exact versions the rules' conda env installs (workflow/envs/leviathan.yaml reads them as pip
+## constraints), from this tested venv; local build labels dropped (torch 2.13.0+cpu -> 2.13.0,
+## which a cluster's CUDA build of the same version satisfies)
+env-pins: $(STAMP)
+	@{ echo "# pip constraints of the rules' conda env (make env-pins, from the tested venv)"; \
+	  $(BIN)/python -m pip freeze --exclude-editable | sed -E 's/\+[A-Za-z0-9.]+$$//'; } > workflow/envs/leviathan.constraints.txt
+
 bench: $(STAMP)
 	$(BIN)/python bench/bench_model.py
 
-## on a GPU machine: one table + gpu_check.json (issue 16; `--smoke` runs in make test)
 ## the GPU check (bench/gpu_check.py, <= 8 min on one H200). It needs a CUDA build of torch, so it
 ## does not use the CPU set-up: GPU_PYTHON (default: .venv's python if there is one, else
 ## python3) with the package importable from src/ (pip install -e . into a CUDA env, or as here).

@@ -1,9 +1,15 @@
 # Leviathan reproduction workflow (arXiv 2601.22040).
 #   snakemake --profile profiles/local all                       # default: embedded corpus, CPU
 #   snakemake --profile profiles/slurm --configfile config/paper.yaml all
+import os
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
+
+# the rules' conda env (workflow/envs/leviathan.yaml) installs the package from here, wherever
+# Snakemake creates the env (--conda-prefix) or copies the env file
+os.environ.update(LEVIATHAN_ROOT=workflow.basedir)  # set here, not read: no envvars: directive
 
 
 # A study's config is complete on its own: `--configfile config/paper.yaml` replaces the default
@@ -41,9 +47,7 @@ rule all:
 # Stage targets (one per DVC stage in dvc.yaml): each builds one layer of the DAG.
 # Everything under data/ is built here (word counts too, which only evaluation reads), so that
 # the later DVC stages never write into the data stage's output.
-DATA_NAMES = ("train.bin", "val.bin", "counts.npy") + (
-    ("word_counts.json",) if config.get("evaluate", {}).get("word_counts") is not None else ()
-)
+DATA_NAMES = ("train.bin", "val.bin", "counts.npy") + (("word_counts.json",) if WORD_COUNTS else ())
 DATA_TARGETS = [f"{tokens_dir(CORPUS, vocab)}/{name}" for vocab in VOCABS for name in DATA_NAMES]
 
 

@@ -14,7 +14,9 @@
 # answered before `start` ran (e.g. the distribution's munged) is used, never stopped.
 #
 # Knobs (environment): SLURM_LOCAL_BASE (/tmp/local-slurm: state, logs, pid files),
-# SLURM_LOCAL_ACCOUNT (ci: the account to submit with), SLURM_LOCAL_PARTITION (debug),
+# SLURM_LOCAL_ACCOUNT (ci: the account to submit with), SLURM_LOCAL_PARTITION (debug: the
+# default partition), SLURM_LOCAL_PARTITION2 (gpu: a second partition on the same node, for
+# jobs that name their partition, e.g. config resources.<scale>.slurm_partition),
 # SLURM_LOCAL_FAKE_GPUS (2: gres/gpu backed by /dev/null, /dev/zero, ...: GPU-requesting jobs
 # are scheduled and get CUDA_VISIBLE_DEVICES, though no GPU exists), SLURM_LOCAL_CPUS and
 # SLURM_LOCAL_MEM_MB (what the node advertises; default the hardware's, but at least 8 CPUs and
@@ -27,6 +29,7 @@ set -euo pipefail
 BASE=${SLURM_LOCAL_BASE:-/tmp/local-slurm}
 ACCOUNT=${SLURM_LOCAL_ACCOUNT:-ci}
 PARTITION=${SLURM_LOCAL_PARTITION:-debug}
+PARTITION2=${SLURM_LOCAL_PARTITION2:-gpu}
 FAKE_GPUS=${SLURM_LOCAL_FAKE_GPUS:-2}
 DB_PORT=${SLURM_LOCAL_DB_PORT:-3307}
 TIMEOUT=${SLURM_LOCAL_TIMEOUT:-60}
@@ -151,6 +154,7 @@ SlurmdLogFile=$LOG/slurmd.log
 $gres_types
 NodeName=$h NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem $node_gres State=UNKNOWN
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=$PARTITION2 Nodes=ALL Default=NO MaxTime=INFINITE State=UP
 EOF
   if [ "$FAKE_GPUS" -gt 0 ]; then
     # gres/gpu needs one device file per GPU (Count= alone -> node INVALID_REG); character
@@ -180,7 +184,7 @@ StorageLoc=slurm_acct_db
 LogFile=$LOG/slurmdbd.log
 PidFile=$RUN/slurmdbd.pid
 EOF
-  log "config: node $h CPUs=$cpus RealMemory=$mem gpus=$FAKE_GPUS partition=$PARTITION account=$ACCOUNT"
+  log "config: node $h CPUs=$cpus RealMemory=$mem gpus=$FAKE_GPUS partitions=$PARTITION (default),$PARTITION2 account=$ACCOUNT"
 }
 
 # ------------------------------------------------------------------------------ daemons

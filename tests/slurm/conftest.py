@@ -26,7 +26,8 @@ SWITCHED_OFF = os.environ.get(SWITCH, "").strip().lower() in {"0", "false", "no"
 @dataclass(frozen=True)
 class Cluster:
     account: str
-    partition: str
+    partition: str  # the default partition
+    partition2: str  # a second one (jobs that name it)
     env: dict[str, str]
 
 
@@ -60,6 +61,7 @@ def slurm_cluster() -> Iterator[Cluster]:
     env = {**os.environ}
     account = env.setdefault("SLURM_LOCAL_ACCOUNT", "ci")
     partition = env.setdefault("SLURM_LOCAL_PARTITION", "debug")
+    partition2 = env.setdefault("SLURM_LOCAL_PARTITION2", "gpu")
     was_up = subprocess.run([str(SCRIPT), "status"], env=env, capture_output=True, timeout=120).returncode == 0
     start = subprocess.run([str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=900)
     if start.returncode != 0:
@@ -70,7 +72,7 @@ def slurm_cluster() -> Iterator[Cluster]:
             _unavailable(f"ci/local_slurm.sh could not install slurm-wlm here (no package mirror?):\n{out}")
         pytest.fail(f"ci/local_slurm.sh start failed:\n{out}")
     try:
-        yield Cluster(account=account, partition=partition, env=env)
+        yield Cluster(account=account, partition=partition, partition2=partition2, env=env)
     finally:
         if not was_up:
             stop = subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=300)

@@ -46,14 +46,17 @@ GOOD = "micro/gpt2/tied/seed0"
 BROKEN = "micro/gpt2/leviathan/seed0"  # micro_batch 3 does not divide the batch of 8: clear error
 CANCELLED = "micro/gpt2/untied/seed0"  # added in the rerun, cancelled mid-run
 CANCELLED_STEPS = 16
+TRAIN_PARTITION = "gpu"  # ci/local_slurm.sh's second partition (SLURM_LOCAL_PARTITION2)
 CONFIG: dict[str, Any] = {
     "studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}},
     "train": {"micro": {"total_tokens": 8 * 64 * STEPS}, BROKEN: {"micro_batch": 3}},
     # ckpt_every beyond any run's length: the only step checkpoint a run can have is the one
     # written on SIGTERM
     "runtime": {"val_every": 3, "val_windows": 4, "ckpt_every": 1000, "threads": 1, "restart_on_mismatch": True},
-    # micro training jobs ask one (fake) GPU and one CPU each: two run side by side on the CI node
-    "resources": {"micro": {"gpus": 1, "cpus_per_gpu": 1, "mem_mb": 2000, "runtime": 10}},
+    # micro training jobs ask one (fake) GPU and one CPU each: two run side by side on the CI node;
+    # they go to the partition the config names, every other job to the profile's default one
+    "resources": {"micro": {"gpus": 1, "cpus_per_gpu": 1, "mem_mb": 2000, "runtime": 10,
+                            "slurm_partition": TRAIN_PARTITION}},
     # validation only (WikiText and lm-eval are the same job shape, just slower)
     "evaluate": {"val": {"batch_size": 16, "max_windows": 8}, "word_counts": {}, "wikitext": None, "lm_eval": None},
 }
@@ -320,8 +323,11 @@ def test_every_job_ran_through_slurm_with_the_ci_account(first_run: Run, slurm_c
             assert states == ["FAILED"] * (1 + RETRIES), states  # as often as the profile says
         else:
             assert states == ["COMPLETED"], (comment, states)  # one job per rule instance
+    assert slurm_cluster.partition2 == TRAIN_PARTITION != slurm_cluster.partition
     for job in first_run.jobs:
-        assert (job["Account"], job["Partition"]) == (slurm_cluster.account, slurm_cluster.partition), job
+        # training: the partition the workflow config names for its scale; the rest: the default-resources one
+        partition = TRAIN_PARTITION if job["Comment"].startswith("rule_train_") else slurm_cluster.partition
+        assert (job["Account"], job["Partition"]) == (slurm_cluster.account, partition), job
         assert job["Timelimit"] not in {"UNLIMITED", "Partition_Limit", ""}, job  # every job has a runtime
 
 
@@ -368,6 +374,8 @@ def test_rerun_after_fixing_the_config_redoes_no_finished_cell(first_run: Run, r
     assert not {"fetch_corpus", "tokenize"} & {p.rule for p in rerun.plan}
     trained = {j["Comment"] for j in rerun.jobs if j["Comment"].startswith("rule_train_")}
     assert trained == {cell_comment(BROKEN), cell_comment(CANCELLED)}
+    # the user's own profile (default-resources partition) does not hide the config's training partition
+    assert {j["Partition"] for j in rerun.jobs if j["Comment"].startswith("rule_train_")} == {TRAIN_PARTITION}
     # no job that completed in the first run ran again (the good cell: neither trained nor evaluated)
     completed = {j["Comment"] for j in first_run.jobs if j["State"] == "COMPLETED"}
     assert cell_comment(GOOD) in completed

@@ -53,7 +53,8 @@ def assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 @pytest.fixture(scope="module")
 def reference_run(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("ref") / "run"
-    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4"), check=True)
+    # with the live view on (DVCLive): the same run checks it (test_dvclive_...)
+    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4", "--runtime", "dvclive=true"), check=True)
     return run_dir
 
 
@@ -72,6 +73,29 @@ def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
         assert (reference_run / "checkpoints" / name / "model.safetensors.json").is_file()
     steps = sorted(p.name for p in (reference_run / "checkpoints").iterdir())
     assert steps == ["final", "step_00000004", "step_00000008"]  # keep_last=2 (12 is final)
+
+
+@pytest.mark.slow
+def test_dvclive_live_view_holds_the_runs_curves(reference_run: Path) -> None:
+    """runtime dvclive=true: every scalar of metrics.jsonl, per step, in DVCLive's own files
+    (what `dvc plots show` and the VS Code extension read while training runs); nothing else
+    of the project is touched (no dvc.yaml written, no experiment)."""
+    import csv
+    import json
+
+    live = reference_run / "dvclive"
+    train_rows = read_metrics(reference_run / "metrics.jsonl", "train")
+    val_rows = read_metrics(reference_run / "metrics.jsonl", "val")
+    with open(live / "plots" / "metrics" / "train" / "loss.tsv") as fh:
+        loss = list(csv.DictReader(fh, delimiter="\t"))
+    assert [int(r["step"]) for r in loss] == [r["step"] for r in train_rows]
+    assert [float(r["loss"]) for r in loss] == pytest.approx([r["loss"] for r in train_rows])
+    with open(live / "plots" / "metrics" / "val" / "val_loss.tsv") as fh:
+        val = list(csv.DictReader(fh, delimiter="\t"))
+    assert [float(r["val_loss"]) for r in val] == pytest.approx([r["val_loss"] for r in val_rows])
+    summary = json.loads((live / "metrics.json").read_text())
+    assert summary["end"]["val_loss"] == pytest.approx(val_rows[-1]["val_loss"])
+    assert not (live / "dvc.yaml").exists() and not (reference_run / "dvc.yaml").exists()
 
 
 def test_checkpoint_manifest_chains_to_the_token_shards(

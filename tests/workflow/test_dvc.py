@@ -6,6 +6,7 @@ data, checkpoints and results without Snakemake wanting to retrain anything."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from workflow_helpers import BIN, ROOT, job_counts, small_config, snakemake, workflow_copy
@@ -90,8 +92,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     small_config(repo)
     # src/ is a dependency of every stage (the package itself runs from its installed copy)
     shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("dvc.yaml", ".dvcignore", ".gitignore", "Makefile", ".dvc/config", ".dvc/.gitignore"):
-        (repo / name).parent.mkdir(exist_ok=True)
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore", "Makefile", ".dvc/config", ".dvc/.gitignore",
+                 ".dvc/plots/by_cell.json"):  # fmt: skip
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, repo / name)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
            # no user/system DVC config, no shared site cache: the test sees only the project's
@@ -170,6 +173,8 @@ def test_push_then_pull_into_a_fresh_clone_does_not_retrain(built: Built, tmp_pa
     # the manifests came along: the provenance audit re-verifies table -> eval -> checkpoint -> shards
     audit = ok([str(BIN / "leviathan"), "audit", "results/report/tables/main.csv", "-q"], clone, env)
     assert "audit passed" in audit.stdout
+    # DVC's own views work on the fresh clone: the same metrics as where they were made
+    assert metrics_of(clone, env) == metrics_of(repo, env)
     # Snakemake's records are complete, as after a real run: a cell's own config change reruns it
     config = yaml.safe_load((clone / "config/config.yaml").read_text())
     config["train"]["micro/gpt2/leviathan/seed0"] = {"lr": 1e-3}
@@ -200,3 +205,70 @@ def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(b
     plan = snakemake(clone, "-n", "--profile", "profiles/local", "all")
     counts = job_counts(plan.stdout + plan.stderr)
     assert counts.get("train") == 2 and "tokenize" not in counts
+
+
+# ----------------------------------------------------------------------------- params, metrics, plots, experiments
+METRICS = "results/report/tables/metrics.json"
+LEV, TIED = "micro/gpt2/leviathan/seed0", "micro/gpt2/tied/seed0"
+
+
+def metrics_of(repo: Path, env: dict[str, str]) -> dict[str, dict[str, float]]:
+    """`dvc metrics show --json` of the workspace: the per-cell metrics file's content."""
+    (workspace,) = json.loads(ok([DVC, "metrics", "show", "--json"], repo, env).stdout).values()
+    return workspace["data"][METRICS]["data"]
+
+
+def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Path) -> None:
+    repo, env = built.repo, built.env
+    cells = metrics_of(repo, env)
+    assert set(cells) == {LEV, TIED}
+    # the numbers are the report's metrics table (the CSV the audit checks), not a copy made elsewhere
+    table = pd.read_csv(repo / "results/report/tables/metrics.csv").set_index("row")
+    assert cells[LEV]["val_loss"] == pytest.approx(table.loc[LEV, "val_loss"], rel=1e-12)
+    assert {"val_loss", "val_ppl", "val_bpb", "wikitext_ppl", "lambada_ppl", "downstream_mean_acc",
+            "val_loss_gain", "wikitext_ppl_gain", "lambada_ppl_gain", "downstream_gain_points"} <= set(cells[LEV])  # fmt: skip
+    assert "val_loss_gain" not in cells[TIED]
+    text = ok([DVC, "metrics", "show"], repo, env).stdout
+    assert METRICS in text and "val_loss" in text
+    audit = ok([str(BIN / "leviathan"), "audit", METRICS, "-q"], repo, env)
+    assert "audit passed" in audit.stdout
+
+    out = tmp_path / "plots"
+    shown = ok([DVC, "plots", "show", "-o", str(out)], repo, env)
+    html = (out / "index.html").read_text()
+    assert "index.html" in shown.stdout
+    plots = yaml.safe_load((repo / "dvc.yaml").read_text())["plots"]
+    titles = [spec["title"] for p in plots if isinstance(p, dict) for spec in p.values()]
+    assert len(titles) == 2 and all(title in html for title in titles)  # loss curves, frequency buckets
+    assert LEV in html and TIED in html and '"field": "cell"' in html  # one line per cell (template by_cell)
+    assert "results/report/figures/loss_curves.png" in html  # the seaborn figures beside them
+
+    params = ok([DVC, "params", "diff", "--all"], repo, env).stdout
+    assert "config/config.yaml" in params and "train.micro.total_tokens" in params
+
+
+def test_exp_run_set_param_reruns_one_cell_and_diffs_show_it(built: Built) -> None:
+    """`dvc exp run -S` on one cell's setting (Hydra's merge syntax: the cell key holds slashes):
+    DVC reruns its stages, Snakemake inside retrains that cell only; `dvc params diff` and
+    `dvc metrics diff` show the change, `dvc exp show` lists params and metrics side by side."""
+    repo, env = built.repo, built.env
+    before = metrics_of(repo, env)
+    tied_ckpt = files(repo)[f"{CELLS[0]}/checkpoints/final/model.safetensors"]
+    lev_ckpt = files(repo)[f"{CELLS[1]}/checkpoints/final/model.safetensors"]
+    override = f"config/config.yaml:++train={{{LEV}: {{lr: 0.0123}}}}"
+    exp = ok([DVC, "exp", "run", "-S", override], repo, env)
+    text = exp.stdout + exp.stderr
+    assert job_counts(text).get("train") == 1, text[-4000:]
+    assert "variant=leviathan" in text and "variant=tied" not in text
+    assert files(repo)[f"{CELLS[0]}/checkpoints/final/model.safetensors"] == tied_ckpt  # not retrained
+    assert files(repo)[f"{CELLS[1]}/checkpoints/final/model.safetensors"] != lev_ckpt
+    after = metrics_of(repo, env)
+    assert after[TIED] == before[TIED] and after[LEV]["val_loss"] != before[LEV]["val_loss"]
+
+    params = ok([DVC, "params", "diff"], repo, env).stdout
+    assert f"train.{LEV}.lr" in params and "0.0123" in params
+    metrics = ok([DVC, "metrics", "diff"], repo, env).stdout
+    assert f"{LEV}.val_loss" in metrics and f"{TIED}.val_loss" not in metrics  # only what changed
+    shown = ok([DVC, "exp", "show", "--csv"], repo, env).stdout
+    header = shown.splitlines()[0].split(",")
+    assert f"train.{LEV}.lr" in header and f"{LEV}.val_loss" in header and "train.micro.total_tokens" in header

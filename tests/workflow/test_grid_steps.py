@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from leviathan.workflow.grid import Cell, cells, wildcard_pattern
-from leviathan.workflow.steps import resources, train_command
+from leviathan.workflow.steps import default_resource, resources, rule_resources, train_command, train_slurm_keys
 
 STUDIES = {
     "main": {"scales": ["400m", "1.2b"], "vocabs": ["o200k_base"], "variants": ["tied", "leviathan"], "seeds": [0]},
@@ -73,13 +73,13 @@ def test_runtime_and_resource_defaults_have_one_home() -> None:
     from dataclasses import fields
 
     from leviathan.train.config import RuntimeConfig
-    from leviathan.workflow.steps import RESOURCE_DEFAULTS
+    from leviathan.workflow.steps import RESOURCE_DEFAULTS, SLURM_KEYS
 
     schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml").read_text())
     runtime = schema["properties"]["runtime"]["properties"]
     res = schema["properties"]["resources"]["additionalProperties"]["properties"]
     assert set(runtime) == {f.name for f in fields(RuntimeConfig)}
-    assert set(res) == set(RESOURCE_DEFAULTS)
+    assert set(res) == set(RESOURCE_DEFAULTS) | set(SLURM_KEYS)
     assert [k for k, v in {**runtime, **res}.items() if "default" in v] == []
 
 
@@ -90,3 +90,26 @@ def test_workflow_runtime_defaults_reach_the_training_job() -> None:
     assert "progress=false" in args and "restart_on_mismatch=true" in args
     args = shlex.split(train_command(cell, {"runtime": {"progress": True}}, "t", "r"))
     assert not any(a.startswith("progress=") for a in args)  # RuntimeConfig's own default
+
+
+def test_slurm_settings_per_scale_only_where_set() -> None:
+    config = {"resources": {"400m": {"gpus": 4, "slurm_partition": "h100", "constraint": "ib", "slurm_extra": "--exclusive"},
+                            "micro": {"cpus": 2}}}  # fmt: skip
+    assert resources(config, "400m")["slurm_partition"] == "h100" and resources(config, "400m")["constraint"] == "ib"
+    assert "slurm_partition" not in resources(config, "micro")
+    assert train_slurm_keys(config) == ["slurm_partition", "constraint", "slurm_extra"]
+    assert train_slurm_keys({"resources": {"micro": {"cpus": 2}}}) == []
+
+
+def test_default_resource_reads_snakemakes_default_resources_arguments() -> None:
+    args = ["tmpdir=system_tmpdir", "mem_mb=8000", "slurm_partition=debug", "slurm_account='<your-account>'"]
+    assert default_resource(args, "slurm_partition") == "debug"
+    assert default_resource(args, "slurm_account") == "<your-account>"
+    assert default_resource(args, "mem_mb") == 8000
+    assert default_resource(args, "qos") is None and default_resource(None, "qos") is None
+
+
+def test_rule_resources_come_from_the_config_without_threads() -> None:
+    config = {"rule_resources": {"tokenize": {"mem_mb": 4000, "runtime": 720, "threads": 8, "qos": "short"}}}
+    assert rule_resources(config, "tokenize") == {"mem_mb": 4000, "runtime": 720, "qos": "short"}
+    assert rule_resources(config, "report") == {}

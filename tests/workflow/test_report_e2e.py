@@ -15,7 +15,7 @@ from workflow_helpers import BIN, small_config, snakemake, tool_env, workflow_co
 
 pytestmark = pytest.mark.slow
 
-TABLES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "summary", "paper_vs_ours"]
+TABLES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "paper_vs_ours", "metrics"]
 FIGURES = ["loss_curves", "frequency", "vocabulary", "ablation"]
 LEV = "results/runs/micro/gpt2/leviathan/seed0"
 

@@ -68,12 +68,14 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     for kind in ("val", "wikitext", "lm_eval"):
         assert (work / f"results/eval/micro/gpt2/leviathan/seed0/{kind}.json").is_file()
     assert (work / "results/eval/micro/gpt2/sample_efficiency_seed0.json").is_file()
-    summary = pd.read_csv(work / "results/report/tables/summary.csv", dtype={"stand_in_data": str})
-    assert list(summary["row"]) == ["micro/gpt2/tied/seed0", "micro/gpt2/leviathan/seed0"]
-    # the default config scores WikiText and lm-eval on the offline stand-ins: labelled as such
-    assert all(set(s.split(";")) == {"wikitext_word_ppl", "wikitext_stream_token_ppl", "lm_eval_mean_acc"}
-               for s in summary["stand_in_data"])  # fmt: skip
-    for name in ("summary", "main"):  # (paper_vs_ours has no number of ours at micro: nothing to mark)
+    metrics = pd.read_csv(work / "results/report/tables/metrics.csv", dtype={"stand_in_data": str})
+    assert list(metrics["row"]) == ["micro/gpt2/tied/seed0", "micro/gpt2/leviathan/seed0"]
+    # the default config scores WikiText and lm-eval on the offline stand-ins: labelled as such,
+    # and nothing else is
+    for labels in metrics["stand_in_data"]:
+        marked = set(labels.split(";"))
+        assert {"wikitext_ppl", "downstream_mean_acc"} <= marked and not any(m.startswith("val_") for m in marked)
+    for name in ("metrics", "main"):  # (paper_vs_ours has no number of ours at micro: nothing to mark)
         md = (work / f"results/report/tables/{name}.md").read_text()
         assert "\u2020 computed on the offline stand-in data" in md, name
     again = snakemake(work, "-n", "--profile", "profiles/local", "all")
@@ -97,3 +99,45 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     state = yaml.safe_load((work / "results/runs/micro/gpt2/leviathan/seed0/checkpoints/final/state.json").read_text())
     assert state["train_config"]["lr"] == 1e-3
     assert (work / "results/runs/micro/gpt2/leviathan/seed0/checkpoints.stale-1").is_dir()
+
+
+def _job_resources(output: str) -> dict[str, list[str]]:
+    """rule -> the `resources:` line of each of its jobs in a dry run's output."""
+    out: dict[str, list[str]] = {}
+    rule = None
+    for line in output.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            rule = line.split()[1].rstrip(":")
+        elif line.strip().startswith("resources:") and rule:
+            out.setdefault(rule, []).append(line.strip())
+    return out
+
+
+def test_slurm_settings_per_scale_and_the_users_set_resources_reach_the_jobs(tmp_path: Path) -> None:
+    """config resources.<scale> SLURM keys reach that scale's training jobs; a scale without them
+    keeps the profile's default-resources; a user profile's set-resources is not hidden (the
+    workflow ships no profile of its own that would replace it), and the rules' own resources
+    (config rule_resources) stay under it."""
+    work = workflow_copy(tmp_path)
+    config = small_config(work)
+    config["studies"]["main"]["scales"] = ["micro", "tiny"]
+    config["resources"] = {"micro": {"slurm_partition": "gpu-a", "qos": "long", "slurm_extra": "--exclusive"}}
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    profile = work / "userprofile"
+    profile.mkdir()
+    user = {**yaml.safe_load((ROOT / "profiles/local/config.yaml").read_text()),
+            "default-resources": {"slurm_partition": "everyday", "mem_mb": 1000},
+            "set-resources": {"eval_val": {"slurm_partition": "evalq"}}}  # fmt: skip
+    (profile / "config.yaml").write_text(yaml.safe_dump(user))
+    out = snakemake(work, "-n", "--profile", str(profile), "all")
+    assert out.returncode == 0, out.stderr
+    jobs = _job_resources(out.stdout + out.stderr)
+    train = sorted(jobs["train"])
+    assert len(train) == 4
+    micro = [r for r in train if "slurm_partition=gpu-a" in r]
+    tiny = [r for r in train if "slurm_partition=everyday" in r]
+    assert len(micro) == 2 and len(tiny) == 2
+    assert all("qos=long" in r and "slurm_extra=--exclusive" in r for r in micro)
+    assert not any("qos=" in r or "slurm_extra" in r for r in tiny)
+    assert all("slurm_partition=evalq" in r and "mem_mb=8000" in r for r in jobs["eval_val"])  # rule_resources kept
+    assert all("slurm_partition=everyday" in r and "mem_mb=4000" in r for r in jobs["tokenize"])

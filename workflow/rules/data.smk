@@ -9,8 +9,9 @@ rule fetch_corpus:
         "../envs/leviathan.yaml"
     log:
         "logs/fetch_corpus/{corpus}.log",
+    benchmark:
+        benchmark_path("data/corpus/{corpus}", "fetch_corpus")
     resources:
-        mem_mb=2000,
-        runtime=240,
+        **steps.rule_resources(config, "fetch_corpus"),
     script:
         "../scripts/fetch_corpus.py"

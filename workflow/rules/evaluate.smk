@@ -15,6 +15,10 @@ rule word_counts:
         "../envs/leviathan.yaml"
     log:
         "logs/word_counts/{corpus}/{vocab}.log",
+    benchmark:
+        benchmark_path("data/tokens/{corpus}/{vocab}", "word_counts")
+    resources:
+        **steps.rule_resources(config, "word_counts"),
     script:
         "../scripts/word_counts.py"
 
@@ -31,6 +35,10 @@ rule eval_val:
         "../envs/leviathan.yaml"
     log:
         "logs/eval/{scale}/{vocab}/{variant}/seed{seed}/val.log",
+    benchmark:
+        benchmark_path("results/eval/{scale}/{vocab}/{variant}/seed{seed}", "eval_val")
+    resources:
+        **steps.rule_resources(config, "eval_val"),
     script:
         "../scripts/evaluate.py"
 
@@ -47,6 +55,10 @@ rule eval_wikitext:
         "../envs/leviathan.yaml"
     log:
         "logs/eval/{scale}/{vocab}/{variant}/seed{seed}/wikitext.log",
+    benchmark:
+        benchmark_path("results/eval/{scale}/{vocab}/{variant}/seed{seed}", "eval_wikitext")
+    resources:
+        **steps.rule_resources(config, "eval_wikitext"),
     script:
         "../scripts/evaluate.py"
 
@@ -66,6 +78,10 @@ rule eval_lm_eval:
         "../envs/leviathan.yaml"
     log:
         "logs/eval/{scale}/{vocab}/{variant}/seed{seed}/lm_eval.log",
+    benchmark:
+        benchmark_path("results/eval/{scale}/{vocab}/{variant}/seed{seed}", "eval_lm_eval")
+    resources:
+        **steps.rule_resources(config, "eval_lm_eval"),
     script:
         "../scripts/evaluate.py"
 
@@ -80,6 +96,10 @@ rule sample_efficiency:
         "../envs/leviathan.yaml"
     log:
         "logs/eval/{scale}/{vocab}/sample_efficiency_seed{seed}.log",
+    benchmark:
+        benchmark_path("results/eval/{scale}/{vocab}", "sample_efficiency", "seed{seed}")
+    resources:
+        **steps.rule_resources(config, "sample_efficiency"),
     script:
         "../scripts/sample_efficiency.py"
 

@@ -14,6 +14,8 @@ rule export:
         "../envs/leviathan.yaml"
     log:
         "logs/export/{scale}/{vocab}/{variant}/seed{seed}.log",
+    resources:
+        **steps.rule_resources(config, "export"),
     script:
         "../scripts/export.py"
 

@@ -9,13 +9,14 @@ rule tokenize:
         counts="data/tokens/{corpus}/{vocab}/counts.npy",
     params:
         options=config["tokenize"],
-    threads: 2
+    threads: steps.rule_threads(config, "tokenize")
     conda:
         "../envs/leviathan.yaml"
     log:
         "logs/tokenize/{corpus}/{vocab}.log",
+    benchmark:
+        benchmark_path("data/tokens/{corpus}/{vocab}", "tokenize")
     resources:
-        mem_mb=2000,
-        runtime=240,
+        **steps.rule_resources(config, "tokenize"),
     script:
         "../scripts/tokenize.py"

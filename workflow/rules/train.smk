@@ -16,6 +16,8 @@ rule train:
         "../envs/leviathan.yaml"
     log:
         "logs/train/{scale}/{vocab}/{variant}/seed{seed}.log",
+    benchmark:
+        benchmark_path("results/runs/{scale}/{vocab}/{variant}/seed{seed}", "train")
     threads: lambda wc: steps.resources(config, wc.scale)["threads"]
     resources:
         gpu=res("gpu"),
@@ -23,5 +25,6 @@ rule train:
         cpus_per_gpu=res("cpus_per_gpu"),
         mem_mb=res("mem_mb"),
         runtime=res("runtime"),
+        **TRAIN_SLURM,
     script:
         "../scripts/train.py"

@@ -19,6 +19,7 @@ from leviathan.io import atomic_path
 from leviathan.manifest import display_path, input_record, write_manifest
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.tables import (
+    METRICS_TABLE,
     STAND_IN_COLUMN,
     STAND_IN_NOTE,
     ReportInputs,
@@ -60,7 +61,7 @@ def table_names(inp: ReportInputs) -> list[str]:
         names.append("vocabulary")
     if pairs(main):
         names.append("frequency")
-    return names + ["cost", "summary", "paper_vs_ours"]
+    return names + ["cost", "paper_vs_ours", METRICS_TABLE]
 
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -93,7 +94,12 @@ def _markdown(table: Table, text: pd.DataFrame, stand_in: bool) -> str:
 
 
 def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
-    """The Markdown ("md") or LaTeX ("tex") text of a table's frame (as read from its CSV)."""
+    """The Markdown ("md"), LaTeX ("tex") or, for the metrics table, JSON ("json") text of a
+    table's frame (as read from its CSV)."""
+    if fmt == "json":
+        from leviathan.report.metrics import metrics_json
+
+        return metrics_json(table, frame)
     text = rendered(table, frame)
     stand_in = any(stand_in_rows(frame))
     return _markdown(table, text, stand_in) if fmt == "md" else _latex(table, text, stand_in)
@@ -121,7 +127,7 @@ def write_table(table: Table, docs: DocumentCache, out_dir: str | os.PathLike[st
         fields={"table": table.name, "cells": table.cell_map(), "row_column": "row"},
         started=started,
     )  # fmt: skip
-    for fmt in ("md", "tex"):
+    for fmt in (f for f in paths if f != "csv"):
         content = render(table, frame, fmt)
         with atomic_path(paths[fmt]) as tmp:
             tmp.write_text(content)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,6 @@ PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
 # WikiText-103 perplexity per word (lm-eval's wikitext metric): independent of the tokenizer,
 # so vocabularies and the paper compare; token-level perplexity is in the evaluation JSON too
 WIKITEXT_PPL = "/results/word_perplexity"
-WIKITEXT_STREAM_PPL = "/results/token_perplexity"  # the older stream definition, a secondary figure
 # main-table column -> the paper's key for it under `main.<scale>.<variant>` (paper_reported.yaml)
 MAIN_PAPER_FIGURES = {"val_loss": "val_loss", "val_ppl": "val_ppl", "val_ppl_change": "val_ppl_change",
                       "wikitext_ppl_gain": "wikitext103_ppl_gain", "lambada_ppl_gain": "lambada_ppl_gain"}  # fmt: skip
@@ -223,8 +222,8 @@ class ReportInputs:
 # ---------------------------------------------------------------- the tables
 
 def _lm_eval_tasks(inp: ReportInputs, docs: DocumentCache) -> dict[str, Any]:
-    """The lm-eval tasks of the main study's evaluations (task -> its metrics), {} if none ran."""
-    groups = inp.study("main")
+    """The lm-eval tasks of the main study's (else any cell's) evaluations (task -> its metrics), {} if none ran."""
+    groups = inp.study("main") or inp.all_cells()
     if "lm_eval" not in inp.evals or not groups:
         return {}
     first = next(iter(groups.values()))[0]
@@ -268,14 +267,26 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
     return t
 
 
+def _accuracy_tasks(inp: ReportInputs, docs: DocumentCache) -> tuple[list[str], list[str], list[str]]:
+    """(the paper's tasks that ran, every task that reports acc, the tasks the mean averages:
+    the paper's that ran, or all of them if none did)."""
+    tasks_run = {name for name, metrics in _lm_eval_tasks(inp, docs).items() if "acc,none" in metrics}
+    paper_tasks = [t for t in PAPER_TASKS if t in tasks_run]
+    tasks = paper_tasks + sorted(tasks_run - set(PAPER_TASKS))
+    return paper_tasks, tasks, paper_tasks or tasks
+
+
+def _acc(cells: Iterable[Cell], tasks: Iterable[str], group: str = "a",
+         metric: Callable[[str], str] = lambda task: "acc,none") -> tuple[Source, ...]:  # fmt: skip
+    cells = list(cells)
+    return tuple(s for task in tasks for s in _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/{metric(task)}", group))
+
+
 def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
     groups = inp.study("main")
     if "lm_eval" not in inp.evals or not groups:
         return None
-    tasks_run = {name for name, metrics in _lm_eval_tasks(inp, docs).items() if "acc,none" in metrics}
-    paper_tasks = [t for t in PAPER_TASKS if t in tasks_run]
-    tasks = paper_tasks + sorted(tasks_run - set(PAPER_TASKS))
-    averaged = paper_tasks or tasks  # `mean`: over the paper's tasks that ran (all tasks if none did)
+    paper_tasks, tasks, averaged = _accuracy_tasks(inp, docs)
     metrics = _lm_eval_tasks(inp, docs)
     cols = {task: "points" for task in tasks} | {"mean": "points", "gain_points": "dpoints", "mean_norm": "points",
                                                  "paper_mean": "points", "paper_gain_points": "dpoints"}  # fmt: skip
@@ -284,21 +295,18 @@ def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache
               "over tied (points); mean_norm: the same mean with acc_norm where a task has it",
               ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
 
-    def acc(cells: list[Cell], group: str = "a", norm: bool = False) -> tuple[Source, ...]:
-        def metric(task: str) -> str:
-            return "acc_norm,none" if norm and "acc_norm,none" in metrics.get(task, {}) else "acc,none"
-
-        return tuple(s for task in averaged for s in _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/{metric(task)}", group))
+    def norm(task: str) -> str:  # acc_norm where the task has it (HellaSwag, ARC, PIQA), else acc
+        return "acc_norm,none" if "acc_norm,none" in metrics.get(task, {}) else "acc,none"
 
     for (scale, vocab, variant), cells in groups.items():
         row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
         for task in tasks:
             t.set(row, task, CellSpec("pct", _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none")))
-        t.set(row, "mean", CellSpec("pct", acc(cells)))
-        t.set(row, "mean_norm", CellSpec("pct", acc(cells, norm=True)))
+        t.set(row, "mean", CellSpec("pct", _acc(cells, averaged)))
+        t.set(row, "mean_norm", CellSpec("pct", _acc(cells, averaged, metric=norm)))
         tied = groups.get((scale, vocab, "tied"))
         if tied and variant != "tied":
-            t.set(row, "gain_points", CellSpec("diff_pct", acc(tied, "a") + acc(cells, "b")))
+            t.set(row, "gain_points", CellSpec("diff_pct", _acc(tied, averaged, "a") + _acc(cells, averaged, "b")))
         if vocab != PAPER_MAIN_VOCAB or paper_tasks != PAPER_TASKS:
             continue  # the paper's mean is over its six tasks, on o200k
         t.set(row, "paper_mean", paper.downstream_mean(scale, variant))
@@ -397,31 +405,6 @@ def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache)
     return t
 
 
-def summary_table(inp: ReportInputs) -> Table:
-    """One row per trained cell (each seed): the headline number of every evaluation it ran."""
-    cols = {"tokens": "int", "val_loss": "loss", "val_ppl": "ppl", "val_bpb": "num"}
-    if "wikitext" in inp.evals:  # lm-eval's word perplexity (the main table's); the stream one beside it
-        cols |= {"wikitext_word_ppl": "ppl", "wikitext_stream_token_ppl": "ppl"}
-    if "lm_eval" in inp.evals:
-        cols |= {"lm_eval_mean_acc": "points"}
-    t = Table("summary", "Every cell: validation loss, perplexity and bits per byte; WikiText-103 word "
-              "perplexity (lm-eval's definition) and stream token perplexity; mean lm-eval accuracy (%)",
-              ["scale", "vocab", "variant", "seed"], cols)  # fmt: skip
-    for cells in inp.all_cells().values():
-        for c in cells:
-            row = t.add_row(c.key, scale=c.scale, vocab=c.vocab, variant=c.variant, seed=c.seed)
-            t.set(row, "tokens", CellSpec("mean", _src([c], "val", "/checkpoint/tokens")))
-            t.set(row, "val_loss", CellSpec("mean", _src([c], "val", "/results/overall/loss")))
-            t.set(row, "val_ppl", CellSpec("exp", _src([c], "val", "/results/overall/loss")))
-            t.set(row, "val_bpb", CellSpec("mean", _src([c], "val", "/results/overall/bits_per_byte")))
-            if "wikitext" in inp.evals:
-                t.set(row, "wikitext_word_ppl", CellSpec("mean", _src([c], "wikitext", WIKITEXT_PPL)))
-                t.set(row, "wikitext_stream_token_ppl", CellSpec("mean", _src([c], "wikitext", WIKITEXT_STREAM_PPL)))
-            if "lm_eval" in inp.evals:
-                t.set(row, "lm_eval_mean_acc", CellSpec("pct", _src([c], "lm_eval", "/results/mean_acc")))
-    return t
-
-
 def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
     cols = {"params": "int", "forward_flops_per_token": "int", "params_overhead": "pct",
             "flops_overhead": "pct", "paper_params_overhead": "pct", "paper_flops_overhead": "pct"}  # fmt: skip
@@ -512,18 +495,23 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
         vocabulary_table(inp, paper),
         frequency_table(inp, paper, docs),
         cost_table(inp, paper),
-        summary_table(inp),
     ]
     tables = {t.name: t for t in built if t is not None}
     extra = {("sample_efficiency", "1.2b", "leviathan", "tokens_ratio"): (
         paper.spec("sample_efficiency", "tokens_ratio_1_2b"), _sample_efficiency_spec(inp, docs, "1.2b"))}
     tables["paper_vs_ours"] = paper_vs_ours(tables, paper, extra)
+    from leviathan.report.metrics import metrics_table
+
+    tables[METRICS_TABLE] = metrics_table(inp, docs)
     return tables
 
 
-TABLE_NAMES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "summary", "paper_vs_ours"]
+METRICS_TABLE = "metrics"  # per cell and seed, flat; also rendered as JSON for DVC (leviathan.report.metrics)
+TABLE_NAMES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "paper_vs_ours", METRICS_TABLE]
 
 
 def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
+    """A table's files: the CSV and its renderings (Markdown, LaTeX; JSON for the metrics table)."""
     d = Path(out_dir)
-    return {fmt: d / f"{name}.{fmt}" for fmt in ("csv", "md", "tex")}
+    formats = ("csv", "md", "tex", "json") if name == METRICS_TABLE else ("csv", "md", "tex")
+    return {fmt: d / f"{name}.{fmt}" for fmt in formats}

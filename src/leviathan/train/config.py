@@ -120,6 +120,7 @@ class RuntimeConfig:
     keep_last: int = 2  # step checkpoints kept besides `final`
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False
+    dvclive: bool = False  # live curves through DVCLive in <run_dir>/dvclive/ (pip install 'leviathan[live]')
     threads: int | None = None  # torch CPU threads (None: torch's default)
     # torch.use_deterministic_algorithms(True) (and cuBLAS's fixed workspace): every
     # variant's step bitwise reproducible on CUDA too, at some cost (bench/gpu_check.py)

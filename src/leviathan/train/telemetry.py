@@ -43,9 +43,12 @@ def mfu(tokens_per_s: float, flops_per_token: int, peak: float | None, n_devices
 
 
 class MetricsLog:
-    """Append-only JSONL (one object per line) plus optional TensorBoard scalars."""
+    """Append-only JSONL (one object per line) plus optional live views of the same scalars:
+    TensorBoard (`tensorboard_dir`) and DVCLive (`dvclive_dir`: `<kind>/<key>.tsv` per scalar
+    under plots/metrics/, the latest values in metrics.json; `dvc plots show <dir>/plots/metrics`
+    or the VS Code DVC extension draws them while training runs)."""
 
-    def __init__(self, path: Path, tensorboard_dir: Path | None = None) -> None:
+    def __init__(self, path: Path, tensorboard_dir: Path | None = None, dvclive_dir: Path | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fh: TextIO = open(path, "a", buffering=1)
@@ -58,6 +61,7 @@ class MetricsLog:
                     "runtime.tensorboard=true needs the tensorboard package: pip install tensorboard"
                 ) from exc
             self._tb = SummaryWriter(str(tensorboard_dir))
+        self._live = _dvclive(dvclive_dir) if dvclive_dir is not None else None
 
     def write(self, record: dict[str, Any]) -> None:
         record = {"time": round(time.time(), 3), **record}
@@ -66,11 +70,34 @@ class MetricsLog:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key not in ("step", "time"):
                     self._tb.add_scalar(f"{record.get('kind', 'train')}/{key}", value, record["step"])
+        if self._live is not None and "step" in record:
+            self._live.step = int(record["step"])
+            for key, value in _scalars(record):
+                self._live.log_metric(f"{record.get('kind', 'train')}/{key}", value)
+            self._live.make_summary()
 
     def close(self) -> None:
         self._fh.close()
         if self._tb is not None:
             self._tb.close()
+        if self._live is not None:
+            self._live.end()
+
+
+def _scalars(record: dict[str, Any]) -> list[tuple[str, float]]:
+    return [(k, float(v)) for k, v in record.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "time")]  # fmt: skip
+
+
+def _dvclive(directory: Path) -> Any:
+    """A DVCLive logger that only writes its directory: no dvc.yaml edits, no DVC experiment
+    commits, no report (the project's dvc.yaml and `dvc exp` stay the user's). Resumes appending
+    when training resumes."""
+    try:
+        from dvclive import Live
+    except ImportError as exc:  # dvclive is optional
+        raise ValueError("runtime.dvclive=true needs the dvclive package: pip install 'leviathan[live]'") from exc
+    return Live(dir=str(directory), resume=True, report=None, save_dvc_exp=False, dvcyaml=False)
 
 
 def rewind_metrics(path: Path, step: int, aside: Path) -> int:

@@ -255,7 +255,8 @@ def _train(
     def autocast() -> Any:
         return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
 
-    log = MetricsLog(run_dir / "metrics.jsonl", run_dir / "tensorboard" if runtime.tensorboard else None) if info.is_main else None
+    log = MetricsLog(run_dir / "metrics.jsonl", run_dir / "tensorboard" if runtime.tensorboard else None,
+                     run_dir / "dvclive" if runtime.dvclive else None) if info.is_main else None  # fmt: skip
     peak = peak_flops(device_name(device))
     max_steps = cfg.max_steps
     n_micro = loader.local_batch // cfg.micro_batch

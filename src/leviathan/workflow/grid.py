@@ -80,6 +80,24 @@ def corpus_dir(corpus: str) -> str:
     return f"data/corpus/{corpus}"
 
 
+BENCHMARK_SUFFIX = ".benchmark.tsv"
+
+
+def benchmark_path(directory: str, rule: str, tag: str = "") -> str:
+    """Where a job of `rule` writes its Snakemake benchmark (`tag` tells apart jobs of one rule
+    in one directory): beside the job's outputs, so the file lives in (and travels with) the
+    DVC stage output that holds them."""
+    return f"{directory}/{rule}{'.' + tag if tag else ''}{BENCHMARK_SUFFIX}"
+
+
+def benchmark_rule(path: str) -> str:
+    """The rule whose benchmark file `path` is."""
+    name = path.rsplit("/", 1)[-1]
+    if not name.endswith(BENCHMARK_SUFFIX):
+        raise ValueError(f"{path}: not a benchmark file (*{BENCHMARK_SUFFIX})")
+    return name.split(".", 1)[0]
+
+
 def wildcard_pattern(values: Iterable[Any]) -> str:
     """A regex alternative of exactly these values (Snakemake wildcard constraint)."""
     import re

@@ -3,9 +3,10 @@ the rule scripts only unpack `snakemake` and call these)."""
 
 from __future__ import annotations
 
+import ast
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,9 @@ def tokenize(corpus_dir: str | Path, vocab: str, out: str | Path, options: Mappi
 # A training job's resources where config.resources[<scale>] is silent (their one home).
 RESOURCE_DEFAULTS: dict[str, Any] = {"gpus": 0, "gpu_model": None, "cpus_per_gpu": 8, "cpus": 2, "mem_mb": 4000,
                                      "runtime": 60}
+# SLURM settings a job may carry (snakemake-executor-plugin-slurm resource names); unset ones
+# keep the profile's default-resources
+SLURM_KEYS = ("slurm_partition", "slurm_account", "constraint", "qos", "slurm_extra")
 
 
 def resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
@@ -72,6 +76,7 @@ def resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
 
     threads: CPUs of the job (cpus_per_gpu x gpus on GPU jobs); gpu/gpu_model/cpus_per_gpu
     only take effect on GPU jobs (gpu_model "" and cpus_per_gpu 0 are "unset" to the plugin).
+    SLURM settings (SLURM_KEYS) are present only where the scale sets them.
     """
     r = {**RESOURCE_DEFAULTS, **(config.get("resources", {}).get(scale) or {})}
     gpu_job = r["gpus"] > 0
@@ -82,7 +87,38 @@ def resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
         "threads": r["cpus_per_gpu"] * r["gpus"] if gpu_job else r["cpus"],
         "mem_mb": r["mem_mb"],
         "runtime": r["runtime"],
-    }
+    } | {key: r[key] for key in SLURM_KEYS if r.get(key) is not None}
+
+
+def train_slurm_keys(config: Mapping[str, Any]) -> list[str]:
+    """The SLURM settings some scale's training jobs set (the train rule declares these)."""
+    scales = (config.get("resources") or {}).values()
+    return [key for key in SLURM_KEYS if any((r or {}).get(key) is not None for r in scales)]
+
+
+def default_resource(args: Sequence[str] | None, name: str) -> Any:
+    """The value of `name` in Snakemake's default-resources (`name=expr` strings, as the profile
+    or --default-resources give them), or None. A rule that declares a resource hides the
+    default for every job of the rule, so a scale without its own setting falls back to this."""
+    for arg in args or ():
+        key, sep, expr = arg.partition("=")
+        if sep and key.strip() == name:
+            try:
+                return ast.literal_eval(expr.strip())
+            except (ValueError, SyntaxError):  # a bare word: Snakemake takes it as a string
+                return expr.strip()
+    return None
+
+
+def rule_resources(config: Mapping[str, Any], rule: str) -> dict[str, Any]:
+    """A non-training rule's resources (config.rule_resources.<rule>, threads apart)."""
+    job = dict((config.get("rule_resources") or {}).get(rule) or {})
+    job.pop("threads", None)
+    return job
+
+
+def rule_threads(config: Mapping[str, Any], rule: str, default: int = 1) -> int:
+    return int(((config.get("rule_resources") or {}).get(rule) or {}).get("threads", default))
 
 
 def _kv(key: str, value: Any) -> str:

@@ -1,0 +1,61 @@
+"""Plot data for `dvc plots show` (long CSVs, one row per point, a `cell` column to colour by):
+
+    loss_curves.csv   validation loss vs training tokens of every cell (its metrics.jsonl)
+    frequency.csv     mean validation loss per training-frequency bucket of every cell (val.json)
+
+Each file has a manifest naming the files its rows were read from; the seaborn figures
+(leviathan.report.figures) stay as they are. dvc.yaml's `plots:` declares x and y and the
+Vega-Lite templates in .dvc/plots/.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from leviathan.eval.sample_efficiency import metrics_path, read_curve
+from leviathan.io import atomic_path, read_json
+from leviathan.manifest import input_record, write_manifest
+from leviathan.workflow.grid import Cell
+
+PLOTS_DIR = "results/report/plots"
+PLOT_NAMES = ("loss_curves", "frequency")
+
+
+def plot_paths(out_dir: str | os.PathLike[str] = PLOTS_DIR) -> dict[str, Path]:
+    return {name: Path(out_dir) / f"{name}.csv" for name in PLOT_NAMES}
+
+
+def loss_curves(cells: Iterable[Cell]) -> pd.DataFrame:
+    rows = []
+    for cell in cells:
+        curve = read_curve(cell.run_dir)
+        rows += [{"cell": cell.key, "tokens": t, "val_loss": loss} for t, loss in zip(curve.tokens, curve.losses, strict=True)]
+    return pd.DataFrame(rows, columns=["cell", "tokens", "val_loss"])
+
+
+def frequency(cells: Iterable[Cell]) -> pd.DataFrame:
+    """Token-level log10 buckets; empty buckets (no target in the val split) left out."""
+    rows = []
+    for cell in cells:
+        buckets = read_json(f"{cell.eval_dir}/val.json")["results"]["frequency_tokens"]["log10"]
+        rows += [{"cell": cell.key, "bucket_index": i, "bucket": b["label"], "tokens": b["n"], "mean_loss": b["mean_loss"]}
+                 for i, b in enumerate(buckets) if b["n"] and b.get("mean_loss") is not None]  # fmt: skip
+    return pd.DataFrame(rows, columns=["cell", "bucket_index", "bucket", "tokens", "mean_loss"])
+
+
+def write_plot_data(cells: Iterable[Cell], out_dir: str | os.PathLike[str] = PLOTS_DIR) -> list[Path]:
+    cells = sorted(cells)
+    paths = plot_paths(out_dir)
+    sources = {
+        "loss_curves": (loss_curves(cells), [metrics_path(c.run_dir) for c in cells]),
+        "frequency": (frequency(cells), [Path(f"{c.eval_dir}/val.json") for c in cells]),
+    }
+    for name, (frame, inputs) in sources.items():
+        with atomic_path(paths[name]) as tmp:
+            frame.to_csv(tmp, index=False, float_format="%.17g")
+        write_manifest(paths[name], kind="plot_data", inputs=[input_record(p) for p in inputs], fields={"plot": name})
+    return list(paths.values())
