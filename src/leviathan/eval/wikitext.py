@@ -111,7 +111,6 @@ def evaluate_wikitext(ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig = 
     if samples_out is not None:
         result["samples"] = write_samples(run.samples, samples_out)
     check_finite_loss(stream["loss"], ckpt)
-    config = {**{k: v for k, v in cfg.__dict__.items()}, "context": context, "stride": stride,
-              "precision": model.precision}  # fmt: skip
+    config = {**cfg.__dict__, "context": context, "stride": stride, "precision": model.precision}
     return envelope("wikitext", checkpoint=ckpt, inputs=run.inputs, config=config, results=result,
                     seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip

@@ -275,12 +275,12 @@ class Auditor:
 
     def check_stand_in_labels(self, path: Path, frame: pd.DataFrame, cells: list[tuple[str, str, CellSpec]]) -> None:
         """Every number computed on offline stand-in data must be labelled so in its row."""
-        from leviathan.report.cellmap import stand_in_files
+        from leviathan.report.cellmap import cell_stand_ins
         from leviathan.report.tables import STAND_IN_COLUMN, stand_in_rows
 
         expected: dict[str, set[str]] = {row: set() for row in frame.index}
         for row, column, spec in cells:
-            if stand_in_files(spec, self.docs):
+            if cell_stand_ins(spec, self.docs):
                 expected.setdefault(row, set()).add(column)
         labelled = dict(zip(frame.index, stand_in_rows(frame.reset_index()), strict=True))
         wrong = sorted(r for r in expected if expected[r] != labelled.get(r, set()))

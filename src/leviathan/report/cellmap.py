@@ -217,7 +217,7 @@ def compute(spec: CellSpec, docs: DocumentCache) -> float:
     return float(value)
 
 
-def stand_in_files(spec: CellSpec, docs: DocumentCache) -> list[str]:
+def cell_stand_ins(spec: CellSpec, docs: DocumentCache) -> list[str]:
     """The offline stand-in data files behind a cell (the `stand_in_data` of the evaluation
     outputs it reads; see leviathan.eval.standin)."""
     found: set[str] = set()

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from leviathan.report.cellmap import CI_SUFFIX, CellSpec, DocumentCache, Source, compute, stand_in_files
+from leviathan.report.cellmap import CI_SUFFIX, CellSpec, DocumentCache, Source, compute, cell_stand_ins
 from leviathan.workflow.grid import Cell, study_cells
 
 PAPER_TASKS = ["hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande", "lambada_openai"]
@@ -91,7 +91,7 @@ class Table:
             for col in self.columns:
                 spec = self.cells.get((row, col))
                 rec[col] = compute(spec, docs) if spec is not None else math.nan
-                if spec is not None and stand_in_files(spec, docs):
+                if spec is not None and cell_stand_ins(spec, docs):
                     stand_in.append(col)
             rec[STAND_IN_COLUMN] = ";".join(stand_in)
             records.append(rec)

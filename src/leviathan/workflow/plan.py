@@ -52,14 +52,14 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -
     from leviathan.train.config import workflow_runtime
     from leviathan.train.telemetry import peak_flops
     from leviathan.train.trainer import cell_model_config
-    from leviathan.workflow.steps import RESOURCE_DEFAULTS
+    from leviathan.workflow.steps import resources
 
     tc = cell_train_config(config, cell)
     acc = account(cell_model_config(tc), tc.context)
     tokens = tc.max_steps * tc.tokens_per_step
     flops = float(acc.train_flops) * tokens
-    res = {**RESOURCE_DEFAULTS, **((config.get("resources") or {}).get(cell.scale) or {})}
-    gpus, model = int(res["gpus"]), res["gpu_model"]
+    res = resources(config, cell.scale)  # the training job's, as the train rule asks for them
+    gpus, model = int(res["gpu"]), res["gpu_model"] or None
     peak = peak_flops(str(model).upper()) if gpus and model else None
     hours = flops / (peak * mfu) / 3600 if peak else None
     runtime = workflow_runtime(config.get("runtime"))
@@ -80,11 +80,13 @@ def vocab_budgets(config: Mapping[str, Any]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def corpus_bytes(config: Mapping[str, Any]) -> dict[str, int]:
-    """Training-text bytes each vocabulary needs (budget x bytes/token x (1 + margin))."""
+def corpus_bytes(config: Mapping[str, Any], budgets: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Training-text bytes each vocabulary needs (budget x bytes/token x (1 + margin));
+    `budgets`: vocab_budgets(config), where the caller has them already."""
     corpus = config.get("corpus") or {}
     per_token, margin = float(corpus["bytes_per_token"]), float(corpus["size_margin"])
-    return {v: math.ceil(b * per_token * (1 + margin)) for v, b in vocab_budgets(config).items()}
+    budgets = vocab_budgets(config) if budgets is None else budgets
+    return {v: math.ceil(b * per_token * (1 + margin)) for v, b in budgets.items()}
 
 
 def fetch_max_bytes(config: Mapping[str, Any]) -> int | None:
@@ -112,6 +114,7 @@ def _size(n: float) -> str:
 
 def render_plan(config: Mapping[str, Any], mfu: float = DEFAULT_MFU) -> str:
     """The study's plan as text (what `leviathan config show` prints after the config)."""
+    from leviathan.data.tokenizers import token_dtype
     from leviathan.vocab import get_vocab
 
     plans = [plan_cell(config, c, mfu) for c in cells(config["studies"])]
@@ -131,12 +134,12 @@ def render_plan(config: Mapping[str, Any], mfu: float = DEFAULT_MFU) -> str:
     lines.append(f"total GPU-hours {total_hours:,.1f}; checkpoints on disk at most {_size(total_ckpt)} "
                  f"(keep_last step checkpoints + final per cell)")  # fmt: skip
     corpus = config.get("corpus") or {}
-    need = corpus_bytes(config)
+    budgets = vocab_budgets(config)
+    need = corpus_bytes(config, budgets)
     lines.append(f"corpus {corpus.get('name')} ({corpus.get('kind')}): training text needed per vocabulary = largest "
                  f"budget x {corpus['bytes_per_token']} bytes/token x (1 + {corpus['size_margin']})")  # fmt: skip
-    budgets = vocab_budgets(config)
     for vocab, n in need.items():
-        itemsize = 2 if get_vocab(vocab).n_vocab <= 1 << 16 else 4
+        itemsize = token_dtype(get_vocab(vocab).n_vocab).itemsize
         shard = budgets[vocab] * (1 + float(corpus["size_margin"])) * itemsize
         lines.append(f"  {vocab:<12} budget {_count(budgets[vocab])} tokens -> text {_size(n)}, "
                      f"train.bin about {_size(shard)} (uint{8 * itemsize})")  # fmt: skip
