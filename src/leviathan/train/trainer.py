@@ -241,8 +241,8 @@ def _train(
             return TrainResult(run_dir, ref.path, start_step, start_step,
                                state.get("train_loss"), state.get("val_loss"))  # fmt: skip
 
+    metrics = run_dir / "metrics.jsonl"
     if info.is_main:  # the metrics of exactly the run the checkpoints belong to
-        metrics = run_dir / "metrics.jsonl"
         rewind_metrics(metrics, start_step, stale[0] / metrics.name if stale else _free_name(metrics, "stale"))
 
     raw_model = model
@@ -255,7 +255,7 @@ def _train(
     def autocast() -> Any:
         return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
 
-    log = MetricsLog(run_dir / "metrics.jsonl", run_dir / "tensorboard" if runtime.tensorboard else None,
+    log = MetricsLog(metrics, run_dir / "tensorboard" if runtime.tensorboard else None,
                      run_dir / "dvclive" if runtime.dvclive else None) if info.is_main else None  # fmt: skip
     peak = peak_flops(device_name(device))
     max_steps = cfg.max_steps
