@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,9 +168,7 @@ def t_half_width(values: Sequence[float], level: float = 0.95) -> float:
     n = len(vals)
     if n < 2 or not all(math.isfinite(v) for v in vals):
         return math.nan
-    mean = sum(vals) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
-    return float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return float(t.ppf(0.5 + level / 2, n - 1)) * statistics.stdev(vals) / math.sqrt(n)
 
 
 def _single_ci(fn: Callable[[float], float]) -> Callable[[list[Any], list[Any]], float]:
