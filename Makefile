@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TORCH           := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' constraints-cpu.txt)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: venv run test test-fast bench gpu-check clean-venv repro push pull env-pins
+.PHONY: venv run test test-fast fmt bench gpu-check clean-venv repro push pull env-pins
 
 # torch: first a wheel pip already has on this machine (its configured --find-links; no
 # network), else the PyTorch CPU index (one retry, short timeout), then its dependencies.
@@ -31,6 +31,11 @@ run: $(STAMP)
 ## the whole test suite (fast unit tests and the slower end-to-end ones)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## format and fix lint with ruff (its configuration: pyproject.toml; tests/test_style.py checks it)
+fmt: $(STAMP)
+	$(BIN)/python -m ruff format .
+	$(BIN)/python -m ruff check --fix .
 
 ## unit tests only
 test-fast: $(STAMP)

@@ -53,7 +53,9 @@ def shards(path: str | None, vocab: str) -> Path:
     return tmp / "tokens"
 
 
-def measure(preset: str, vocab: str, variant: str, data: Path, repeats: int, val_windows: int) -> dict:
+def measure(
+    preset: str, vocab: str, variant: str, data: Path, repeats: int, val_windows: int
+) -> dict:
     cfg = train_config(preset, vocab, variant)
     model = build_cell_model(cfg)
     B, T = BATCH.get(preset, 8), cfg.context
@@ -81,25 +83,40 @@ def measure(preset: str, vocab: str, variant: str, data: Path, repeats: int, val
     tokens = B * T
     train_tok_s = tokens / statistics.median(train_s)
     kernel_tok_s = tokens / statistics.median(eval_s)
-    stats = evaluate_shard(em, data / "val.bin", vocab=vocab, context=T, batch_size=B, max_windows=val_windows)
+    stats = evaluate_shard(
+        em, data / "val.bin", vocab=vocab, context=T, batch_size=B, max_windows=val_windows
+    )
     e2e_tok_s = stats.n_targets / stats.seconds
     return {
-        "preset": preset, "vocab": vocab, "variant": variant, "batch": [B, T],
-        "train_forward_tok_s": train_tok_s, "eval_kernel_tok_s": kernel_tok_s, "eval_end_to_end_tok_s": e2e_tok_s,
-        "ratio_kernel": kernel_tok_s / train_tok_s, "ratio_end_to_end": e2e_tok_s / train_tok_s,
+        "preset": preset,
+        "vocab": vocab,
+        "variant": variant,
+        "batch": [B, T],
+        "train_forward_tok_s": train_tok_s,
+        "eval_kernel_tok_s": kernel_tok_s,
+        "eval_end_to_end_tok_s": e2e_tok_s,
+        "ratio_kernel": kernel_tok_s / train_tok_s,
+        "ratio_end_to_end": e2e_tok_s / train_tok_s,
         "trainer_val_tok_s": tokens / statistics.median(trainer_val_s),
-        "eval_tokens": stats.n_targets, "materialize_s": materialize_s,
-    }  # fmt: skip
+        "eval_tokens": stats.n_targets,
+        "materialize_s": materialize_s,
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shards", help="directory with train.bin and val.bin (default: embedded corpus)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--shards", help="directory with train.bin and val.bin (default: embedded corpus)"
+    )
     ap.add_argument("--vocab", default="gpt2")
     ap.add_argument("--presets", nargs="+", default=["micro", "tiny"])
     ap.add_argument("--variants", nargs="+", default=["tied", "leviathan"])
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--val-windows", type=int, default=64, help="validation windows of the end-to-end pass")
+    ap.add_argument(
+        "--val-windows", type=int, default=64, help="validation windows of the end-to-end pass"
+    )
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
@@ -107,17 +124,30 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     data = shards(args.shards, args.vocab)
     load_before = os.getloadavg()[0]
-    rows = [measure(p, args.vocab, v, data, args.repeats, args.val_windows) for p in args.presets for v in args.variants]
-    results = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-               "machine": platform.processor() or platform.machine(),
-               "load_avg_1m": [load_before, os.getloadavg()[0]], "rows": rows}  # fmt: skip
-    print(f"threads {results['threads']}, load {load_before:.2f} -> {results['load_avg_1m'][1]:.2f}")
+    rows = [
+        measure(p, args.vocab, v, data, args.repeats, args.val_windows)
+        for p in args.presets
+        for v in args.variants
+    ]
+    results = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+        "load_avg_1m": [load_before, os.getloadavg()[0]],
+        "rows": rows,
+    }
+    print(
+        f"threads {results['threads']}, load {load_before:.2f} -> {results['load_avg_1m'][1]:.2f}"
+    )
     for r in rows:
-        print(f"{r['preset']:>6} {r['variant']:<10} batch {r['batch'][0]}x{r['batch'][1]}: train fwd "
-              f"{r['train_forward_tok_s']:,.0f} tok/s | eval kernel {r['eval_kernel_tok_s']:,.0f} tok/s "
-              f"(x{r['ratio_kernel']:.2f}) | eval end to end {r['eval_end_to_end_tok_s']:,.0f} tok/s "
-              f"(x{r['ratio_end_to_end']:.2f}) | trainer val path {r['trainer_val_tok_s']:,.0f} tok/s "
-              f"| materialize {r['materialize_s'] * 1e3:.1f} ms")  # fmt: skip
+        print(
+            f"{r['preset']:>6} {r['variant']:<10} batch {r['batch'][0]}x{r['batch'][1]}: train fwd "
+            f"{r['train_forward_tok_s']:,.0f} tok/s | eval kernel {r['eval_kernel_tok_s']:,.0f} tok/s "
+            f"(x{r['ratio_kernel']:.2f}) | eval end to end {r['eval_end_to_end_tok_s']:,.0f} tok/s "
+            f"(x{r['ratio_end_to_end']:.2f}) | trainer val path {r['trainer_val_tok_s']:,.0f} tok/s "
+            f"| materialize {r['materialize_s'] * 1e3:.1f} ms"
+        )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

@@ -114,18 +114,26 @@ def train_bench(lev: LEV, n_ids: int, repeats: int, block_ids: int) -> dict[str,
 
 def _ratios(t: dict[str, float], *floor_parts: str) -> dict[str, float]:
     floor = sum(t[p] for p in floor_parts)
-    return {**{f"{k}_s": v for k, v in t.items()}, "floor_s": floor,
-            "plain_over_floor": t["plain"] / floor, "new_over_floor": t["auto"] / floor,
-            "speedup": t["plain"] / t["auto"]}  # fmt: skip
+    return {
+        **{f"{k}_s": v for k, v in t.items()},
+        "floor_s": floor,
+        "plain_over_floor": t["plain"] / floor,
+        "new_over_floor": t["auto"] / floor,
+        "speedup": t["plain"] / t["auto"],
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--vocab-size", type=int, default=50257)
     ap.add_argument("--d-model", type=int, default=1024)
     ap.add_argument("--ids", type=int, default=4096, help="distinct ids of the training batch")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--pass-ids", type=int, default=256, help="ids per block of the elementwise pass")
+    ap.add_argument(
+        "--pass-ids", type=int, default=256, help="ids per block of the elementwise pass"
+    )
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -133,16 +141,22 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     lev = build_lev(args.vocab_size, args.d_model)
     result = {
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.node(),
-        "V": args.vocab_size, "D": args.d_model, "ids": args.ids,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": platform.node(),
+        "V": args.vocab_size,
+        "D": args.d_model,
+        "ids": args.ids,
         "materialize": materialize_bench(lev, args.repeats, args.pass_ids),
         "train": train_bench(lev, args.ids, args.repeats, args.pass_ids),
-    }  # fmt: skip
+    }
     for what in ("materialize", "train"):
         r = result[what]
-        print(f"{what:11s} floor {r['floor_s']:.3f} s (matmul {r['floor_matmul_s']:.3f} + pass "
-              f"{r['floor_pass_s']:.3f})  plain {r['plain_s']:.3f} s ({r['plain_over_floor']:.2f}x floor)"
-              f"  new {r['auto_s']:.3f} s ({r['new_over_floor']:.2f}x floor)  speedup {r['speedup']:.1f}x")  # fmt: skip
+        print(
+            f"{what:11s} floor {r['floor_s']:.3f} s (matmul {r['floor_matmul_s']:.3f} + pass "
+            f"{r['floor_pass_s']:.3f})  plain {r['plain_s']:.3f} s ({r['plain_over_floor']:.2f}x floor)"
+            f"  new {r['auto_s']:.3f} s ({r['new_over_floor']:.2f}x floor)  speedup {r['speedup']:.1f}x"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

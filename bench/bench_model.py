@@ -22,11 +22,15 @@ import torch
 from leviathan.model import build_model, model_config
 
 
-def zipf_batch(vocab: int, batch: int, seq: int, gen: torch.Generator, s: float = 1.1) -> torch.Tensor:
+def zipf_batch(
+    vocab: int, batch: int, seq: int, gen: torch.Generator, s: float = 1.1
+) -> torch.Tensor:
     ranks = torch.arange(1, vocab + 1, dtype=torch.float64)
     probs = ranks.pow(-s)
     perm = torch.randperm(vocab, generator=gen)
-    draws = torch.multinomial(probs / probs.sum(), batch * (seq + 1), replacement=True, generator=gen)
+    draws = torch.multinomial(
+        probs / probs.sum(), batch * (seq + 1), replacement=True, generator=gen
+    )
     return perm[draws].view(batch, seq + 1)
 
 
@@ -73,12 +77,19 @@ def materialize_time(vocab: str, d_model: int, repeats: int) -> dict:
         t0 = time.perf_counter()
         table = lev.materialize()
         times.append(time.perf_counter() - t0)
-    return {"vocab": vocab, "V": cfg.vocab_size, "D": d_model, "shape": list(table.shape),
-            "seconds": statistics.median(times)}
+    return {
+        "vocab": vocab,
+        "V": cfg.vocab_size,
+        "D": d_model,
+        "shape": list(table.shape),
+        "seconds": statistics.median(times),
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--presets", nargs="+", default=["micro", "tiny"])
     ap.add_argument("--vocab", default="gpt2")
     ap.add_argument("--batch", type=int, default=8)

@@ -32,7 +32,9 @@ def plain_read(path: Path) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--mib", type=int, default=1024, help="size of the test file")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
@@ -55,8 +57,10 @@ def main() -> None:
     print(f"file {args.mib} MiB, {args.rounds} rounds (medians, page cache warm)")
     print(f"plain read  {size / r / 1e9:6.2f} GB/s")
     print(f"sha256_file {size / h / 1e9:6.2f} GB/s   ratio to the read: {h / r:.2f}")
-    print(f"per run start at the paper's largest shard ({PAPER_SHARD_BYTES / 1e9:.1f} GB): "
-          f"{PAPER_SHARD_BYTES / (size / h):.0f} s of hashing (a cold disk adds its read time)")
+    print(
+        f"per run start at the paper's largest shard ({PAPER_SHARD_BYTES / 1e9:.1f} GB): "
+        f"{PAPER_SHARD_BYTES / (size / h):.0f} s of hashing (a cold disk adds its read time)"
+    )
 
 
 if __name__ == "__main__":

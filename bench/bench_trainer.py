@@ -34,7 +34,9 @@ WARMUP = 3
 def bare_loop(cfg, bins: list[Path], steps: int) -> list[float]:
     model = build_cell_model(cfg)
     loader = TrainLoader(bins, context=cfg.context, global_batch=cfg.global_batch, seed=cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=0.0)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=0.0
+    )
     n_micro = cfg.global_batch // cfg.micro_batch
     times = []
     for step in range(steps):
@@ -66,7 +68,9 @@ def prepare_shards(work: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--shards", type=Path)
     ap.add_argument("--preset", default="micro")
     ap.add_argument("--steps", type=int, default=30)
@@ -87,10 +91,16 @@ def main() -> None:
                 bare += bare_loop(cfg, bins, args.steps)
                 trained += trainer_steps(cfg, bins, work)
             b, t = statistics.median(bare), statistics.median(trained)
-            results[variant] = {"bare_step_s": b, "trainer_step_s": t, "trainer_vs_bare_tokens_per_s": b / t,
-                                "trainer_tokens_per_s": cfg.tokens_per_step / t}  # fmt: skip
-            print(f"{args.preset} {variant:>9}: bare {b * 1e3:.1f} ms/step, trainer {t * 1e3:.1f} ms/step, "
-                  f"trainer/bare tokens/s {b / t:.3f}")  # fmt: skip
+            results[variant] = {
+                "bare_step_s": b,
+                "trainer_step_s": t,
+                "trainer_vs_bare_tokens_per_s": b / t,
+                "trainer_tokens_per_s": cfg.tokens_per_step / t,
+            }
+            print(
+                f"{args.preset} {variant:>9}: bare {b * 1e3:.1f} ms/step, trainer {t * 1e3:.1f} ms/step, "
+                f"trainer/bare tokens/s {b / t:.3f}"
+            )
         ratio = results["leviathan"]["trainer_step_s"] / results["tied"]["trainer_step_s"]
         results["leviathan_vs_tied_step_time"] = ratio
         print(f"{args.preset}: leviathan vs tied step time through the trainer: {ratio:.3f}")

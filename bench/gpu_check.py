@@ -64,7 +64,9 @@ def _batch(setup: Setup, model: LanguageModel, batch: int) -> torch.Tensor:
     return torch.randint(0, model.cfg.vocab_size, (batch, T + 1), generator=gen).to(setup.device)
 
 
-def _step_fn(setup: Setup, model: torch.nn.Module, ids: torch.Tensor, bf16: bool) -> Callable[[], None]:
+def _step_fn(
+    setup: Setup, model: torch.nn.Module, ids: torch.Tensor, bf16: bool
+) -> Callable[[], None]:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step() -> None:
@@ -97,7 +99,11 @@ def step_ratio(setup: Setup, scale: str, compile: bool) -> dict[str, float]:
         fwd = torch.compile(model) if compile else model
         out[variant] = _time(setup, _step_fn(setup, fwd, ids, bf16=True), setup.steps)
         del model, fwd
-    return {"tied_s": out["tied"], "leviathan_s": out["leviathan"], "ratio": out["leviathan"] / out["tied"]}
+    return {
+        "tied_s": out["tied"],
+        "leviathan_s": out["leviathan"],
+        "ratio": out["leviathan"] / out["tied"],
+    }
 
 
 def throughput(setup: Setup, scale: str) -> dict[str, Any]:
@@ -159,8 +165,11 @@ def gpu_check(smoke: bool) -> dict[str, Any]:
     setup = Setup(smoke)
     first = setup.scales[0]
     return {
-        "device": device_name(setup.device), "smoke": smoke, "torch": torch.__version__,
-        "scale": first, "vocab": setup.vocab,
+        "device": device_name(setup.device),
+        "smoke": smoke,
+        "torch": torch.__version__,
+        "scale": first,
+        "vocab": setup.vocab,
         "step_ratio": step_ratio(setup, first, compile=False),
         "step_ratio_compiled": step_ratio(setup, first, compile=True),
         "throughput": {s: throughput(setup, s) for s in setup.scales},
@@ -168,27 +177,33 @@ def gpu_check(smoke: bool) -> dict[str, Any]:
         "bf16_vs_fp32": bf16_vs_fp32(setup, first),
         "deterministic_overhead": deterministic_overhead(setup, first),
         "eval_tokens_s": eval_tokens_s(setup, first),
-    }  # fmt: skip
+    }
 
 
 def table(r: dict[str, Any]) -> str:
     rows = [
         ("leviathan/tied step, eager", f"{r['step_ratio']['ratio']:.3f}", "<= 1.02"),
         ("leviathan/tied step, compiled", f"{r['step_ratio_compiled']['ratio']:.3f}", "<= 1.02"),
-        *[(f"tokens/s, MFU @ {s}", f"{t['tokens_s']:,.0f}, {t['mfu']}", "MFU >= 0.45 @ 1.2b")
-          for s, t in r["throughput"].items()],
+        *[
+            (f"tokens/s, MFU @ {s}", f"{t['tokens_s']:,.0f}, {t['mfu']}", "MFU >= 0.45 @ 1.2b")
+            for s, t in r["throughput"].items()
+        ],
         ("materialize() ms", f"{r['materialize_ms']:.1f}", "<= 20 (o200k, D 2048)"),
         ("|loss bf16 - fp32| nats", f"{r['bf16_vs_fp32']:.2e}", ""),
         ("deterministic / default step", f"{r['deterministic_overhead']:.3f}", ""),
         ("eval tokens/s", f"{r['eval_tokens_s']:,.0f}", ""),
-    ]  # fmt: skip
-    head = f"gpu-check on {r['device']} ({r['scale']}, {r['vocab']}{', SMOKE' if r['smoke'] else ''})"
+    ]
+    head = (
+        f"gpu-check on {r['device']} ({r['scale']}, {r['vocab']}{', SMOKE' if r['smoke'] else ''})"
+    )
     width = max(len(a) for a, _, _ in rows)
     return "\n".join([head, *(f"{a:<{width}}  {b:>22}  {c}" for a, b, c in rows)])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--smoke", action="store_true", help="micro shapes on CPU (the test)")
     ap.add_argument("--json", default="gpu_check.json")
     args = ap.parse_args(argv)

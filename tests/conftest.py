@@ -39,8 +39,12 @@ def _make_shard(path: Path, tokens: np.ndarray[Any, Any], vocab: str = "gpt2") -
         path,
         kind="tokens",
         vocab=vocab_record(spec),
-        fields={"split": "train", "dtype": np.dtype(dtype).name, "tokens": int(len(tokens)),
-                "documents": 1},
+        fields={
+            "split": "train",
+            "dtype": np.dtype(dtype).name,
+            "tokens": int(len(tokens)),
+            "documents": 1,
+        },
     )
     return path
 

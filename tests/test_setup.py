@@ -17,7 +17,11 @@ FIND_PYTHON = ROOT / "ci" / "find_python.sh"
 
 
 def _torch_pin() -> str:
-    pins = [ln.strip() for ln in (ROOT / "constraints-cpu.txt").read_text().splitlines() if ln.startswith("torch==")]
+    pins = [
+        ln.strip()
+        for ln in (ROOT / "constraints-cpu.txt").read_text().splitlines()
+        if ln.startswith("torch==")
+    ]
     assert len(pins) == 1, pins
     return pins[0].removeprefix("torch==")
 
@@ -28,10 +32,12 @@ def test_cpu_torch_is_pinned_by_its_local_version() -> None:
 
 
 def test_the_set_up_installed_the_pinned_cpu_build() -> None:
-    if not (ROOT / ".venv").resolve() in Path(sys.prefix).resolve().parents and Path(sys.prefix).resolve() != (
-        ROOT / ".venv"
-    ).resolve():
-        pytest.skip("not running in the project's own .venv (make venv): nothing to say about its torch")
+    if (ROOT / ".venv").resolve() not in Path(sys.prefix).resolve().parents and Path(
+        sys.prefix
+    ).resolve() != (ROOT / ".venv").resolve():
+        pytest.skip(
+            "not running in the project's own .venv (make venv): nothing to say about its torch"
+        )
     assert torch.__version__ == _torch_pin()
     assert not torch.version.cuda, "a CUDA build of torch was installed on a CPU set-up path"
 
@@ -39,9 +45,14 @@ def test_the_set_up_installed_the_pinned_cpu_build() -> None:
 def _interpreter(version: str) -> str | None:
     """A real CPython `version` binary (not a pyenv shim, which needs pyenv's own PATH)."""
     pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
-    candidates = [shutil.which(f"python{version}"), *sorted(pyenv.glob(f"{version}.*/bin/python{version}"))]
+    candidates = [
+        shutil.which(f"python{version}"),
+        *sorted(pyenv.glob(f"{version}.*/bin/python{version}")),
+    ]
     for found in filter(None, candidates):
-        real = subprocess.run([found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True)
+        real = subprocess.run(
+            [found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True
+        )
         if real.returncode == 0:
             return real.stdout.strip()
     return None
@@ -57,7 +68,13 @@ def _find_with_only(tmp_path: Path, versions: list[str]) -> subprocess.Completed
             pytest.skip(f"python{v} is not installed here")
         (bin_dir / f"python{v}").symlink_to(exe)
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
-    return subprocess.run([shutil.which("sh") or "/bin/sh", str(FIND_PYTHON)], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [shutil.which("sh") or "/bin/sh", str(FIND_PYTHON)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_find_python_takes_a_newer_supported_python(tmp_path: Path) -> None:
@@ -76,7 +93,9 @@ def test_find_python_honours_an_explicit_choice(tmp_path: Path) -> None:
     exe = _interpreter("3.13")
     if exe is None:
         pytest.skip("python3.13 is not installed here")
-    out = subprocess.run(["sh", str(FIND_PYTHON)], env={**os.environ, "PYTHON": exe}, capture_output=True, text=True)
+    out = subprocess.run(
+        ["sh", str(FIND_PYTHON)], env={**os.environ, "PYTHON": exe}, capture_output=True, text=True
+    )
     assert out.returncode == 0 and out.stdout.strip() == exe
 
 
@@ -84,8 +103,21 @@ def test_slurm_tests_can_be_switched_off() -> None:
     """`LEVIATHAN_SLURM_TESTS=0 make test` on a workstation: nothing is installed or started."""
     env = {**os.environ, "LEVIATHAN_SLURM_TESTS": "0", "CI": "true"}
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(ROOT / "tests" / "slurm")],
-        env=env, capture_output=True, text=True, timeout=300, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "tests" / "slurm"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stdout[-2000:]
     # every test that needs the cluster is skipped with the switch as its reason (the cluster-free

@@ -25,7 +25,9 @@ def sha256_file(path: str | os.PathLike[str], progress: bool = False) -> str:
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, desc=f"sha256 {Path(path).name}")
+        bar = tqdm(
+            total=os.path.getsize(path), unit="B", unit_scale=True, desc=f"sha256 {Path(path).name}"
+        )
     with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)

@@ -71,7 +71,11 @@ def git(*args: str) -> str | None:
     """`git <args>` in this checkout: its stripped output, or None if git fails or is absent."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(repo_root()), *args], capture_output=True, text=True, timeout=10, check=True
+            ["git", "-C", str(repo_root()), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from leviathan import provenance
 from leviathan.data.corpus import (
     CorpusError,
     Document,
@@ -23,7 +24,6 @@ from leviathan.data.corpus import (
     write_corpus,
 )
 from leviathan.data.embedded import embedded_documents, module_text, stdlib_files
-from leviathan import provenance
 from leviathan.io import sha256_file
 from leviathan.manifest import manifest_path, read_manifest, recorded_sha256, write_manifest
 
@@ -201,7 +201,9 @@ def test_config_sha256_is_canonical() -> None:
     assert provenance.config_sha256(a) == provenance.config_sha256(b)
     assert provenance.canonical_json(b) == '{"betas":[0.9,0.999],"lr":0.003,"model":{"d":64,"h":4}}'
     assert provenance.config_sha256(a) != provenance.config_sha256({**a, "lr": 0.001})
-    assert provenance.config_sha256({"betas": (0.9, 0.999)}) == provenance.config_sha256({"betas": [0.9, 0.999]})
+    assert provenance.config_sha256({"betas": (0.9, 0.999)}) == provenance.config_sha256(
+        {"betas": [0.9, 0.999]}
+    )
 
 
 def test_recorded_path_and_recorded_sha256(tmp_path: Path) -> None:
@@ -232,8 +234,14 @@ def test_fetch_manifests_record_config_and_start(tmp_path: Path) -> None:
     before = provenance.utc_now().replace(microsecond=0)
     manifests = fetch_text(tmp_path / "out", [str(src)], val_fraction=0.3, limits=(None, None))
     for m in manifests.values():
-        assert m["config"] == {"step": "fetch", "source": "text", "patterns": [str(src)], "val_fraction": 0.3,
-                               "text_field": "text", "limits": {"max_docs": None, "max_bytes": None}}  # fmt: skip
+        assert m["config"] == {
+            "step": "fetch",
+            "source": "text",
+            "patterns": [str(src)],
+            "val_fraction": 0.3,
+            "text_field": "text",
+            "limits": {"max_docs": None, "max_bytes": None},
+        }
         assert m["config_sha256"] == provenance.config_sha256(m["config"])
         started = dt.datetime.fromisoformat(m["started_utc"])
         assert before <= started <= dt.datetime.fromisoformat(m["finished_utc"])

@@ -116,7 +116,9 @@ def test_resume_refuses_other_data(
         _loader(o200k).load_state_dict(state)
 
 
-def test_resume_under_another_numpy_needs_the_same_order(positions: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resume_under_another_numpy_needs_the_same_order(
+    positions: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = _loader(positions).state_dict()
     assert state["numpy"] == np.__version__
     # another NumPy whose shuffle gives the same permutation: provably the same run, accepted
@@ -125,7 +127,9 @@ def test_resume_under_another_numpy_needs_the_same_order(positions: Path, monkey
     other = _loader(positions)
     reversed_perm = other._perm(0)[::-1].copy()
     monkeypatch.setattr(other, "_perm", lambda epoch: reversed_perm)
-    with pytest.raises(DataMismatchError, match=r"refusing to resume.*NumPy .* shuffles the windows differently"):
+    with pytest.raises(
+        DataMismatchError, match=r"refusing to resume.*NumPy .* shuffles the windows differently"
+    ):
         other.load_state_dict({**state, "numpy": "0.0.0-other"})
 
 

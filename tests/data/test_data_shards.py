@@ -57,7 +57,9 @@ def test_counts_in_pass_equal_counts_from_shard(o200k_shards: Path, tmp_path: Pa
     assert read_manifest(o200k_shards / "counts.npy")["vocab"]["name"] == "o200k_base"
 
 
-def test_token_and_count_manifests_chain_to_the_corpus(embedded_corpus: Path, o200k_shards: Path) -> None:
+def test_token_and_count_manifests_chain_to_the_corpus(
+    embedded_corpus: Path, o200k_shards: Path
+) -> None:
     import datetime as dt
 
     from leviathan.provenance import config_sha256
@@ -65,7 +67,9 @@ def test_token_and_count_manifests_chain_to_the_corpus(embedded_corpus: Path, o2
     corpus = read_manifest(embedded_corpus / "train.jsonl.zst")
     tokens = read_manifest(o200k_shards / "train.bin")
     counts = read_manifest(o200k_shards / "counts.npy")
-    assert tokens["inputs"] == [{"path": corpus["artifact"]["path"], "sha256": corpus["artifact"]["sha256"]}]
+    assert tokens["inputs"] == [
+        {"path": corpus["artifact"]["path"], "sha256": corpus["artifact"]["sha256"]}
+    ]
     assert counts["inputs"][0]["sha256"] == tokens["artifact"]["sha256"]
     assert tokens["vocab"]["bpe_sha256"] and counts["vocab"] == tokens["vocab"]
     assert tokens["config"]["step"] == "tokenize" and tokens["config"]["vocab"] == "o200k_base"
@@ -74,7 +78,9 @@ def test_token_and_count_manifests_chain_to_the_corpus(embedded_corpus: Path, o2
         assert m["config_sha256"] == config_sha256(m["config"])
         assert m["code"]["git_commit"] is None or len(m["code"]["git_commit"]) == 40
         assert "packages" in m["env"] and "slurm_job_id" in m["env"]
-        assert dt.datetime.fromisoformat(m["started_utc"]) <= dt.datetime.fromisoformat(m["finished_utc"])
+        assert dt.datetime.fromisoformat(m["started_utc"]) <= dt.datetime.fromisoformat(
+            m["finished_utc"]
+        )
     # the counts were made in the train shard's tokenize pass: the same start
     assert counts["started_utc"] == tokens["started_utc"]
     assert corpus["finished_utc"] <= tokens["started_utc"]

@@ -147,7 +147,9 @@ def test_unreachable_hub_real_network() -> None:
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
     env |= {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": tempfile.mkdtemp(prefix="hf-home-")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
     assert "UNREACHABLE" in out.stdout, out.stdout + out.stderr
     assert "could not reach the Hugging Face Hub" in out.stdout
 

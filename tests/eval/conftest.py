@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from leviathan.manifest import read_manifest, vocab_record, write_manifest
 from leviathan.data.tokenizers import token_dtype
-from leviathan.io import atomic_path
 from leviathan.eval.checkpoint import Checkpoint, EvalModel, open_checkpoint
+from leviathan.io import atomic_path
+from leviathan.manifest import read_manifest, vocab_record, write_manifest
 from leviathan.train.config import RuntimeConfig, train_config
 from leviathan.train.trainer import train
 from leviathan.vocab import get_vocab
@@ -30,14 +30,24 @@ def write_shard(path: Path, tokens: Any, vocab: str = "gpt2", split: str = "val"
     dtype = token_dtype(spec.n_vocab)
     with atomic_path(path) as tmp:
         np.asarray(tokens, dtype=dtype).tofile(tmp)
-    write_manifest(path, kind="tokens", vocab=vocab_record(spec),
-                   fields={"split": split, "dtype": dtype.name, "tokens": int(len(tokens)), "documents": 1})  # fmt: skip
+    write_manifest(
+        path,
+        kind="tokens",
+        vocab=vocab_record(spec),
+        fields={"split": split, "dtype": dtype.name, "tokens": int(len(tokens)), "documents": 1},
+    )
     return path
 
 
 def _train(shards: Path, run_dir: Path, variant: str) -> Path:
     cfg = train_config("micro", "gpt2", variant, total_tokens=8 * 64 * STEPS)
-    train(cfg, train_bins=[shards / "train.bin"], val_bin=shards / "val.bin", run_dir=run_dir, runtime=QUIET)
+    train(
+        cfg,
+        train_bins=[shards / "train.bin"],
+        val_bin=shards / "val.bin",
+        run_dir=run_dir,
+        runtime=QUIET,
+    )
     return run_dir
 
 
@@ -77,30 +87,74 @@ def task_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
     """A few documents per paper task, in the official Hub schema, as local JSONL files."""
     d = tmp_path_factory.mktemp("lm_eval_data")
     hellaswag = [
-        {"ind": i, "activity_label": "Cooking", "ctx_a": "A man is standing in a kitchen.", "ctx_b": "he",
-         "ctx": "A man is standing in a kitchen. he", "source_id": "activitynet~v_x", "split": "val",
-         "split_type": "indomain", "label": str(i % 4),
-         "endings": ["cuts the onions on a board.", "flies to the moon.", "reads a book [title] quietly.",
-                     "sings a song loudly."]}
+        {
+            "ind": i,
+            "activity_label": "Cooking",
+            "ctx_a": "A man is standing in a kitchen.",
+            "ctx_b": "he",
+            "ctx": "A man is standing in a kitchen. he",
+            "source_id": "activitynet~v_x",
+            "split": "val",
+            "split_type": "indomain",
+            "label": str(i % 4),
+            "endings": [
+                "cuts the onions on a board.",
+                "flies to the moon.",
+                "reads a book [title] quietly.",
+                "sings a song loudly.",
+            ],
+        }
         for i in range(4)
-    ]  # fmt: skip
+    ]
     arc = [
-        {"id": f"Mercury_{i}", "question": q, "answerKey": key,
-         "choices": {"text": ["iron", "wood", "water", "glass"], "label": ["A", "B", "C", "D"]}}
-        for i, (q, key) in enumerate([("Which of these is a metal?", "A"), ("Which one is a liquid?", "C"),
-                                       ("Which one can burn?", "B")])
-    ]  # fmt: skip
+        {
+            "id": f"Mercury_{i}",
+            "question": q,
+            "answerKey": key,
+            "choices": {"text": ["iron", "wood", "water", "glass"], "label": ["A", "B", "C", "D"]},
+        }
+        for i, (q, key) in enumerate(
+            [
+                ("Which of these is a metal?", "A"),
+                ("Which one is a liquid?", "C"),
+                ("Which one can burn?", "B"),
+            ]
+        )
+    ]
     piqa = [
-        {"goal": "To open a jar of pickles,", "sol1": "twist the lid counterclockwise.", "sol2": "eat the lid.", "label": 0},
-        {"goal": "How to dry wet hands?", "sol1": "put them in water.", "sol2": "rub them with a towel.", "label": 1},
-        {"goal": "Keep bread fresh", "sol1": "store it in a sealed bag.", "sol2": "leave it in the rain.", "label": 0},
-    ]  # fmt: skip
+        {
+            "goal": "To open a jar of pickles,",
+            "sol1": "twist the lid counterclockwise.",
+            "sol2": "eat the lid.",
+            "label": 0,
+        },
+        {
+            "goal": "How to dry wet hands?",
+            "sol1": "put them in water.",
+            "sol2": "rub them with a towel.",
+            "label": 1,
+        },
+        {
+            "goal": "Keep bread fresh",
+            "sol1": "store it in a sealed bag.",
+            "sol2": "leave it in the rain.",
+            "label": 0,
+        },
+    ]
     winogrande = [
-        {"sentence": "The trophy did not fit in the suitcase because _ was too big.", "option1": "the trophy",
-         "option2": "the suitcase", "answer": "1"},
-        {"sentence": "The trophy did not fit in the suitcase because _ was too small.", "option1": "the trophy",
-         "option2": "the suitcase", "answer": "2"},
-    ]  # fmt: skip
+        {
+            "sentence": "The trophy did not fit in the suitcase because _ was too big.",
+            "option1": "the trophy",
+            "option2": "the suitcase",
+            "answer": "1",
+        },
+        {
+            "sentence": "The trophy did not fit in the suitcase because _ was too small.",
+            "option1": "the trophy",
+            "option2": "the suitcase",
+            "answer": "2",
+        },
+    ]
     lambada = [
         {"text": "The function returns a new list containing all the items of the list"},
         {"text": "Return the number of items in the container and raise an error"},

@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from leviathan.eval.checkpoint import EvalModel, open_checkpoint, read_checkpoint, resolve_checkpoint
+from leviathan.eval.checkpoint import (
+    EvalModel,
+    open_checkpoint,
+    read_checkpoint,
+    resolve_checkpoint,
+)
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.validation import open_val_shard
 from leviathan.io import sha256_file
@@ -25,7 +30,9 @@ def test_resolve_accepts_run_checkpoints_and_checkpoint_dirs(runs: dict[str, Pat
     assert resolve_checkpoint(final) == final
 
 
-def test_missing_or_unfinished_checkpoints_are_clear_errors(runs: dict[str, Path], tmp_path: Path) -> None:
+def test_missing_or_unfinished_checkpoints_are_clear_errors(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
     with pytest.raises(FileNotFoundError, match="not a checkpoint"):
         resolve_checkpoint(tmp_path / "nowhere")
     unfinished = tmp_path / "run"
@@ -34,11 +41,18 @@ def test_missing_or_unfinished_checkpoints_are_clear_errors(runs: dict[str, Path
         resolve_checkpoint(unfinished)
 
 
-def test_record_carries_the_weights_sha256_and_configs(runs: dict[str, Path], tmp_path: Path) -> None:
+def test_record_carries_the_weights_sha256_and_configs(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
     ckpt = read_checkpoint(runs["leviathan"])
     rec = ckpt.record()
     assert rec["sha256"] == sha256_file(ckpt.path / "model.safetensors")
-    assert (rec["variant"], rec["vocab"], rec["scale"], rec["context"]) == ("leviathan", "gpt2", "micro", 64)
+    assert (rec["variant"], rec["vocab"], rec["scale"], rec["context"]) == (
+        "leviathan",
+        "gpt2",
+        "micro",
+        64,
+    )
     assert rec["train_data"]["vocab"] == "gpt2" and rec["step"] == 4
     manifest = ckpt.path / "model.safetensors.json"
     assert rec["manifest"].endswith("checkpoints/final/model.safetensors.json")
@@ -78,11 +92,15 @@ def test_out_of_vocabulary_ids_are_refused(loaded) -> None:
 def test_data_of_another_vocabulary_is_refused(loaded, tmp_path: Path, shard_writer) -> None:
     ckpt, _ = loaded
     other = shard_writer(tmp_path / "val.bin", np.arange(100), vocab="cl100k_base")
-    with pytest.raises(EvalInputError, match=r"tokenized with cl100k_base, but the checkpoint .* gpt2"):
+    with pytest.raises(
+        EvalInputError, match=r"tokenized with cl100k_base, but the checkpoint .* gpt2"
+    ):
         open_val_shard(ckpt, other)
 
 
-def test_weights_that_do_not_fit_the_recorded_config_are_refused(runs: dict[str, Path], tmp_path: Path) -> None:
+def test_weights_that_do_not_fit_the_recorded_config_are_refused(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
     final = tmp_path / "ckpt"
     shutil.copytree(runs["leviathan"] / "checkpoints" / "final", final)
     state = json.loads((final / "state.json").read_text())

@@ -18,7 +18,9 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict,
     return rc, (json.loads(lines[-1]) if lines else {}), cap.err
 
 
-def test_val_with_word_counts(runs, small_val: Path, gpt2_shards: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_val_with_word_counts(
+    runs, small_val: Path, gpt2_shards: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
     import datetime as dt
 
     from leviathan.provenance import config_sha256
@@ -26,27 +28,63 @@ def test_val_with_word_counts(runs, small_val: Path, gpt2_shards: Path, tmp_path
     monkeypatch.setenv("SLURM_JOB_ID", "31337")
     before = dt.datetime.now(dt.UTC).replace(microsecond=0)
     wc = tmp_path / "wc.json"
-    rc, summary, _ = run(["eval", "word-counts", "--train", str(gpt2_shards / "train.bin"), "--val", str(small_val),
-                          "--out", str(wc)], capsys)  # fmt: skip
+    rc, summary, _ = run(
+        [
+            "eval",
+            "word-counts",
+            "--train",
+            str(gpt2_shards / "train.bin"),
+            "--val",
+            str(small_val),
+            "--out",
+            str(wc),
+        ],
+        capsys,
+    )
     assert rc == 0 and summary["val_word_types"] > 0
     out = tmp_path / "val.json"
-    rc, summary, _ = run(["eval", "val", "--checkpoint", str(runs["tied"]), "--val", str(small_val), "--counts",
-                          str(gpt2_shards / "counts.npy"), "--word-counts", str(wc), "--device", "cpu",
-                          "--quantile-bins", "4", "--out", str(out)], capsys)  # fmt: skip
+    rc, summary, _ = run(
+        [
+            "eval",
+            "val",
+            "--checkpoint",
+            str(runs["tied"]),
+            "--val",
+            str(small_val),
+            "--counts",
+            str(gpt2_shards / "counts.npy"),
+            "--word-counts",
+            str(wc),
+            "--device",
+            "cpu",
+            "--quantile-bins",
+            "4",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert rc == 0
     result = json.loads(out.read_text())
     assert result["kind"] == "val" and result["checkpoint"]["variant"] == "tied"
     assert summary["loss"] == result["results"]["overall"]["loss"]
-    assert len(result["results"]["frequency_tokens"]["quantile"]) <= 4 and "frequency_words" in result["results"]
+    assert (
+        len(result["results"]["frequency_tokens"]["quantile"]) <= 4
+        and "frequency_words" in result["results"]
+    )
     # provenance: the same fields as every manifest, the command's start, the chain to the checkpoint's manifest
     for r in (result, json.loads(wc.read_text())):
         assert r["config_sha256"] == config_sha256(r["config"])
         assert r["env"]["slurm_job_id"] == "31337" and r["env"]["packages"]["lm_eval"]
         assert r["code"]["leviathan"] and "git_commit" in r["code"]
-        started, finished = (dt.datetime.fromisoformat(r[k]) for k in ("started_utc", "finished_utc"))
+        started, finished = (
+            dt.datetime.fromisoformat(r[k]) for k in ("started_utc", "finished_utc")
+        )
         assert before <= started <= finished and r["created_utc"] == r["finished_utc"]
     assert result["env"]["device"] == "cpu"
-    manifest = json.loads((runs["tied"] / "checkpoints" / "final" / "model.safetensors.json").read_text())
+    manifest = json.loads(
+        (runs["tied"] / "checkpoints" / "final" / "model.safetensors.json").read_text()
+    )
     assert result["checkpoint"]["manifest"].endswith("checkpoints/final/model.safetensors.json")
     assert manifest["artifact"]["sha256"] == result["checkpoint"]["sha256"]
     assert [i["role"] for i in manifest["inputs"]] == ["train_tokens", "val_tokens"]
@@ -56,61 +94,178 @@ def test_wikitext_and_lm_eval_with_a_config_file(runs, task_files, tmp_path: Pat
     import datasets
 
     wiki = tmp_path / "wiki.parquet"
-    datasets.Dataset.from_dict({"page": [" = Title = \n \n Some text about things .\n \n" * 5] * 2}).to_parquet(str(wiki))
+    datasets.Dataset.from_dict(
+        {"page": [" = Title = \n \n Some text about things .\n \n" * 5] * 2}
+    ).to_parquet(str(wiki))
     cfg = tmp_path / "eval.yaml"
-    cfg.write_text(yaml.safe_dump({"eval": {
-        "wikitext": {"data_files": {"test": str(wiki)}, "stride": 32},
-        "lm_eval": {"tasks": ["piqa"], "data": {"piqa": {"data_files": task_files["piqa"]}}, "bootstrap_iters": 0},
-    }}))  # fmt: skip
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "eval": {
+                    "wikitext": {"data_files": {"test": str(wiki)}, "stride": 32},
+                    "lm_eval": {
+                        "tasks": ["piqa"],
+                        "data": {"piqa": {"data_files": task_files["piqa"]}},
+                        "bootstrap_iters": 0,
+                    },
+                }
+            }
+        )
+    )
     out = tmp_path / "wikitext.json"
-    rc, summary, _ = run(["eval", "wikitext", "--checkpoint", str(runs["leviathan"]), "--config", str(cfg),
-                          "--device", "cpu", "--out", str(out)], capsys)  # fmt: skip
-    assert rc == 0 and json.loads(out.read_text())["config"]["stride"] == 32 and summary["tokens"] > 0
+    rc, summary, _ = run(
+        [
+            "eval",
+            "wikitext",
+            "--checkpoint",
+            str(runs["leviathan"]),
+            "--config",
+            str(cfg),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
+    assert (
+        rc == 0 and json.loads(out.read_text())["config"]["stride"] == 32 and summary["tokens"] > 0
+    )
     assert summary["documents"] == 2 and summary["word_perplexity"] > 1
     out = tmp_path / "lm_eval.json"
-    rc, summary, _ = run(["eval", "lm-eval", "--checkpoint", str(runs["leviathan"]), "--config", str(cfg),
-                          "--device", "cpu", "--out", str(out)], capsys)  # fmt: skip
+    rc, summary, _ = run(
+        [
+            "eval",
+            "lm-eval",
+            "--checkpoint",
+            str(runs["leviathan"]),
+            "--config",
+            str(cfg),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert rc == 0 and set(summary["acc"]) == {"piqa"}
-    assert Path(summary["samples"]).is_file() and json.loads(out.read_text())["results"]["samples"]["count"] == 3
+    assert (
+        Path(summary["samples"]).is_file()
+        and json.loads(out.read_text())["results"]["samples"]["count"] == 3
+    )
     # --task-data on the command line instead of the config file
-    rc, summary, _ = run(["eval", "lm-eval", "--checkpoint", str(runs["leviathan"]), "--tasks", "winogrande",
-                          "--task-data", f"winogrande:validation={task_files['winogrande']['validation']}",
-                          "--bootstrap-iters", "0", "--device", "cpu", "--out", str(tmp_path / "w.json")], capsys)  # fmt: skip
+    rc, summary, _ = run(
+        [
+            "eval",
+            "lm-eval",
+            "--checkpoint",
+            str(runs["leviathan"]),
+            "--tasks",
+            "winogrande",
+            "--task-data",
+            f"winogrande:validation={task_files['winogrande']['validation']}",
+            "--bootstrap-iters",
+            "0",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "w.json"),
+        ],
+        capsys,
+    )
     assert rc == 0 and set(summary["acc"]) == {"winogrande"}
 
 
 def test_sample_efficiency(runs, tmp_path: Path, capsys) -> None:
     out = tmp_path / "se.json"
-    rc, summary, _ = run(["eval", "sample-efficiency", "--baseline", str(runs["tied"]), "--run", str(runs["leviathan"]),
-                          "--out", str(out)], capsys)  # fmt: skip
+    rc, summary, _ = run(
+        [
+            "eval",
+            "sample-efficiency",
+            "--baseline",
+            str(runs["tied"]),
+            "--run",
+            str(runs["leviathan"]),
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     result = json.loads(out.read_text())
     assert rc == 0 and result["kind"] == "sample_efficiency"
     assert result["started_utc"] <= result["finished_utc"] and result["config_sha256"]
 
 
-def test_errors_are_messages_not_tracebacks(runs, small_val: Path, tmp_path: Path, capsys, unreachable_hub) -> None:
-    rc, _, err = run(["eval", "val", "--checkpoint", str(tmp_path / "nope"), "--val", str(small_val),
-                      "--out", str(tmp_path / "x.json")], capsys)  # fmt: skip
+def test_errors_are_messages_not_tracebacks(
+    runs, small_val: Path, tmp_path: Path, capsys, unreachable_hub
+) -> None:
+    rc, _, err = run(
+        [
+            "eval",
+            "val",
+            "--checkpoint",
+            str(tmp_path / "nope"),
+            "--val",
+            str(small_val),
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        capsys,
+    )
     assert rc == 2 and "not a checkpoint" in err and "Traceback" not in err
-    rc, _, err = run(["eval", "lm-eval", "--checkpoint", str(runs["tied"]), "--tasks", "piqa", "--device", "cpu",
-                      "--out", str(tmp_path / "x.json")], capsys)  # fmt: skip
+    rc, _, err = run(
+        [
+            "eval",
+            "lm-eval",
+            "--checkpoint",
+            str(runs["tied"]),
+            "--tasks",
+            "piqa",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        capsys,
+    )
     assert rc == 2 and "unreachable" in err and "--task-data" in err
-    rc, _, err = run(["eval", "lm-eval", "--checkpoint", str(runs["tied"]), "--task-data", "piqa=x.jsonl",
-                      "--out", str(tmp_path / "x.json")], capsys)  # fmt: skip
+    rc, _, err = run(
+        [
+            "eval",
+            "lm-eval",
+            "--checkpoint",
+            str(runs["tied"]),
+            "--task-data",
+            "piqa=x.jsonl",
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        capsys,
+    )
     assert rc == 2 and "TASK:SPLIT=FILE" in err
     assert not (tmp_path / "x.json").exists()
 
 
-def test_lm_eval_task_yamls_load_in_lm_eval_on_the_same_files(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_lm_eval_task_yamls_load_in_lm_eval_on_the_same_files(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
     """`leviathan eval lm-eval-tasks`: lm-eval's own TaskManager loads them, on our local files."""
     from lm_eval.tasks import TaskManager
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
     rc, summary, _ = run(["eval", "lm-eval-tasks", "--out", str(tmp_path)], capsys)
-    assert rc == 0 and set(summary["tasks"]) == {"hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande",
-                                                 "lambada_openai"}  # fmt: skip
-    tm = TaskManager(include_defaults=False, include_path=str(tmp_path))  # the YAMLs include the official ones
+    assert rc == 0 and set(summary["tasks"]) == {
+        "hellaswag",
+        "arc_easy",
+        "arc_challenge",
+        "piqa",
+        "winogrande",
+        "lambada_openai",
+    }
+    tm = TaskManager(
+        include_defaults=False, include_path=str(tmp_path)
+    )  # the YAMLs include the official ones
     piqa = tm.load(["piqa"])["tasks"]["piqa"]
     local = root / "workflow/resources/smoke/lm_eval/piqa_validation.jsonl"
     assert len(list(piqa.validation_docs())) == sum(1 for _ in open(local))

@@ -14,9 +14,9 @@ from leviathan.eval.config import ValConfig
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.frequency import bucket_table, log10_bins, quantile_bins, stratify
 from leviathan.eval.results import write_result
+from leviathan.eval.token_bytes import token_bytes
 from leviathan.eval.validation import build_word_counts, evaluate_val
 from leviathan.eval.words import segment
-from leviathan.eval.token_bytes import token_bytes
 
 
 def test_log10_bins_cover_each_count_once() -> None:
@@ -66,12 +66,20 @@ def _check_reconciles(strat: dict, total_n: int, total_loss: float) -> None:
     assert strat["mean_loss"] == pytest.approx(total_loss / total_n, rel=1e-12)
 
 
-def test_token_buckets_on_a_trained_checkpoint(loaded, small_val: Path, gpt2_shards: Path, tmp_path: Path) -> None:
+def test_token_buckets_on_a_trained_checkpoint(
+    loaded, small_val: Path, gpt2_shards: Path, tmp_path: Path
+) -> None:
     ckpt, em = loaded
     wc = build_word_counts(gpt2_shards / "train.bin", small_val)
     write_result(tmp_path / "wc.json", wc)
-    out = evaluate_val(ckpt, em, small_val, counts=gpt2_shards / "counts.npy", word_counts=tmp_path / "wc.json",
-                       cfg=ValConfig(batch_size=8, quantile_bins=5))  # fmt: skip
+    out = evaluate_val(
+        ckpt,
+        em,
+        small_val,
+        counts=gpt2_shards / "counts.npy",
+        word_counts=tmp_path / "wc.json",
+        cfg=ValConfig(batch_size=8, quantile_bins=5),
+    )
     res = out["results"]
     overall = res["overall"]
     tok = res["frequency_tokens"]
@@ -80,20 +88,30 @@ def test_token_buckets_on_a_trained_checkpoint(loaded, small_val: Path, gpt2_sha
     # each bucket's mean loss, recomputed from per-target losses and the training counts
     from leviathan.eval.perplexity import evaluate_shard
 
-    stats = evaluate_shard(em, small_val, vocab="gpt2", context=64, batch_size=8, keep_token_losses=True)
+    stats = evaluate_shard(
+        em, small_val, vocab="gpt2", context=64, batch_size=8, keep_token_losses=True
+    )
     targets = np.asarray(open_shard(small_val).tokens[1:], dtype=np.int64)
     train_counts = load_counts(gpt2_shards / "counts.npy")[targets]
     for row in tok["log10"]:
-        sel = (train_counts >= row["count_lo"]) & (True if row["count_hi"] is None else train_counts <= row["count_hi"])
+        sel = (train_counts >= row["count_lo"]) & (
+            True if row["count_hi"] is None else train_counts <= row["count_hi"]
+        )
         assert row["n"] == int(sel.sum())
         if row["n"]:
-            assert row["mean_loss"] == pytest.approx(float(stats.token_losses[sel].astype(np.float64).mean()), rel=1e-5)
+            assert row["mean_loss"] == pytest.approx(
+                float(stats.token_losses[sel].astype(np.float64).mean()), rel=1e-5
+            )
     # the words: their losses add up to the token losses
     words = res["words"]
     assert words["tokens_in_words"] + words["targets_outside_words"] == overall["targets"]
-    assert words["total_nats"] + words["loss_outside_words"] == pytest.approx(overall["total_nats"], rel=1e-9)
+    assert words["total_nats"] + words["loss_outside_words"] == pytest.approx(
+        overall["total_nats"], rel=1e-9
+    )
     _check_reconciles(res["frequency_words"], words["words"], words["total_nats"])
-    eot_count = int(np.count_nonzero(np.fromfile(gpt2_shards / "train.bin", dtype=np.uint16) == 50256))
+    eot_count = int(
+        np.count_nonzero(np.fromfile(gpt2_shards / "train.bin", dtype=np.uint16) == 50256)
+    )
     assert wc["results"]["counts"][" <|endoftext|>"] == eot_count
     roles = [i["role"] for i in out["inputs"]]
     assert roles == ["val_tokens", "train_counts", "word_counts"]
@@ -104,7 +122,9 @@ def test_word_losses_are_the_sums_of_their_tokens(loaded, small_val: Path) -> No
     from leviathan.eval.words import word_losses
 
     _, em = loaded
-    stats = evaluate_shard(em, small_val, vocab="gpt2", context=64, batch_size=8, keep_token_losses=True)
+    stats = evaluate_shard(
+        em, small_val, vocab="gpt2", context=64, batch_size=8, keep_token_losses=True
+    )
     tokens = np.asarray(open_shard(small_val).tokens, dtype=np.int64)
     ws = word_losses(tokens, stats.token_losses, "gpt2", chunk_tokens=500)  # several chunks
     seg = segment(tokens, token_bytes("gpt2"))
@@ -122,18 +142,23 @@ def test_word_losses_are_the_sums_of_their_tokens(loaded, small_val: Path) -> No
         assert got[k] == pytest.approx(expected[k], rel=1e-9, abs=1e-9)
 
 
-def test_missing_or_foreign_counts_are_clear_errors(loaded, small_val: Path, tmp_path: Path, shard_writer) -> None:
+def test_missing_or_foreign_counts_are_clear_errors(
+    loaded, small_val: Path, tmp_path: Path, shard_writer
+) -> None:
     ckpt, em = loaded
     with pytest.raises(FileNotFoundError, match="training counts not found.*counts.npy"):
         evaluate_val(ckpt, em, small_val, counts=tmp_path / "counts.npy")
-    other = shard_writer(tmp_path / "train.bin", np.arange(1000), vocab="cl100k_base", split="train")
+    other = shard_writer(
+        tmp_path / "train.bin", np.arange(1000), vocab="cl100k_base", split="train"
+    )
     counts_from_shard(other, tmp_path / "cl100k_counts.npy")
     with pytest.raises(EvalInputError, match="cl100k_base.*trained on gpt2"):
         evaluate_val(ckpt, em, small_val, counts=tmp_path / "cl100k_counts.npy")
 
 
-def test_word_counts_of_another_validation_text_are_refused(loaded, small_val: Path, gpt2_shards: Path,
-                                                            tmp_path: Path, shard_writer) -> None:  # fmt: skip
+def test_word_counts_of_another_validation_text_are_refused(
+    loaded, small_val: Path, gpt2_shards: Path, tmp_path: Path, shard_writer
+) -> None:
     ckpt, em = loaded
     tokens = np.asarray(open_shard(small_val).tokens)
     other_val = shard_writer(tmp_path / "other_val.bin", tokens[:40])
@@ -143,17 +168,25 @@ def test_word_counts_of_another_validation_text_are_refused(loaded, small_val: P
 
 
 def test_stratify_handles_empty_and_single_type() -> None:
-    s = stratify(np.array([3], dtype=np.int64), np.array([2], dtype=np.int64), np.array([4.0]), quantiles=10)
+    s = stratify(
+        np.array([3], dtype=np.int64), np.array([2], dtype=np.int64), np.array([4.0]), quantiles=10
+    )
     assert [r["n"] for r in s["quantile"]] == [2] and s["mean_loss"] == 2.0
     with pytest.raises(EvalInputError):
         quantile_bins(np.array([1]), np.array([1]), 0)
 
 
-def test_word_buckets_on_a_prefix_of_the_split(loaded, small_val: Path, gpt2_shards: Path, tmp_path: Path) -> None:
+def test_word_buckets_on_a_prefix_of_the_split(
+    loaded, small_val: Path, gpt2_shards: Path, tmp_path: Path
+) -> None:
     ckpt, em = loaded
     write_result(tmp_path / "wc.json", build_word_counts(gpt2_shards / "train.bin", small_val))
-    out = evaluate_val(ckpt, em, small_val, word_counts=tmp_path / "wc.json", cfg=ValConfig(max_windows=3))
+    out = evaluate_val(
+        ckpt, em, small_val, word_counts=tmp_path / "wc.json", cfg=ValConfig(max_windows=3)
+    )
     words, overall = out["results"]["words"], out["results"]["overall"]
     assert overall["targets"] == 3 * 64
-    assert words["total_nats"] + words["loss_outside_words"] == pytest.approx(overall["total_nats"], rel=1e-9)
+    assert words["total_nats"] + words["loss_outside_words"] == pytest.approx(
+        overall["total_nats"], rel=1e-9
+    )
     assert words["targets_outside_words"] >= 1  # the cut last word

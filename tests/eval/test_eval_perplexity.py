@@ -29,7 +29,9 @@ def direct_losses(model, tokens: np.ndarray, context: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-def test_val_covers_every_target_once_and_matches_the_model(loaded, small_val: Path, tmp_path: Path) -> None:
+def test_val_covers_every_target_once_and_matches_the_model(
+    loaded, small_val: Path, tmp_path: Path
+) -> None:
     ckpt, em = loaded
     out = evaluate_val(ckpt, em, small_val, cfg=ValConfig(batch_size=5))
     tokens = np.asarray(open_shard(small_val).tokens)
@@ -39,7 +41,9 @@ def test_val_covers_every_target_once_and_matches_the_model(loaded, small_val: P
     assert o["loss"] == pytest.approx(expected.astype(np.float64).mean(), rel=1e-5)
     assert o["perplexity"] == pytest.approx(math.exp(o["loss"]), rel=1e-12)
     enc = load_tokenizer("gpt2").encoding
-    n_bytes = sum(len(enc.decode_single_token_bytes(int(t))) for t in tokens[1:] if t != enc.eot_token)
+    n_bytes = sum(
+        len(enc.decode_single_token_bytes(int(t))) for t in tokens[1:] if t != enc.eot_token
+    )
     assert o["bytes"] == n_bytes
     assert o["bits_per_byte"] == pytest.approx(expected.sum() / math.log(2) / n_bytes, rel=1e-5)
     # provenance: the checkpoint's hash and the shard's manifest
@@ -48,7 +52,12 @@ def test_val_covers_every_target_once_and_matches_the_model(loaded, small_val: P
     assert val_input["role"] == "val_tokens" and val_input["manifest"]["kind"] == "tokens"
     assert val_input["sha256"] == val_input["manifest"]["artifact"]["sha256"]
     path = write_result(tmp_path / "val.json", out)
-    assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))["kind"] == "val"
+    assert (
+        json.loads(
+            path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")
+        )["kind"]
+        == "val"
+    )
 
 
 def test_envelope_carries_the_provenance_record(loaded, tmp_path: Path, monkeypatch) -> None:
@@ -61,9 +70,19 @@ def test_envelope_carries_the_provenance_record(loaded, tmp_path: Path, monkeypa
     monkeypatch.setenv("SLURM_JOB_ID", "99")
     ckpt, _ = loaded
     started = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
-    env = envelope("val", checkpoint=ckpt, inputs=[], config={"b": 2, "a": 1}, results={}, seconds=1.23456,
-                   device="cpu", started=started)  # fmt: skip
-    assert env["config"] == {"a": 1, "b": 2} and env["config_sha256"] == config_sha256({"b": 2, "a": 1})
+    env = envelope(
+        "val",
+        checkpoint=ckpt,
+        inputs=[],
+        config={"b": 2, "a": 1},
+        results={},
+        seconds=1.23456,
+        device="cpu",
+        started=started,
+    )
+    assert env["config"] == {"a": 1, "b": 2} and env["config_sha256"] == config_sha256(
+        {"b": 2, "a": 1}
+    )
     assert env["started_utc"] == started.isoformat(timespec="seconds") <= env["finished_utc"]
     assert env["env"]["slurm_job_id"] == "99" and env["env"]["device"] == "cpu"
     assert set(PACKAGES) <= env["env"]["packages"].keys() and env["seconds"] == 1.235
@@ -81,8 +100,18 @@ def test_envelope_carries_the_provenance_record(loaded, tmp_path: Path, monkeypa
 
 def test_batch_size_and_prefix_windows(loaded, small_val: Path) -> None:
     ckpt, em = loaded
-    a = evaluate_shard(em, small_val, vocab="gpt2", context=64, batch_size=1, max_windows=7, keep_token_losses=True)
-    b = evaluate_shard(em, small_val, vocab="gpt2", context=64, batch_size=16, max_windows=7, keep_token_losses=True)
+    a = evaluate_shard(
+        em, small_val, vocab="gpt2", context=64, batch_size=1, max_windows=7, keep_token_losses=True
+    )
+    b = evaluate_shard(
+        em,
+        small_val,
+        vocab="gpt2",
+        context=64,
+        batch_size=16,
+        max_windows=7,
+        keep_token_losses=True,
+    )
     assert a.n_targets == b.n_targets == 7 * 64
     np.testing.assert_allclose(a.token_losses, b.token_losses, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(a.count, b.count)
@@ -95,7 +124,9 @@ def test_context_longer_than_the_model_is_refused(loaded, small_val: Path) -> No
         evaluate_val(ckpt, em, small_val, cfg=ValConfig(context=65))
 
 
-@pytest.mark.parametrize("n,context,stride", [(2, 4, 4), (10, 4, 4), (11, 4, 1), (50, 8, 3), (9, 8, 8), (100, 16, 16)])
+@pytest.mark.parametrize(
+    "n,context,stride", [(2, 4, 4), (10, 4, 4), (11, 4, 1), (50, 8, 3), (9, 8, 8), (100, 16, 16)]
+)
 def test_stream_windows_score_every_target_once(n: int, context: int, stride: int) -> None:
     seen: list[int] = []
     for begin, first, end in stream_windows(n, context, stride):

@@ -11,10 +11,18 @@ from leviathan.eval.sample_efficiency import read_curve, sample_efficiency
 from leviathan.train.telemetry import MetricsLog, read_metrics
 
 
-def write_run(run: Path, points: list[tuple[int, int, float]], *, vocab: str = "gpt2", variant: str = "tied") -> Path:
+def write_run(
+    run: Path, points: list[tuple[int, int, float]], *, vocab: str = "gpt2", variant: str = "tied"
+) -> Path:
     """A run directory whose metrics.jsonl (the trainer's writer) holds these val points."""
     log = MetricsLog(run / "metrics.jsonl")
-    log.write({"kind": "start", "step": 0, "train_config": {"scale": "micro", "vocab": vocab, "variant": variant, "context": 64}})
+    log.write(
+        {
+            "kind": "start",
+            "step": 0,
+            "train_config": {"scale": "micro", "vocab": vocab, "variant": variant, "context": 64},
+        }
+    )
     for step, tokens, loss in points:
         log.write({"kind": "val", "step": step, "tokens": tokens, "val_loss": loss})
     log.close()
@@ -22,9 +30,17 @@ def write_run(run: Path, points: list[tuple[int, int, float]], *, vocab: str = "
 
 
 def test_tokens_to_reach_the_baseline_and_the_ratio(tmp_path: Path) -> None:
-    base = write_run(tmp_path / "tied", [(1, 100, 5.0), (2, 200, 4.0), (3, 300, 3.5), (4, 400, 3.2)])
-    lev = write_run(tmp_path / "lev", [(1, 100, 5.5), (2, 200, 3.8), (3, 300, 3.1), (4, 400, 2.9)], variant="leviathan")
-    never = write_run(tmp_path / "never", [(1, 100, 6.0), (2, 200, 5.0), (4, 400, 3.3)], variant="untied")
+    base = write_run(
+        tmp_path / "tied", [(1, 100, 5.0), (2, 200, 4.0), (3, 300, 3.5), (4, 400, 3.2)]
+    )
+    lev = write_run(
+        tmp_path / "lev",
+        [(1, 100, 5.5), (2, 200, 3.8), (3, 300, 3.1), (4, 400, 2.9)],
+        variant="leviathan",
+    )
+    never = write_run(
+        tmp_path / "never", [(1, 100, 6.0), (2, 200, 5.0), (4, 400, 3.3)], variant="untied"
+    )
     out = sample_efficiency(base, [lev, never])
     r = out["results"]
     assert r["baseline"]["target_val_loss"] == 3.2 and r["baseline"]["tokens"] == 400

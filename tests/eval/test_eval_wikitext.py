@@ -59,15 +59,22 @@ def _reference(ckpt, context: int) -> tuple[float, int, int]:
 
 def test_wikitext_is_lm_evals_definition(loaded, wikitext_jsonl: Path) -> None:
     ckpt, em = loaded
-    out = evaluate_wikitext(ckpt, em, WikitextConfig(data_files={"test": str(wikitext_jsonl)}, batch_size=3))
+    out = evaluate_wikitext(
+        ckpt, em, WikitextConfig(data_files={"test": str(wikitext_jsonl)}, batch_size=3)
+    )
     r = out["results"]
     total, words, n_bytes = _reference(ckpt, ckpt.context)
-    assert len(load_tokenizer("gpt2").encode(wikitext_detokenizer({"page": PAGES[0]}))) > 2 * ckpt.context
+    assert (
+        len(load_tokenizer("gpt2").encode(wikitext_detokenizer({"page": PAGES[0]})))
+        > 2 * ckpt.context
+    )
     assert r["word_perplexity"] == pytest.approx(math.exp(total / words), rel=1e-6)
     assert r["byte_perplexity"] == pytest.approx(math.exp(total / n_bytes), rel=1e-6)
     assert r["bits_per_byte"] == pytest.approx(total / n_bytes / math.log(2), rel=1e-6)
     assert r["documents"] == 2 and r["lm_eval"]["task"] == "wikitext"
-    assert r["lm_eval"]["data"]["kind"] == "local" and r["lm_eval"]["config"]["dataset_path"] == "json"
+    assert (
+        r["lm_eval"]["data"]["kind"] == "local" and r["lm_eval"]["config"]["dataset_path"] == "json"
+    )
     assert out["inputs"][0]["path"] == str(wikitext_jsonl) and len(out["inputs"][0]["sha256"]) == 64
     assert out["checkpoint"]["sha256"] == ckpt.sha256 and out["stand_in_data"] == []
 
@@ -86,8 +93,14 @@ def test_the_stream_figure_is_kept_secondary(loaded, wikitext_jsonl: Path) -> No
     for start in range(0, len(ids) - 1, 64):
         chunk = torch.as_tensor(ids[start : start + 65])
         total += float(model.token_losses(chunk[None, :-1], chunk[None, 1:]).double().sum())
-    assert stream["tokens"] == len(ids) - 1 and stream["total_nats"] == pytest.approx(total, rel=1e-5)
-    assert a["token_perplexity"] == stream["token_perplexity"] == pytest.approx(math.exp(total / stream["tokens"]), rel=1e-5)
+    assert stream["tokens"] == len(ids) - 1 and stream["total_nats"] == pytest.approx(
+        total, rel=1e-5
+    )
+    assert (
+        a["token_perplexity"]
+        == stream["token_perplexity"]
+        == pytest.approx(math.exp(total / stream["tokens"]), rel=1e-5)
+    )
     assert b["stream"]["total_nats"] != stream["total_nats"]  # a smaller stride gives more context
     assert b["word_perplexity"] == a["word_perplexity"]  # lm-eval's figure does not depend on it
 
@@ -97,9 +110,13 @@ def test_bad_wikitext_inputs(loaded, wikitext_jsonl: Path, tmp_path: Path) -> No
     with pytest.raises(EvalInputError, match="split"):
         evaluate_wikitext(ckpt, em, WikitextConfig(data_files={"validation": str(wikitext_jsonl)}))
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        evaluate_wikitext(ckpt, em, WikitextConfig(data_files={"test": str(tmp_path / "none.jsonl")}))
+        evaluate_wikitext(
+            ckpt, em, WikitextConfig(data_files={"test": str(tmp_path / "none.jsonl")})
+        )
     with pytest.raises(EvalInputError, match="stride"):
-        evaluate_wikitext(ckpt, em, WikitextConfig(data_files={"test": str(wikitext_jsonl)}, stride=100))
+        evaluate_wikitext(
+            ckpt, em, WikitextConfig(data_files={"test": str(wikitext_jsonl)}, stride=100)
+        )
 
 
 def test_unreachable_hub_says_so_and_names_the_override(loaded, unreachable_hub) -> None:

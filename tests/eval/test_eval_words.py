@@ -31,7 +31,9 @@ def test_words_are_the_same_for_every_vocabulary(vocab: str) -> None:
     for d in DOCS:
         expected += d.encode().split() + [EOT_WORD.encode()]
     assert seg.words == expected
-    assert [w for chunk in iter_words(np.asarray(ids), vocab, chunk_tokens=3) for w in chunk] == expected
+    assert [
+        w for chunk in iter_words(np.asarray(ids), vocab, chunk_tokens=3) for w in chunk
+    ] == expected
     # every token's non-whitespace bytes lie inside the word it belongs to
     tb = token_bytes(vocab)
     for t, w in zip(ids, seg.word_of_token.tolist(), strict=True):
@@ -46,7 +48,10 @@ def test_whitespace_tokens_belong_to_the_next_word() -> None:
     tok = load_tokenizer("gpt2")
     ids = tok.encode("one\n\ntwo") + [tok.spec.eot_id]
     seg = segment(np.asarray(ids), token_bytes("gpt2"))
-    by_token = [(tok.decode([t]), seg.words[w]) for t, w in zip(ids, seg.word_of_token.tolist(), strict=True)]
+    by_token = [
+        (tok.decode([t]), seg.words[w])
+        for t, w in zip(ids, seg.word_of_token.tolist(), strict=True)
+    ]
     ws_tokens = [word for text, word in by_token if text.isspace()]
     assert ws_tokens and set(ws_tokens) == {b"two"}
 

@@ -14,7 +14,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
-pytest.importorskip("transformers", reason="the hf extra is not installed: pip install -e '.[test,hf]'")
+pytest.importorskip(
+    "transformers", reason="the hf extra is not installed: pip install -e '.[test,hf]'"
+)
 
 from leviathan.data.tokenizers import Tokenizer, VocabFileError, load_tokenizer  # noqa: E402
 from leviathan.train.config import RuntimeConfig, train_config  # noqa: E402
@@ -42,5 +44,11 @@ def micro_run(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     """A micro leviathan run (a few steps on the embedded corpus's gpt2 shards)."""
     run_dir = tmp_path_factory.mktemp("export_run") / "leviathan"
     cfg = train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * 3)
-    train(cfg, train_bins=[gpt2_shards / "train.bin"], val_bin=gpt2_shards / "val.bin", run_dir=run_dir, runtime=QUIET)
+    train(
+        cfg,
+        train_bins=[gpt2_shards / "train.bin"],
+        val_bin=gpt2_shards / "val.bin",
+        run_dir=run_dir,
+        runtime=QUIET,
+    )
     return run_dir

@@ -25,8 +25,15 @@ def exported(micro_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_export_loads_with_no_custom_code(exported: Path, micro_run: Path) -> None:
     names = {p.name for p in exported.iterdir()}
-    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-            "tokenizer_config.json", "README.md", "model.safetensors.json"} <= names  # fmt: skip
+    assert {
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "README.md",
+        "model.safetensors.json",
+    } <= names
     config = json.loads((exported / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and "auto_map" not in config
     model = AutoModelForCausalLM.from_pretrained(exported, trust_remote_code=False).eval()
@@ -34,7 +41,9 @@ def test_export_loads_with_no_custom_code(exported: Path, micro_run: Path) -> No
     ckpt = read_checkpoint(micro_run)
     ours = load_model(ckpt)
     ids = torch.as_tensor([tokenizer("The quick brown fox jumps over the lazy dog.")["input_ids"]])
-    assert ids[0].tolist() == load_tokenizer("gpt2").encode("The quick brown fox jumps over the lazy dog.")
+    assert ids[0].tolist() == load_tokenizer("gpt2").encode(
+        "The quick brown fox jumps over the lazy dog."
+    )
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=ids).logits, ours(ids), rtol=1e-5, atol=1e-5)
     assert json.loads((exported / "generation_config.json").read_text())["eos_token_id"] == 50256
@@ -45,7 +54,9 @@ def test_model_card_and_manifest_name_the_checkpoint(exported: Path, micro_run: 
     card = (exported / "README.md").read_text()
     assert ckpt.sha256 in card and "micro/gpt2/leviathan/seed" in card
     assert '"variant": "leviathan"' in card  # the config
-    assert str((ckpt.state.get("code") or {}).get("git_commit") or "unknown") in card  # the code version
+    assert (
+        str((ckpt.state.get("code") or {}).get("git_commit") or "unknown") in card
+    )  # the code version
     manifest = json.loads((exported / "model.safetensors.json").read_text())
     assert manifest["kind"] == "hf_export"
     assert manifest["artifact"]["sha256"] == sha256_file(exported / "model.safetensors")
@@ -55,20 +66,24 @@ def test_model_card_and_manifest_name_the_checkpoint(exported: Path, micro_run: 
     assert manifest["vocab"]["bpe_sha256"] == load_tokenizer("gpt2").spec.bpe_sha256
 
 
-def test_audit_walks_the_export_back_to_its_checkpoint(exported: Path, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_audit_walks_the_export_back_to_its_checkpoint(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["audit", str(exported)]) == 0
     out = capsys.readouterr().out
     assert "checkpoints/final/model.safetensors" in out and "train.bin" in out  # down the chain
     copy = tmp_path / "tampered"
     shutil.copytree(exported, copy)
-    (copy / "config.json").write_text((copy / "config.json").read_text().replace('"silu"', '"gelu"'))
+    (copy / "config.json").write_text(
+        (copy / "config.json").read_text().replace('"silu"', '"gelu"')
+    )
     assert main(["audit", str(copy)]) == 1
     assert "config.json" in capsys.readouterr().err
 
 
-def test_bad_input_clear_errors_nothing_half_written(micro_run: Path, exported: Path, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_bad_input_clear_errors_nothing_half_written(
+    micro_run: Path, exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # a run without a final checkpoint
     empty_run = tmp_path / "run"
     (empty_run / "checkpoints").mkdir(parents=True)

@@ -36,7 +36,9 @@ def sharpened(scale: str, vocab: str, variant: str, seed: int = 0) -> torch.nn.M
     return model
 
 
-def roundtrip(model: torch.nn.Module, vocab: str, tmp_path: Path, dtype: str = "float32") -> torch.nn.Module:
+def roundtrip(
+    model: torch.nn.Module, vocab: str, tmp_path: Path, dtype: str = "float32"
+) -> torch.nn.Module:
     """Export `model`, save it as transformers does, load it back with AutoModelForCausalLM."""
     hf.to_llama(model, get_vocab(vocab), dtype).save_pretrained(tmp_path)
     return AutoModelForCausalLM.from_pretrained(tmp_path).eval()
@@ -71,7 +73,9 @@ def test_logits_parity_tiny(tmp_path: Path) -> None:
         assert rel_diff(model(ids), loaded(input_ids=ids).logits) <= 1e-5
 
 
-def test_without_the_qk_permutation_logits_differ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_without_the_qk_permutation_logits_differ(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The q/k row permutation is what makes parity hold (interleaved vs half rotation)."""
     model = sharpened("micro", "gpt2", "untied")
     ids = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.max_seq_len))
@@ -100,7 +104,9 @@ def test_bfloat16_export(tmp_path: Path) -> None:
         assert f.get_tensor("model.embed_tokens.weight").dtype == torch.bfloat16
     ids = torch.randint(0, model.cfg.vocab_size, (1, model.cfg.max_seq_len))
     with torch.no_grad():
-        assert rel_diff(model(ids), loaded(input_ids=ids).logits.float()) < 0.1  # bf16 rounding only
+        assert (
+            rel_diff(model(ids), loaded(input_ids=ids).logits.float()) < 0.1
+        )  # bf16 rounding only
 
 
 def test_unknown_dtype_names_the_valid_ones() -> None:
@@ -113,5 +119,7 @@ def test_workflow_schema_offers_exactly_the_export_dtypes() -> None:
 
     from leviathan.paper import repo_root
 
-    schema = yaml.safe_load((repo_root() / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    schema = yaml.safe_load(
+        (repo_root() / "workflow" / "schemas" / "config.schema.yaml").read_text()
+    )
     assert schema["properties"]["export"]["properties"]["dtype"]["enum"] == list(hf.DTYPES)

@@ -36,11 +36,36 @@ def local_task_yamls(out: Path) -> list[str]:
     return [p.stem for p in paths]
 
 
-def run_cli(prefix: list[str], model: str, model_args: str, tasks: list[str], include: Path, out: Path) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    cmd = [*prefix, "run", "--model", model, "--model_args", model_args, "--tasks", ",".join(tasks),
-           "--include_path", str(include), "--device", "cpu", "--batch_size", "4", "--log_samples",
-           "--output_path", str(out), "--seed", "0"]  # fmt: skip
+def run_cli(
+    prefix: list[str], model: str, model_args: str, tasks: list[str], include: Path, out: Path
+) -> None:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    cmd = [
+        *prefix,
+        "run",
+        "--model",
+        model,
+        "--model_args",
+        model_args,
+        "--tasks",
+        ",".join(tasks),
+        "--include_path",
+        str(include),
+        "--device",
+        "cpu",
+        "--batch_size",
+        "4",
+        "--log_samples",
+        "--output_path",
+        str(out),
+        "--seed",
+        "0",
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -60,18 +85,31 @@ def collect(out: Path) -> tuple[dict[str, dict], dict[tuple[str, int, int], floa
 
 
 @pytest.mark.slow
-def test_hf_backend_on_the_export_agrees_with_ours(micro_run: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_hf_backend_on_the_export_agrees_with_ours(
+    micro_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(repo_root())  # the config's data files are relative to the workflow
     export = tmp_path / "export"
     assert main(["export", str(micro_run), str(export)]) == 0
     include = tmp_path / "tasks"
     include.mkdir()
     tasks = local_task_yamls(include)
-    run_cli([sys.executable, "-m", "lm_eval"], "hf", f"pretrained={export},dtype=float32", tasks, include,
-            tmp_path / "hf")  # fmt: skip
-    run_cli([OURS], "leviathan", f"pretrained={micro_run},precision=fp32", tasks,
-            include, tmp_path / "ours")  # fmt: skip
+    run_cli(
+        [sys.executable, "-m", "lm_eval"],
+        "hf",
+        f"pretrained={export},dtype=float32",
+        tasks,
+        include,
+        tmp_path / "hf",
+    )
+    run_cli(
+        [OURS],
+        "leviathan",
+        f"pretrained={micro_run},precision=fp32",
+        tasks,
+        include,
+        tmp_path / "ours",
+    )
     hf_results, hf_lls = collect(tmp_path / "hf")
     our_results, our_lls = collect(tmp_path / "ours")
     assert set(hf_results) == set(our_results) == set(tasks)

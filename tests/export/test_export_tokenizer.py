@@ -21,8 +21,9 @@ def val_texts(embedded_corpus: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", VOCABS)
-def test_ids_equal_tiktoken_on_the_corpus_validation_text(name: str, val_texts: list[str], tokenizer_of,
-                                                          tmp_path: Path) -> None:  # fmt: skip
+def test_ids_equal_tiktoken_on_the_corpus_validation_text(
+    name: str, val_texts: list[str], tokenizer_of, tmp_path: Path
+) -> None:
     tok = tokenizer_of(name)
     hf_tokenizer(tok, 64).save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)

@@ -23,7 +23,9 @@ def test_forward_flops_agree_with_torch_flop_counter(variant: str) -> None:
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(ids)
     acc = account_model(model, T)
-    spline = sum(m.extra_flops_per_id() for m in model.io.input.modules() if hasattr(m, "extra_flops_per_id"))
+    spline = sum(
+        m.extra_flops_per_id() for m in model.io.input.modules() if hasattr(m, "extra_flops_per_id")
+    )
     assert counter.get_total_flops() + spline * T == acc.forward_flops * T
 
 
@@ -43,7 +45,9 @@ def test_paper_parameter_claims_reproduce_within_one_percent() -> None:
 
 
 def test_params_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["params", "--scale", "400m", "--vocab", "o200k", "--variant", "all", "--json"]) == 0
+    assert (
+        main(["params", "--scale", "400m", "--vocab", "o200k", "--variant", "all", "--json"]) == 0
+    )
     out = json.loads(capsys.readouterr().out)
     v = out["variants"]
     assert set(v) == {"tied", "untied", "albert", "flat_mlp", "factored_mlp", "leviathan"}

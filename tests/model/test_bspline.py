@@ -38,7 +38,9 @@ def test_at_most_three_taps_and_partition_of_unity_in_interior() -> None:
     x = t * (n_knots - 1)
     interior = (x >= 0.5) & (x <= n_knots - 1.5)
     assert interior.sum() > 5000
-    torch.testing.assert_close(dense[interior].sum(-1), torch.ones(int(interior.sum()), dtype=torch.float64))
+    torch.testing.assert_close(
+        dense[interior].sum(-1), torch.ones(int(interior.sum()), dtype=torch.float64)
+    )
     # near the ends the basis loses mass (no partition of unity there)
     assert float(dense[~interior].sum(-1).min()) < 0.99
 

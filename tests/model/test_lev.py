@@ -16,7 +16,9 @@ def naive_product(t: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     return phi.prod(dim=2)
 
 
-def random_inputs(N: int = 7, h: int = 2, P: int = 6, kappa: int = 5, r: int = 3, dtype=torch.float64):
+def random_inputs(
+    N: int = 7, h: int = 2, P: int = 6, kappa: int = 5, r: int = 3, dtype=torch.float64
+):
     t = torch.rand(N, h, P, dtype=dtype).clamp(0.02, 0.98).requires_grad_()
     S = (1 + 0.3 * torch.randn(h, P, kappa, r, dtype=dtype)).requires_grad_()
     return t, S
@@ -80,7 +82,7 @@ def test_lev_gradcheck_float64() -> None:
     params = tuple(p.detach().clone().requires_grad_() for p in lev.parameters())
 
     def f(*ps: torch.Tensor) -> torch.Tensor:
-        return functional_call(lev, dict(zip(names, ps)), (ids,))
+        return functional_call(lev, dict(zip(names, ps, strict=True)), (ids,))
 
     assert torch.autograd.gradcheck(f, params)
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_lev import naive_product, random_inputs
 
 from leviathan.model import lev_native
 from leviathan.model.lev import segment_add_, spline_product
-from test_lev import naive_product, random_inputs
 
-needs_native = pytest.mark.skipif(not lev_native.available(), reason="no C compiler for the native kernel")
+needs_native = pytest.mark.skipif(
+    not lev_native.available(), reason="no C compiler for the native kernel"
+)
 
 
 def _grads(t: torch.Tensor, S: torch.Tensor, kernel: str, g: torch.Tensor):

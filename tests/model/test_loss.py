@@ -18,10 +18,12 @@ def test_matches_full_cross_entropy_with_gradients(chunk_elems: int) -> None:
     torch.testing.assert_close(ours, ref.float(), rtol=1e-6, atol=1e-6)
     g_ours = torch.autograd.grad(ours * 3.0, (h, w))
     g_ref = torch.autograd.grad(ref * 3.0, (h, w))
-    for a, b in zip(g_ours, g_ref):
+    for a, b in zip(g_ours, g_ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     per_token = token_losses(h, w, t, chunk_elems)
-    torch.testing.assert_close(per_token, F.cross_entropy(h @ w.t(), t, reduction="none").float(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        per_token, F.cross_entropy(h @ w.t(), t, reduction="none").float(), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_model_loss_equals_logits_cross_entropy_for_tied_and_untied() -> None:
@@ -34,7 +36,7 @@ def test_model_loss_equals_logits_cross_entropy_for_tied_and_untied() -> None:
         ref = F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
         ref_grads = torch.autograd.grad(ref, list(model.parameters()))
         torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
-        for a, b in zip(grads, ref_grads):
+        for a, b in zip(grads, ref_grads, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 

@@ -24,7 +24,9 @@ def test_shapes_and_one_step_lowers_loss(variant: str) -> None:
     assert model.io.embed(x).shape == (4, 32, cfg.d_model)
     assert model(x).shape == (4, 32, cfg.vocab_size)
     assert model.io.input_table().shape == (cfg.vocab_size, cfg.d_model)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0
+    )
     before = model.loss(x, y)
     before.backward()
     opt.step()
@@ -38,7 +40,9 @@ def test_input_table_equals_embedding_of_every_id(variant: str) -> None:
     model = build_model(micro(variant))
     ids = torch.tensor([[0, 499, 17, 17]])
     with torch.no_grad():
-        torch.testing.assert_close(model.io.input_table()[ids], model.io.embed(ids), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            model.io.input_table()[ids], model.io.embed(ids), rtol=1e-5, atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("variant", ALL)
@@ -87,7 +91,10 @@ def test_mlp_hidden_overrides_the_matched_width() -> None:
 def test_tied_head_is_the_input_table() -> None:
     model = build_model(micro("tied"))
     assert model.io.output_weight is model.io.input.weight
-    assert build_model(micro("untied")).io.output_weight is not build_model(micro("untied")).io.input.weight
+    assert (
+        build_model(micro("untied")).io.output_weight
+        is not build_model(micro("untied")).io.input.weight
+    )
 
 
 @pytest.mark.parametrize("variant", ALL)
@@ -101,7 +108,10 @@ def test_out_of_range_ids_raise(variant: str) -> None:
     ("overrides", "message"),
     [
         ({"n_heads": 3}, r"d_model=64 is not divisible by n_heads=3"),
-        ({"lev": {"base": 7}}, r"lev.base=7 with lev.n_digits=3 covers only 343 ids < vocab_size=500.*at least 8"),
+        (
+            {"lev": {"base": 7}},
+            r"lev.base=7 with lev.n_digits=3 covers only 343 ids < vocab_size=500.*at least 8",
+        ),
         ({"variant": "nope"}, r"variant='nope' is unknown: use one of tied, untied"),
         ({"d_model": 0}, r"d_model=0 must be a positive integer"),
         ({"lev": {"n_knots": 2}}, r"lev.n_knots=2 must be >= 3"),

@@ -34,12 +34,16 @@ class Cluster:
 def _why_not_here() -> str | None:
     """Why this machine cannot host the throwaway cluster, or None if it can."""
     if os.geteuid() != 0:
-        return ("needs root: ci/local_slurm.sh installs slurm-wlm, munge and mariadb with apt-get and "
-                "starts their daemons (CI runs it as root)")  # fmt: skip
+        return (
+            "needs root: ci/local_slurm.sh installs slurm-wlm, munge and mariadb with apt-get and "
+            "starts their daemons (CI runs it as root)"
+        )
     conf = Path("/etc/slurm/slurm.conf")
     if conf.exists() and MARK not in conf.read_text(errors="replace").splitlines()[:1]:
-        return (f"{conf} belongs to a SLURM installation not made by ci/local_slurm.sh; the tests only "
-                "run on the script's throwaway single-node cluster, never on a real one")  # fmt: skip
+        return (
+            f"{conf} belongs to a SLURM installation not made by ci/local_slurm.sh; the tests only "
+            "run on the script's throwaway single-node cluster, never on a real one"
+        )
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
         return "neither slurm-wlm installed nor apt-get to install it (ci/local_slurm.sh needs Debian/Ubuntu)"
     return None
@@ -54,7 +58,9 @@ def _unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[Cluster]:
     if SWITCHED_OFF:
-        pytest.skip(f"{SWITCH}=0: SLURM tests switched off (they install and start slurm, munge and mariadb)")
+        pytest.skip(
+            f"{SWITCH}=0: SLURM tests switched off (they install and start slurm, munge and mariadb)"
+        )
     reason = _why_not_here()
     if reason:
         _unavailable(reason)
@@ -62,18 +68,29 @@ def slurm_cluster() -> Iterator[Cluster]:
     account = env.setdefault("SLURM_LOCAL_ACCOUNT", "ci")
     partition = env.setdefault("SLURM_LOCAL_PARTITION", "debug")
     partition2 = env.setdefault("SLURM_LOCAL_PARTITION2", "gpu")
-    was_up = subprocess.run([str(SCRIPT), "status"], env=env, capture_output=True, timeout=120).returncode == 0
-    start = subprocess.run([str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=900)
+    was_up = (
+        subprocess.run(
+            [str(SCRIPT), "status"], env=env, capture_output=True, timeout=120
+        ).returncode
+        == 0
+    )
+    start = subprocess.run(
+        [str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=900
+    )
     if start.returncode != 0:
         out = start.stdout[-3000:] + start.stderr[-3000:]
         if not was_up:  # stop whatever it did start before failing
             subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, timeout=300)
         if "apt-get install failed" in out or "Temporary failure resolving" in out:
-            _unavailable(f"ci/local_slurm.sh could not install slurm-wlm here (no package mirror?):\n{out}")
+            _unavailable(
+                f"ci/local_slurm.sh could not install slurm-wlm here (no package mirror?):\n{out}"
+            )
         pytest.fail(f"ci/local_slurm.sh start failed:\n{out}")
     try:
         yield Cluster(account=account, partition=partition, partition2=partition2, env=env)
     finally:
         if not was_up:
-            stop = subprocess.run([str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=300)
+            stop = subprocess.run(
+                [str(SCRIPT), "stop"], env=env, capture_output=True, text=True, timeout=300
+            )
             assert stop.returncode == 0, stop.stdout + stop.stderr

@@ -48,17 +48,42 @@ CANCELLED = "micro/gpt2/untied/seed0"  # added in the rerun, cancelled mid-run
 CANCELLED_STEPS = 16
 TRAIN_PARTITION = "gpu"  # ci/local_slurm.sh's second partition (SLURM_LOCAL_PARTITION2)
 CONFIG: dict[str, Any] = {
-    "studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}},
+    "studies": {
+        "main": {
+            "scales": ["micro"],
+            "vocabs": ["gpt2"],
+            "variants": ["tied", "leviathan"],
+            "seeds": [0],
+        }
+    },
     "train": {"micro": {"total_tokens": 8 * 64 * STEPS}, BROKEN: {"micro_batch": 3}},
     # ckpt_every beyond any run's length: the only step checkpoint a run can have is the one
     # written on SIGTERM
-    "runtime": {"val_every": 3, "val_windows": 4, "ckpt_every": 1000, "threads": 1, "restart_on_mismatch": True},
+    "runtime": {
+        "val_every": 3,
+        "val_windows": 4,
+        "ckpt_every": 1000,
+        "threads": 1,
+        "restart_on_mismatch": True,
+    },
     # micro training jobs ask one (fake) GPU and one CPU each: two run side by side on the CI node;
     # they go to the partition the config names, every other job to the profile's default one
-    "resources": {"micro": {"gpus": 1, "cpus_per_gpu": 1, "mem_mb": 2000, "runtime": 10,
-                            "slurm_partition": TRAIN_PARTITION}},
+    "resources": {
+        "micro": {
+            "gpus": 1,
+            "cpus_per_gpu": 1,
+            "mem_mb": 2000,
+            "runtime": 10,
+            "slurm_partition": TRAIN_PARTITION,
+        }
+    },
     # validation only (WikiText and lm-eval are the same job shape, just slower)
-    "evaluate": {"val": {"batch_size": 16, "max_windows": 8}, "word_counts": {}, "wikitext": None, "lm_eval": None},
+    "evaluate": {
+        "val": {"batch_size": 16, "max_windows": 8},
+        "word_counts": {},
+        "wikitext": None,
+        "lm_eval": None,
+    },
 }
 
 
@@ -81,18 +106,33 @@ def account_args(cluster: Any) -> list[str]:
     """The README's command-line override of the profile's account/partition placeholders. A
     command-line --default-resources replaces the profile's whole block, so the block's other
     entries are repeated."""
-    resources = {**PROFILE["default-resources"], "slurm_account": cluster.account,
-                 "slurm_partition": cluster.partition}  # fmt: skip
+    resources = {
+        **PROFILE["default-resources"],
+        "slurm_account": cluster.account,
+        "slurm_partition": cluster.partition,
+    }
     return ["--default-resources", *(f"{k}={v}" for k, v in resources.items())]
 
 
 def sm_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **(extra or {})}
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        **(extra or {}),
+    }
 
 
-def start_snakemake(work: Path, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([SNAKEMAKE, *args], cwd=work, env=sm_env(env), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+def start_snakemake(
+    work: Path, args: list[str], env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [SNAKEMAKE, *args],
+        cwd=work,
+        env=sm_env(env),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
@@ -111,7 +151,9 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
     return proc.returncode, out
 
 
-def snakemake(work: Path, args: list[str], timeout: float = 480, env: dict[str, str] | None = None) -> tuple[int, str]:
+def snakemake(
+    work: Path, args: list[str], timeout: float = 480, env: dict[str, str] | None = None
+) -> tuple[int, str]:
     return finish(start_snakemake(work, args, env), timeout)
 
 
@@ -145,13 +187,20 @@ def plan(work: Path, args: list[str], env: dict[str, str] | None = None) -> list
         head = re.match(r"(local)?rule (\w+):", block)
         assert head, block[:200]
 
-        def field(key: str) -> list[str]:
+        def field(key: str, block: str = block) -> list[str]:
             m = re.search(rf"^\s+{key}: (.*)$", block, re.M)
             return m.group(1).split(", ") if m else []
 
         wildcards = tuple(tuple(kv.split("=", 1)) for kv in field("wildcards"))
-        jobs.append(Planned(head.group(2), wildcards, bool(head.group(1)), tuple(field("input")),  # type: ignore[arg-type]
-                            tuple(field("output"))))  # fmt: skip
+        jobs.append(
+            Planned(
+                head.group(2),
+                wildcards,
+                bool(head.group(1)),
+                tuple(field("input")),  # type: ignore[arg-type]
+                tuple(field("output")),
+            )
+        )
     return jobs
 
 
@@ -172,7 +221,12 @@ def downstream(planned: list[Planned], of: Planned) -> set[Planned]:
 
 def cell_wildcards(cell: str) -> tuple[tuple[str, str], ...]:
     scale, vocab, variant, seed = cell.split("/")
-    return (("scale", scale), ("vocab", vocab), ("variant", variant), ("seed", seed.removeprefix("seed")))
+    return (
+        ("scale", scale),
+        ("vocab", vocab),
+        ("variant", variant),
+        ("seed", seed.removeprefix("seed")),
+    )
 
 
 def train_job(planned: list[Planned], cell: str) -> Planned:
@@ -186,19 +240,50 @@ def cell_comment(cell: str) -> str:
 
 def run_id(output: str) -> str:
     m = re.search(r"SLURM run ID: (\S+)", output)
-    assert m, "no SLURM run ID in snakemake's output: did it use the slurm executor?\n" + output[-3000:]
+    assert m, (
+        "no SLURM run ID in snakemake's output: did it use the slurm executor?\n" + output[-3000:]
+    )
     return m.group(1)
 
 
-SACCT_FIELDS = ["JobID", "State", "ExitCode", "Account", "Partition", "Comment", "AllocTRES", "Timelimit"]
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE"}  # fmt: skip
+SACCT_FIELDS = [
+    "JobID",
+    "State",
+    "ExitCode",
+    "Account",
+    "Partition",
+    "Comment",
+    "AllocTRES",
+    "Timelimit",
+]
+ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 def sacct(run: str) -> list[dict[str, str]]:
     """SLURM's accounting records of the jobs of one snakemake run (job name = its run ID),
     once they have all ended (slurmdbd may lag a moment behind squeue)."""
-    cmd = ["sacct", "-X", "-P", "-n", "-S", "now-12hours", "--name", run, "-o", ",".join(SACCT_FIELDS)]
+    cmd = [
+        "sacct",
+        "-X",
+        "-P",
+        "-n",
+        "-S",
+        "now-12hours",
+        "--name",
+        run,
+        "-o",
+        ",".join(SACCT_FIELDS),
+    ]
     jobs: list[dict[str, str]] = []
     for _ in range(60):
         lines = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
@@ -268,7 +353,9 @@ def user_profile(slurm_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -
     home = tmp_path_factory.mktemp("xdg_config")
     text = (ROOT / "profiles" / "slurm" / "config.yaml").read_text()
     assert '"<your-account>"' in text and '"<your-partition>"' in text
-    text = text.replace("<your-account>", slurm_cluster.account).replace("<your-partition>", slurm_cluster.partition)
+    text = text.replace("<your-account>", slurm_cluster.account).replace(
+        "<your-partition>", slurm_cluster.partition
+    )
     (home / "snakemake" / "slurm").mkdir(parents=True)
     (home / "snakemake" / "slurm" / "config.yaml").write_text(text)
     return {"XDG_CONFIG_HOME": str(home)}
@@ -293,8 +380,14 @@ def rerun(first_run: Run, work: Path, user_profile: dict[str, str]) -> Run:
         while cancelled is None and time.monotonic() < deadline and proc.poll() is None:
             logged = [r["step"] for r in metrics(work, CANCELLED, "train")]
             if logged and max(logged) >= 2:  # mid-run: a few steps in, far from the end
-                queue = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T"], capture_output=True, text=True, check=True)
-                mine = [line.split("|") for line in queue.stdout.splitlines() if line.split("|")[1] == comment]
+                queue = subprocess.run(
+                    ["squeue", "-h", "-o", "%i|%k|%T"], capture_output=True, text=True, check=True
+                )
+                mine = [
+                    line.split("|")
+                    for line in queue.stdout.splitlines()
+                    if line.split("|")[1] == comment
+                ]
                 assert len(mine) == 1 and mine[0][2] == "RUNNING", queue.stdout
                 subprocess.run(["scancel", mine[0][0]], check=True)
                 cancelled = (mine[0][0], max(logged))
@@ -308,7 +401,9 @@ def rerun(first_run: Run, work: Path, user_profile: dict[str, str]) -> Run:
 
 
 # ----------------------------------------------------------------------------- 1. first run
-def test_every_job_ran_through_slurm_with_the_ci_account(first_run: Run, slurm_cluster: Any) -> None:
+def test_every_job_ran_through_slurm_with_the_ci_account(
+    first_run: Run, slurm_cluster: Any
+) -> None:
     submitted = [p for p in first_run.plan if p.submitted]
     assert {p.rule for p in submitted} >= {"fetch_corpus", "tokenize", "train"}
     broken = train_job(first_run.plan, BROKEN)
@@ -326,9 +421,13 @@ def test_every_job_ran_through_slurm_with_the_ci_account(first_run: Run, slurm_c
     assert slurm_cluster.partition2 == TRAIN_PARTITION != slurm_cluster.partition
     for job in first_run.jobs:
         # training: the partition the workflow config names for its scale; the rest: the default-resources one
-        partition = TRAIN_PARTITION if job["Comment"].startswith("rule_train_") else slurm_cluster.partition
+        partition = (
+            TRAIN_PARTITION if job["Comment"].startswith("rule_train_") else slurm_cluster.partition
+        )
         assert (job["Account"], job["Partition"]) == (slurm_cluster.account, partition), job
-        assert job["Timelimit"] not in {"UNLIMITED", "Partition_Limit", ""}, job  # every job has a runtime
+        assert job["Timelimit"] not in {"UNLIMITED", "Partition_Limit", ""}, (
+            job
+        )  # every job has a runtime
 
 
 def test_training_jobs_got_the_gpu_they_asked_for(first_run: Run) -> None:
@@ -344,13 +443,20 @@ def test_training_jobs_got_the_gpu_they_asked_for(first_run: Run) -> None:
             assert "gres/gpu" not in job["AllocTRES"], job  # only training asks for GPUs
 
 
-def test_failed_cell_is_reported_with_its_slurm_log_and_the_rest_completes(first_run: Run, work: Path) -> None:
+def test_failed_cell_is_reported_with_its_slurm_log_and_the_rest_completes(
+    first_run: Run, work: Path
+) -> None:
     assert first_run.rc != 0
     out = first_run.output
     failed = [j for j in first_run.jobs if j["State"] == "FAILED"]
     assert {j["Comment"] for j in failed} == {cell_comment(BROKEN)}
     for job in failed:
-        log = Path(PROFILE["slurm-logdir"]) / "rule_train" / "_".join(v for _, v in cell_wildcards(BROKEN)) / f"{job['JobID']}.log"
+        log = (
+            Path(PROFILE["slurm-logdir"])
+            / "rule_train"
+            / "_".join(v for _, v in cell_wildcards(BROKEN))
+            / f"{job['JobID']}.log"
+        )
         assert str(log) in out, f"snakemake does not name the SLURM log {log}:\n{out[-4000:]}"
         assert (work / log).is_file()
     assert "Error in rule train" in out
@@ -361,12 +467,15 @@ def test_failed_cell_is_reported_with_its_slurm_log_and_the_rest_completes(first
     assert final_state(work, GOOD).is_file() and not final_state(work, BROKEN).is_file()
     for p in first_run.plan:
         if p.submitted and p not in downstream(first_run.plan, train_job(first_run.plan, BROKEN)):
-            assert all((work / f).exists() for f in p.outputs) or p.comment == cell_comment(BROKEN), p
+            assert all((work / f).exists() for f in p.outputs) or p.comment == cell_comment(
+                BROKEN
+            ), p
 
 
 # ----------------------------------------------------------------------------- 2. rerun
-def test_rerun_after_fixing_the_config_redoes_no_finished_cell(first_run: Run, rerun: Run, work: Path,
-                                                               user_profile: dict[str, str]) -> None:  # fmt: skip
+def test_rerun_after_fixing_the_config_redoes_no_finished_cell(
+    first_run: Run, rerun: Run, work: Path, user_profile: dict[str, str]
+) -> None:
     assert rerun.rc == 0, rerun.output[-5000:]
     assert sorted(p.wildcards for p in rerun.plan if p.rule == "train") == sorted(
         [cell_wildcards(BROKEN), cell_wildcards(CANCELLED)]
@@ -375,7 +484,9 @@ def test_rerun_after_fixing_the_config_redoes_no_finished_cell(first_run: Run, r
     trained = {j["Comment"] for j in rerun.jobs if j["Comment"].startswith("rule_train_")}
     assert trained == {cell_comment(BROKEN), cell_comment(CANCELLED)}
     # the user's own profile (default-resources partition) does not hide the config's training partition
-    assert {j["Partition"] for j in rerun.jobs if j["Comment"].startswith("rule_train_")} == {TRAIN_PARTITION}
+    assert {j["Partition"] for j in rerun.jobs if j["Comment"].startswith("rule_train_")} == {
+        TRAIN_PARTITION
+    }
     # no job that completed in the first run ran again (the good cell: neither trained nor evaluated)
     completed = {j["Comment"] for j in first_run.jobs if j["State"] == "COMPLETED"}
     assert cell_comment(GOOD) in completed
@@ -383,18 +494,26 @@ def test_rerun_after_fixing_the_config_redoes_no_finished_cell(first_run: Run, r
     assert [r["step"] for r in metrics(work, GOOD, "start")] == [0]
     for cell in (GOOD, BROKEN, CANCELLED):
         assert final_state(work, cell).is_file(), cell
-    rc, out = snakemake(work, ["--profile", "slurm", "--dry-run", "all"], timeout=120, env=user_profile)
+    rc, out = snakemake(
+        work, ["--profile", "slurm", "--dry-run", "all"], timeout=120, env=user_profile
+    )
     assert rc == 0 and "Nothing to be done" in out, out[-3000:]
 
 
 # ----------------------------------------------------------------------------- 3. scancel
 def test_cancelled_training_job_resumes_from_its_sigterm_checkpoint(rerun: Run, work: Path) -> None:
-    assert rerun.cancelled is not None, f"the training job was never seen mid-run:\n{rerun.output[-4000:]}"
+    assert rerun.cancelled is not None, (
+        f"the training job was never seen mid-run:\n{rerun.output[-4000:]}"
+    )
     job_id, logged = rerun.cancelled
     assert rerun.rc == 0, rerun.output[-5000:]
     states = [(j["JobID"], j["State"]) for j in by_comment(rerun.jobs)[cell_comment(CANCELLED)]]
-    assert states[0] == (job_id, "CANCELLED") and [s for _, s in states[1:]] == ["COMPLETED"], states
-    assert f"{PROFILE['slurm-logdir']}/rule_train/" in rerun.output and f"{job_id}.log" in rerun.output
+    assert states[0] == (job_id, "CANCELLED") and [s for _, s in states[1:]] == ["COMPLETED"], (
+        states
+    )
+    assert (
+        f"{PROFILE['slurm-logdir']}/rule_train/" in rerun.output and f"{job_id}.log" in rerun.output
+    )
 
     starts = metrics(work, CANCELLED, "start")
     assert len(starts) == 2 and starts[0]["resumed_from"] is None and starts[0]["step"] == 0, starts
@@ -415,7 +534,11 @@ def test_readme_tells_users_what_these_tests_do() -> None:
     section = readme[readme.index("## Running on a SLURM cluster") :]
     section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
     # the command-line override exactly as the tests pass it, with the README's placeholders
-    override = " ".join(account_args(type("Placeholders", (), {"account": "<account>", "partition": "<partition>"})))
-    assert override in section, f"README's SLURM section lacks the override the tests use: {override}"
+    override = " ".join(
+        account_args(type("Placeholders", (), {"account": "<account>", "partition": "<partition>"}))
+    )
+    assert override in section, (
+        f"README's SLURM section lacks the override the tests use: {override}"
+    )
     assert "~/.config/snakemake/slurm/config.yaml" in section
     assert "snakemake --profile slurm all" in section and "ci/local_slurm.sh" in section

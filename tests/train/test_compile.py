@@ -41,15 +41,23 @@ LOSS_ATOL = 2e-3  # nats per step, compiled vs eager (fused kernels reorder fp32
 def _run(shards: Path, run_dir: Path, compile: bool):
     cfg = train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * STEPS)
     runtime = RuntimeConfig(progress=False, compile=compile, val_every=0, ckpt_every=3, keep_last=2)
-    return train(cfg, train_bins=[shards / "train.bin"], val_bin=None, run_dir=run_dir, runtime=runtime)
+    return train(
+        cfg, train_bins=[shards / "train.bin"], val_bin=None, run_dir=run_dir, runtime=runtime
+    )
 
 
 def _losses(run_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"}
+    return {
+        r["step"]: r["loss"]
+        for r in read_metrics(run_dir / "metrics.jsonl")
+        if r["kind"] == "train"
+    }
 
 
 @pytest.mark.slow
-def test_compiled_training_trains_checkpoints_resumes_and_matches_eager(gpt2_shards: Path, tmp_path: Path) -> None:
+def test_compiled_training_trains_checkpoints_resumes_and_matches_eager(
+    gpt2_shards: Path, tmp_path: Path
+) -> None:
     eager, compiled = tmp_path / "eager", tmp_path / "compiled"
     _run(gpt2_shards, eager, compile=False)
     first = _run(gpt2_shards, compiled, compile=True)

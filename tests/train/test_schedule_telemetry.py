@@ -12,10 +12,12 @@ def test_warmup_then_cosine_to_ten_percent() -> None:
     lrs = [lr_at(s, peak=peak, warmup=warmup, total=total, min_ratio=0.1) for s in range(total)]
     assert lrs[0] == pytest.approx(peak / warmup)
     assert lrs[warmup - 1] == pytest.approx(peak)
-    assert all(a < b for a, b in zip(lrs[:warmup], lrs[1:warmup]))
-    assert all(a >= b for a, b in zip(lrs[warmup:], lrs[warmup + 1 :]))
+    assert all(a < b for a, b in zip(lrs[:warmup], lrs[1:warmup], strict=False))
+    assert all(a >= b for a, b in zip(lrs[warmup:], lrs[warmup + 1 :], strict=False))
     assert lrs[warmup + 50] == pytest.approx(peak * (0.1 + 0.9 * 0.5))  # half-way: cos = 0
-    assert lr_at(total, peak=peak, warmup=warmup, total=total, min_ratio=0.1) == pytest.approx(0.1 * peak)
+    assert lr_at(total, peak=peak, warmup=warmup, total=total, min_ratio=0.1) == pytest.approx(
+        0.1 * peak
+    )
 
 
 def test_recipe_defaults_are_the_papers() -> None:
@@ -67,8 +69,13 @@ def test_prune_keeps_the_newest_and_removes_dead_writers_leftovers(tmp_path) -> 
     from leviathan.train import checkpoint as ckpt
 
     for step in (1, 2, 3):
-        ckpt.save_checkpoint(tmp_path, ckpt.step_dir(tmp_path, step).name, model_state={"w": torch.ones(2)},
-                             optim_state={"state": {}, "param_groups": []}, state={"step": step})  # fmt: skip
+        ckpt.save_checkpoint(
+            tmp_path,
+            ckpt.step_dir(tmp_path, step).name,
+            model_state={"w": torch.ones(2)},
+            optim_state={"state": {}, "param_groups": []},
+            state={"step": step},
+        )
     (tmp_path / ".step_00000004.99999999.tmp").mkdir()  # a writer killed mid-write
     ckpt.prune(tmp_path, keep_last=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000002", "step_00000003"]

@@ -27,17 +27,43 @@ def cfg(**changes):
 
 
 def run_train(shards: Path, run_dir: Path, **changes):
-    return train(cfg(**changes), train_bins=[shards / "train.bin"], val_bin=shards / "val.bin",
-                 run_dir=run_dir, runtime=QUIET)  # fmt: skip
+    return train(
+        cfg(**changes),
+        train_bins=[shards / "train.bin"],
+        val_bin=shards / "val.bin",
+        run_dir=run_dir,
+        runtime=QUIET,
+    )
 
 
 def cli(shards: Path, run_dir: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "leviathan.cli", "train", "--scale", "micro", "--vocab", "gpt2",
-        "--variant", "leviathan", "--train", str(shards / "train.bin"), "--val", str(shards / "val.bin"),
-        "--run-dir", str(run_dir), "--set", f"total_tokens={8 * 64 * STEPS}",
-        "--runtime", "progress=false", "--runtime", "val_windows=4", "--runtime", "val_every=4", *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "leviathan.cli",
+        "train",
+        "--scale",
+        "micro",
+        "--vocab",
+        "gpt2",
+        "--variant",
+        "leviathan",
+        "--train",
+        str(shards / "train.bin"),
+        "--val",
+        str(shards / "val.bin"),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        f"total_tokens={8 * 64 * STEPS}",
+        "--runtime",
+        "progress=false",
+        "--runtime",
+        "val_windows=4",
+        "--runtime",
+        "val_every=4",
+        *extra,
+    ]
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -54,7 +80,10 @@ def assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 def reference_run(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("ref") / "run"
     # with the live view on (DVCLive): the same run checks it (test_dvclive_...)
-    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4", "--runtime", "dvclive=true"), check=True)
+    subprocess.run(
+        cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4", "--runtime", "dvclive=true"),
+        check=True,
+    )
     return run_dir
 
 
@@ -67,8 +96,13 @@ def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
     assert val_rows[-1]["val_loss"] < val_rows[0]["val_loss"]
     assert train_rows[0]["mfu"] == "unknown"  # CPU: no peak, no guess
     final = reference_run / "checkpoints" / "final"
-    assert {p.name for p in final.iterdir()} == {"model.safetensors", "model.safetensors.json", "optim.pt",
-                                                 "rng.pt", "state.json"}  # fmt: skip
+    assert {p.name for p in final.iterdir()} == {
+        "model.safetensors",
+        "model.safetensors.json",
+        "optim.pt",
+        "rng.pt",
+        "state.json",
+    }
     for name in ("step_00000004", "step_00000008"):  # every visible checkpoint has its manifest
         assert (reference_run / "checkpoints" / name / "model.safetensors.json").is_file()
     steps = sorted(p.name for p in (reference_run / "checkpoints").iterdir())
@@ -113,8 +147,15 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
     monkeypatch.setenv("SLURM_JOB_ID", "777")
     before = dt.datetime.now(dt.UTC).replace(microsecond=0)
     c = train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * 2)
-    result = train(c, train_bins=[gpt2_shards / "train.bin"], val_bin=gpt2_shards / "val.bin", run_dir="run",
-                   runtime=RuntimeConfig(progress=False, val_every=0, val_windows=2, ckpt_every=1, keep_last=5))  # fmt: skip
+    result = train(
+        c,
+        train_bins=[gpt2_shards / "train.bin"],
+        val_bin=gpt2_shards / "val.bin",
+        run_dir="run",
+        runtime=RuntimeConfig(
+            progress=False, val_every=0, val_windows=2, ckpt_every=1, keep_last=5
+        ),
+    )
     final = Path("run") / "checkpoints" / "final"
     assert result.final_checkpoint == final
     m = read_manifest(final / "model.safetensors", kind="checkpoint")
@@ -123,20 +164,39 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
     assert m["checkpoint_dir"] == "run/checkpoints/final"
     shards = {r: read_manifest(gpt2_shards / f"{r}.bin") for r in ("train", "val")}
     assert m["inputs"] == [
-        {"role": f"{r}_tokens", "path": str(gpt2_shards / f"{r}.bin"), "sha256": shards[r]["artifact"]["sha256"]}
+        {
+            "role": f"{r}_tokens",
+            "path": str(gpt2_shards / f"{r}.bin"),
+            "sha256": shards[r]["artifact"]["sha256"],
+        }
         for r in ("train", "val")
     ]
     assert shards["train"]["artifact"]["sha256"] == sha256_file(gpt2_shards / "train.bin")
     state = json.loads((final / "state.json").read_text())
     assert m["config"] == state["train_config"] == c.to_dict()
-    assert m["config_sha256"] == config_sha256(c.to_dict()) == state["train_fingerprint"] == m["train_fingerprint"]
+    assert (
+        m["config_sha256"]
+        == config_sha256(c.to_dict())
+        == state["train_fingerprint"]
+        == m["train_fingerprint"]
+    )
     assert m["state_sha256"] == sha256_file(final / "state.json")
-    assert (m["step"], m["tokens"], m["model_config"]) == (2, state["tokens"], state["model_config"])
-    assert m["env"]["slurm_job_id"] == "777" and m["env"]["device"] == "cpu" and m["env"]["packages"]["torch"]
+    assert (m["step"], m["tokens"], m["model_config"]) == (
+        2,
+        state["tokens"],
+        state["model_config"],
+    )
+    assert (
+        m["env"]["slurm_job_id"] == "777"
+        and m["env"]["device"] == "cpu"
+        and m["env"]["packages"]["torch"]
+    )
     started, finished = (dt.datetime.fromisoformat(m[k]) for k in ("started_utc", "finished_utc"))
     assert before <= started <= finished
     # step checkpoints carry one too, and all of the run share its start
-    step1 = read_manifest(Path("run") / "checkpoints" / "step_00000001" / "model.safetensors", kind="checkpoint")
+    step1 = read_manifest(
+        Path("run") / "checkpoints" / "step_00000001" / "model.safetensors", kind="checkpoint"
+    )
     assert step1["step"] == 1 and step1["started_utc"] == m["started_utc"]
     assert step1["artifact"]["path"] == "run/checkpoints/step_00000001/model.safetensors"
     assert not list((Path("run") / "checkpoints").glob(".*"))  # no temp dirs left
@@ -147,7 +207,9 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
 
 
 @pytest.mark.slow
-def test_sigkill_then_restart_is_bitwise_identical(gpt2_shards: Path, reference_run: Path, tmp_path: Path) -> None:
+def test_sigkill_then_restart_is_bitwise_identical(
+    gpt2_shards: Path, reference_run: Path, tmp_path: Path
+) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4"))
     target = run_dir / "checkpoints" / "step_00000004" / "state.json"
@@ -165,12 +227,18 @@ def test_sigkill_then_restart_is_bitwise_identical(gpt2_shards: Path, reference_
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(gpt2_shards: Path, reference_run: Path, tmp_path: Path) -> None:
+def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(
+    gpt2_shards: Path, reference_run: Path, tmp_path: Path
+) -> None:
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0"), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0"), stderr=subprocess.PIPE, text=True
+    )
     metrics = run_dir / "metrics.jsonl"
     deadline = time.time() + 120
-    while (not metrics.exists() or '"kind": "train"' not in metrics.read_text()) and time.time() < deadline:
+    while (
+        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
+    ) and time.time() < deadline:
         time.sleep(0.05)
     sent = time.time()
     proc.send_signal(signal.SIGTERM)
@@ -187,7 +255,9 @@ def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(gpt2_shards: Path, r
 
 
 @pytest.mark.slow
-def test_resume_with_other_config_or_data_is_refused(gpt2_shards: Path, reference_run: Path, tmp_path: Path, make_other_shard) -> None:
+def test_resume_with_other_config_or_data_is_refused(
+    gpt2_shards: Path, reference_run: Path, tmp_path: Path, make_other_shard
+) -> None:
     import shutil
 
     run_dir = tmp_path / "run"
@@ -200,8 +270,13 @@ def test_resume_with_other_config_or_data_is_refused(gpt2_shards: Path, referenc
     # the workflow's choice: set the old checkpoints aside (kept) and start afresh
     from dataclasses import replace
 
-    fresh = train(cfg(lr=1e-3), train_bins=[gpt2_shards / "train.bin"], val_bin=None, run_dir=run_dir,
-                  runtime=replace(QUIET, restart_on_mismatch=True))  # fmt: skip
+    fresh = train(
+        cfg(lr=1e-3),
+        train_bins=[gpt2_shards / "train.bin"],
+        val_bin=None,
+        run_dir=run_dir,
+        runtime=replace(QUIET, restart_on_mismatch=True),
+    )
     assert fresh.start_step == 0 and fresh.steps == STEPS
     assert (run_dir / "checkpoints.stale-1" / "step_00000008" / "state.json").is_file()
     start = read_metrics(run_dir / "metrics.jsonl", "start")[-1]
@@ -209,13 +284,17 @@ def test_resume_with_other_config_or_data_is_refused(gpt2_shards: Path, referenc
     # the run directory holds the metrics of the new run only; the old run's went aside with
     # its checkpoints (a mixed log would put the old run's later points on the new curve)
     assert len(read_metrics(run_dir / "metrics.jsonl", "start")) == 1
-    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl", "train")] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl", "train")] == list(
+        range(1, STEPS + 1)
+    )
     old = read_metrics(run_dir / "checkpoints.stale-1" / "metrics.jsonl")
     assert old == read_metrics(reference_run / "metrics.jsonl")
 
 
 @pytest.mark.slow
-def test_shortened_cell_restarts_with_its_own_curve(gpt2_shards: Path, reference_run: Path, tmp_path: Path) -> None:
+def test_shortened_cell_restarts_with_its_own_curve(
+    gpt2_shards: Path, reference_run: Path, tmp_path: Path
+) -> None:
     """The issue's case: a finished cell's total_tokens shortened; the workflow restarts it."""
     import shutil
     from dataclasses import replace
@@ -224,8 +303,13 @@ def test_shortened_cell_restarts_with_its_own_curve(gpt2_shards: Path, reference
 
     run_dir = tmp_path / "run"
     shutil.copytree(reference_run, run_dir)
-    short = train(train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * 6), train_bins=[gpt2_shards / "train.bin"], val_bin=gpt2_shards / "val.bin",
-                  run_dir=run_dir, runtime=replace(QUIET, restart_on_mismatch=True))  # fmt: skip
+    short = train(
+        train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * 6),
+        train_bins=[gpt2_shards / "train.bin"],
+        val_bin=gpt2_shards / "val.bin",
+        run_dir=run_dir,
+        runtime=replace(QUIET, restart_on_mismatch=True),
+    )
     assert short.steps == 6
     assert max(read_curve(run_dir).tokens) == 6 * 8 * 64  # no point of the old 12-step run
 
@@ -235,8 +319,12 @@ def test_rewind_metrics_keeps_the_records_up_to_the_checkpoint(tmp_path: Path) -
 
     path = tmp_path / "metrics.jsonl"
     log = MetricsLog(path)
-    for rec in ({"kind": "start", "step": 0}, *({"kind": "train", "step": s} for s in range(1, 10)),
-                {"kind": "val", "step": 8}, {"kind": "val", "step": 9}):  # fmt: skip
+    for rec in (
+        {"kind": "start", "step": 0},
+        *({"kind": "train", "step": s} for s in range(1, 10)),
+        {"kind": "val", "step": 8},
+        {"kind": "val", "step": 9},
+    ):
         log.write(rec)
     log.close()
     assert rewind_metrics(path, 8, tmp_path / "aside.jsonl") == 2  # a run that died after step 9
@@ -248,7 +336,9 @@ def test_rewind_metrics_keeps_the_records_up_to_the_checkpoint(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_resume_refuses_a_shard_edited_in_place(gpt2_shards: Path, reference_run: Path, tmp_path: Path) -> None:
+def test_resume_refuses_a_shard_edited_in_place(
+    gpt2_shards: Path, reference_run: Path, tmp_path: Path
+) -> None:
     """Same size, same manifest, other bytes: caught by the full hash at the run's start."""
     import shutil
 
@@ -274,7 +364,9 @@ def make_other_shard(gpt2_shards: Path, tmp_path: Path, make_shard) -> Path:
 
 
 @pytest.mark.slow
-def test_non_finite_loss_stops_and_names_the_last_good_checkpoint(reference_run: Path, tmp_path: Path, gpt2_shards: Path) -> None:
+def test_non_finite_loss_stops_and_names_the_last_good_checkpoint(
+    reference_run: Path, tmp_path: Path, gpt2_shards: Path
+) -> None:
     import shutil
 
     from safetensors.torch import save_file
@@ -289,7 +381,10 @@ def test_non_finite_loss_stops_and_names_the_last_good_checkpoint(reference_run:
     state["io.head.weight"][0, 0] = float("nan")
     save_file(state, ckpt4 / "model.safetensors")
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    with pytest.raises(NonFiniteLoss, match=r"non-finite training loss nan at step 4 .*Last good checkpoint: .*step_00000004"):
+    with pytest.raises(
+        NonFiniteLoss,
+        match=r"non-finite training loss nan at step 4 .*Last good checkpoint: .*step_00000004",
+    ):
         run_train(gpt2_shards, run_dir)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before  # nothing written
 
@@ -298,17 +393,41 @@ def test_non_finite_loss_stops_and_names_the_last_good_checkpoint(reference_run:
 def test_vocabulary_mismatch_is_refused(gpt2_shards: Path, tmp_path: Path) -> None:
     bad = train_config("micro", "cl100k_base", "tied", total_tokens=8 * 64)
     with pytest.raises(ValueError, match=r"train.bin: was tokenized with gpt2, not cl100k_base"):
-        train(bad, train_bins=[gpt2_shards / "train.bin"], val_bin=None, run_dir=tmp_path, runtime=QUIET)
+        train(
+            bad,
+            train_bins=[gpt2_shards / "train.bin"],
+            val_bin=None,
+            run_dir=tmp_path,
+            runtime=QUIET,
+        )
 
 
 @pytest.mark.slow
 def test_ddp_two_ranks_match_one_rank(gpt2_shards: Path, tmp_path: Path) -> None:
     """2 ranks x micro-batch 4 follow the same loss curve as 1 rank x micro-batch 8."""
-    common = ["--set", "global_batch=8", "--set", f"total_tokens={8 * 64 * 4}", "--runtime", "ckpt_every=0",
-              "--runtime", "val_every=0", "--runtime", "threads=1"]  # fmt: skip
+    common = [
+        "--set",
+        "global_batch=8",
+        "--set",
+        f"total_tokens={8 * 64 * 4}",
+        "--runtime",
+        "ckpt_every=0",
+        "--runtime",
+        "val_every=0",
+        "--runtime",
+        "threads=1",
+    ]
     one = cli(gpt2_shards, tmp_path / "one", *common, "--set", "micro_batch=8")
     subprocess.run(one, check=True)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517"]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29517",
+    ]
     two = cli(gpt2_shards, tmp_path / "two", *common, "--set", "micro_batch=4")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(torchrun + two[1:], check=True, env=env)

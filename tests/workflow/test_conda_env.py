@@ -28,7 +28,9 @@ def pip_section() -> list[str]:
 
 def test_env_file_names_no_path_relative_to_where_it_lies() -> None:
     for line in pip_section():
-        assert "${LEVIATHAN_ROOT}" in line, f"{line!r}: a path that breaks when the env file is copied elsewhere"
+        assert "${LEVIATHAN_ROOT}" in line, (
+            f"{line!r}: a path that breaks when the env file is copied elsewhere"
+        )
     assert "os.environ.update(LEVIATHAN_ROOT=workflow.basedir)" in (ROOT / "Snakefile").read_text()
 
 
@@ -39,9 +41,25 @@ def test_pip_resolves_the_package_from_a_copy_of_the_env_file_elsewhere(tmp_path
     copy.mkdir(parents=True)
     (copy / "condaenv.requirements.txt").write_text("\n".join(pip_section()) + "\n")
     env = {**os.environ, "LEVIATHAN_ROOT": str(ROOT), "PIP_NO_INPUT": "1"}
-    out = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index",
-                          "--no-build-isolation", "-r", "condaenv.requirements.txt"],
-                         cwd=copy, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "-r",
+            "condaenv.requirements.txt",
+        ],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert re.search(r"Would install leviathan-\d", out.stdout), out.stdout[-2000:]
 

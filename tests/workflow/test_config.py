@@ -44,7 +44,10 @@ def test_paper_config_names_the_real_datasets() -> None:
     assert not [s for s in _strings(config) if "resources/smoke" in s]
     assert config["corpus"]["kind"] == "pile"
     wikitext = config["evaluate"]["wikitext"]
-    assert wikitext["dataset"] == "EleutherAI/wikitext_document_level" and wikitext["name"] == "wikitext-103-raw-v1"
+    assert (
+        wikitext["dataset"] == "EleutherAI/wikitext_document_level"
+        and wikitext["name"] == "wikitext-103-raw-v1"
+    )
     assert not wikitext.get("data_files")
     lm_eval = config["evaluate"]["lm_eval"]
     assert set(lm_eval["tasks"]) == TASKS and not lm_eval.get("data")
@@ -58,13 +61,21 @@ def test_default_config_is_offline_and_says_so() -> None:
     stand_ins = stand_in_files(config)
     assert set(stand_ins) == {"wikitext", "lm_eval"}
     assert len(stand_ins["lm_eval"]) == len(TASKS)
-    assert all((ROOT / f).is_file() and f.startswith(STAND_IN_DIR) for files in stand_ins.values() for f in files)
+    assert all(
+        (ROOT / f).is_file() and f.startswith(STAND_IN_DIR)
+        for files in stand_ins.values()
+        for f in files
+    )
 
 
 def test_a_leaking_key_is_caught(tmp_path: Path) -> None:
     """A study file that leaves `evaluate` out gets the schema's default (off), not the stand-ins."""
     study = tmp_path / "study.yaml"
-    study.write_text(yaml.safe_dump({"studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied"]}}}))
+    study.write_text(
+        yaml.safe_dump(
+            {"studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied"]}}}
+        )
+    )
     config = resolve([study], root=ROOT)
     assert config["evaluate"]["wikitext"] is None and config["evaluate"]["lm_eval"] is None
     assert stand_in_files(config) == {} and list(config["studies"]) == ["main"]
@@ -78,21 +89,42 @@ def test_config_show_prints_what_snakemake_uses(tmp_path: Path, configfile: str 
     """Real Snakemake parses the workflow and dumps its `config`; `config show --json` agrees."""
     work = workflow_copy(tmp_path)
     with open(work / "Snakefile", "a") as fh:  # the copy only: dump the config Snakemake resolved
-        fh.write('\nimport json as _json\nopen("snakemake_config.json", "w").write(_json.dumps(config))\n')
+        fh.write(
+            '\nimport json as _json\nopen("snakemake_config.json", "w").write(_json.dumps(config))\n'
+        )
     extra = ["--configfile", configfile] if configfile else []
     out = snakemake(work, "-n", "--profile", "profiles/local", "all", *extra)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "is extended" not in out.stdout + out.stderr
     theirs = json.loads((work / "snakemake_config.json").read_text())
-    shown = subprocess.run([str(BIN / "leviathan"), "config", "show", "--json", *extra], cwd=work, env=tool_env(),
-                           capture_output=True, text=True, check=True)  # fmt: skip
+    shown = subprocess.run(
+        [str(BIN / "leviathan"), "config", "show", "--json", *extra],
+        cwd=work,
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(shown.stdout) == theirs
 
 
 def test_config_show_prints_a_cell_and_the_plan() -> None:
-    leviathan = [sys.executable, "-m", "leviathan.cli", "config", "show", "--configfile", str(PAPER)]
-    cell = subprocess.run([*leviathan, "--cell", "1.2b/o200k_base/leviathan/seed0", "--json"], cwd=ROOT,
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    leviathan = [
+        sys.executable,
+        "-m",
+        "leviathan.cli",
+        "config",
+        "show",
+        "--configfile",
+        str(PAPER),
+    ]
+    cell = subprocess.run(
+        [*leviathan, "--cell", "1.2b/o200k_base/leviathan/seed0", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     got = json.loads(cell.stdout)
     assert got["train"]["total_tokens"] == 24_100_000_000 and got["train"]["micro_batch"] == 16
     assert got["runtime"]["compile"] is True and got["runtime"]["restart_on_mismatch"] is True
@@ -103,7 +135,9 @@ def test_config_show_prints_a_cell_and_the_plan() -> None:
     plan = subprocess.run(leviathan, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "plan: 14 cells" in plan and "the real datasets (no offline stand-ins)" in plan
     assert "fetch limit (corpus.max_bytes='auto')" in plan
-    bad = subprocess.run([*leviathan, "--cell", "micro/gpt2/tied/seed0"], cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run(
+        [*leviathan, "--cell", "micro/gpt2/tied/seed0"], cwd=ROOT, capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "not a cell of the configured studies" in bad.stderr
 
 
@@ -121,8 +155,14 @@ def test_the_paper_download_is_sized_from_the_largest_budget() -> None:
 def test_target_eval_prints_paths_a_rule_produces(tmp_path: Path) -> None:
     work = workflow_copy(tmp_path)
     args = ["--scale", "micro", "--vocab", "gpt2", "--variant", "leviathan", "--eval"]
-    shown = subprocess.run([str(BIN / "leviathan"), "target", *args], cwd=work, env=tool_env(),
-                           capture_output=True, text=True, check=True)  # fmt: skip
+    shown = subprocess.run(
+        [str(BIN / "leviathan"), "target", *args],
+        cwd=work,
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     targets = shown.stdout.split()
     assert [Path(t).name for t in targets] == ["val.json", "wikitext.json", "lm_eval.json"]
     out = snakemake(work, "-n", "--profile", "profiles/local", *targets)

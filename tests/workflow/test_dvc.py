@@ -38,11 +38,15 @@ class Built:
     remote: Path
 
 
-def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+def run(
+    cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def ok(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+def ok(
+    cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200
+) -> subprocess.CompletedProcess[str]:
     out = run(cmd, cwd, env, timeout)
     assert out.returncode == 0, f"{' '.join(cmd)}: {out.stdout[-4000:]}\n{out.stderr[-4000:]}"
     return out
@@ -71,8 +75,12 @@ def files(root: Path) -> dict[str, str]:
 
 def stats(root: Path) -> dict[str, tuple[int, int]]:
     """(size, mtime_ns) of every file under data/ and results/, step checkpoints included."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for d in ("data", "results") for p in sorted((root / d).rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for d in ("data", "results")
+        for p in sorted((root / d).rglob("*"))
+        if p.is_file()
+    }
 
 
 def snakemake_runs(root: Path) -> int:
@@ -91,21 +99,41 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     workflow_copy(repo)
     small_config(repo)
     # src/ is a dependency of every stage (the package itself runs from its installed copy)
-    shutil.copytree(ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("dvc.yaml", ".dvcignore", ".gitignore", "Makefile", ".dvc/config", ".dvc/.gitignore",
-                 ".dvc/plots/by_cell.json"):  # fmt: skip
+    shutil.copytree(
+        ROOT / "src", repo / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    for name in (
+        "dvc.yaml",
+        ".dvcignore",
+        ".gitignore",
+        "Makefile",
+        ".dvc/config",
+        ".dvc/.gitignore",
+        ".dvc/plots/by_cell.json",
+    ):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, repo / name)
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
-           # no user/system DVC config, no shared site cache: the test sees only the project's
-           "DVC_GLOBAL_CONFIG_DIR": str(home / "global"), "DVC_SYSTEM_CONFIG_DIR": str(home / "system"),
-           "DVC_SITE_CACHE_DIR": str(home / "site"),
-           # commits and stashes in the repository and its clones, with or without a git identity
-           "GIT_AUTHOR_NAME": "CI", "GIT_AUTHOR_EMAIL": "ci@example.org",
-           "GIT_COMMITTER_NAME": "CI", "GIT_COMMITTER_EMAIL": "ci@example.org"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "DVC_NO_ANALYTICS": "1",
+        # no user/system DVC config, no shared site cache: the test sees only the project's
+        "DVC_GLOBAL_CONFIG_DIR": str(home / "global"),
+        "DVC_SYSTEM_CONFIG_DIR": str(home / "system"),
+        "DVC_SITE_CACHE_DIR": str(home / "site"),
+        # commits and stashes in the repository and its clones, with or without a git identity
+        "GIT_AUTHOR_NAME": "CI",
+        "GIT_AUTHOR_EMAIL": "ci@example.org",
+        "GIT_COMMITTER_NAME": "CI",
+        "GIT_COMMITTER_EMAIL": "ci@example.org",
+    }
     env.pop("SNAKEMAKE_PROFILE", None)
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "project"],
-                [DVC, "remote", "modify", "--local", "local", "url", str(remote)]):  # fmt: skip
+    for cmd in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-qm", "project"],
+        [DVC, "remote", "modify", "--local", "local", "url", str(remote)],
+    ):
         ok(cmd, repo, env)
     first = ok([DVC, "repro"], repo, env)
     ok(["git", "add", "dvc.lock"], repo, env)
@@ -171,7 +199,9 @@ def test_push_then_pull_into_a_fresh_clone_does_not_retrain(built: Built, tmp_pa
     assert stats(clone) == before and files(clone) == theirs
     assert "Data and pipelines are up to date" in ok([DVC, "status"], clone, env).stdout
     # the manifests came along: the provenance audit re-verifies table -> eval -> checkpoint -> shards
-    audit = ok([str(BIN / "leviathan"), "audit", "results/report/tables/main.csv", "-q"], clone, env)
+    audit = ok(
+        [str(BIN / "leviathan"), "audit", "results/report/tables/main.csv", "-q"], clone, env
+    )
     assert "audit passed" in audit.stdout
     # DVC's own views work on the fresh clone: the same metrics as where they were made
     assert metrics_of(clone, env) == metrics_of(repo, env)
@@ -181,20 +211,30 @@ def test_push_then_pull_into_a_fresh_clone_does_not_retrain(built: Built, tmp_pa
     (clone / "config/config.yaml").write_text(yaml.safe_dump(config))
     plan = snakemake(clone, "-n", "--profile", "profiles/local", "all")
     text = plan.stdout + plan.stderr
-    assert job_counts(text).get("train") == 1 and "variant=leviathan" in text and "variant=tied" not in text
+    assert (
+        job_counts(text).get("train") == 1
+        and "variant=leviathan" in text
+        and "variant=tied" not in text
+    )
 
 
-def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(built: Built, tmp_path: Path) -> None:
+def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(
+    built: Built, tmp_path: Path
+) -> None:
     env = built.env
     clone = tmp_path / "clone"
     ok(["git", "clone", "-q", str(built.repo), str(clone)], tmp_path, env)
     ok([DVC, "remote", "modify", "--local", "local", "url", str(built.remote)], clone, env)
     config = yaml.safe_load((clone / "config/config.yaml").read_text())
-    config["train"]["micro"]["total_tokens"] *= 2  # an edit made before pulling: every cell trains longer
+    config["train"]["micro"]["total_tokens"] *= (
+        2  # an edit made before pulling: every cell trains longer
+    )
     (clone / "config/config.yaml").write_text(yaml.safe_dump(config))
     pulled = make("pull", clone, env)
     assert pulled.returncode != 0
-    assert "differs from dvc.lock" in pulled.stdout and "modified:           config" in pulled.stdout
+    assert (
+        "differs from dvc.lock" in pulled.stdout and "modified:           config" in pulled.stdout
+    )
     assert (clone / CELLS[0] / "checkpoints/final/state.json").is_file()  # pulled, but not touched
     assert not (clone / ".snakemake").exists()  # no Snakemake run marked anything up to date
     # the recipe it prints: pull on the locked commit, then bring the edit back; Snakemake sees it
@@ -225,8 +265,18 @@ def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Pat
     # the numbers are the report's metrics table (the CSV the audit checks), not a copy made elsewhere
     table = pd.read_csv(repo / "results/report/tables/metrics.csv").set_index("row")
     assert cells[LEV]["val_loss"] == pytest.approx(table.loc[LEV, "val_loss"], rel=1e-12)
-    assert {"val_loss", "val_ppl", "val_bpb", "wikitext_ppl", "lambada_ppl", "downstream_mean_acc",
-            "val_loss_gain", "wikitext_ppl_gain", "lambada_ppl_gain", "downstream_gain_points"} <= set(cells[LEV])  # fmt: skip
+    assert {
+        "val_loss",
+        "val_ppl",
+        "val_bpb",
+        "wikitext_ppl",
+        "lambada_ppl",
+        "downstream_mean_acc",
+        "val_loss_gain",
+        "wikitext_ppl_gain",
+        "lambada_ppl_gain",
+        "downstream_gain_points",
+    } <= set(cells[LEV])
     assert "val_loss_gain" not in cells[TIED]
     text = ok([DVC, "metrics", "show"], repo, env).stdout
     assert METRICS in text and "val_loss" in text
@@ -239,8 +289,12 @@ def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Pat
     assert "index.html" in shown.stdout
     plots = yaml.safe_load((repo / "dvc.yaml").read_text())["plots"]
     titles = [spec["title"] for p in plots if isinstance(p, dict) for spec in p.values()]
-    assert len(titles) == 2 and all(title in html for title in titles)  # loss curves, frequency buckets
-    assert LEV in html and TIED in html and '"field": "cell"' in html  # one line per cell (template by_cell)
+    assert len(titles) == 2 and all(
+        title in html for title in titles
+    )  # loss curves, frequency buckets
+    assert (
+        LEV in html and TIED in html and '"field": "cell"' in html
+    )  # one line per cell (template by_cell)
     assert "results/report/figures/loss_curves.png" in html  # the seaborn figures beside them
 
     params = ok([DVC, "params", "diff", "--all"], repo, env).stdout
@@ -260,7 +314,9 @@ def test_exp_run_set_param_reruns_one_cell_and_diffs_show_it(built: Built) -> No
     text = exp.stdout + exp.stderr
     assert job_counts(text).get("train") == 1, text[-4000:]
     assert "variant=leviathan" in text and "variant=tied" not in text
-    assert files(repo)[f"{CELLS[0]}/checkpoints/final/model.safetensors"] == tied_ckpt  # not retrained
+    assert (
+        files(repo)[f"{CELLS[0]}/checkpoints/final/model.safetensors"] == tied_ckpt
+    )  # not retrained
     assert files(repo)[f"{CELLS[1]}/checkpoints/final/model.safetensors"] != lev_ckpt
     after = metrics_of(repo, env)
     assert after[TIED] == before[TIED] and after[LEV]["val_loss"] != before[LEV]["val_loss"]
@@ -271,4 +327,8 @@ def test_exp_run_set_param_reruns_one_cell_and_diffs_show_it(built: Built) -> No
     assert f"{LEV}.val_loss" in metrics and f"{TIED}.val_loss" not in metrics  # only what changed
     shown = ok([DVC, "exp", "show", "--csv"], repo, env).stdout
     header = shown.splitlines()[0].split(",")
-    assert f"train.{LEV}.lr" in header and f"{LEV}.val_loss" in header and "train.micro.total_tokens" in header
+    assert (
+        f"train.{LEV}.lr" in header
+        and f"{LEV}.val_loss" in header
+        and "train.micro.total_tokens" in header
+    )

@@ -2,17 +2,31 @@ import shlex
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from leviathan.workflow.grid import Cell, cells, wildcard_pattern
-from leviathan.workflow.steps import default_resource, resources, rule_resources, train_command, train_slurm_keys
+from leviathan.workflow.steps import (
+    default_resource,
+    resources,
+    rule_resources,
+    train_command,
+    train_slurm_keys,
+)
 
 STUDIES = {
-    "main": {"scales": ["400m", "1.2b"], "vocabs": ["o200k_base"], "variants": ["tied", "leviathan"], "seeds": [0]},
-    "ablation": {"scales": ["400m"], "vocabs": ["o200k_base"],
-                 "variants": ["tied", "untied", "albert", "flat_mlp", "factored_mlp", "leviathan"], "seeds": [0]},
-}  # fmt: skip
+    "main": {
+        "scales": ["400m", "1.2b"],
+        "vocabs": ["o200k_base"],
+        "variants": ["tied", "leviathan"],
+        "seeds": [0],
+    },
+    "ablation": {
+        "scales": ["400m"],
+        "vocabs": ["o200k_base"],
+        "variants": ["tied", "untied", "albert", "flat_mlp", "factored_mlp", "leviathan"],
+        "seeds": [0],
+    },
+}
 
 
 def test_cells_are_the_deduplicated_union_of_studies() -> None:
@@ -25,7 +39,10 @@ def test_cells_are_the_deduplicated_union_of_studies() -> None:
 def test_cell_paths_are_readable_and_stable() -> None:
     cell = Cell("400m", "o200k_base", "leviathan", 0)
     assert cell.run_dir == "results/runs/400m/o200k_base/leviathan/seed0"
-    assert cell.final_marker == "results/runs/400m/o200k_base/leviathan/seed0/checkpoints/final/state.json"
+    assert (
+        cell.final_marker
+        == "results/runs/400m/o200k_base/leviathan/seed0/checkpoints/final/state.json"
+    )
     assert cell.eval_dir == "results/eval/400m/o200k_base/leviathan/seed0"
 
 
@@ -38,19 +55,46 @@ def test_wildcard_pattern_is_exact_alternatives() -> None:
 
 
 def test_resources_per_scale_in_the_plugins_terms() -> None:
-    config = {"resources": {"400m": {"gpus": 4, "gpu_model": "h100", "cpus_per_gpu": 8, "mem_mb": 1000, "runtime": 30}}}
+    config = {
+        "resources": {
+            "400m": {
+                "gpus": 4,
+                "gpu_model": "h100",
+                "cpus_per_gpu": 8,
+                "mem_mb": 1000,
+                "runtime": 30,
+            }
+        }
+    }
     r = resources(config, "400m")
-    assert r == {"gpu": 4, "gpu_model": "h100", "cpus_per_gpu": 8, "threads": 32, "mem_mb": 1000, "runtime": 30}
+    assert r == {
+        "gpu": 4,
+        "gpu_model": "h100",
+        "cpus_per_gpu": 8,
+        "threads": 32,
+        "mem_mb": 1000,
+        "runtime": 30,
+    }
     cpu = resources({"resources": {"micro": {"cpus": 2}}}, "micro")
-    assert cpu["gpu"] == 0 and cpu["gpu_model"] == "" and cpu["cpus_per_gpu"] == 0 and cpu["threads"] == 2
+    assert (
+        cpu["gpu"] == 0
+        and cpu["gpu_model"] == ""
+        and cpu["cpus_per_gpu"] == 0
+        and cpu["threads"] == 2
+    )
 
 
 def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
     cell = Cell("400m", "o200k_base", "leviathan", 1)
-    config = {"resources": {"400m": {"gpus": 4}}, "train": {"400m": {"lr": 3e-4, "betas": [0.9, 0.95]}},
-              "runtime": {"val_every": 500, "threads": None}}  # fmt: skip
+    config = {
+        "resources": {"400m": {"gpus": 4}},
+        "train": {"400m": {"lr": 3e-4, "betas": [0.9, 0.95]}},
+        "runtime": {"val_every": 500, "threads": None},
+    }
     args = shlex.split(train_command(cell, config, "data/tokens/pile/o200k_base", cell.run_dir))
-    assert args[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--nproc-per-node" in args
+    assert (
+        args[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--nproc-per-node" in args
+    )
     assert args[args.index("--nproc-per-node") + 1] == "4"
     assert "--set" in args and "lr=0.0003" in args and "betas=[0.9, 0.95]" in args
     assert "val_every=500" in args and not any(a.startswith("threads=") for a in args)
@@ -63,9 +107,17 @@ def test_cell_overrides_apply_after_scale_overrides() -> None:
     from leviathan.workflow.steps import train_overrides
 
     cell = Cell("micro", "gpt2", "leviathan", 0)
-    config = {"train": {"micro": {"lr": 1e-3, "total_tokens": 512}, "micro/gpt2/leviathan/seed0": {"lr": 5e-4}}}
+    config = {
+        "train": {
+            "micro": {"lr": 1e-3, "total_tokens": 512},
+            "micro/gpt2/leviathan/seed0": {"lr": 5e-4},
+        }
+    }
     assert train_overrides(config, cell) == {"lr": 5e-4, "total_tokens": 512}
-    assert train_overrides(config, Cell("micro", "gpt2", "tied", 0)) == {"lr": 1e-3, "total_tokens": 512}
+    assert train_overrides(config, Cell("micro", "gpt2", "tied", 0)) == {
+        "lr": 1e-3,
+        "total_tokens": 512,
+    }
 
 
 def test_runtime_and_resource_defaults_have_one_home() -> None:
@@ -75,7 +127,9 @@ def test_runtime_and_resource_defaults_have_one_home() -> None:
     from leviathan.train.config import RuntimeConfig
     from leviathan.workflow.steps import RESOURCE_DEFAULTS, SLURM_KEYS
 
-    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml").read_text()
+    )
     runtime = schema["properties"]["runtime"]["properties"]
     res = schema["properties"]["resources"]["additionalProperties"]["properties"]
     assert set(runtime) == {f.name for f in fields(RuntimeConfig)}
@@ -93,16 +147,33 @@ def test_workflow_runtime_defaults_reach_the_training_job() -> None:
 
 
 def test_slurm_settings_per_scale_only_where_set() -> None:
-    config = {"resources": {"400m": {"gpus": 4, "slurm_partition": "h100", "constraint": "ib", "slurm_extra": "--exclusive"},
-                            "micro": {"cpus": 2}}}  # fmt: skip
-    assert resources(config, "400m")["slurm_partition"] == "h100" and resources(config, "400m")["constraint"] == "ib"
+    config = {
+        "resources": {
+            "400m": {
+                "gpus": 4,
+                "slurm_partition": "h100",
+                "constraint": "ib",
+                "slurm_extra": "--exclusive",
+            },
+            "micro": {"cpus": 2},
+        }
+    }
+    assert (
+        resources(config, "400m")["slurm_partition"] == "h100"
+        and resources(config, "400m")["constraint"] == "ib"
+    )
     assert "slurm_partition" not in resources(config, "micro")
     assert train_slurm_keys(config) == ["slurm_partition", "constraint", "slurm_extra"]
     assert train_slurm_keys({"resources": {"micro": {"cpus": 2}}}) == []
 
 
 def test_default_resource_reads_snakemakes_default_resources_arguments() -> None:
-    args = ["tmpdir=system_tmpdir", "mem_mb=8000", "slurm_partition=debug", "slurm_account='<your-account>'"]
+    args = [
+        "tmpdir=system_tmpdir",
+        "mem_mb=8000",
+        "slurm_partition=debug",
+        "slurm_account='<your-account>'",
+    ]
     assert default_resource(args, "slurm_partition") == "debug"
     assert default_resource(args, "slurm_account") == "<your-account>"
     assert default_resource(args, "mem_mb") == 8000
@@ -110,6 +181,10 @@ def test_default_resource_reads_snakemakes_default_resources_arguments() -> None
 
 
 def test_rule_resources_come_from_the_config_without_threads() -> None:
-    config = {"rule_resources": {"tokenize": {"mem_mb": 4000, "runtime": 720, "threads": 8, "qos": "short"}}}
+    config = {
+        "rule_resources": {
+            "tokenize": {"mem_mb": 4000, "runtime": 720, "threads": 8, "qos": "short"}
+        }
+    }
     assert rule_resources(config, "tokenize") == {"mem_mb": 4000, "runtime": 720, "qos": "short"}
     assert rule_resources(config, "report") == {}

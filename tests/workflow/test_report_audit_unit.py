@@ -33,9 +33,13 @@ def test_ops_compute_from_the_files(tmp_path: Path) -> None:
     tied = (Source("tied.json", "/loss", "a"),)
     lev = (Source("lev0.json", "/loss", "b"), Source("lev1.json", "/loss", "b"))
     assert compute(CellSpec("mean", tied), docs) == 3.0
-    assert compute(CellSpec("mean", tuple(Source(s.path, s.pointer) for s in lev)), docs) == pytest.approx(2.85)
+    assert compute(
+        CellSpec("mean", tuple(Source(s.path, s.pointer) for s in lev)), docs
+    ) == pytest.approx(2.85)
     assert compute(CellSpec("gain", tied + lev), docs) == pytest.approx((3.0 - 2.85) / 3.0)
-    assert compute(CellSpec("exp_change", tied + lev), docs) == pytest.approx(math.exp(2.85) / math.exp(3.0) - 1)
+    assert compute(CellSpec("exp_change", tied + lev), docs) == pytest.approx(
+        math.exp(2.85) / math.exp(3.0) - 1
+    )
     a, b = CellSpec("mean", tied), CellSpec("mean", (Source("lev0.json", "/loss"),))
     assert compute(CellSpec("diff_of", parts=(a, b)), docs) == pytest.approx(-0.2)
     assert math.isnan(compute(CellSpec("mean", ()), docs))
@@ -51,9 +55,13 @@ def _chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     write_manifest("data/corpus.txt", kind="corpus")
     Path("data/shard.bin").write_bytes(bytes(range(64)))
     write_manifest("data/shard.bin", kind="tokens", inputs=[input_record("data/corpus.txt")])
-    evaluation = {"kind": "val", "checkpoint": None, "code": {"git_commit": None},
-                  "inputs": [{"role": "val_tokens", **input_record("data/shard.bin")}],
-                  "results": {"overall": {"loss": 2.5}}}  # fmt: skip
+    evaluation = {
+        "kind": "val",
+        "checkpoint": None,
+        "code": {"git_commit": None},
+        "inputs": [{"role": "val_tokens", **input_record("data/shard.bin")}],
+        "results": {"overall": {"loss": 2.5}},
+    }
     write_json("val.json", evaluation)
     table = Table("demo", "Demo", ["variant"], {"val_loss": "loss", "val_ppl": "ppl"})
     row = table.add_row("micro/leviathan", variant="leviathan")
@@ -70,7 +78,9 @@ def _audit(table: str | Path, cell: tuple[str, str] | None = None) -> Auditor:
     return auditor
 
 
-def test_audit_passes_then_names_the_tampered_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_audit_passes_then_names_the_tampered_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     csv = _chain(tmp_path, monkeypatch)
     assert pd.read_csv(csv)["val_ppl"][0] == pytest.approx(math.exp(2.5))
     clean = _audit(csv)
@@ -134,7 +144,9 @@ def test_a_number_in_an_empty_cell_is_caught_even_with_a_matching_hash(
     assert "has no recorded source" in bad.failures[0].detail
 
 
-def test_unknown_cell_is_an_error_naming_the_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unknown_cell_is_an_error_naming_the_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     csv = _chain(tmp_path, monkeypatch)
     bad = _audit(csv, ("micro/untied", "val_loss"))
     assert bad.failures and "no row 'micro/untied'" in bad.failures[0].detail

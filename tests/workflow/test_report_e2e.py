@@ -15,7 +15,16 @@ from workflow_helpers import BIN, small_config, snakemake, tool_env, workflow_co
 
 pytestmark = pytest.mark.slow
 
-TABLES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "paper_vs_ours", "metrics"]
+TABLES = [
+    "main",
+    "downstream",
+    "ablation",
+    "vocabulary",
+    "frequency",
+    "cost",
+    "paper_vs_ours",
+    "metrics",
+]
 FIGURES = ["loss_curves", "frequency", "vocabulary", "ablation"]
 LEV = "results/runs/micro/gpt2/leviathan/seed0"
 
@@ -25,8 +34,11 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = workflow_copy(tmp_path_factory.mktemp("report"))
     config = small_config(work)
     main = config["studies"]["main"]
-    config["studies"] = {"main": main, "ablation": {**main, "variants": ["tied", "untied", "leviathan"]},
-                         "vocabulary": dict(main)}  # fmt: skip
+    config["studies"] = {
+        "main": main,
+        "ablation": {**main, "variants": ["tied", "untied", "leviathan"]},
+        "vocabulary": dict(main),
+    }
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     out = snakemake(work, "--profile", "profiles/local", "all")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -34,8 +46,14 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def audit(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "leviathan"), "audit", *args], cwd=work, capture_output=True, text=True,
-                          env=tool_env(), timeout=300)  # fmt: skip
+    return subprocess.run(
+        [str(BIN / "leviathan"), "audit", *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=300,
+    )
 
 
 def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
@@ -48,7 +66,11 @@ def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
     val = json.loads((work / "results/eval/micro/gpt2/leviathan/seed0/val.json").read_text())
     assert main.loc["micro/gpt2/leviathan", "val_loss"] == val["results"]["overall"]["loss"]
     manifest = json.loads((tables / "main.csv.json").read_text())
-    cell = next(c for c in manifest["cells"] if (c["row"], c["column"]) == ("micro/gpt2/leviathan", "val_ppl_change"))
+    cell = next(
+        c
+        for c in manifest["cells"]
+        if (c["row"], c["column"]) == ("micro/gpt2/leviathan", "val_ppl_change")
+    )
     assert cell["op"] == "exp_change" and {s["group"] for s in cell["sources"]} == {"a", "b"}
     # the cost table's counter agrees with the parameter count the trainer logged at start
     cost = pd.read_csv(tables / "cost.csv").set_index("row")
@@ -56,7 +78,9 @@ def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
     assert cost.loc["micro/gpt2/leviathan", "params"] == start["params"]
     assert "\\begin{tabular}" in (tables / "ablation.tex").read_text()
     paper = pd.read_csv(tables / "paper_vs_ours.csv")
-    assert paper["paper"].notna().all() and paper["ours"].isna().all()  # no paper scale trained here
+    assert (
+        paper["paper"].notna().all() and paper["ours"].isna().all()
+    )  # no paper scale trained here
     check = (tables / "paper_check.md").read_text()
     assert "3 of 16 reported figures do not follow" in check and "exp(val loss 2.402)" in check
 
@@ -82,8 +106,12 @@ def test_audit_passes_on_the_clean_run(work: Path) -> None:
     assert "audit passed" in out.stdout
     one = audit(work, "results/report/tables/main.tex", "--cell", "micro/gpt2/leviathan,val_loss")
     assert one.returncode == 0, one.stdout + one.stderr
-    for link in (f"{LEV}/checkpoints/final/model.safetensors", "data/tokens/embedded/gpt2/train.bin",
-                 "data/corpus/embedded/train.jsonl.zst", "vocabulary gpt2"):  # fmt: skip
+    for link in (
+        f"{LEV}/checkpoints/final/model.safetensors",
+        "data/tokens/embedded/gpt2/train.bin",
+        "data/corpus/embedded/train.jsonl.zst",
+        "vocabulary gpt2",
+    ):
         assert link in one.stdout, link
 
 
@@ -122,7 +150,10 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
 
     out = _tampered(work, table, edit_value)
     assert out.returncode == 1
-    assert f"{table}: sha256" in out.stderr and "main.csv [micro/gpt2/leviathan, val_loss]" in out.stderr
+    assert (
+        f"{table}: sha256" in out.stderr
+        and "main.csv [micro/gpt2/leviathan, val_loss]" in out.stderr
+    )
     assert "was edited" in out.stderr
 
     # the checkpoint's manifest rewritten to name other training data: the evaluation recorded its hash
@@ -143,12 +174,29 @@ def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(
     backup = lev.read_bytes()
     shutil.copy(work / "results/eval/micro/gpt2/tied/seed0/val.json", lev)
     try:
-        rebuilt = subprocess.run([str(BIN / "leviathan"), "report", "tables", "--no-figures"], cwd=work,
-                                 capture_output=True, text=True, env=tool_env(), timeout=300)  # fmt: skip
+        rebuilt = subprocess.run(
+            [str(BIN / "leviathan"), "report", "tables", "--no-figures"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            env=tool_env(),
+            timeout=300,
+        )
         assert rebuilt.returncode == 0, rebuilt.stderr
-        out = audit(work, "results/report/tables/main.csv", "--cell", "micro/gpt2/leviathan,val_loss")
-        assert out.returncode == 1 and "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
+        out = audit(
+            work, "results/report/tables/main.csv", "--cell", "micro/gpt2/leviathan,val_loss"
+        )
+        assert (
+            out.returncode == 1
+            and "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
+        )
     finally:
         lev.write_bytes(backup)
-        subprocess.run([str(BIN / "leviathan"), "report", "tables", "--no-figures"], cwd=work, env=tool_env(),
-                       capture_output=True, timeout=300, check=True)  # fmt: skip
+        subprocess.run(
+            [str(BIN / "leviathan"), "report", "tables", "--no-figures"],
+            cwd=work,
+            env=tool_env(),
+            capture_output=True,
+            timeout=300,
+            check=True,
+        )

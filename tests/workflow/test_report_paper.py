@@ -33,7 +33,9 @@ def test_a_consistent_paper_passes_and_an_edited_figure_is_caught() -> None:
 def test_other_inconsistencies_of_the_reported_figures_are_flagged() -> None:
     checks = {c.what: c for c in consistency_checks()}
     ppl_400m = next(c for w, c in checks.items() if w.startswith("400m: leviathan val PPL change"))
-    assert not ppl_400m.ok and ppl_400m.recomputed == pytest.approx(15.24 / 16.18 - 1)  # -5.8%, reported -5.6%
+    assert not ppl_400m.ok and ppl_400m.recomputed == pytest.approx(
+        15.24 / 16.18 - 1
+    )  # -5.8%, reported -5.6%
     down = next(c for w, c in checks.items() if "mean accuracy gain" in w)
     assert not down.ok and down.recomputed == pytest.approx((1.5 + 3.9 + 0.4 + 2.2 + 3.0 + 0.8) / 6)
 

@@ -22,16 +22,26 @@ HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load
 def _cell_files(cell: Cell, losses: list[float]) -> None:
     run = Path(cell.run_dir)
     run.mkdir(parents=True)
-    records = [{"kind": "start", "step": 0}] + [
-        {"kind": "val", "step": 2 * (i + 1), "tokens": 1024 * (i + 1), "val_loss": loss} for i, loss in enumerate(losses)
-    ] + [{"kind": "train", "step": 1, "loss": 9.0}]
+    records = (
+        [{"kind": "start", "step": 0}]
+        + [
+            {"kind": "val", "step": 2 * (i + 1), "tokens": 1024 * (i + 1), "val_loss": loss}
+            for i, loss in enumerate(losses)
+        ]
+        + [{"kind": "train", "step": 1, "loss": 9.0}]
+    )
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    buckets = [{"label": "0", "n": 3, "mean_loss": 9.0}, {"label": "1-9", "n": 0, "mean_loss": None},
-               {"label": "10-99", "n": 5, "mean_loss": losses[-1]}]  # fmt: skip
+    buckets = [
+        {"label": "0", "n": 3, "mean_loss": 9.0},
+        {"label": "1-9", "n": 0, "mean_loss": None},
+        {"label": "10-99", "n": 5, "mean_loss": losses[-1]},
+    ]
     write_json(f"{cell.eval_dir}/val.json", {"results": {"frequency_tokens": {"log10": buckets}}})
 
 
-def test_plot_data_is_long_per_cell_with_manifests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plot_data_is_long_per_cell_with_manifests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     _cell_files(CELLS[0], [5.0, 4.0])
     _cell_files(CELLS[1], [4.5, 3.5])
@@ -41,15 +51,20 @@ def test_plot_data_is_long_per_cell_with_manifests(tmp_path: Path, monkeypatch: 
     lev = frame[frame["cell"] == "micro/gpt2/leviathan/seed0"]
     assert lev["tokens"].tolist() == [1024, 2048] and lev["val_loss"].tolist() == [4.5, 3.5]
     buckets = pd.read_csv(freq)
-    assert buckets[buckets["cell"] == "micro/gpt2/tied/seed0"]["bucket"].astype(str).tolist() == ["0", "10-99"]  # empty left out
+    assert buckets[buckets["cell"] == "micro/gpt2/tied/seed0"]["bucket"].astype(str).tolist() == [
+        "0",
+        "10-99",
+    ]  # empty left out
     manifest = read_json(f"{curves}.json")
     assert {i["path"] for i in manifest["inputs"]} == {f"{c.run_dir}/metrics.jsonl" for c in CELLS}
 
 
 def test_resource_table_per_rule_from_benchmark_files(tmp_path: Path) -> None:
-    rows = {("train", "a"): "12.5\t0:00:12\t310.2\t900\t300\t305\t1\t2\t95.0\t11.0\n",
-            ("train", "b"): "20.0\t0:00:20\t402.0\t900\t300\t305\t1\t2\t98.0\t19.0\n",
-            ("eval_val", ""): "3.0\t0:00:03\t-\t-\t-\t-\t-\t-\t-\t-\n"}  # fmt: skip
+    rows = {
+        ("train", "a"): "12.5\t0:00:12\t310.2\t900\t300\t305\t1\t2\t95.0\t11.0\n",
+        ("train", "b"): "20.0\t0:00:20\t402.0\t900\t300\t305\t1\t2\t98.0\t19.0\n",
+        ("eval_val", ""): "3.0\t0:00:03\t-\t-\t-\t-\t-\t-\t-\t-\n",
+    }
     paths = []
     for (rule, tag), row in rows.items():
         path = Path(benchmark_path(str(tmp_path / tag), rule))
@@ -57,11 +72,20 @@ def test_resource_table_per_rule_from_benchmark_files(tmp_path: Path) -> None:
         path.write_text(HEADER + row)
         paths.append(path)
     assert benchmark_rule(str(paths[0])) == "train"
-    assert benchmark_rule(benchmark_path("results/eval/micro/gpt2", "sample_efficiency", "seed0")) == "sample_efficiency"
+    assert (
+        benchmark_rule(benchmark_path("results/eval/micro/gpt2", "sample_efficiency", "seed0"))
+        == "sample_efficiency"
+    )
     table = resource_table(paths).set_index("rule")
     assert table.loc["train", "jobs"] == 2 and table.loc["train", "wall_s_max"] == 20.0
-    assert table.loc["train", "max_rss_mb_max"] == 402.0 and table.loc["train", "cpu_time_s_mean"] == 15.0
-    assert table.loc["train", "suggested_mem_mb"] == 700 and table.loc["train", "suggested_runtime_min"] == 1
+    assert (
+        table.loc["train", "max_rss_mb_max"] == 402.0
+        and table.loc["train", "cpu_time_s_mean"] == 15.0
+    )
+    assert (
+        table.loc["train", "suggested_mem_mb"] == 700
+        and table.loc["train", "suggested_runtime_min"] == 1
+    )
     assert math.isnan(table.loc["eval_val", "max_rss_mb_max"])  # not measured: no number made up
     csv, md = write_resources(paths, tmp_path / "tables")
     assert "| train" in md.read_text() and len(read_json(f"{csv}.json")["inputs"]) == 3

@@ -34,17 +34,41 @@ def seeded(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "config", work / "config")
     shards = work / "data/tokens/embedded/gpt2"
     shutil.copytree(gpt2_shards, shards)
-    config = {"studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"],
-                                   "seeds": SEEDS}},
-              "evaluate": {"val": {"batch_size": 16, "max_windows": 8}, "wikitext": None, "lm_eval": None}}  # fmt: skip
+    config = {
+        "studies": {
+            "main": {
+                "scales": ["micro"],
+                "vocabs": ["gpt2"],
+                "variants": ["tied", "leviathan"],
+                "seeds": SEEDS,
+            }
+        },
+        "evaluate": {
+            "val": {"batch_size": 16, "max_windows": 8},
+            "wikitext": None,
+            "lm_eval": None,
+        },
+    }
     quiet = RuntimeConfig(progress=False, val_every=0, ckpt_every=0, threads=2)
     for variant in ("tied", "leviathan"):
         for seed in SEEDS:
             cell = Cell("micro", "gpt2", variant, seed)
             cfg = train_config("micro", "gpt2", variant, seed=seed, total_tokens=8 * 64 * STEPS)
-            train(cfg, train_bins=[shards / "train.bin"], val_bin=None, run_dir=work / cell.run_dir, runtime=quiet)
-            evaluate("val", work / cell.run_dir, work / cell.eval_output("val"), config,
-                     val=str(shards / "val.bin"), counts=str(shards / "counts.npy"))  # fmt: skip
+            train(
+                cfg,
+                train_bins=[shards / "train.bin"],
+                val_bin=None,
+                run_dir=work / cell.run_dir,
+                runtime=quiet,
+            )
+            evaluate(
+                "val",
+                work / cell.run_dir,
+                work / cell.eval_output("val"),
+                config,
+                val=str(shards / "val.bin"),
+                counts=str(shards / "counts.npy"),
+            )
     (work / "workflow/schemas").mkdir(parents=True)
     shutil.copy(ROOT / "workflow/schemas/config.schema.yaml", work / "workflow/schemas")
     (work / "study.yaml").write_text(yaml.safe_dump(config))
@@ -59,12 +83,18 @@ def seeded(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _losses(work: Path, variant: str) -> list[float]:
-    return [read_json(work / Cell("micro", "gpt2", variant, s).eval_output("val"))["results"]["overall"]["loss"]
-            for s in SEEDS]  # fmt: skip
+    return [
+        read_json(work / Cell("micro", "gpt2", variant, s).eval_output("val"))["results"][
+            "overall"
+        ]["loss"]
+        for s in SEEDS
+    ]
 
 
 def _half_width(values: list[float]) -> float:
-    lo, hi = stats.t.interval(0.95, len(values) - 1, loc=sum(values) / len(values), scale=stats.sem(values))
+    lo, hi = stats.t.interval(
+        0.95, len(values) - 1, loc=sum(values) / len(values), scale=stats.sem(values)
+    )
     return (hi - lo) / 2
 
 
@@ -85,8 +115,14 @@ def test_main_table_gives_means_with_student_t_intervals(seeded: Path) -> None:
 
 
 def test_audit_covers_the_intervals(seeded: Path) -> None:
-    out = subprocess.run([str(BIN / "leviathan"), "audit", "results/report/tables/main.csv", "--all", "-q"],
-                         cwd=seeded, capture_output=True, text=True, env=tool_env(), timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [str(BIN / "leviathan"), "audit", "results/report/tables/main.csv", "--all", "-q"],
+        cwd=seeded,
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     manifest = read_json(seeded / "results/report/tables/main.csv.json")
     ops = {c["op"] for c in manifest["cells"] if c["column"].endswith("_ci95")}
@@ -96,6 +132,12 @@ def test_audit_covers_the_intervals(seeded: Path) -> None:
     frame = pd.read_csv(csv, dtype={"row": str, "stand_in_data": str})
     frame.loc[frame["row"] == "micro/gpt2/leviathan", "val_loss_ci95"] *= 2
     frame.to_csv(csv, index=False, float_format="%.17g")
-    bad = subprocess.run([str(BIN / "leviathan"), "audit", str(csv), "--cell", "micro/gpt2/leviathan,val_loss_ci95"],
-                         cwd=seeded, capture_output=True, text=True, env=tool_env(), timeout=300)  # fmt: skip
+    bad = subprocess.run(
+        [str(BIN / "leviathan"), "audit", str(csv), "--cell", "micro/gpt2/leviathan,val_loss_ci95"],
+        cwd=seeded,
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=300,
+    )
     assert bad.returncode == 1

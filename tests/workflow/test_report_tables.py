@@ -24,10 +24,17 @@ BUCKETS = [{"label": "1-9", "n": 10}, {"label": "10-99", "n": 0}]
 def _write_cell(cell: Cell) -> None:
     loss = LOSS[cell.variant]
     freq = [{**b, "mean_loss": loss + 1.0} for b in BUCKETS]
-    write_json(f"{cell.eval_dir}/val.json", {
-        "kind": "val", "checkpoint": {"tokens": 4_200_000_000},
-        "results": {"overall": {"loss": loss, "bits_per_byte": loss / 4}, "frequency_tokens": {"log10": freq}},
-    })  # fmt: skip
+    write_json(
+        f"{cell.eval_dir}/val.json",
+        {
+            "kind": "val",
+            "checkpoint": {"tokens": 4_200_000_000},
+            "results": {
+                "overall": {"loss": loss, "bits_per_byte": loss / 4},
+                "frequency_tokens": {"log10": freq},
+            },
+        },
+    )
     cfg = model_config(cell.scale, cell.vocab, cell.variant)
     write_json(cell.final_marker, {"model_config": cfg.to_dict()})
 
@@ -35,7 +42,12 @@ def _write_cell(cell: Cell) -> None:
 @pytest.fixture
 def at_200m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReportInputs:
     monkeypatch.chdir(tmp_path)
-    study = {"scales": ["200m"], "vocabs": ["o200k_base"], "variants": ["leviathan", "tied"], "seeds": [0]}
+    study = {
+        "scales": ["200m"],
+        "vocabs": ["o200k_base"],
+        "variants": ["leviathan", "tied"],
+        "seeds": [0],
+    }
     for variant in ("tied", "leviathan"):
         _write_cell(Cell("200m", "o200k_base", variant, 0))
     return ReportInputs({"main": study}, ["val"], str(reported_path()))
@@ -43,7 +55,11 @@ def at_200m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReportInputs:
 
 def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
     tables = build_tables(at_200m, DocumentCache())
-    assert list(tables) == table_names(at_200m) == ["main", "frequency", "cost", "paper_vs_ours", "metrics"]
+    assert (
+        list(tables)
+        == table_names(at_200m)
+        == ["main", "frequency", "cost", "paper_vs_ours", "metrics"]
+    )
     main = tables["main"].frame(DocumentCache()).set_index("row")
     assert list(main.index) == ["200m/o200k_base/tied", "200m/o200k_base/leviathan"]  # tied first
     lev = main.loc["200m/o200k_base/leviathan"]
@@ -60,7 +76,9 @@ def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
     cost = tables["cost"].frame(DocumentCache()).set_index("row")
     tied, lev_acc = (account(model_config("200m", "o200k_base", v)) for v in ("tied", "leviathan"))
     assert cost.loc["200m/o200k_base/leviathan", "params"] == lev_acc.total_params
-    assert cost.loc["200m/o200k_base/leviathan", "params_overhead"] == pytest.approx(overhead(lev_acc, tied)["params"])
+    assert cost.loc["200m/o200k_base/leviathan", "params_overhead"] == pytest.approx(
+        overhead(lev_acc, tied)["params"]
+    )
 
     freq = tables["frequency"].frame(DocumentCache()).set_index("row")
     assert freq.loc["200m/o200k_base/1-9", "loss_gain_nats"] == pytest.approx(0.1)
@@ -78,23 +96,36 @@ def test_write_report_renders_every_format(at_200m: ReportInputs, tmp_path: Path
     assert pd.read_csv("tables/main.csv")["val_loss"].tolist() == [3.1, 3.0]  # full precision
 
 
-def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(at_200m: ReportInputs) -> None:
+def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(
+    at_200m: ReportInputs,
+) -> None:
     import json
 
     metrics = build_tables(at_200m, DocumentCache())["metrics"]
     frame = metrics.frame(DocumentCache()).set_index("row")
     assert list(frame.index) == ["200m/o200k_base/tied/seed0", "200m/o200k_base/leviathan/seed0"]
     lev = frame.loc["200m/o200k_base/leviathan/seed0"]
-    assert lev["val_loss"] == 3.0 and lev["val_ppl"] == pytest.approx(math.exp(3.0)) and lev["val_bpb"] == 0.75
+    assert (
+        lev["val_loss"] == 3.0
+        and lev["val_ppl"] == pytest.approx(math.exp(3.0))
+        and lev["val_bpb"] == 0.75
+    )
     assert lev["val_loss_gain"] == pytest.approx((3.1 - 3.0) / 3.1)
     assert "wikitext_ppl" not in frame.columns  # WikiText did not run in this config
     # every number traces to its file and field, like any table's
-    assert {c["column"] for c in metrics.cell_map() if c["row"].endswith("leviathan/seed0")} >= {"val_loss", "val_loss_gain"}
+    assert {c["column"] for c in metrics.cell_map() if c["row"].endswith("leviathan/seed0")} >= {
+        "val_loss",
+        "val_loss_gain",
+    }
     config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}}
     write_report(config, "tables", None)
     doc = json.loads(Path("tables/metrics.json").read_text())
-    assert doc["200m/o200k_base/leviathan/seed0"]["val_loss_gain"] == pytest.approx((3.1 - 3.0) / 3.1)
-    assert "val_loss_gain" not in doc["200m/o200k_base/tied/seed0"]  # no number for tied's gain over itself
+    assert doc["200m/o200k_base/leviathan/seed0"]["val_loss_gain"] == pytest.approx(
+        (3.1 - 3.0) / 3.1
+    )
+    assert (
+        "val_loss_gain" not in doc["200m/o200k_base/tied/seed0"]
+    )  # no number for tied's gain over itself
     # the audit holds the JSON to its CSV, as it holds Markdown and LaTeX renderings
     from leviathan.report.audit import Auditor
 
@@ -104,5 +135,7 @@ def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(at
         return [f.detail for f in auditor.failures if f.what.endswith("metrics.json")]
 
     assert json_findings() == []
-    Path("tables/metrics.json").write_text(json.dumps({**doc, "200m/o200k_base/tied/seed0": {"val_loss": 2.0}}))
+    Path("tables/metrics.json").write_text(
+        json.dumps({**doc, "200m/o200k_base/tied/seed0": {"val_loss": 2.0}})
+    )
     assert any("edited" in d for d in json_findings())

@@ -14,7 +14,9 @@ from workflow_helpers import ROOT, job_counts, small_config, snakemake, workflow
 def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
     work = workflow_copy(tmp_path)
     t0 = time.time()
-    out = snakemake(work, "-n", "--configfile", "config/paper.yaml", "--profile", "profiles/slurm", "all")
+    out = snakemake(
+        work, "-n", "--configfile", "config/paper.yaml", "--profile", "profiles/slurm", "all"
+    )
     assert out.returncode == 0, out.stderr
     assert time.time() - t0 < 60
     counts = job_counts(out.stdout + out.stderr)
@@ -63,7 +65,9 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     out = snakemake(work, "--profile", "profiles/local", "all")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     for variant in ("tied", "leviathan"):
-        assert (work / f"results/runs/micro/gpt2/{variant}/seed0/checkpoints/final/state.json").is_file()
+        assert (
+            work / f"results/runs/micro/gpt2/{variant}/seed0/checkpoints/final/state.json"
+        ).is_file()
     assert (work / "data/tokens/embedded/gpt2/counts.npy").is_file()
     for kind in ("val", "wikitext", "lm_eval"):
         assert (work / f"results/eval/micro/gpt2/leviathan/seed0/{kind}.json").is_file()
@@ -74,8 +78,13 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     # and nothing else is
     for labels in metrics["stand_in_data"]:
         marked = set(labels.split(";"))
-        assert {"wikitext_ppl", "downstream_mean_acc"} <= marked and not any(m.startswith("val_") for m in marked)
-    for name in ("metrics", "main"):  # (paper_vs_ours has no number of ours at micro: nothing to mark)
+        assert {"wikitext_ppl", "downstream_mean_acc"} <= marked and not any(
+            m.startswith("val_") for m in marked
+        )
+    for name in (
+        "metrics",
+        "main",
+    ):  # (paper_vs_ours has no number of ours at micro: nothing to mark)
         md = (work / f"results/report/tables/{name}.md").read_text()
         assert "\u2020 computed on the offline stand-in data" in md, name
     again = snakemake(work, "-n", "--profile", "profiles/local", "all")
@@ -96,7 +105,9 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     assert "variant=leviathan" in plan.stdout + plan.stderr
     rerun = snakemake(work, "--profile", "profiles/local", "all")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    state = yaml.safe_load((work / "results/runs/micro/gpt2/leviathan/seed0/checkpoints/final/state.json").read_text())
+    state = yaml.safe_load(
+        (work / "results/runs/micro/gpt2/leviathan/seed0/checkpoints/final/state.json").read_text()
+    )
     assert state["train_config"]["lr"] == 1e-3
     assert (work / "results/runs/micro/gpt2/leviathan/seed0/checkpoints.stale-1").is_dir()
 
@@ -113,7 +124,9 @@ def _job_resources(output: str) -> dict[str, list[str]]:
     return out
 
 
-def test_slurm_settings_per_scale_and_the_users_set_resources_reach_the_jobs(tmp_path: Path) -> None:
+def test_slurm_settings_per_scale_and_the_users_set_resources_reach_the_jobs(
+    tmp_path: Path,
+) -> None:
     """config resources.<scale> SLURM keys reach that scale's training jobs; a scale without them
     keeps the profile's default-resources; a user profile's set-resources is not hidden (the
     workflow ships no profile of its own that would replace it), and the rules' own resources
@@ -121,13 +134,17 @@ def test_slurm_settings_per_scale_and_the_users_set_resources_reach_the_jobs(tmp
     work = workflow_copy(tmp_path)
     config = small_config(work)
     config["studies"]["main"]["scales"] = ["micro", "tiny"]
-    config["resources"] = {"micro": {"slurm_partition": "gpu-a", "qos": "long", "slurm_extra": "--exclusive"}}
+    config["resources"] = {
+        "micro": {"slurm_partition": "gpu-a", "qos": "long", "slurm_extra": "--exclusive"}
+    }
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     profile = work / "userprofile"
     profile.mkdir()
-    user = {**yaml.safe_load((ROOT / "profiles/local/config.yaml").read_text()),
-            "default-resources": {"slurm_partition": "everyday", "mem_mb": 1000},
-            "set-resources": {"eval_val": {"slurm_partition": "evalq"}}}  # fmt: skip
+    user = {
+        **yaml.safe_load((ROOT / "profiles/local/config.yaml").read_text()),
+        "default-resources": {"slurm_partition": "everyday", "mem_mb": 1000},
+        "set-resources": {"eval_val": {"slurm_partition": "evalq"}},
+    }
     (profile / "config.yaml").write_text(yaml.safe_dump(user))
     out = snakemake(work, "-n", "--profile", str(profile), "all")
     assert out.returncode == 0, out.stderr
@@ -139,5 +156,7 @@ def test_slurm_settings_per_scale_and_the_users_set_resources_reach_the_jobs(tmp
     assert len(micro) == 2 and len(tiny) == 2
     assert all("qos=long" in r and "slurm_extra=--exclusive" in r for r in micro)
     assert not any("qos=" in r or "slurm_extra" in r for r in tiny)
-    assert all("slurm_partition=evalq" in r and "mem_mb=8000" in r for r in jobs["eval_val"])  # rule_resources kept
+    assert all(
+        "slurm_partition=evalq" in r and "mem_mb=8000" in r for r in jobs["eval_val"]
+    )  # rule_resources kept
     assert all("slurm_partition=everyday" in r and "mem_mb=4000" in r for r in jobs["tokenize"])

@@ -20,9 +20,22 @@ SNAKEMAKE = str(BIN / "snakemake")
 
 # A two-cell grid (micro, gpt2, tied + leviathan) trained for a few steps: the whole DAG in minutes.
 SMALL = {
-    "studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}},
+    "studies": {
+        "main": {
+            "scales": ["micro"],
+            "vocabs": ["gpt2"],
+            "variants": ["tied", "leviathan"],
+            "seeds": [0],
+        }
+    },
     "train": {"micro": {"total_tokens": 8 * 64 * 6}},
-    "runtime": {"val_every": 3, "val_windows": 4, "ckpt_every": 3, "threads": 2, "restart_on_mismatch": True},
+    "runtime": {
+        "val_every": 3,
+        "val_windows": 4,
+        "ckpt_every": 3,
+        "threads": 2,
+        "restart_on_mismatch": True,
+    },
 }
 SMALL_EVAL_TASKS = ["piqa", "lambada_openai"]
 
@@ -51,10 +64,20 @@ def tool_env() -> dict[str, str]:
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True, timeout=timeout,
-                          env=tool_env())  # fmt: skip
+    return subprocess.run(
+        [SNAKEMAKE, *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=tool_env(),
+    )
 
 
 def job_counts(output: str) -> dict[str, int]:
     table = output[output.index("Job stats:") :]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
+        if m.group(1) != "total"
+    }

@@ -1,4 +1,5 @@
 """Rules eval_val / eval_wikitext / eval_lm_eval: one evaluation of one cell."""
+
 from pathlib import Path
 
 from leviathan.workflow.steps import evaluate

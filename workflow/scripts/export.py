@@ -1,4 +1,5 @@
 """Rule export: one trained cell as a transformers checkpoint (`leviathan export`)."""
+
 from pathlib import Path
 
 from leviathan.export.write import export_run

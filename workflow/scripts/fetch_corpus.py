@@ -1,4 +1,5 @@
 """Rule fetch_corpus: write the configured corpus (logic: leviathan.workflow.steps)."""
+
 from pathlib import Path
 
 from leviathan.workflow.steps import fetch_corpus

@@ -1,4 +1,5 @@
 """Rule report (logic: leviathan.report.build, .plots and .resources)."""
+
 from leviathan.report.build import FIGURES_DIR, TABLES_DIR, write_report
 from leviathan.report.plots import write_plot_data
 from leviathan.report.resources import write_resources

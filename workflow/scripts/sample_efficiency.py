@@ -1,4 +1,5 @@
 """Rule sample_efficiency: the first input is the tied baseline (see steps.sample_efficiency_groups)."""
+
 from pathlib import Path
 
 from leviathan.eval.results import write_result

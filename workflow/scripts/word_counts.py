@@ -1,4 +1,5 @@
 """Rule word_counts (logic: leviathan.workflow.steps / leviathan.eval.validation)."""
+
 from leviathan.workflow.steps import word_counts
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821

@@ -244,7 +244,10 @@ class Shard:
 
 
 def open_shard(
-    path: str | os.PathLike[str], vocab: str | None = None, verify_sha256: bool = False, progress: bool = False
+    path: str | os.PathLike[str],
+    vocab: str | None = None,
+    verify_sha256: bool = False,
+    progress: bool = False,
 ) -> Shard:
     """Memory-map a `.bin` after checking it against its manifest.
 

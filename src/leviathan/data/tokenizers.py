@@ -217,7 +217,9 @@ def resolve_bpe_file(name: str, cache: Path | None = None) -> tuple[Path, str]:
         return target, source
     raise VocabFileError(
         f"could not obtain {spec.bpe_file} for vocabulary {spec.name!r} "
-        f"(sha256 {spec.bpe_sha256}). Tried: " + "; ".join(tried) + ". Fix: run `leviathan data vocab "
+        f"(sha256 {spec.bpe_sha256}). Tried: "
+        + "; ".join(tried)
+        + ". Fix: run `leviathan data vocab "
         f"{spec.name}` once with network access (it fills the offline cache {target.parent}), or copy the "
         f"official file to {target} (or set LEVIATHAN_CACHE to a directory whose tiktoken/ holds it)"
     )

@@ -73,7 +73,9 @@ class Checkpoint:
     def vocab(self) -> VocabSpec:
         name = self.train_config.get("vocab")
         if not name:
-            raise EvalInputError(f"{self.path / STATE}: has no train_config.vocab; not a trainer checkpoint")
+            raise EvalInputError(
+                f"{self.path / STATE}: has no train_config.vocab; not a trainer checkpoint"
+            )
         return get_vocab(name)
 
     @property
@@ -181,7 +183,9 @@ class EvalModel(nn.Module):
     logits and losses are always fp32. Logits are computed `chunk_elems` (rows x V) at a time.
     """
 
-    def __init__(self, model: LanguageModel, precision: str = "auto", chunk_elems: int | None = None) -> None:
+    def __init__(
+        self, model: LanguageModel, precision: str = "auto", chunk_elems: int | None = None
+    ) -> None:
         super().__init__()
         self.cfg = model.cfg
         self.backbone = model.backbone
@@ -192,7 +196,9 @@ class EvalModel(nn.Module):
         self.register_buffer("output_weight", io.output_weight.detach(), persistent=False)
         self.eval().requires_grad_(False)
         self.amp_dtype = _amp_dtype(self.device, precision)
-        self.chunk_elems = chunk_elems or (CPU_CHUNK_ELEMS if self.device.type == "cpu" else DEFAULT_CHUNK_ELEMS)
+        self.chunk_elems = chunk_elems or (
+            CPU_CHUNK_ELEMS if self.device.type == "cpu" else DEFAULT_CHUNK_ELEMS
+        )
 
     @property
     def device(self) -> torch.device:

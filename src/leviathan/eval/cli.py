@@ -27,28 +27,53 @@ from leviathan.provenance import utc_now
 
 
 def _common_model(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, type=Path,
-                   help="run directory (uses checkpoints/final) or a checkpoint directory")  # fmt: skip
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        type=Path,
+        help="run directory (uses checkpoints/final) or a checkpoint directory",
+    )
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
-                   help="auto: bf16 autocast on CUDA, fp32 on CPU")  # fmt: skip
+    p.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="auto: bf16 autocast on CUDA, fp32 on CPU",
+    )
     p.add_argument("--config", type=Path, help="YAML with val:/wikitext:/lm_eval: sections")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--out", required=True, type=Path, help="output JSON (written atomically)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("eval", help="evaluate checkpoints: val loss, frequency buckets, WikiText-103, lm-eval, sample efficiency",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "eval",
+        help="evaluate checkpoints: val loss, frequency buckets, WikiText-103, lm-eval, sample efficiency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ev = p.add_subparsers(dest="eval_command", required=True, metavar="EVAL_COMMAND")
 
-    v = ev.add_parser("val", help="loss/perplexity/bits per byte over the whole validation split (+ frequency buckets)")
+    v = ev.add_parser(
+        "val",
+        help="loss/perplexity/bits per byte over the whole validation split (+ frequency buckets)",
+    )
     _common_model(v)
-    v.add_argument("--val", required=True, type=Path, help="validation token shard (.bin with manifest)")
-    v.add_argument("--counts", type=Path, help="training counts (counts.npy): adds token-level frequency buckets")
-    v.add_argument("--word-counts", type=Path, help="`eval word-counts` output: adds word-level buckets")
+    v.add_argument(
+        "--val", required=True, type=Path, help="validation token shard (.bin with manifest)"
+    )
+    v.add_argument(
+        "--counts",
+        type=Path,
+        help="training counts (counts.npy): adds token-level frequency buckets",
+    )
+    v.add_argument(
+        "--word-counts", type=Path, help="`eval word-counts` output: adds word-level buckets"
+    )
     v.add_argument("--context", type=int, help="window length (default: the training context)")
-    v.add_argument("--max-windows", type=int, help="evaluate only the first N windows (default: all)")
+    v.add_argument(
+        "--max-windows", type=int, help="evaluate only the first N windows (default: all)"
+    )
     v.add_argument("--quantile-bins", type=int)
     v.set_defaults(func=run_val)
 
@@ -59,47 +84,84 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     w.add_argument("--out", required=True, type=Path)
     w.set_defaults(func=run_word_counts)
 
-    t = ev.add_parser("wikitext", help="WikiText-103 zero-shot perplexity by lm-eval's wikitext task (word, byte, bits per byte)")
+    t = ev.add_parser(
+        "wikitext",
+        help="WikiText-103 zero-shot perplexity by lm-eval's wikitext task (word, byte, bits per byte)",
+    )
     _common_model(t)
     t.add_argument("--dataset", help="HF dataset id (default EleutherAI/wikitext_document_level)")
     t.add_argument("--name", help="dataset config (default wikitext-103-raw-v1)")
     t.add_argument("--split", help="split (default test)")
-    t.add_argument("--data-files", action="append", default=[], metavar="SPLIT=FILE",
-                   help="local files instead of the Hub (repeatable), e.g. test=wiki.test.parquet")  # fmt: skip
+    t.add_argument(
+        "--data-files",
+        action="append",
+        default=[],
+        metavar="SPLIT=FILE",
+        help="local files instead of the Hub (repeatable), e.g. test=wiki.test.parquet",
+    )
     t.add_argument("--builder", help="format of --data-files (inferred from the extension)")
     t.add_argument("--context", type=int)
-    t.add_argument("--stride", type=int, help="stride of the secondary stream figure (default: the context)")
+    t.add_argument(
+        "--stride", type=int, help="stride of the secondary stream figure (default: the context)"
+    )
     t.set_defaults(func=run_wikitext)
 
-    lm = ev.add_parser("lm-eval", help="zero-shot lm-evaluation-harness tasks (the paper's six by default)")
+    lm = ev.add_parser(
+        "lm-eval", help="zero-shot lm-evaluation-harness tasks (the paper's six by default)"
+    )
     _common_model(lm)
-    lm.add_argument("--tasks", nargs="+", help=f"lm-eval task names (default: {' '.join(PAPER_TASKS)})")
-    lm.add_argument("--task-data", action="append", default=[], metavar="TASK:SPLIT=FILE",
-                    help="local data file of a task in the official schema (repeatable)")  # fmt: skip
+    lm.add_argument(
+        "--tasks", nargs="+", help=f"lm-eval task names (default: {' '.join(PAPER_TASKS)})"
+    )
+    lm.add_argument(
+        "--task-data",
+        action="append",
+        default=[],
+        metavar="TASK:SPLIT=FILE",
+        help="local data file of a task in the official schema (repeatable)",
+    )
     lm.add_argument("--limit", type=int, help="first N documents per task (testing only)")
     lm.add_argument("--num-fewshot", type=int)
     lm.add_argument("--bootstrap-iters", type=int)
-    lm.add_argument("--samples", type=Path, help="per-sample log JSONL (default: OUT with .samples.jsonl)")
+    lm.add_argument(
+        "--samples", type=Path, help="per-sample log JSONL (default: OUT with .samples.jsonl)"
+    )
     lm.set_defaults(func=run_lm_eval_cmd)
 
-    lt = ev.add_parser("lm-eval-tasks", help="lm-eval task YAMLs on a workflow config's local data (--include_path)",
-                       description="Write one <task>.yaml per task of evaluate.lm_eval.data: lm-eval's official "
-                       "task (included) pointed at the same local files, for lm-eval's own CLI with any model: "
-                       "lm_eval --model hf ... --include_path OUT --tasks piqa")  # fmt: skip
-    lt.add_argument("--configfile", action="append", default=[], metavar="FILE",
-                    help="workflow config (default: config/config.yaml), resolved as Snakemake does")  # fmt: skip
+    lt = ev.add_parser(
+        "lm-eval-tasks",
+        help="lm-eval task YAMLs on a workflow config's local data (--include_path)",
+        description="Write one <task>.yaml per task of evaluate.lm_eval.data: lm-eval's official "
+        "task (included) pointed at the same local files, for lm-eval's own CLI with any model: "
+        "lm_eval --model hf ... --include_path OUT --tasks piqa",
+    )
+    lt.add_argument(
+        "--configfile",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="workflow config (default: config/config.yaml), resolved as Snakemake does",
+    )
     lt.add_argument("--out", required=True, type=Path)
     lt.set_defaults(func=run_lm_eval_tasks)
 
-    s = ev.add_parser("sample-efficiency", help="tokens each run needs to reach the baseline's final val loss")
+    s = ev.add_parser(
+        "sample-efficiency", help="tokens each run needs to reach the baseline's final val loss"
+    )
     s.add_argument("--baseline", required=True, type=Path, help="the tied baseline's run directory")
-    s.add_argument("--run", required=True, action="append", type=Path, help="run directory (repeatable)")
+    s.add_argument(
+        "--run", required=True, action="append", type=Path, help="run directory (repeatable)"
+    )
     s.add_argument("--out", required=True, type=Path)
     s.set_defaults(func=run_sample_efficiency)
 
 
 def _overrides(args: argparse.Namespace, mapping: dict[str, str]) -> dict[str, Any]:
-    return {field: getattr(args, arg) for arg, field in mapping.items() if getattr(args, arg, None) is not None}
+    return {
+        field: getattr(args, arg)
+        for arg, field in mapping.items()
+        if getattr(args, arg, None) is not None
+    }
 
 
 def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
@@ -123,15 +185,40 @@ def run_val(args: argparse.Namespace) -> int:
 
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).val
-    cfg = replace(cfg, **_overrides(args, {"context": "context", "batch_size": "batch_size",
-                                           "max_windows": "max_windows", "quantile_bins": "quantile_bins"}))  # fmt: skip
+    cfg = replace(
+        cfg,
+        **_overrides(
+            args,
+            {
+                "context": "context",
+                "batch_size": "batch_size",
+                "max_windows": "max_windows",
+                "quantile_bins": "quantile_bins",
+            },
+        ),
+    )
     ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
-    out = evaluate_val(ckpt, model, args.val, counts=args.counts, word_counts=args.word_counts, cfg=cfg,
-                       started=started)  # fmt: skip
+    out = evaluate_val(
+        ckpt,
+        model,
+        args.val,
+        counts=args.counts,
+        word_counts=args.word_counts,
+        cfg=cfg,
+        started=started,
+    )
     write_result(args.out, out)
     o = out["results"]["overall"]
-    _print({"out": str(args.out), "loss": o["loss"], "perplexity": o["perplexity"], "bits_per_byte": o["bits_per_byte"],
-            "targets": o["targets"], "tokens_per_s": o["tokens_per_s"]})  # fmt: skip
+    _print(
+        {
+            "out": str(args.out),
+            "loss": o["loss"],
+            "perplexity": o["perplexity"],
+            "bits_per_byte": o["bits_per_byte"],
+            "targets": o["targets"],
+            "tokens_per_s": o["tokens_per_s"],
+        }
+    )
     return 0
 
 
@@ -140,10 +227,18 @@ def run_word_counts(args: argparse.Namespace) -> int:
     from leviathan.eval.validation import build_word_counts
 
     started = utc_now()
-    out = build_word_counts(args.train, args.val, max_train_tokens=args.max_train_tokens, started=started)
+    out = build_word_counts(
+        args.train, args.val, max_train_tokens=args.max_train_tokens, started=started
+    )
     write_result(args.out, out)
     r = out["results"]
-    _print({"out": str(args.out), "val_word_types": r["val_word_types"], "train_tokens_counted": r["train_tokens_counted"]})
+    _print(
+        {
+            "out": str(args.out),
+            "val_word_types": r["val_word_types"],
+            "train_tokens_counted": r["train_tokens_counted"],
+        }
+    )
     return 0
 
 
@@ -154,8 +249,18 @@ def run_wikitext(args: argparse.Namespace) -> int:
 
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).wikitext
-    changes = _overrides(args, {"dataset": "dataset", "name": "name", "split": "split", "builder": "builder",
-                                "context": "context", "stride": "stride", "batch_size": "batch_size"})  # fmt: skip
+    changes = _overrides(
+        args,
+        {
+            "dataset": "dataset",
+            "name": "name",
+            "split": "split",
+            "builder": "builder",
+            "context": "context",
+            "stride": "stride",
+            "batch_size": "batch_size",
+        },
+    )
     if args.data_files:
         files: dict[str, list[str]] = {}
         for split, f in _pairs(args.data_files, "--data-files"):
@@ -166,9 +271,17 @@ def run_wikitext(args: argparse.Namespace) -> int:
     out = evaluate_wikitext(ckpt, model, cfg, started=started)
     write_result(args.out, out)
     r = out["results"]
-    _print({"out": str(args.out), "word_perplexity": r["word_perplexity"], "byte_perplexity": r["byte_perplexity"],
-            "bits_per_byte": r["bits_per_byte"], "documents": r["documents"],
-            "stream_token_perplexity": r["stream"]["token_perplexity"], "tokens": r["stream"]["tokens"]})  # fmt: skip
+    _print(
+        {
+            "out": str(args.out),
+            "word_perplexity": r["word_perplexity"],
+            "byte_perplexity": r["byte_perplexity"],
+            "bits_per_byte": r["bits_per_byte"],
+            "documents": r["documents"],
+            "stream_token_perplexity": r["stream"]["token_perplexity"],
+            "tokens": r["stream"]["tokens"],
+        }
+    )
     return 0
 
 
@@ -179,17 +292,29 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
 
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).lm_eval
-    changes = _overrides(args, {"limit": "limit", "num_fewshot": "num_fewshot", "bootstrap_iters": "bootstrap_iters",
-                                "batch_size": "batch_size"})  # fmt: skip
+    changes = _overrides(
+        args,
+        {
+            "limit": "limit",
+            "num_fewshot": "num_fewshot",
+            "bootstrap_iters": "bootstrap_iters",
+            "batch_size": "batch_size",
+        },
+    )
     if args.tasks:
         changes["tasks"] = tuple(args.tasks)
     data = dict(cfg.data)
     for key, f in _pairs(args.task_data, "--task-data"):
         task, sep, split = key.partition(":")
         if not sep or not split:
-            raise EvalInputError(f"--task-data {key}={f}: expected TASK:SPLIT=FILE, e.g. piqa:validation=piqa.jsonl")
+            raise EvalInputError(
+                f"--task-data {key}={f}: expected TASK:SPLIT=FILE, e.g. piqa:validation=piqa.jsonl"
+            )
         files = dict(data[task].data_files) if task in data else {}
-        files[split] = [*([files[split]] if isinstance(files.get(split), str) else files.get(split, [])), f]
+        files[split] = [
+            *([files[split]] if isinstance(files.get(split), str) else files.get(split, [])),
+            f,
+        ]
         data[task] = LocalTaskData(files, data[task].builder if task in data else None)
     changes["data"] = data
     cfg = replace(cfg, **changes)
@@ -198,8 +323,14 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
     out = run_lm_eval(ckpt, model, cfg, samples_out=samples, started=started)
     write_result(args.out, out)
     tasks = out["results"]["tasks"]
-    _print({"out": str(args.out), "samples": str(samples), "mean_acc": out["results"]["mean_acc"],
-            "acc": {t: v["metrics"].get("acc,none") for t, v in tasks.items()}})  # fmt: skip
+    _print(
+        {
+            "out": str(args.out),
+            "samples": str(samples),
+            "mean_acc": out["results"]["mean_acc"],
+            "acc": {t: v["metrics"].get("acc,none") for t, v in tasks.items()},
+        }
+    )
     return 0
 
 
@@ -210,11 +341,18 @@ def run_lm_eval_tasks(args: argparse.Namespace) -> int:
 
     cfg = eval_config(resolve(args.configfile)).lm_eval
     if not cfg.data:
-        raise ValueError("the config's evaluate.lm_eval.data names no local files: its tasks read the Hub "
-                         "(lm-eval's own task names work as they are)")  # fmt: skip
+        raise ValueError(
+            "the config's evaluate.lm_eval.data names no local files: its tasks read the Hub "
+            "(lm-eval's own task names work as they are)"
+        )
     paths = write_local_tasks(cfg, args.out)
-    _print({"out": str(args.out), "tasks": [p.stem for p in paths],
-            "use": f"--include_path {args.out} --tasks {','.join(p.stem for p in paths)}"})  # fmt: skip
+    _print(
+        {
+            "out": str(args.out),
+            "tasks": [p.stem for p in paths],
+            "use": f"--include_path {args.out} --tasks {','.join(p.stem for p in paths)}",
+        }
+    )
     return 0
 
 
@@ -225,6 +363,11 @@ def run_sample_efficiency(args: argparse.Namespace) -> int:
     started = utc_now()
     out = sample_efficiency(args.baseline, args.run, started=started)
     write_result(args.out, out)
-    _print({"out": str(args.out), "target_val_loss": out["results"]["baseline"]["target_val_loss"],
-            "ratios": {r["run"]: r["ratio"] for r in out["results"]["runs"]}})  # fmt: skip
+    _print(
+        {
+            "out": str(args.out),
+            "target_val_loss": out["results"]["baseline"]["target_val_loss"],
+            "ratios": {r["run"]: r["ratio"] for r in out["results"]["runs"]},
+        }
+    )
     return 0

@@ -34,9 +34,23 @@ import yaml
 
 from leviathan.eval.errors import EvalInputError
 
-PAPER_TASKS: tuple[str, ...] = ("hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande", "lambada_openai")
+PAPER_TASKS: tuple[str, ...] = (
+    "hellaswag",
+    "arc_easy",
+    "arc_challenge",
+    "piqa",
+    "winogrande",
+    "lambada_openai",
+)
 
-BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text", ".arrow": "arrow"}
+BUILDERS = {
+    ".json": "json",
+    ".jsonl": "json",
+    ".parquet": "parquet",
+    ".csv": "csv",
+    ".txt": "text",
+    ".arrow": "arrow",
+}
 
 
 def _from_dict(cls: Any, d: dict[str, Any] | None, where: str) -> Any:
@@ -50,14 +64,18 @@ def _from_dict(cls: Any, d: dict[str, Any] | None, where: str) -> Any:
 
 def _positive(where: str, **values: Any) -> None:
     for name, value in values.items():
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
             raise EvalInputError(f"{where}.{name}={value!r} must be a positive integer or null")
 
 
 def normalise_data_files(data_files: Any, where: str) -> dict[str, list[str]]:
     """{split: [files]} from a mapping (split -> file or files); files must exist."""
     if not isinstance(data_files, dict) or not data_files:
-        raise EvalInputError(f"{where}.data_files must map split names to files, e.g. {{test: path/test.jsonl}}")
+        raise EvalInputError(
+            f"{where}.data_files must map split names to files, e.g. {{test: path/test.jsonl}}"
+        )
     out: dict[str, list[str]] = {}
     for split, files in data_files.items():
         paths = [files] if isinstance(files, (str, Path)) else list(files)
@@ -90,8 +108,14 @@ class ValConfig:
     max_decade: int = 6
 
     def __post_init__(self) -> None:
-        _positive("val", context=self.context, batch_size=self.batch_size, max_windows=self.max_windows,
-                  quantile_bins=self.quantile_bins, max_decade=self.max_decade)  # fmt: skip
+        _positive(
+            "val",
+            context=self.context,
+            batch_size=self.batch_size,
+            max_windows=self.max_windows,
+            quantile_bins=self.quantile_bins,
+            max_decade=self.max_decade,
+        )
 
 
 @dataclass(frozen=True)
@@ -135,8 +159,13 @@ class LmEvalConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _positive("lm_eval", limit=self.limit, batch_size=self.batch_size, max_length=self.max_length,
-                  max_gen_toks=self.max_gen_toks)  # fmt: skip
+        _positive(
+            "lm_eval",
+            limit=self.limit,
+            batch_size=self.batch_size,
+            max_length=self.max_length,
+            max_gen_toks=self.max_gen_toks,
+        )
         if isinstance(self.tasks, str):
             object.__setattr__(self, "tasks", (self.tasks,))
         object.__setattr__(self, "tasks", tuple(self.tasks))
@@ -149,7 +178,9 @@ class LmEvalConfig:
             elif isinstance(spec, dict):
                 data[task] = _from_dict(LocalTaskData, spec, f"lm_eval.data.{task}")
             else:
-                raise EvalInputError(f"lm_eval.data.{task} must be a mapping with data_files (and builder)")
+                raise EvalInputError(
+                    f"lm_eval.data.{task} must be a mapping with data_files (and builder)"
+                )
         object.__setattr__(self, "data", data)
         unknown_data = sorted(set(data) - set(self.tasks))
         if unknown_data:
@@ -176,7 +207,9 @@ class EvalConfig:
         d = dict(d or {})
         unknown = sorted(set(d) - {"val", "wikitext", "lm_eval"})
         if unknown:
-            raise EvalInputError(f"unknown eval section(s) {unknown}: use val, wikitext and lm_eval")
+            raise EvalInputError(
+                f"unknown eval section(s) {unknown}: use val, wikitext and lm_eval"
+            )
         return cls(
             val=_from_dict(ValConfig, d.get("val"), "val"),
             wikitext=_from_dict(WikitextConfig, d.get("wikitext"), "wikitext"),

@@ -67,7 +67,9 @@ def quantile_bins(train_counts: Int64, n: Int64, q: int) -> list[Bin]:
     c, w = c[order], w[order]
     cum = np.cumsum(w) / w.sum()
     # the count at which the cumulative mass first reaches k/q closes bin k
-    cuts = sorted({int(c[min(np.searchsorted(cum, k / q - 1e-12), c.size - 1)]) for k in range(1, q)})
+    cuts = sorted(
+        {int(c[min(np.searchsorted(cum, k / q - 1e-12), c.size - 1)]) for k in range(1, q)}
+    )
     his = [x for x in cuts if x < int(c[-1])] + [int(c[-1])]
     bins, lo = [], 0
     for i, hi in enumerate(his):
@@ -77,7 +79,9 @@ def quantile_bins(train_counts: Int64, n: Int64, q: int) -> list[Bin]:
     return bins
 
 
-def bucket_table(train_counts: Int64, n: Int64, loss_sum: Float64, bins: list[Bin]) -> list[dict[str, Any]]:
+def bucket_table(
+    train_counts: Int64, n: Int64, loss_sum: Float64, bins: list[Bin]
+) -> list[dict[str, Any]]:
     """Per-bin statistics (see the module docstring) over unit types k."""
     if not (train_counts.shape == n.shape == loss_sum.shape):
         raise EvalInputError(
@@ -90,19 +94,21 @@ def bucket_table(train_counts: Int64, n: Int64, loss_sum: Float64, bins: list[Bi
         nb = int(n[m].sum())
         mean = float(loss_sum[m].sum() / nb) if nb else None
         present = m & (n > 0)
-        rows.append({
-            "label": b.label,
-            "count_lo": b.lo,
-            "count_hi": b.hi,
-            "observed_count_min": int(train_counts[present].min()) if nb else None,
-            "observed_count_max": int(train_counts[present].max()) if nb else None,
-            "n": nb,
-            "types": int(present.sum()),
-            "share": nb / total if total else None,
-            "loss_sum": float(loss_sum[m].sum()),
-            "mean_loss": mean,
-            "perplexity": perplexity(mean),
-        })  # fmt: skip
+        rows.append(
+            {
+                "label": b.label,
+                "count_lo": b.lo,
+                "count_hi": b.hi,
+                "observed_count_min": int(train_counts[present].min()) if nb else None,
+                "observed_count_max": int(train_counts[present].max()) if nb else None,
+                "n": nb,
+                "types": int(present.sum()),
+                "share": nb / total if total else None,
+                "loss_sum": float(loss_sum[m].sum()),
+                "mean_loss": mean,
+                "perplexity": perplexity(mean),
+            }
+        )
     return rows
 
 
@@ -119,12 +125,19 @@ def stratify(
         "mean_loss": overall,
         "perplexity": perplexity(overall),
         "log10": bucket_table(train_counts, n, loss_sum, log10_bins(max_decade)),
-        "quantile": bucket_table(train_counts, n, loss_sum, quantile_bins(train_counts, n, quantiles)),
+        "quantile": bucket_table(
+            train_counts, n, loss_sum, quantile_bins(train_counts, n, quantiles)
+        ),
     }
 
 
 def token_frequency(
-    count: Int64, loss_sum: Float64, train_counts: Int64, *, quantiles: int = 10, max_decade: int = 6
+    count: Int64,
+    loss_sum: Float64,
+    train_counts: Int64,
+    *,
+    quantiles: int = 10,
+    max_decade: int = 6,
 ) -> dict[str, Any]:
     """Token-level stratification: per-id evaluated counts/losses vs per-id training counts.
 
@@ -136,6 +149,13 @@ def token_frequency(
         raise EvalInputError(f"training counts cover {V} ids but the model has only {len(count)}")
     if count[V:].any():
         bad = int(np.flatnonzero(count[V:])[0]) + V
-        raise EvalInputError(f"evaluated target id {bad} is outside the training counts' vocabulary ({V} ids)")
-    return stratify(train_counts.astype(np.int64), count[:V].astype(np.int64), loss_sum[:V].astype(np.float64),
-                    quantiles=quantiles, max_decade=max_decade)  # fmt: skip
+        raise EvalInputError(
+            f"evaluated target id {bad} is outside the training counts' vocabulary ({V} ids)"
+        )
+    return stratify(
+        train_counts.astype(np.int64),
+        count[:V].astype(np.int64),
+        loss_sum[:V].astype(np.float64),
+        quantiles=quantiles,
+        max_decade=max_decade,
+    )

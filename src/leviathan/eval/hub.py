@@ -56,8 +56,11 @@ def is_connection_error(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ConnectionError) or type(seen).__name__ in {
-            "OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectError", "ConnectTimeout",
-        }:  # fmt: skip
+            "OfflineModeIsEnabled",
+            "LocalEntryNotFoundError",
+            "ConnectError",
+            "ConnectTimeout",
+        }:
             return True
         seen = seen.__cause__ or seen.__context__
     return False

@@ -37,12 +37,15 @@ from leviathan.data.tokenizers import Tokenizer, load_tokenizer
 from leviathan.eval.checkpoint import Checkpoint, EvalModel, open_checkpoint
 from leviathan.eval.errors import EvalInputError
 
+
 def _int(value: Any, name: str, default: int | None) -> int | None:
     if value is None or value == "":
         return default
     if str(value).startswith("auto"):
-        raise EvalInputError(f"leviathan model arg {name}={value!r}: `auto` is not supported (this model does not "
-                             f"probe device memory); give an integer, e.g. {name}=32")  # fmt: skip
+        raise EvalInputError(
+            f"leviathan model arg {name}={value!r}: `auto` is not supported (this model does not "
+            f"probe device memory); give an integer, e.g. {name}=32"
+        )
     try:
         out = int(value)
     except (TypeError, ValueError):
@@ -72,19 +75,25 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
     ) -> None:
         super().__init__()
         if pretrained is not None and checkpoint is not None and str(pretrained) != str(checkpoint):
-            raise EvalInputError(f"pretrained={pretrained} and checkpoint={checkpoint} disagree: give one "
-                                 "(checkpoint is an alias of pretrained)")  # fmt: skip
+            raise EvalInputError(
+                f"pretrained={pretrained} and checkpoint={checkpoint} disagree: give one "
+                "(checkpoint is an alias of pretrained)"
+            )
         path = pretrained if pretrained is not None else checkpoint
         if loaded is None:
             if path is None:
-                raise EvalInputError("the leviathan lm-eval model needs pretrained=<run or checkpoint dir>")
+                raise EvalInputError(
+                    "the leviathan lm-eval model needs pretrained=<run or checkpoint dir>"
+                )
             loaded = open_checkpoint(path, device or "auto", precision)
         self.ckpt, self.model = loaded
         self.tok: Tokenizer = load_tokenizer(self.ckpt.vocab.name)
         self.batch_size = _int(batch_size, "batch_size", 16) or 16
         self._max_length = _int(max_length, "max_length", self.ckpt.context) or self.ckpt.context
         if self._max_length > self.model.max_seq_len:
-            raise EvalInputError(f"max_length={self._max_length} exceeds the model's max_seq_len={self.model.max_seq_len}")
+            raise EvalInputError(
+                f"max_length={self._max_length} exceeds the model's max_seq_len={self.model.max_seq_len}"
+            )
         self.max_gen_toks = _int(max_gen_toks, "max_gen_toks", 256) or 256
         self._device = self.model.device
 
@@ -101,7 +110,9 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
     def tokenizer_name(self) -> str:
         return self.tok.spec.name
 
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+    def tok_encode(
+        self, string: str, add_special_tokens: bool | None = None, **kwargs: Any
+    ) -> list[int]:
         return self.tok.encode(string)
 
     def tok_decode(self, tokens: Sequence[int]) -> str:
@@ -117,9 +128,14 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
         return context_enc, continuation_enc
 
     def get_model_info(self) -> dict[str, Any]:
-        return {"leviathan_checkpoint": str(self.ckpt.path), "leviathan_checkpoint_sha256": self.ckpt.sha256,
-                "leviathan_variant": self.ckpt.model_config.variant, "vocab": self.ckpt.vocab.name,
-                "max_length": self.max_length, "precision": self.model.precision}  # fmt: skip
+        return {
+            "leviathan_checkpoint": str(self.ckpt.path),
+            "leviathan_checkpoint_sha256": self.ckpt.sha256,
+            "leviathan_variant": self.ckpt.model_config.variant,
+            "vocab": self.ckpt.vocab.name,
+            "max_length": self.max_length,
+            "precision": self.model.precision,
+        }
 
     # -- scoring ---------------------------------------------------------------------------
     def _score_batch(self, seqs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
@@ -129,9 +145,13 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
             if not cont:
                 raise EvalInputError("lm-eval sent an empty continuation")
             if not ctx:
-                raise EvalInputError("a request with no context token (use the prefix token for an empty context)")
+                raise EvalInputError(
+                    "a request with no context token (use the prefix token for an empty context)"
+                )
             if len(cont) > self.max_length:
-                raise EvalInputError(f"a continuation of {len(cont)} tokens exceeds max_length={self.max_length}")
+                raise EvalInputError(
+                    f"a continuation of {len(cont)} tokens exceeds max_length={self.max_length}"
+                )
             full = (ctx + cont)[-(self.max_length + 1) :]
             inp = full[:-1]
             rows.append(inp)
@@ -154,17 +174,28 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
         for s in range(0, len(targets), step):
             logits = self.model.logits(hs[s : s + step])
             t = tgt[s : s + step]
-            logp[s : s + step] = (logits.gather(1, t[:, None])[:, 0] - torch.logsumexp(logits, -1)).double()
+            logp[s : s + step] = (
+                logits.gather(1, t[:, None])[:, 0] - torch.logsumexp(logits, -1)
+            ).double()
             greedy[s : s + step] = logits.argmax(-1) == t
         own = torch.as_tensor(owners, dtype=torch.int64, device=dev)
         sums = torch.zeros(len(seqs), dtype=torch.float64, device=dev).index_add_(0, own, logp)
-        misses = torch.zeros(len(seqs), dtype=torch.int64, device=dev).index_add_(0, own, (~greedy).long())
-        return [(float(s), bool(m == 0)) for s, m in zip(sums.tolist(), misses.tolist(), strict=True)]
+        misses = torch.zeros(len(seqs), dtype=torch.int64, device=dev).index_add_(
+            0, own, (~greedy).long()
+        )
+        return [
+            (float(s), bool(m == 0)) for s, m in zip(sums.tolist(), misses.tolist(), strict=True)
+        ]
 
     def _loglikelihood_tokens(
-        self, requests: list[tuple[Any, list[int], list[int]]], disable_tqdm: bool = False, **kwargs: Any
+        self,
+        requests: list[tuple[Any, list[int], list[int]]],
+        disable_tqdm: bool = False,
+        **kwargs: Any,
     ) -> list[tuple[float, bool]]:
-        order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][1]) + len(requests[i][2])))
+        order = sorted(
+            range(len(requests)), key=lambda i: -(len(requests[i][1]) + len(requests[i][2]))
+        )
         out: list[tuple[float, bool] | None] = [None] * len(requests)
         bar = tqdm(total=len(requests), disable=disable_tqdm, desc="leviathan loglikelihood")
         for b in range(0, len(order), self.batch_size):
@@ -185,9 +216,11 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
         for i, req in enumerate(requests):
             (string,) = req.args
             pairs = lm_utils.get_rolling_token_windows(
-                token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
-                max_seq_len=self.max_length, context_len=1,
-            )  # fmt: skip
+                token_list=self.tok_encode(string),
+                prefix_token=self.prefix_token_id,
+                max_seq_len=self.max_length,
+                context_len=1,
+            )
             for ctx, cont in map(lm_utils.make_disjoint_window, pairs):
                 windows.append((None, list(ctx), list(cont)))
                 owner.append(i)
@@ -203,7 +236,9 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         out: list[str] = []
         todo = [(req.args[0], dict(req.args[1] or {})) for req in requests]
-        for b in tqdm(range(0, len(todo), self.batch_size), disable=disable_tqdm, desc="leviathan generate"):
+        for b in tqdm(
+            range(0, len(todo), self.batch_size), disable=disable_tqdm, desc="leviathan generate"
+        ):
             out += self._generate_batch(todo[b : b + self.batch_size])
         for req, text in zip(requests, out, strict=True):
             self.cache_hook.add_partial("generate_until", req.args, text)
@@ -213,10 +248,14 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
         stops, limits, seqs = [], [], []
         for context, kw in batch:
             if kw.get("do_sample") or float(kw.get("temperature", 0.0) or 0.0) > 0:
-                raise EvalInputError("the leviathan lm-eval model generates greedily only: set do_sample=false")
+                raise EvalInputError(
+                    "the leviathan lm-eval model generates greedily only: set do_sample=false"
+                )
             until = kw.get("until") or []
             stops.append([until] if isinstance(until, str) else list(until))
-            limits.append(_int(kw.get("max_gen_toks"), "max_gen_toks", self.max_gen_toks) or self.max_gen_toks)
+            limits.append(
+                _int(kw.get("max_gen_toks"), "max_gen_toks", self.max_gen_toks) or self.max_gen_toks
+            )
             seqs.append(self.tok_encode(context) or [self.prefix_token_id])
         generated: list[list[int]] = [[] for _ in batch]
         done = [False] * len(batch)
@@ -232,7 +271,9 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
                 x[r, : len(toks)] = torch.as_tensor(toks, dtype=torch.int64)
             h = self.model.hidden(x.to(dev))
             last = torch.as_tensor([len(r) - 1 for r in rows], device=dev)
-            nxt = self.model.logits(h[torch.arange(len(rows), device=dev), last]).argmax(-1).tolist()
+            nxt = (
+                self.model.logits(h[torch.arange(len(rows), device=dev), last]).argmax(-1).tolist()
+            )
             for i, t in zip(live, nxt, strict=True):
                 if t == self.eot_token_id:
                     done[i] = True

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 
 def main() -> None:
-    import leviathan.eval.lm_eval_adapter  # noqa: F401  (registers the `leviathan` model)
     from lm_eval.__main__ import cli_evaluate
+
+    import leviathan.eval.lm_eval_adapter  # noqa: F401  (registers the `leviathan` model)
 
     cli_evaluate()
 

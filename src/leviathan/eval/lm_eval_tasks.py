@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.eval.checkpoint import Checkpoint, EvalModel
-from leviathan.eval.config import LmEvalConfig, LocalTaskData, PAPER_TASKS, infer_builder, normalise_data_files
+from leviathan.eval.config import (
+    PAPER_TASKS,
+    LmEvalConfig,
+    LocalTaskData,
+    infer_builder,
+    normalise_data_files,
+)
 from leviathan.eval.errors import EvalInputError, HubUnreachable
 from leviathan.eval.hub import is_connection_error, offline_mode, require_hub
 from leviathan.eval.results import envelope
@@ -83,7 +89,11 @@ def official_config(tm: Any, task: str) -> dict[str, Any]:
     from lm_eval.tasks._yaml_loader import load_yaml
 
     entry = tm.task_index.get(task)
-    if entry is None or entry.yaml_path is None or str(getattr(entry.kind, "name", entry.kind)) not in ("TASK",):
+    if (
+        entry is None
+        or entry.yaml_path is None
+        or str(getattr(entry.kind, "name", entry.kind)) not in ("TASK",)
+    ):
         raise EvalInputError(
             f"unknown lm-eval task {task!r}: the paper's tasks are {', '.join(PAPER_TASKS)} "
             f"(any single lm-eval {lm_eval_version()} task defined by a YAML file also works)"
@@ -103,11 +113,15 @@ def scored_split(cfg: dict[str, Any]) -> str:
     """The split lm-eval evaluates: test if the task has one, else validation."""
     split = cfg.get("test_split") or cfg.get("validation_split")
     if not split:
-        raise EvalInputError(f"lm-eval task {cfg.get('task')!r} has neither a test nor a validation split")
+        raise EvalInputError(
+            f"lm-eval task {cfg.get('task')!r} has neither a test nor a validation split"
+        )
     return str(split)
 
 
-def with_local_data(cfg: dict[str, Any], data: LocalTaskData) -> tuple[dict[str, Any], dict[str, Any]]:
+def with_local_data(
+    cfg: dict[str, Any], data: LocalTaskData
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The official config pointed at local files (only dataset location and splits change)."""
     task = cfg["task"]
     where = f"lm_eval.data.{task}"
@@ -131,11 +145,15 @@ def with_local_data(cfg: dict[str, Any], data: LocalTaskData) -> tuple[dict[str,
     if isinstance(fs, dict) and fs.get("split") not in (None, *files):
         raise EvalInputError(f"{where}: the task's few-shot split {fs['split']!r} needs a file too")
     source = {
-        "kind": "local", "builder": builder, "official_dataset": cfg.get("dataset_path"),
+        "kind": "local",
+        "builder": builder,
+        "official_dataset": cfg.get("dataset_path"),
         "official_name": cfg.get("dataset_name"),
-        "data_files": {s: [{"path": f, "sha256": sha256_file(f)} for f in fs_] for s, fs_ in files.items()},
+        "data_files": {
+            s: [{"path": f, "sha256": sha256_file(f)} for f in fs_] for s, fs_ in files.items()
+        },
         "scored_split": need,
-    }  # fmt: skip
+    }
     return out, source
 
 
@@ -144,8 +162,13 @@ def local_task_yaml(tm: Any, task: str, data: LocalTaskData) -> dict[str, Any]:
     local files: it `include`s the official YAML and changes only the dataset location and
     splits, as `with_local_data` does for our own runs."""
     cfg, _ = with_local_data(official_config(tm, task), data)
-    out = {"include": str(tm.task_index[task].yaml_path), "task": task, "dataset_path": cfg["dataset_path"],
-           "dataset_name": None, "dataset_kwargs": cfg["dataset_kwargs"]}  # fmt: skip
+    out = {
+        "include": str(tm.task_index[task].yaml_path),
+        "task": task,
+        "dataset_path": cfg["dataset_path"],
+        "dataset_name": None,
+        "dataset_kwargs": cfg["dataset_kwargs"],
+    }
     out.update({key: cfg.get(key) for key in SPLIT_KEYS})
     return out
 
@@ -159,8 +182,12 @@ def write_local_tasks(cfg: LmEvalConfig, out_dir: str | os.PathLike[str]) -> lis
     written = []
     for task, data in cfg.data.items():
         local = local_task_yaml(tm, task, data)
-        local["dataset_kwargs"] = {"data_files": {s: [str(Path(f).resolve()) for f in fs]
-                                                  for s, fs in local["dataset_kwargs"]["data_files"].items()}}  # fmt: skip
+        local["dataset_kwargs"] = {
+            "data_files": {
+                s: [str(Path(f).resolve()) for f in fs]
+                for s, fs in local["dataset_kwargs"]["data_files"].items()
+            }
+        }
         path = Path(out_dir) / f"{task}.yaml"
         with atomic_path(path) as tmp:
             tmp.write_text(yaml.safe_dump(local, sort_keys=False))
@@ -169,7 +196,9 @@ def write_local_tasks(cfg: LmEvalConfig, out_dir: str | os.PathLike[str]) -> lis
 
 
 def build_tasks(
-    cfg: LmEvalConfig, overrides: Mapping[str, Mapping[str, Any]] | None = None, hub_fix: str | None = None
+    cfg: LmEvalConfig,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    hub_fix: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], Any]:
     """lm-eval Task objects of the configured tasks, where each one's data came from, and
     the TaskManager that built them (pass it on to lm_eval.simple_evaluate). `overrides`
@@ -183,12 +212,18 @@ def build_tasks(
             configs[task], sources[task] = with_local_data(official, cfg.data[task])
         else:
             configs[task] = official
-            sources[task] = {"kind": "hub", "dataset": official.get("dataset_path"),
-                             "name": official.get("dataset_name"), "scored_split": scored_split(official)}  # fmt: skip
+            sources[task] = {
+                "kind": "hub",
+                "dataset": official.get("dataset_path"),
+                "name": official.get("dataset_name"),
+                "scored_split": scored_split(official),
+            }
     hub_tasks = [t for t, s in sources.items() if s["kind"] == "hub"]
-    fix = hub_fix or ("Point each at local files in the official schema with the config key "
-           "lm_eval.data.<task>.data_files (e.g. lm_eval.data.hellaswag.data_files: "
-           "{validation: hellaswag/validation.jsonl}; CLI: --task-data hellaswag:validation=FILE)")  # fmt: skip
+    fix = hub_fix or (
+        "Point each at local files in the official schema with the config key "
+        "lm_eval.data.<task>.data_files (e.g. lm_eval.data.hellaswag.data_files: "
+        "{validation: hellaswag/validation.jsonl}; CLI: --task-data hellaswag:validation=FILE)"
+    )
     if hub_tasks:
         names = ", ".join(f"{t} ({sources[t]['dataset']})" for t in hub_tasks)
         require_hub(f"the data of lm-eval task(s) {names}", fix)
@@ -198,9 +233,13 @@ def build_tasks(
             tasks[task] = tm.load([tcfg])["tasks"][task]
         except Exception as exc:
             if sources[task]["kind"] == "hub" and is_connection_error(exc):
-                mode = " (HF_HUB_OFFLINE=1 and it is not in the local cache)" if offline_mode() else ""
-                raise HubUnreachable(f"lm-eval task {task}: could not load {sources[task]['dataset']} from the "
-                                     f"Hugging Face Hub{mode}: {exc}. {fix}") from exc  # fmt: skip
+                mode = (
+                    " (HF_HUB_OFFLINE=1 and it is not in the local cache)" if offline_mode() else ""
+                )
+                raise HubUnreachable(
+                    f"lm-eval task {task}: could not load {sources[task]['dataset']} from the "
+                    f"Hugging Face Hub{mode}: {exc}. {fix}"
+                ) from exc
             raise
     return tasks, sources, tm
 
@@ -209,20 +248,27 @@ def task_hash(samples: list[dict[str, Any]]) -> str:
     """lm-eval's task hash: sha256 over each sample's doc, prompt and target hashes."""
     from lm_eval.utils import hash_string
 
-    return str(hash_string("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in samples)))
+    return str(
+        hash_string("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in samples))
+    )
 
 
 def _jsonable(obj: Any) -> Any:
     from lm_eval.utils import handle_non_serializable
 
-    return json.loads(json.dumps(obj, default=handle_non_serializable, allow_nan=True), parse_constant=lambda c: None)
+    return json.loads(
+        json.dumps(obj, default=handle_non_serializable, allow_nan=True),
+        parse_constant=lambda c: None,
+    )
 
 
 @dataclass
 class TaskRun:
     """What lm-eval returned for the configured tasks, in the form our outputs keep."""
 
-    per_task: dict[str, dict[str, Any]]  # task -> metrics, version, n-shot, counts, hash, data, config
+    per_task: dict[
+        str, dict[str, Any]
+    ]  # task -> metrics, version, n-shot, counts, hash, data, config
     samples: dict[str, list[dict[str, Any]]]  # task -> lm-eval's per-sample logs
     inputs: list[dict[str, Any]]  # the local data files read, with sha256
     raw_config: dict[str, Any]  # lm-eval's own run config
@@ -230,10 +276,13 @@ class TaskRun:
 
 
 def evaluate_tasks(
-    ckpt: Checkpoint, model: EvalModel, cfg: LmEvalConfig,
-    overrides: Mapping[str, Mapping[str, Any]] | None = None, hub_fix: str | None = None,
+    ckpt: Checkpoint,
+    model: EvalModel,
+    cfg: LmEvalConfig,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    hub_fix: str | None = None,
     tracker: Any = None,
-) -> TaskRun:  # fmt: skip
+) -> TaskRun:
     """Run lm-eval's own `simple_evaluate` on the configured tasks through our model
     (`tracker`: an lm-eval EvaluationTracker that records the run, as its CLI does)."""
     import lm_eval
@@ -241,14 +290,26 @@ def evaluate_tasks(
     from leviathan.eval.lm_eval_adapter import LeviathanLM
 
     tasks, sources, tm = build_tasks(cfg, overrides, hub_fix)
-    lm = LeviathanLM(loaded=(ckpt, model), batch_size=cfg.batch_size, max_length=cfg.max_length,
-                     max_gen_toks=cfg.max_gen_toks)  # fmt: skip
+    lm = LeviathanLM(
+        loaded=(ckpt, model),
+        batch_size=cfg.batch_size,
+        max_length=cfg.max_length,
+        max_gen_toks=cfg.max_gen_toks,
+    )
     raw = lm_eval.simple_evaluate(
-        model=lm, tasks=list(tasks.values()), num_fewshot=cfg.num_fewshot, limit=cfg.limit,
-        bootstrap_iters=cfg.bootstrap_iters, log_samples=True, random_seed=cfg.seed,
-        numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed, task_manager=tm,
+        model=lm,
+        tasks=list(tasks.values()),
+        num_fewshot=cfg.num_fewshot,
+        limit=cfg.limit,
+        bootstrap_iters=cfg.bootstrap_iters,
+        log_samples=True,
+        random_seed=cfg.seed,
+        numpy_random_seed=cfg.seed,
+        torch_random_seed=cfg.seed,
+        fewshot_random_seed=cfg.seed,
+        task_manager=tm,
         evaluation_tracker=tracker,
-    )  # fmt: skip
+    )
     if raw is None:
         raise RuntimeError("lm-eval returned no results (not rank 0?)")
     samples = raw.pop("samples", None) or {}
@@ -272,19 +333,32 @@ def evaluate_tasks(
             "data": sources[task],
             "config": _jsonable(raw.get("configs", {}).get(task)),
         }
-    inputs = [{"role": f"lm_eval:{t}", "path": f["path"], "sha256": f["sha256"]}
-              for t, s in sources.items() if s["kind"] == "local" for fs in s["data_files"].values() for f in fs]  # fmt: skip
-    return TaskRun(per_task, samples, inputs, _jsonable(dict(raw.get("config") or {})), lm.max_length)
+    inputs = [
+        {"role": f"lm_eval:{t}", "path": f["path"], "sha256": f["sha256"]}
+        for t, s in sources.items()
+        if s["kind"] == "local"
+        for fs in s["data_files"].values()
+        for f in fs
+    ]
+    return TaskRun(
+        per_task, samples, inputs, _jsonable(dict(raw.get("config") or {})), lm.max_length
+    )
 
 
-def write_samples(samples: Mapping[str, list[dict[str, Any]]], path: str | os.PathLike[str]) -> dict[str, Any]:
+def write_samples(
+    samples: Mapping[str, list[dict[str, Any]]], path: str | os.PathLike[str]
+) -> dict[str, Any]:
     """lm-eval's per-sample logs as JSONL (one sample per line with its task), atomically;
     returns the record an output keeps of it (path, sha256, count)."""
     with atomic_path(path) as tmp, open(tmp, "w") as fh:
         for task, rows in samples.items():
             for row in rows:
                 fh.write(json.dumps({"task": task, **_jsonable(row)}, sort_keys=True) + "\n")
-    return {"path": str(path), "sha256": sha256_file(path), "count": sum(len(v) for v in samples.values())}
+    return {
+        "path": str(path),
+        "sha256": sha256_file(path),
+        "count": sum(len(v) for v in samples.values()),
+    }
 
 
 def harness_tracker(out_dir: str | os.PathLike[str]) -> Any:
@@ -300,14 +374,21 @@ def harness_tracker(out_dir: str | os.PathLike[str]) -> Any:
 
 def harness_files(out_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The files lm-eval wrote under its output path, with their sha256."""
-    return [{"path": str(p), "sha256": sha256_file(p)} for p in sorted(Path(out_dir).rglob("*")) if p.is_file()]
+    return [
+        {"path": str(p), "sha256": sha256_file(p)}
+        for p in sorted(Path(out_dir).rglob("*"))
+        if p.is_file()
+    ]
 
 
 def run_lm_eval(
-    ckpt: Checkpoint, model: EvalModel, cfg: LmEvalConfig = LmEvalConfig(),
-    samples_out: str | os.PathLike[str] | None = None, started: _dt.datetime | None = None,
+    ckpt: Checkpoint,
+    model: EvalModel,
+    cfg: LmEvalConfig = LmEvalConfig(),
+    samples_out: str | os.PathLike[str] | None = None,
+    started: _dt.datetime | None = None,
     harness_dir: str | os.PathLike[str] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Run lm-eval on the configured tasks; the `lm_eval` evaluation output.
 
     Per-sample logs go to `samples_out` (JSONL, one sample per line with its task), written
@@ -332,8 +413,16 @@ def run_lm_eval(
     if harness_dir is not None:
         results["harness_output"] = {"path": str(harness_dir), "files": harness_files(harness_dir)}
     config = {**cfg.to_dict(), "max_length": run.max_length, "precision": model.precision}
-    return envelope("lm_eval", checkpoint=ckpt, inputs=run.inputs, config=_jsonable(config), results=results,
-                    seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip
+    return envelope(
+        "lm_eval",
+        checkpoint=ckpt,
+        inputs=run.inputs,
+        config=_jsonable(config),
+        results=results,
+        seconds=time.perf_counter() - t0,
+        device=str(model.device),
+        started=started,
+    )
 
 
 def _mean_acc(per_task: dict[str, dict[str, Any]], norm: bool = False) -> float | None:

@@ -84,8 +84,10 @@ def check_finite_loss(loss: float, ckpt: Any) -> None:
     """A non-finite loss means broken weights, not a result: say so instead of writing it."""
     if not math.isfinite(loss):
         where = getattr(ckpt, "path", ckpt)
-        raise EvalInputError(f"the evaluation loss is {loss}: the weights of {where} are not finite "
-                             "(the run diverged); evaluate an earlier checkpoint")  # fmt: skip
+        raise EvalInputError(
+            f"the evaluation loss is {loss}: the weights of {where} are not finite "
+            "(the run diverged); evaluate an earlier checkpoint"
+        )
 
 
 def _sync(device: torch.device) -> None:
@@ -116,7 +118,9 @@ def evaluate_shard(
     kept: list[torch.Tensor] = []
     _sync(dev)
     t0 = time.perf_counter()
-    for x, y in val_batches(shard, context=context, batch_size=batch_size, max_windows=max_windows, vocab=vocab):
+    for x, y in val_batches(
+        shard, context=context, batch_size=batch_size, max_windows=max_windows, vocab=vocab
+    ):
         x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
         losses = model.token_losses(x, y)
         valid = y != IGNORE_INDEX
@@ -131,10 +135,11 @@ def evaluate_shard(
         vocab=vocab,
         loss_sum=loss_sum.cpu().numpy(),
         count=count.cpu().numpy(),
-        token_losses=torch.cat(kept).numpy() if keep_token_losses and kept else (
-            np.zeros(0, np.float32) if keep_token_losses else None),
+        token_losses=torch.cat(kept).numpy()
+        if keep_token_losses and kept
+        else (np.zeros(0, np.float32) if keep_token_losses else None),
         seconds=seconds,
-    )  # fmt: skip
+    )
 
 
 def stream_windows(n_tokens: int, context: int, stride: int) -> list[tuple[int, int, int]]:
@@ -161,7 +166,9 @@ def score_stream(
 ) -> np.ndarray[Any, np.dtype[np.float32]]:
     """Loss of tokens[1:] (float32 [n-1]) with sliding windows; see `stream_windows`."""
     if context > model.max_seq_len:
-        raise EvalInputError(f"context={context} exceeds the model's max_seq_len={model.max_seq_len}")
+        raise EvalInputError(
+            f"context={context} exceeds the model's max_seq_len={model.max_seq_len}"
+        )
     ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
     n = len(ids)
     out = np.zeros(max(n - 1, 0), dtype=np.float32)

@@ -34,6 +34,8 @@ from leviathan.manifest import display_path, manifest_path, read_manifest
 from leviathan.provenance import record
 
 SCHEMA = 2  # 2: + config_sha256, started_utc/finished_utc, env.packages, checkpoint.manifest
+
+
 def perplexity(loss: float | None) -> float | None:
     """exp(loss), or None where the loss is missing or exp overflows (JSON has no inf)."""
     if loss is None or not math.isfinite(loss):
@@ -44,7 +46,9 @@ def perplexity(loss: float | None) -> float | None:
         return None
 
 
-def file_record(path: str | os.PathLike[str], role: str, *, sha256: str | None = None) -> dict[str, Any]:
+def file_record(
+    path: str | os.PathLike[str], role: str, *, sha256: str | None = None
+) -> dict[str, Any]:
     """An input file: its role, path, sha256 and, where it has one, its manifest."""
     p = Path(path)
     rec: dict[str, Any] = {"role": role, "path": display_path(p)}
@@ -104,5 +108,7 @@ def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Pat
 def read_result(path: str | os.PathLike[str], kind: str | None = None) -> dict[str, Any]:
     result: dict[str, Any] = read_json(path)
     if kind is not None and result.get("kind") != kind:
-        raise ValueError(f"{path}: is a {result.get('kind')!r} evaluation output, expected {kind!r}")
+        raise ValueError(
+            f"{path}: is a {result.get('kind')!r} evaluation output, expected {kind!r}"
+        )
     return result

@@ -53,7 +53,9 @@ def metrics_path(run: str | os.PathLike[str]) -> Path:
     p = Path(run)
     path = p if p.is_file() else p / METRICS
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no training metrics; pass a run directory holding {METRICS}")
+        raise FileNotFoundError(
+            f"{path}: no training metrics; pass a run directory holding {METRICS}"
+        )
     return path
 
 
@@ -69,7 +71,12 @@ def read_curve(run: str | os.PathLike[str]) -> Curve:
     rows = [by_step[s] for s in sorted(by_step)]
     starts = read_metrics(path, "start")
     tc = dict(starts[0].get("train_config") or {}) if starts else {}
-    return Curve(path.parent, tuple(int(r["tokens"]) for r in rows), tuple(float(r["val_loss"]) for r in rows), tc)
+    return Curve(
+        path.parent,
+        tuple(int(r["tokens"]) for r in rows),
+        tuple(float(r["val_loss"]) for r in rows),
+        tc,
+    )
 
 
 def tokens_to_reach(curve: Curve, target: float) -> tuple[int | None, float | None]:
@@ -105,7 +112,9 @@ def compare(baseline: Curve, run: Curve) -> dict[str, Any]:
         "ratio": baseline.final_tokens / first if first else None,
         "ratio_interpolated": baseline.final_tokens / interp if interp else None,
         "trails_until_tokens": trails_until(run, baseline),
-        "curve": [{"tokens": t, "val_loss": v} for t, v in zip(run.tokens, run.losses, strict=True)],
+        "curve": [
+            {"tokens": t, "val_loss": v} for t, v in zip(run.tokens, run.losses, strict=True)
+        ],
     }
 
 
@@ -120,7 +129,11 @@ def _check_comparable(baseline: Curve, run: Curve) -> None:
 
 
 def _run_record(curve: Curve, role: str) -> dict[str, Any]:
-    rec: dict[str, Any] = {"role": role, "path": str(curve.run / METRICS), "sha256": sha256_file(curve.run / METRICS)}
+    rec: dict[str, Any] = {
+        "role": role,
+        "path": str(curve.run / METRICS),
+        "sha256": sha256_file(curve.run / METRICS),
+    }
     final = curve.run / "checkpoints" / "final"
     if (final / "model.safetensors").is_file():
         rec["checkpoint_sha256"] = sha256_file(final / "model.safetensors")
@@ -128,8 +141,11 @@ def _run_record(curve: Curve, role: str) -> dict[str, Any]:
     return rec
 
 
-def sample_efficiency(baseline: str | os.PathLike[str], runs: list[str | os.PathLike[str]],
-                      started: _dt.datetime | None = None) -> dict[str, Any]:  # fmt: skip
+def sample_efficiency(
+    baseline: str | os.PathLike[str],
+    runs: list[str | os.PathLike[str]],
+    started: _dt.datetime | None = None,
+) -> dict[str, Any]:
     """The `sample_efficiency` evaluation output of runs against a (tied) baseline run.
 
     `started`: when the command began (default: now)."""
@@ -142,11 +158,24 @@ def sample_efficiency(baseline: str | os.PathLike[str], runs: list[str | os.Path
     for c in curves:
         _check_comparable(base, c)
     results = {
-        "baseline": {"run": str(base.run), "variant": base.train_config.get("variant"),
-                     "target_val_loss": base.final_loss, "tokens": base.final_tokens,
-                     "curve": [{"tokens": t, "val_loss": v} for t, v in zip(base.tokens, base.losses, strict=True)]},
+        "baseline": {
+            "run": str(base.run),
+            "variant": base.train_config.get("variant"),
+            "target_val_loss": base.final_loss,
+            "tokens": base.final_tokens,
+            "curve": [
+                {"tokens": t, "val_loss": v} for t, v in zip(base.tokens, base.losses, strict=True)
+            ],
+        },
         "runs": [compare(base, c) for c in curves],
-    }  # fmt: skip
+    }
     inputs = [_run_record(base, "baseline")] + [_run_record(c, "run") for c in curves]
-    return envelope("sample_efficiency", checkpoint=None, inputs=inputs, config={}, results=results,
-                    seconds=time.perf_counter() - t0, started=started)  # fmt: skip
+    return envelope(
+        "sample_efficiency",
+        checkpoint=None,
+        inputs=inputs,
+        config={},
+        results=results,
+        seconds=time.perf_counter() - t0,
+        started=started,
+    )

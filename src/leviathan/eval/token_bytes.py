@@ -32,7 +32,9 @@ class TokenBytes:
 def token_bytes(vocab: str) -> TokenBytes:
     tok = load_tokenizer(vocab)
     enc = tok.encoding
-    special_ids = set(enc.special_tokens_set and [enc.encode_single_token(s) for s in enc.special_tokens_set])
+    special_ids = set(
+        enc.special_tokens_set and [enc.encode_single_token(s) for s in enc.special_tokens_set]
+    )
     n = tok.spec.n_vocab
     pieces: list[bytes] = []
     special = np.zeros(n, dtype=bool)

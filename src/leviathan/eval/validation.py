@@ -50,11 +50,18 @@ def load_train_counts(ckpt: Checkpoint, path: PathLike) -> np.ndarray[Any, np.dt
     try:
         return load_counts(p, vocab=ckpt.vocab.name)
     except ValueError as exc:
-        raise EvalInputError(f"{exc} (the checkpoint {ckpt.path} was trained on {ckpt.vocab.name})") from exc
+        raise EvalInputError(
+            f"{exc} (the checkpoint {ckpt.path} was trained on {ckpt.vocab.name})"
+        ) from exc
 
 
-def build_word_counts(train: PathLike, val: PathLike, *, max_train_tokens: int | None = None,
-                      started: _dt.datetime | None = None) -> dict[str, Any]:  # fmt: skip
+def build_word_counts(
+    train: PathLike,
+    val: PathLike,
+    *,
+    max_train_tokens: int | None = None,
+    started: _dt.datetime | None = None,
+) -> dict[str, Any]:
     """The `word_counts` output: training counts of every word of the validation text.
 
     `started`: when the command began (default: now)."""
@@ -63,7 +70,9 @@ def build_word_counts(train: PathLike, val: PathLike, *, max_train_tokens: int |
     val_shard = open_shard(val, verify_sha256=True)
     train_shard = open_shard(train)
     if train_shard.vocab != val_shard.vocab:
-        raise EvalInputError(f"{train} is tokenized with {train_shard.vocab} but {val} with {val_shard.vocab}")
+        raise EvalInputError(
+            f"{train} is tokenized with {train_shard.vocab} but {val} with {val_shard.vocab}"
+        )
     vocab = val_shard.vocab
     words: set[str] = set()
     n_val_words = 0
@@ -79,18 +88,26 @@ def build_word_counts(train: PathLike, val: PathLike, *, max_train_tokens: int |
         "val_words": n_val_words,
         "val_word_types": len(words),
         "definition": "maximal runs of non-ASCII-whitespace bytes of the UTF-8 text; each "
-                      "document end is the word ' <|endoftext|>' (leviathan.eval.words)",
-    }  # fmt: skip
+        "document end is the word ' <|endoftext|>' (leviathan.eval.words)",
+    }
     inputs = [file_record(train, "train_tokens"), file_record(val, "val_tokens")]
-    return envelope("word_counts", checkpoint=None, inputs=inputs,
-                    config={"max_train_tokens": max_train_tokens, "vocab": vocab}, results=results,
-                    seconds=time.perf_counter() - t0, started=started)  # fmt: skip
+    return envelope(
+        "word_counts",
+        checkpoint=None,
+        inputs=inputs,
+        config={"max_train_tokens": max_train_tokens, "vocab": vocab},
+        results=results,
+        seconds=time.perf_counter() - t0,
+        started=started,
+    )
 
 
 def load_word_counts(path: PathLike) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{p}: word counts not found; run `leviathan eval word-counts` first")
+        raise FileNotFoundError(
+            f"{p}: word counts not found; run `leviathan eval word-counts` first"
+        )
     return read_result(p, "word_counts")
 
 
@@ -113,15 +130,27 @@ def evaluate_val(
     train_counts = load_train_counts(ckpt, counts) if counts is not None else None
     wc = load_word_counts(word_counts) if word_counts is not None else None
     context = cfg.context or ckpt.context
-    stats = evaluate_shard(model, shard.path, vocab=shard.vocab, context=context, batch_size=cfg.batch_size,
-                           max_windows=cfg.max_windows, keep_token_losses=wc is not None)  # fmt: skip
+    stats = evaluate_shard(
+        model,
+        shard.path,
+        vocab=shard.vocab,
+        context=context,
+        batch_size=cfg.batch_size,
+        max_windows=cfg.max_windows,
+        keep_token_losses=wc is not None,
+    )
     summary = stats.summary()
     check_finite_loss(summary["loss"], ckpt)
     results: dict[str, Any] = {"overall": summary}
     inputs = [file_record(shard.path, "val_tokens", sha256=shard.sha256)]
     if train_counts is not None:
-        results["frequency_tokens"] = token_frequency(stats.count, stats.loss_sum, train_counts,
-                                                      quantiles=cfg.quantile_bins, max_decade=cfg.max_decade)  # fmt: skip
+        results["frequency_tokens"] = token_frequency(
+            stats.count,
+            stats.loss_sum,
+            train_counts,
+            quantiles=cfg.quantile_bins,
+            max_decade=cfg.max_decade,
+        )
         inputs.append(file_record(counts, "train_counts"))  # type: ignore[arg-type]
     if wc is not None:
         assert stats.token_losses is not None
@@ -147,10 +176,25 @@ def evaluate_val(
             "word_perplexity": perplexity(total / ws.n_words) if ws.n_words else None,
             "bits_per_word": total / LN2 / ws.n_words if ws.n_words else None,
         }
-        results["frequency_words"] = stratify(train_wc, ws.n, ws.loss_sum, quantiles=cfg.quantile_bins,
-                                              max_decade=cfg.max_decade)  # fmt: skip
+        results["frequency_words"] = stratify(
+            train_wc, ws.n, ws.loss_sum, quantiles=cfg.quantile_bins, max_decade=cfg.max_decade
+        )
         inputs.append(file_record(word_counts, "word_counts"))  # type: ignore[arg-type]
-    config = {"context": context, "batch_size": cfg.batch_size, "max_windows": cfg.max_windows,
-              "quantile_bins": cfg.quantile_bins, "max_decade": cfg.max_decade, "precision": model.precision}  # fmt: skip
-    return envelope("val", checkpoint=ckpt, inputs=inputs, config=config, results=results,
-                    seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip
+    config = {
+        "context": context,
+        "batch_size": cfg.batch_size,
+        "max_windows": cfg.max_windows,
+        "quantile_bins": cfg.quantile_bins,
+        "max_decade": cfg.max_decade,
+        "precision": model.precision,
+    }
+    return envelope(
+        "val",
+        checkpoint=ckpt,
+        inputs=inputs,
+        config=config,
+        results=results,
+        seconds=time.perf_counter() - t0,
+        device=str(model.device),
+        started=started,
+    )

@@ -39,7 +39,11 @@ METRICS = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 
 def task_overrides(cfg: WikitextConfig) -> dict[str, dict[str, Any]]:
     """What changes in lm-eval's `wikitext` config: the dataset (WikiText-103) and its split."""
-    change: dict[str, Any] = {"dataset_path": cfg.dataset, "dataset_name": cfg.name, "test_split": cfg.split}
+    change: dict[str, Any] = {
+        "dataset_path": cfg.dataset,
+        "dataset_name": cfg.name,
+        "test_split": cfg.split,
+    }
     if cfg.revision:
         change["dataset_kwargs"] = {"revision": cfg.revision}
     return {TASK: change}
@@ -47,12 +51,19 @@ def task_overrides(cfg: WikitextConfig) -> dict[str, dict[str, Any]]:
 
 def lm_eval_config(cfg: WikitextConfig, context: int) -> LmEvalConfig:
     data = {TASK: LocalTaskData(cfg.data_files, cfg.builder)} if cfg.data_files else {}
-    return LmEvalConfig(tasks=(TASK,), data=data, num_fewshot=0, batch_size=cfg.batch_size, max_length=context,
-                        bootstrap_iters=0)  # fmt: skip
+    return LmEvalConfig(
+        tasks=(TASK,),
+        data=data,
+        num_fewshot=0,
+        batch_size=cfg.batch_size,
+        max_length=context,
+        bootstrap_iters=0,
+    )
 
 
-def score_stream_text(model: EvalModel, vocab: str, text: str, *, context: int, stride: int,
-                      batch_size: int) -> dict[str, Any]:  # fmt: skip
+def score_stream_text(
+    model: EvalModel, vocab: str, text: str, *, context: int, stride: int, batch_size: int
+) -> dict[str, Any]:
     """The secondary stream figure: token-level perplexity of one text (preceded by EOT)."""
     tok = load_tokenizer(vocab)
     ids = np.asarray([tok.spec.eot_id, *tok.encode(text)], dtype=np.int64)
@@ -61,13 +72,24 @@ def score_stream_text(model: EvalModel, vocab: str, text: str, *, context: int, 
     losses = score_stream(model, ids, context=context, stride=stride, batch_size=batch_size)
     total = float(losses.astype(np.float64).sum())
     loss = total / int(losses.size)
-    return {"tokens": int(losses.size), "total_nats": total, "loss": loss, "token_perplexity": perplexity(loss),
-            "context": context, "stride": stride, "text_sha256": hashlib.sha256(text.encode()).hexdigest()}  # fmt: skip
+    return {
+        "tokens": int(losses.size),
+        "total_nats": total,
+        "loss": loss,
+        "token_perplexity": perplexity(loss),
+        "context": context,
+        "stride": stride,
+        "text_sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
 
 
-def evaluate_wikitext(ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig = WikitextConfig(),
-                      started: _dt.datetime | None = None,
-                      samples_out: str | None = None) -> dict[str, Any]:  # fmt: skip
+def evaluate_wikitext(
+    ckpt: Checkpoint,
+    model: EvalModel,
+    cfg: WikitextConfig = WikitextConfig(),
+    started: _dt.datetime | None = None,
+    samples_out: str | None = None,
+) -> dict[str, Any]:
     """The `wikitext` evaluation output of a checkpoint (see `leviathan.eval.results`).
 
     results: word_perplexity, byte_perplexity, bits_per_byte (lm-eval's), `lm_eval` (its
@@ -79,18 +101,26 @@ def evaluate_wikitext(ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig = 
     context = cfg.context or ckpt.context
     stride = cfg.stride or context
     if context > model.max_seq_len:
-        raise EvalInputError(f"wikitext.context={context} exceeds the model's max_seq_len={model.max_seq_len}")
+        raise EvalInputError(
+            f"wikitext.context={context} exceeds the model's max_seq_len={model.max_seq_len}"
+        )
     if stride > context:
         raise EvalInputError(f"wikitext.stride={stride} must be <= wikitext.context={context}")
-    fix = (f"Download {cfg.dataset} ({cfg.name}) where the Hub is reachable and set wikitext.data_files to "
-           f"{{{cfg.split}: <file>}} (one `page` per article, the dataset's own schema)")  # fmt: skip
+    fix = (
+        f"Download {cfg.dataset} ({cfg.name}) where the Hub is reachable and set wikitext.data_files to "
+        f"{{{cfg.split}: <file>}} (one `page` per article, the dataset's own schema)"
+    )
     try:
-        run = evaluate_tasks(ckpt, model, lm_eval_config(cfg, context), task_overrides(cfg), hub_fix=fix)
+        run = evaluate_tasks(
+            ckpt, model, lm_eval_config(cfg, context), task_overrides(cfg), hub_fix=fix
+        )
     except KeyError as exc:
         if exc.args != ("page",):
             raise
-        raise EvalInputError("wikitext: the data has no `page` column: lm-eval's wikitext task reads the "
-                             f"document-level schema of {cfg.dataset} (one `page` per article)") from exc  # fmt: skip
+        raise EvalInputError(
+            "wikitext: the data has no `page` column: lm-eval's wikitext task reads the "
+            f"document-level schema of {cfg.dataset} (one `page` per article)"
+        ) from exc
     task = run.per_task[TASK]
     metrics = task["metrics"]
     docs = sorted(run.samples.get(TASK, []), key=lambda s: s["doc_id"])
@@ -98,19 +128,39 @@ def evaluate_wikitext(ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig = 
     if not pages:
         raise EvalInputError("wikitext: the split has no documents")
     t1 = time.perf_counter()
-    stream = score_stream_text(model, ckpt.vocab.name, "".join(pages), context=context, stride=stride,
-                               batch_size=cfg.batch_size)  # fmt: skip
+    stream = score_stream_text(
+        model,
+        ckpt.vocab.name,
+        "".join(pages),
+        context=context,
+        stride=stride,
+        batch_size=cfg.batch_size,
+    )
     stream["seconds"] = round(time.perf_counter() - t1, 3)
     result: dict[str, Any] = {m: metrics.get(f"{m},none") for m in METRICS}
     result["token_perplexity"] = stream["token_perplexity"]  # the stream figure (secondary)
     result["documents"] = len(pages)
-    result["lm_eval"] = {"version": lm_eval_version(), "task": TASK, "task_version": task["version"],
-                         "task_hash": task["task_hash"], "n_samples": task["n_samples"], "data": task["data"],
-                         "config": task["config"]}  # fmt: skip
+    result["lm_eval"] = {
+        "version": lm_eval_version(),
+        "task": TASK,
+        "task_version": task["version"],
+        "task_hash": task["task_hash"],
+        "n_samples": task["n_samples"],
+        "data": task["data"],
+        "config": task["config"],
+    }
     result["stream"] = stream
     if samples_out is not None:
         result["samples"] = write_samples(run.samples, samples_out)
     check_finite_loss(stream["loss"], ckpt)
     config = {**cfg.__dict__, "context": context, "stride": stride, "precision": model.precision}
-    return envelope("wikitext", checkpoint=ckpt, inputs=run.inputs, config=config, results=result,
-                    seconds=time.perf_counter() - t0, device=str(model.device), started=started)  # fmt: skip
+    return envelope(
+        "wikitext",
+        checkpoint=ckpt,
+        inputs=run.inputs,
+        config=config,
+        results=result,
+        seconds=time.perf_counter() - t0,
+        device=str(model.device),
+        started=started,
+    )

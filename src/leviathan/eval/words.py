@@ -77,7 +77,10 @@ def segment(tokens: np.ndarray[Any, Any], tb: TokenBytes) -> Segmentation:
     lens = np.where(special, 1, tb.lengths[tokens])
     ends = np.cumsum(lens)
     starts = ends - lens
-    data = b"".join(b"\x00" if s else tb.pieces[t] for t, s in zip(tokens.tolist(), special.tolist(), strict=True))
+    data = b"".join(
+        b"\x00" if s else tb.pieces[t]
+        for t, s in zip(tokens.tolist(), special.tolist(), strict=True)
+    )
     arr = np.frombuffer(data, dtype=np.uint8)
     nb = arr.size
     sentinel = np.zeros(nb, dtype=bool)
@@ -97,12 +100,17 @@ def segment(tokens: np.ndarray[Any, Any], tb: TokenBytes) -> Segmentation:
     # word k ends at the next word start or the next whitespace byte, whichever is first
     ws_pos = np.flatnonzero(ws)
     j = np.searchsorted(ws_pos, start_pos, side="right")
-    next_ws = np.where(j < ws_pos.size, ws_pos[np.minimum(j, max(ws_pos.size - 1, 0))] if ws_pos.size else nb, nb)
+    next_ws = np.where(
+        j < ws_pos.size, ws_pos[np.minimum(j, max(ws_pos.size - 1, 0))] if ws_pos.size else nb, nb
+    )
     next_start = np.append(start_pos[1:], nb)
     word_end = np.minimum(next_ws, next_start)
     eot_bytes = EOT_WORD.encode()
     is_sentinel = sentinel[start_pos]
-    words = [eot_bytes if e else data[s:t] for s, t, e in zip(start_pos.tolist(), word_end.tolist(), is_sentinel.tolist(), strict=True)]
+    words = [
+        eot_bytes if e else data[s:t]
+        for s, t, e in zip(start_pos.tolist(), word_end.tolist(), is_sentinel.tolist(), strict=True)
+    ]
     return Segmentation(word_of.astype(np.int64), words)
 
 
@@ -123,9 +131,11 @@ class WordStats:
 
 
 def word_losses(
-    shard_tokens: np.ndarray[Any, Any], target_losses: np.ndarray[Any, Any], vocab: str,
+    shard_tokens: np.ndarray[Any, Any],
+    target_losses: np.ndarray[Any, Any],
+    vocab: str,
     chunk_tokens: int = CHUNK_TOKENS,
-) -> WordStats:  # fmt: skip
+) -> WordStats:
     """Words of shard_tokens[: len(target_losses) + 1] and their losses.
 
     target_losses[p - 1] is the loss of token p (p >= 1), as `evaluate_shard` keeps them.
@@ -135,7 +145,9 @@ def word_losses(
     tb = token_bytes(vocab)
     n_tokens = len(target_losses) + 1
     if len(shard_tokens) < n_tokens:
-        raise EvalInputError(f"{len(target_losses)} target losses for a shard of {len(shard_tokens)} tokens")
+        raise EvalInputError(
+            f"{len(target_losses)} target losses for a shard of {len(shard_tokens)} tokens"
+        )
     index: dict[bytes, int] = {}
     n_acc: list[int] = []
     s_acc: list[float] = []
@@ -184,7 +196,9 @@ def word_losses(
     )
 
 
-def iter_words(tokens: np.ndarray[Any, Any], vocab: str, chunk_tokens: int = CHUNK_TOKENS) -> Iterator[list[bytes]]:
+def iter_words(
+    tokens: np.ndarray[Any, Any], vocab: str, chunk_tokens: int = CHUNK_TOKENS
+) -> Iterator[list[bytes]]:
     """Words (bytes; EOT as EOT_WORD) of a token sequence, chunk by chunk, fast path.
 
     Equal to `segment`'s words: documents are decoded whole and split on ASCII whitespace.
@@ -217,9 +231,13 @@ class WordCounts:
 
 
 def count_words(
-    train: str | os.PathLike[str], words: set[str], *, vocab: str, max_tokens: int | None = None,
+    train: str | os.PathLike[str],
+    words: set[str],
+    *,
+    vocab: str,
+    max_tokens: int | None = None,
     chunk_tokens: int = CHUNK_TOKENS,
-) -> WordCounts:  # fmt: skip
+) -> WordCounts:
     """Training-corpus counts of `words` (keys as `word_key` gives them) in a train shard."""
     shard = open_shard(train, vocab)
     n = len(shard) if max_tokens is None else min(max_tokens, len(shard))

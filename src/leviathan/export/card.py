@@ -15,14 +15,20 @@ VARIANT_INPUTS = {
 }
 
 
-def model_card(checkpoint: dict[str, Any], vocab: dict[str, Any], dtype: str, export_dir: str) -> str:
+def model_card(
+    checkpoint: dict[str, Any], vocab: dict[str, Any], dtype: str, export_dir: str
+) -> str:
     """README.md of an export; `checkpoint` is `Checkpoint.record()`, `vocab` a vocab record."""
     cell = f"{checkpoint['scale']}/{checkpoint['vocab']}/{checkpoint['variant']}/seed{checkpoint['seed']}"
     code = checkpoint.get("code") or {}
     commit = code.get("git_commit") or "unknown (not trained from a git checkout)"
     dirty = " (with uncommitted changes)" if code.get("git_dirty") else ""
     variant = checkpoint["variant"]
-    tied = "yes (`tie_word_embeddings`)" if variant == "tied" else "no (`lm_head` is the trained output head)"
+    tied = (
+        "yes (`tie_word_embeddings`)"
+        if variant == "tied"
+        else "no (`lm_head` is the trained output head)"
+    )
     config = json.dumps(checkpoint.get("model_config"), indent=2, sort_keys=True)
     return f"""---
 library_name: transformers
@@ -44,12 +50,12 @@ computes exactly what the trained one computes. Tied input and output: {tied}.
 | | |
 |---|---|
 | cell (scale/vocabulary/variant/seed) | `{cell}` |
-| training step / tokens | {checkpoint.get('step')} / {checkpoint.get('tokens')} |
-| checkpoint | `{checkpoint['path']}` |
-| checkpoint sha256 (model.safetensors) | `{checkpoint['sha256']}` |
-| code version | leviathan {code.get('leviathan', '?')}, git `{commit}`{dirty} |
-| tokenizer | tiktoken `{vocab['encoding']}` (n_vocab {vocab['n_vocab']}), BPE file sha256 `{vocab['bpe_sha256']}` |
-| context length | {checkpoint.get('context')} |
+| training step / tokens | {checkpoint.get("step")} / {checkpoint.get("tokens")} |
+| checkpoint | `{checkpoint["path"]}` |
+| checkpoint sha256 (model.safetensors) | `{checkpoint["sha256"]}` |
+| code version | leviathan {code.get("leviathan", "?")}, git `{commit}`{dirty} |
+| tokenizer | tiktoken `{vocab["encoding"]}` (n_vocab {vocab["n_vocab"]}), BPE file sha256 `{vocab["bpe_sha256"]}` |
+| context length | {checkpoint.get("context")} |
 | weights dtype | {dtype} |
 
 A model trained on the pipeline's default (embedded, offline) corpus is a smoke-test

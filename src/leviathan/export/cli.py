@@ -18,9 +18,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "(generated inputs such as LEV become the materialised embedding table). Needs the hf "
         "extra: pip install -e '.[hf]'.",
     )
-    p.add_argument("run_dir", type=Path, help="run directory (its checkpoints/final) or a checkpoint directory")
-    p.add_argument("out", type=Path, help="output directory (written atomically: temp dir + rename)")
-    p.add_argument("--dtype", default="float32", help=f"weights dtype: {' or '.join(DTYPES)} (default: %(default)s)")
+    p.add_argument(
+        "run_dir", type=Path, help="run directory (its checkpoints/final) or a checkpoint directory"
+    )
+    p.add_argument(
+        "out", type=Path, help="output directory (written atomically: temp dir + rename)"
+    )
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        help=f"weights dtype: {' or '.join(DTYPES)} (default: %(default)s)",
+    )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists and is not empty")
     p.set_defaults(func=run_export)
 
@@ -29,9 +37,19 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         from leviathan.export.write import export_run
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ValueError(f"{exc}: `leviathan export` needs the hf extra: pip install -e '.[hf]'") from exc
+        raise ValueError(
+            f"{exc}: `leviathan export` needs the hf extra: pip install -e '.[hf]'"
+        ) from exc
     result = export_run(args.run_dir, args.out, dtype=args.dtype, force=args.force)
     m = result.manifest
-    print(json.dumps({"out": str(result.out), "sha256": m["artifact"]["sha256"],
-                      "checkpoint_sha256": m["checkpoint"]["sha256"], "dtype": args.dtype}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "out": str(result.out),
+                "sha256": m["artifact"]["sha256"],
+                "checkpoint_sha256": m["checkpoint"]["sha256"],
+                "dtype": args.dtype,
+            }
+        )
+    )
     return 0

@@ -32,7 +32,11 @@ EOT_TEXT = "<|endoftext|>"
 @cache
 def _byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (byte-level BPE alphabet)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    keep = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     table, extra = {}, 0
     for b in range(256):
         if b in keep:
@@ -85,7 +89,9 @@ def hf_tokenizer(tok: Tokenizer, max_length: int | None = None) -> Any:
     pattern, special = ENCODING_RULES[tok.spec.encoding]
     vocab, merges = vocab_and_merges(parse_ranks(tok.bpe_path))
     vocab.update(special)  # special tokens at tiktoken's ids
-    bpe = models.BPE(vocab=vocab, merges=merges, ignore_merges=True, fuse_unk=False, byte_fallback=False)
+    bpe = models.BPE(
+        vocab=vocab, merges=merges, ignore_merges=True, fuse_unk=False, byte_fallback=False
+    )
     backend = HFTokenizer(bpe)
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [

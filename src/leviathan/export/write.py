@@ -47,11 +47,17 @@ def check_out(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out}: exists and is not a directory; choose another OUT")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise ExportError(f"{out}: exists and is not empty; pass --force to replace it, or choose another OUT")
+        raise ExportError(
+            f"{out}: exists and is not empty; pass --force to replace it, or choose another OUT"
+        )
 
 
-def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], dtype: str = "float32",
-               force: bool = False) -> ExportResult:  # fmt: skip
+def export_run(
+    run_dir: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    dtype: str = "float32",
+    force: bool = False,
+) -> ExportResult:
     """Export the final checkpoint of `run_dir` (or a checkpoint directory) to `out`."""
     started = utc_now()
     check_dtype(dtype)
@@ -75,16 +81,32 @@ def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], dty
         hf_tok.save_pretrained(tmp)
         (tmp / "README.md").write_text(model_card(record, vocab, dtype, display_path(final)))
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name != WEIGHTS}
-        inputs = [input_record(ckpt.path / WEIGHTS, ckpt.sha256, role="checkpoint"),
-                  input_record(ckpt.path / STATE, record["state_sha256"], role="checkpoint_state")]  # fmt: skip
+        inputs = [
+            input_record(ckpt.path / WEIGHTS, ckpt.sha256, role="checkpoint"),
+            input_record(ckpt.path / STATE, record["state_sha256"], role="checkpoint_state"),
+        ]
         if record["manifest"]:
-            inputs.append(input_record(record["manifest"], record["manifest_sha256"], role="checkpoint_manifest"))
+            inputs.append(
+                input_record(
+                    record["manifest"], record["manifest_sha256"], role="checkpoint_manifest"
+                )
+            )
         manifest = write_manifest(
-            tmp / WEIGHTS, kind=MANIFEST_KIND, recorded_path=final / WEIGHTS, inputs=inputs, vocab=vocab,
-            config={"dtype": dtype, "format": "transformers LlamaForCausalLM"}, started=started, device="cpu",
-            fields={"export_dir": display_path(final), "files": files, "checkpoint": record,
-                    "transformers": _transformers_version()},
-        )  # fmt: skip
+            tmp / WEIGHTS,
+            kind=MANIFEST_KIND,
+            recorded_path=final / WEIGHTS,
+            inputs=inputs,
+            vocab=vocab,
+            config={"dtype": dtype, "format": "transformers LlamaForCausalLM"},
+            started=started,
+            device="cpu",
+            fields={
+                "export_dir": display_path(final),
+                "files": files,
+                "checkpoint": record,
+                "transformers": _transformers_version(),
+            },
+        )
         if final.is_dir() and not any(final.iterdir()):
             final.rmdir()
         publish_dir(tmp, final)

@@ -28,9 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         action="append",
         help=f"one of {', '.join(VARIANTS)} or 'all' (repeatable; default: leviathan and tied)",
     )
-    p.add_argument("--vocab-size", type=int, help="model vocabulary size (default: tokenizer's n_vocab)")
+    p.add_argument(
+        "--vocab-size", type=int, help="model vocabulary size (default: tokenizer's n_vocab)"
+    )
     p.add_argument("--seq-len", type=int, help="context for attention FLOPs (default: the scale's)")
-    p.add_argument("--check-paper", action="store_true", help="compare with the paper's cost claims")
+    p.add_argument(
+        "--check-paper", action="store_true", help="compare with the paper's cost claims"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -75,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
             return 0
         for c in checks:
             status = "ok " if c.ok else "DIFF"
-            print(f"[{status}] {c.claim}: paper {c.paper:,.6g}, ours {c.ours:,.6g} ({c.rel_diff:+.2%})")
+            print(
+                f"[{status}] {c.claim}: paper {c.paper:,.6g}, ours {c.ours:,.6g} ({c.rel_diff:+.2%})"
+            )
             if c.note and not c.ok:
                 print(f"       why: {c.note}")
         return 0

@@ -138,13 +138,17 @@ class ModelConfig:
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown model config key(s) {unknown}: valid keys are {sorted(known)}")
+            raise ValueError(
+                f"unknown model config key(s) {unknown}: valid keys are {sorted(known)}"
+            )
         lev = d.pop("lev", None) or {}
         if isinstance(lev, dict):
             lev_known = set(LEVConfig.__dataclass_fields__)
             bad = sorted(set(lev) - lev_known)
             if bad:
-                raise ValueError(f"unknown lev config key(s) {bad}: valid keys are {sorted(lev_known)}")
+                raise ValueError(
+                    f"unknown lev config key(s) {bad}: valid keys are {sorted(lev_known)}"
+                )
             lev = LEVConfig(**lev)
         return cls(lev=lev, **d)
 

@@ -118,9 +118,13 @@ def _plain_forward(
 
 
 def _plain_backward(
-    t32: torch.Tensor, coef32: torch.Tensor, gMM: torch.Tensor, n_knots: int, eps: float,
+    t32: torch.Tensor,
+    coef32: torch.Tensor,
+    gMM: torch.Tensor,
+    n_knots: int,
+    eps: float,
     chunk_elems: int,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_t, grad_coef) given gMM = grad_M * M, in torch ops, chunk by chunk."""
     N, h, P = t32.shape
     r = coef32.shape[-1]
@@ -193,7 +197,10 @@ class SplineProduct(torch.autograd.Function):
             N, h, P = t.shape
             shape = (h, P, n_knots, N_TAPS, coef.shape[-1])
             grad_t, grad_coef = lev_native.spline_backward(
-                t32.contiguous(), coef32.reshape(shape).contiguous(), gMM, ctx.eps  # type: ignore[attr-defined]
+                t32.contiguous(),
+                coef32.reshape(shape).contiguous(),
+                gMM,
+                ctx.eps,  # type: ignore[attr-defined]
             )
             grad_coef = grad_coef.view_as(coef32)
         else:
@@ -285,5 +292,7 @@ class LEV(GeneratedInput):
         """Embeddings [N, D] of a flat id vector, one evaluation per entry (no dedup)."""
         cfg = self.cfg
         t = self.coordinates(self.codebooks(ids))
-        M = spline_product(t, self.splines, cfg.log_eps, cfg.chunk_elems, self.kernel)  # fp32 [N, h, r]
+        M = spline_product(
+            t, self.splines, cfg.log_eps, cfg.chunk_elems, self.kernel
+        )  # fp32 [N, h, r]
         return self.out_proj(M.flatten(1).to(self.out_proj.weight.dtype))

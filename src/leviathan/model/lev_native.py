@@ -119,7 +119,7 @@ void lev_spline_backward(const float *t, const float *coef, const float *gMM,
         }
     }
 }
-""" % {"rescale": RESCALE}
+""" % {"rescale": RESCALE}  # noqa: UP031 (C source: braces stay literal)
 
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c99"]
 
@@ -138,7 +138,15 @@ def _cpu_id() -> str:
     info = ""
     try:
         lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
-        info = "\n".join(sorted({ln for ln in lines if ln.startswith(("model name", "flags", "Features", "CPU part"))}))
+        info = "\n".join(
+            sorted(
+                {
+                    ln
+                    for ln in lines
+                    if ln.startswith(("model name", "flags", "Features", "CPU part"))
+                }
+            )
+        )
     except OSError:
         pass
     return f"{platform.machine()}\n{platform.processor()}\n{info}"
@@ -160,8 +168,9 @@ def _library() -> ctypes.CDLL | None:
             src = Path(tmp) / "lev_spline.c"
             src.write_text(_SOURCE)
             out = Path(tmp) / lib.name
-            done = subprocess.run([cc, *_FLAGS, str(src), "-o", str(out), "-lm"],
-                                  capture_output=True, text=True)  # fmt: skip
+            done = subprocess.run(
+                [cc, *_FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True, text=True
+            )
             if done.returncode != 0:
                 return None
             out.replace(lib)  # atomic: concurrent processes see a whole library or none
@@ -195,7 +204,9 @@ def spline_forward(t: torch.Tensor, coef: torch.Tensor, eps: float) -> torch.Ten
     M = torch.empty(N, h, r, dtype=torch.float32)
     lib = _library()
     assert lib is not None, "native LEV kernel unavailable (no C compiler)"
-    lib.lev_spline_forward(_ptr(t), _ptr(coef), _ptr(M), N, h, P, K, r, eps, torch.get_num_threads())
+    lib.lev_spline_forward(
+        _ptr(t), _ptr(coef), _ptr(M), N, h, P, K, r, eps, torch.get_num_threads()
+    )
     return M
 
 
@@ -209,6 +220,18 @@ def spline_backward(
     grad_coef = torch.zeros_like(coef)
     lib = _library()
     assert lib is not None, "native LEV kernel unavailable (no C compiler)"
-    lib.lev_spline_backward(_ptr(t), _ptr(coef), _ptr(gMM), _ptr(grad_t), _ptr(grad_coef),
-                            N, h, P, K, r, eps, torch.get_num_threads())  # fmt: skip
+    lib.lev_spline_backward(
+        _ptr(t),
+        _ptr(coef),
+        _ptr(gMM),
+        _ptr(grad_t),
+        _ptr(grad_coef),
+        N,
+        h,
+        P,
+        K,
+        r,
+        eps,
+        torch.get_num_threads(),
+    )
     return grad_t, grad_coef

@@ -44,7 +44,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         step = _rows_per_chunk(weight.shape[0], chunk_elems)
         for start in range(0, N, step):
-            h, t, v = hidden[start : start + step], targets[start : start + step], valid[start : start + step]
+            h, t, v = (
+                hidden[start : start + step],
+                targets[start : start + step],
+                valid[start : start + step],
+            )
             logits = _chunk_logits(h, weight)
             lse = torch.logsumexp(logits, dim=-1)
             safe_t = torch.where(v, t, 0)

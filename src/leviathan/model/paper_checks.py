@@ -62,7 +62,11 @@ def paper_checks(vocab: str = "o200k_base") -> list[Check]:
                 f"{cost['o200k_vocab_size']})"
             ),
         ),
-        Check("untied 400M total parameters", cost["untied_params_400m"], acc["400m", "untied"].total_params),
+        Check(
+            "untied 400M total parameters",
+            cost["untied_params_400m"],
+            acc["400m", "untied"].total_params,
+        ),
         Check(
             "leviathan vs tied parameters at 1.2B (fraction)",
             cost["param_overhead_1_2b"],

@@ -34,11 +34,19 @@ class ScalePreset:
 
 SCALES: dict[str, ScalePreset] = {
     "micro": ScalePreset(
-        d_model=64, n_layers=2, n_heads=4, ffn_hidden=192, max_seq_len=64,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        ffn_hidden=192,
+        max_seq_len=64,
         lev=LEVConfig(d_seed=16, n_heads=2, n_knots=8, rank=16),
     ),
     "tiny": ScalePreset(
-        d_model=256, n_layers=4, n_heads=4, ffn_hidden=704, max_seq_len=256,
+        d_model=256,
+        n_layers=4,
+        n_heads=4,
+        ffn_hidden=704,
+        max_seq_len=256,
         lev=LEVConfig(d_seed=64, n_heads=4, n_knots=16, rank=32),
     ),
     "200m": ScalePreset(d_model=768, n_layers=7, n_heads=12, ffn_hidden=2048, max_seq_len=512),

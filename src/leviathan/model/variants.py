@@ -107,7 +107,9 @@ class BinaryCodeMLP(GeneratedInput):
 class CodebookMLP(GeneratedInput):
     """factored_mlp: LEV steps 1-2 (digits + codebooks), then a SiLU MLP -> D, no splines."""
 
-    def __init__(self, vocab_size: int, d_model: int, base: int, cfg: ModelConfig, hidden: int) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, base: int, cfg: ModelConfig, hidden: int
+    ) -> None:
         super().__init__(vocab_size, d_model)
         lev = cfg.lev
         self.codebooks = DigitCodebooks(base, lev.n_digits, lev.d_seed)

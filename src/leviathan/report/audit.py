@@ -49,7 +49,9 @@ class Finding:
 
     def line(self) -> str:
         status = "FAIL" if not self.ok else "n/v " if self.unverified else "ok  "
-        return f"{status} {'  ' * self.depth}{self.what}" + (f"  {self.detail}" if self.detail else "")
+        return f"{status} {'  ' * self.depth}{self.what}" + (
+            f"  {self.detail}" if self.detail else ""
+        )
 
 
 @dataclass
@@ -74,7 +76,9 @@ class Auditor:
         except ValueError:
             return str(path)
 
-    def note(self, ok: bool, depth: int, what: str, detail: str = "", unverified: bool = False) -> bool:
+    def note(
+        self, ok: bool, depth: int, what: str, detail: str = "", unverified: bool = False
+    ) -> bool:
         self.findings.append(Finding(ok, depth, what, detail, unverified))
         return ok
 
@@ -91,7 +95,9 @@ class Auditor:
             self._sha[p] = sha256_file(p)
         return self._sha[p]
 
-    def check_hash(self, p: str | os.PathLike[str], recorded: str | None, where: str, depth: int) -> bool:
+    def check_hash(
+        self, p: str | os.PathLike[str], recorded: str | None, where: str, depth: int
+    ) -> bool:
         """Is the file's content the one `where` recorded?"""
         path, shown = self.path(p), self.show(p)
         if not path.is_file():
@@ -100,22 +106,46 @@ class Auditor:
             return self.note(False, depth, shown, f"no sha256 recorded in {where}")
         actual = self.sha(path)
         if actual != recorded:
-            return self.note(False, depth, shown, f"sha256 {actual[:12]} != {recorded[:12]} recorded in {where}: the file changed")
+            return self.note(
+                False,
+                depth,
+                shown,
+                f"sha256 {actual[:12]} != {recorded[:12]} recorded in {where}: the file changed",
+            )
         return self.note(True, depth, shown, f"sha256 {actual[:12]}")
 
     def check_commit(self, code: Mapping[str, Any] | None, where: str, depth: int) -> None:
         commit = (code or {}).get("git_commit")
         if not commit:
-            self.note(True, depth, f"code of {where}", "no git commit recorded (not run from a git checkout)", True)
+            self.note(
+                True,
+                depth,
+                f"code of {where}",
+                "no git commit recorded (not run from a git checkout)",
+                True,
+            )
             return
         exists = _commit_exists(commit)
         if exists is None:
-            self.note(True, depth, f"code {commit[:12]}", "not verifiable here (no git checkout)", True)
+            self.note(
+                True, depth, f"code {commit[:12]}", "not verifiable here (no git checkout)", True
+            )
         elif not exists:
             hint = " (this is a shallow clone: git fetch --unshallow)" if _shallow() else ""
-            self.note(False, depth, f"code {commit[:12]}", f"recorded in {where}: no such commit in this repository{hint}")
+            self.note(
+                False,
+                depth,
+                f"code {commit[:12]}",
+                f"recorded in {where}: no such commit in this repository{hint}",
+            )
         elif (code or {}).get("git_dirty"):
-            self.note(True, depth, f"code {commit[:12]}", "commit exists, but the run had uncommitted changes", True)
+            self.note(
+                True,
+                depth,
+                f"code {commit[:12]}",
+                "commit exists, but the run had uncommitted changes",
+                True,
+            )
         else:
             self.note(True, depth, f"code {commit[:12]}", "commit exists")
 
@@ -137,13 +167,17 @@ class Auditor:
             if isinstance(doc, Mapping) and doc.get("kind") in EVAL_KINDS and "inputs" in doc:
                 self.walk_eval(path, doc, depth)
 
-    def walk_manifest(self, path: Path, manifest: Mapping[str, Any], depth: int, verified: str | None = None) -> None:
+    def walk_manifest(
+        self, path: Path, manifest: Mapping[str, Any], depth: int, verified: str | None = None
+    ) -> None:
         mpath = self.show(manifest_path(path))
         recorded = manifest.get("artifact", {}).get("sha256")
         if verified is None or recorded != verified:  # else: the line above already says it
             self.check_hash(path, recorded, f"its manifest {mpath}", depth)
         self.check_commit(manifest.get("code"), mpath, depth + 1)
-        for name, sha in (manifest.get("files") or {}).items():  # the other files of a directory artifact
+        for name, sha in (
+            manifest.get("files") or {}
+        ).items():  # the other files of a directory artifact
             self.check_hash(path.parent / name, sha, f"its manifest {mpath}", depth + 1)
         vocab = manifest.get("vocab")
         if vocab and vocab.get("bpe_file"):
@@ -161,11 +195,18 @@ class Auditor:
             if self.check_hash(state, manifest.get("state_sha256"), self.show(mpath), depth) and (
                 read_json(state).get("model_config") != manifest.get("model_config")
             ):
-                self.note(False, depth, self.show(state), f"model_config differs from {self.show(mpath)}")
+                self.note(
+                    False, depth, self.show(state), f"model_config differs from {self.show(mpath)}"
+                )
             self.walk(weights, depth, verified)
         else:
-            self.note(False, depth, self.show(weights), "the checkpoint has no manifest model.safetensors.json "
-                      "(written by the trainer since provenance v2: retrain the cell to record it)")  # fmt: skip
+            self.note(
+                False,
+                depth,
+                self.show(weights),
+                "the checkpoint has no manifest model.safetensors.json "
+                "(written by the trainer since provenance v2: retrain the cell to record it)",
+            )
 
     def walk_eval(self, path: Path, doc: Mapping[str, Any], depth: int) -> None:
         depth, where = depth + 1, self.show(path)
@@ -178,15 +219,24 @@ class Auditor:
             if ckpt.get("manifest"):  # the checkpoint's manifest as it was when evaluated
                 self.check_hash(ckpt["manifest"], ckpt.get("manifest_sha256"), where, depth)
             elif "manifest" in ckpt:
-                self.note(False, depth, self.show(ckpt_dir), f"{self.show(path)} evaluated a checkpoint without a manifest")
+                self.note(
+                    False,
+                    depth,
+                    self.show(ckpt_dir),
+                    f"{self.show(path)} evaluated a checkpoint without a manifest",
+                )
             if self.check_hash(ckpt_dir / "model.safetensors", ckpt.get("sha256"), where, depth):
                 self.walk_checkpoint_dir(ckpt_dir, depth, ckpt.get("sha256"))
         for inp in doc.get("inputs", []):
             if self.check_hash(inp["path"], inp.get("sha256"), where, depth):
                 self.walk(inp["path"], depth, inp.get("sha256"))
-            if inp.get("checkpoint_sha256"):  # a run's metrics (sample efficiency): its final checkpoint
+            if inp.get(
+                "checkpoint_sha256"
+            ):  # a run's metrics (sample efficiency): its final checkpoint
                 final = self.path(inp["path"]).parent / "checkpoints" / "final"
-                if self.check_hash(final / "model.safetensors", inp["checkpoint_sha256"], where, depth):
+                if self.check_hash(
+                    final / "model.safetensors", inp["checkpoint_sha256"], where, depth
+                ):
                     self.walk_checkpoint_dir(final, depth + 1, inp["checkpoint_sha256"])
 
     def check_cell_identity(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
@@ -194,10 +244,20 @@ class Auditor:
         parts = path.parent.parts
         if len(parts) < 5 or parts[-5] != "eval":
             return
-        recorded = (ckpt.get("scale"), ckpt.get("vocab"), ckpt.get("variant"), f"seed{ckpt.get('seed')}")
+        recorded = (
+            ckpt.get("scale"),
+            ckpt.get("vocab"),
+            ckpt.get("variant"),
+            f"seed{ckpt.get('seed')}",
+        )
         if tuple(parts[-4:]) != recorded:
-            self.note(False, depth, self.show(path), f"evaluates the checkpoint of cell {'/'.join(map(str, recorded))} "
-                      f"but sits in {'/'.join(parts[-4:])}'s directory (a copied or swapped evaluation)")  # fmt: skip
+            self.note(
+                False,
+                depth,
+                self.show(path),
+                f"evaluates the checkpoint of cell {'/'.join(map(str, recorded))} "
+                f"but sits in {'/'.join(parts[-4:])}'s directory (a copied or swapped evaluation)",
+            )
 
     def check_vocab_file(self, vocab: Mapping[str, Any], where: str, depth: int) -> None:
         from leviathan.data.tokenizers import cache_dir
@@ -205,10 +265,21 @@ class Auditor:
         bpe = cache_dir() / vocab["bpe_file"]
         what = f"vocabulary {vocab.get('name')} ({vocab['bpe_file']})"
         if not bpe.is_file():
-            self.note(True, depth, what, f"not in this machine's cache ({bpe.parent}); recorded sha256 "
-                      f"{str(vocab.get('bpe_sha256'))[:12]}", True)  # fmt: skip
+            self.note(
+                True,
+                depth,
+                what,
+                f"not in this machine's cache ({bpe.parent}); recorded sha256 "
+                f"{str(vocab.get('bpe_sha256'))[:12]}",
+                True,
+            )
         elif self.sha(bpe) != vocab.get("bpe_sha256"):
-            self.note(False, depth, what, f"{bpe}: sha256 {self.sha(bpe)[:12]} != {str(vocab.get('bpe_sha256'))[:12]} recorded in {where}")
+            self.note(
+                False,
+                depth,
+                what,
+                f"{bpe}: sha256 {self.sha(bpe)[:12]} != {str(vocab.get('bpe_sha256'))[:12]} recorded in {where}",
+            )
         else:
             self.note(True, depth, what, f"sha256 {self.sha(bpe)[:12]}")
 
@@ -220,36 +291,75 @@ class Auditor:
         if path.is_dir():
             path = path / "model.safetensors"
         if not manifest_path(path).is_file():
-            self.note(False, 0, self.show(path), f"no manifest {manifest_path(path).name}: not a pipeline artifact (or not finished)")
+            self.note(
+                False,
+                0,
+                self.show(path),
+                f"no manifest {manifest_path(path).name}: not a pipeline artifact (or not finished)",
+            )
             return
         self.walk(path, 0)
 
     # ------------------------------------------------------------ tables
-    def audit_table(self, table: str | os.PathLike[str], cell: tuple[str, str] | None = None) -> None:
+    def audit_table(
+        self, table: str | os.PathLike[str], cell: tuple[str, str] | None = None
+    ) -> None:
         path = self.path(table)
         mpath = manifest_path(path)
         if not mpath.is_file():
-            self.note(False, 0, str(table), f"no manifest {mpath.name}: not a report table (or not finished)")
+            self.note(
+                False,
+                0,
+                str(table),
+                f"no manifest {mpath.name}: not a report table (or not finished)",
+            )
             return
         manifest = read_json(mpath)
         rendering = path
         if manifest.get("kind") == "table_rendering":
             if not self.check_hash(path, manifest["artifact"]["sha256"], self.show(mpath), 0):
-                self.note(False, 0, self.show(path), "the rendering differs from what the report step wrote (hand-edited?)")
+                self.note(
+                    False,
+                    0,
+                    self.show(path),
+                    "the rendering differs from what the report step wrote (hand-edited?)",
+                )
             csv = manifest["inputs"][0]
             path = self.path(csv["path"])
             if not manifest_path(path).is_file():
-                self.note(False, 0, self.show(path), f"the table {self.show(mpath)} was rendered from has no manifest")
+                self.note(
+                    False,
+                    0,
+                    self.show(path),
+                    f"the table {self.show(mpath)} was rendered from has no manifest",
+                )
                 return
             manifest = read_json(manifest_path(path))
             self.check_rendering(rendering, path, manifest)
             if manifest["artifact"]["sha256"] != csv["sha256"]:
-                self.note(False, 0, self.show(path), f"is not the table {self.show(mpath)} was rendered from")
+                self.note(
+                    False,
+                    0,
+                    self.show(path),
+                    f"is not the table {self.show(mpath)} was rendered from",
+                )
         if manifest.get("kind") != "table":
-            self.note(False, 0, str(table), f"{mpath.name} is a {manifest.get('kind')!r} manifest, not a table's")
+            self.note(
+                False,
+                0,
+                str(table),
+                f"{mpath.name} is a {manifest.get('kind')!r} manifest, not a table's",
+            )
             return
-        if not self.check_hash(path, manifest["artifact"]["sha256"], self.show(manifest_path(path)), 0):
-            self.note(False, 0, self.show(path), "the table differs from what the report step wrote (hand-edited?)")
+        if not self.check_hash(
+            path, manifest["artifact"]["sha256"], self.show(manifest_path(path)), 0
+        ):
+            self.note(
+                False,
+                0,
+                self.show(path),
+                "the table differs from what the report step wrote (hand-edited?)",
+            )
         self.check_commit(manifest.get("code"), self.show(manifest_path(path)), 1)
         recorded_inputs = {i["path"]: i.get("sha256") for i in manifest.get("inputs", [])}
         frame = pd.read_csv(path, dtype={"row": str}).set_index("row")
@@ -258,7 +368,11 @@ class Auditor:
         if cell is not None:
             picked = [c for c in cells if (c[0], c[1]) == cell]
             if not picked:
-                empty = cell[0] in frame.index and cell[1] in frame.columns and pd.isna(frame.loc[cell[0], cell[1]])
+                empty = (
+                    cell[0] in frame.index
+                    and cell[1] in frame.columns
+                    and pd.isna(frame.loc[cell[0], cell[1]])
+                )
                 self.note(empty, 0, f"{path.name} [{cell[0]}, {cell[1]}]", _no_cell(frame, cell))
                 return
             cells = picked
@@ -266,14 +380,20 @@ class Auditor:
             for column in (manifest.get("config") or {}).get("columns", {}):
                 for row in frame.index[frame[column].notna()] if column in frame.columns else []:
                     if (row, column) not in mapped:
-                        self.note(False, 0, f"{path.name} [{row}, {column}]",
-                                  f"holds {frame.loc[row, column]} but has no recorded source: {self.show(path)} was edited")  # fmt: skip
+                        self.note(
+                            False,
+                            0,
+                            f"{path.name} [{row}, {column}]",
+                            f"holds {frame.loc[row, column]} but has no recorded source: {self.show(path)} was edited",
+                        )
         for row, column, spec in cells:
             self.audit_cell(path, frame, row, column, spec, recorded_inputs)
         if cell is None:
             self.check_stand_in_labels(path, frame, cells)
 
-    def check_stand_in_labels(self, path: Path, frame: pd.DataFrame, cells: list[tuple[str, str, CellSpec]]) -> None:
+    def check_stand_in_labels(
+        self, path: Path, frame: pd.DataFrame, cells: list[tuple[str, str, CellSpec]]
+    ) -> None:
         """Every number computed on offline stand-in data must be labelled so in its row."""
         from leviathan.report.cellmap import cell_stand_ins
         from leviathan.report.tables import STAND_IN_COLUMN, stand_in_rows
@@ -284,9 +404,14 @@ class Auditor:
                 expected.setdefault(row, set()).add(column)
         labelled = dict(zip(frame.index, stand_in_rows(frame.reset_index()), strict=True))
         wrong = sorted(r for r in expected if expected[r] != labelled.get(r, set()))
-        self.note(not wrong, 0, f"{path.name} [{STAND_IN_COLUMN}]",
-                  "stand-in labels match the evaluations' stand_in_data" if not wrong else
-                  f"rows {wrong[:5]} do not label their stand-in numbers as the evaluations record them")  # fmt: skip
+        self.note(
+            not wrong,
+            0,
+            f"{path.name} [{STAND_IN_COLUMN}]",
+            "stand-in labels match the evaluations' stand_in_data"
+            if not wrong
+            else f"rows {wrong[:5]} do not label their stand-in numbers as the evaluations record them",
+        )
 
     def check_rendering(self, rendering: Path, csv: Path, manifest: Mapping[str, Any]) -> None:
         """A Markdown/LaTeX table must be exactly its CSV rendered (numbers edited there show here)."""
@@ -294,10 +419,19 @@ class Auditor:
 
         table, frame = table_from_csv(csv, manifest)
         if rendering.read_text() != render(table, frame, rendering.suffix.lstrip(".")):
-            self.note(False, 0, self.show(rendering), f"is not {self.show(csv)} rendered: it was edited")
+            self.note(
+                False, 0, self.show(rendering), f"is not {self.show(csv)} rendered: it was edited"
+            )
 
-    def audit_cell(self, table: Path, frame: pd.DataFrame, row: str, column: str, spec: CellSpec,
-                   recorded_inputs: Mapping[str, str | None]) -> None:  # fmt: skip
+    def audit_cell(
+        self,
+        table: Path,
+        frame: pd.DataFrame,
+        row: str,
+        column: str,
+        spec: CellSpec,
+        recorded_inputs: Mapping[str, str | None],
+    ) -> None:
         label = f"{table.name} [{row}, {column}]"
         at = len(self.findings)  # the verdict goes above the chain it rests on
         files_ok = True
@@ -307,19 +441,35 @@ class Auditor:
             else:
                 files_ok = False
         try:
-            shown = float(frame.loc[row, column]) if row in frame.index and column in frame.columns else math.nan
+            shown = (
+                float(frame.loc[row, column])
+                if row in frame.index and column in frame.columns
+                else math.nan
+            )
         except (TypeError, ValueError):
             shown = math.nan
         if not files_ok:
-            verdict = Finding(False, 0, label, "not recomputed: a source file is missing or changed")
+            verdict = Finding(
+                False, 0, label, "not recomputed: a source file is missing or changed"
+            )
         else:
             value = compute(spec, self.docs)
             ops = spec.op if not spec.parts else f"{spec.op}({', '.join(p.op for p in spec.parts)})"
             if same_number(shown, value):
-                verdict = Finding(True, 0, label, f"= {shown:.6g} ({ops} of {len(spec.leaves())} recorded field(s))")
+                verdict = Finding(
+                    True,
+                    0,
+                    label,
+                    f"= {shown:.6g} ({ops} of {len(spec.leaves())} recorded field(s))",
+                )
             else:
-                verdict = Finding(False, 0, label, f"the table says {shown:.6g} but its sources give {value:.6g} "
-                                  f"({ops}): {table} was edited")  # fmt: skip
+                verdict = Finding(
+                    False,
+                    0,
+                    label,
+                    f"the table says {shown:.6g} but its sources give {value:.6g} "
+                    f"({ops}): {table} was edited",
+                )
         self.findings.insert(at, verdict)
 
 

@@ -34,7 +34,9 @@ TABLES_DIR = "results/report/tables"
 FIGURES_DIR = "results/report/figures"
 
 
-def report_inputs(config: Mapping[str, Any], paper_path: str | os.PathLike[str] | None = None) -> ReportInputs:
+def report_inputs(
+    config: Mapping[str, Any], paper_path: str | os.PathLike[str] | None = None
+) -> ReportInputs:
     """What the report reads, from the workflow config (studies, enabled evaluations)."""
     from leviathan.paper import reported_path
     from leviathan.workflow.steps import enabled_evals
@@ -49,7 +51,10 @@ def report_inputs(config: Mapping[str, Any], paper_path: str | os.PathLike[str] 
 def table_names(inp: ReportInputs) -> list[str]:
     """The tables a config yields (the report rule declares exactly these as outputs)."""
     main = inp.study("main")
-    pairs = lambda groups: any(v == "leviathan" and (s, vo, "tied") in groups for (s, vo, v) in groups)  # noqa: E731
+
+    def pairs(groups) -> bool:
+        return any(v == "leviathan" and (s, vo, "tied") in groups for (s, vo, v) in groups)
+
     names = []
     if main:
         names.append("main")
@@ -64,20 +69,38 @@ def table_names(inp: ReportInputs) -> list[str]:
     return names + ["cost", "paper_vs_ours", METRICS_TABLE]
 
 
-_TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}  # fmt: skip
+_TEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def tex_escape(text: str) -> str:
     """Text for LaTeX: special characters escaped, >= and <= as math (no OT1 font surprises)."""
     out = "".join(_TEX_SPECIAL.get(ch, ch) for ch in str(text))
-    return out.replace(">=", r"$\geq$").replace("<=", r"$\leq$").replace(">", r"$>$").replace("<", r"$<$")
+    return (
+        out.replace(">=", r"$\geq$")
+        .replace("<=", r"$\leq$")
+        .replace(">", r"$>$")
+        .replace("<", r"$<$")
+    )
 
 
 def _latex(table: Table, text: pd.DataFrame, stand_in: bool) -> str:
     escaped = text.map(tex_escape).rename(columns=tex_escape)
-    body = escaped.to_latex(index=False, escape=False,
-                            column_format="l" * len(table.label_columns) + "r" * len(table.columns))  # fmt: skip
+    body = escaped.to_latex(
+        index=False,
+        escape=False,
+        column_format="l" * len(table.label_columns) + "r" * len(table.columns),
+    )
     caption = tex_escape(table.title) + (" " + tex_escape(STAND_IN_NOTE) if stand_in else "")
     return (
         "\\begin{table}[t]\n\\centering\n\\small\n"
@@ -105,34 +128,47 @@ def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
     return _markdown(table, text, stand_in) if fmt == "md" else _latex(table, text, stand_in)
 
 
-def table_from_csv(csv: str | os.PathLike[str], manifest: Mapping[str, Any]) -> tuple[Table, pd.DataFrame]:
+def table_from_csv(
+    csv: str | os.PathLike[str], manifest: Mapping[str, Any]
+) -> tuple[Table, pd.DataFrame]:
     """A table's layout (from its manifest) and values (from its CSV): what the renderings show."""
     config = manifest["config"]
     frame = pd.read_csv(csv, dtype={"row": str, STAND_IN_COLUMN: str})
-    labels = [c for c in frame.columns if c not in ("row", STAND_IN_COLUMN) and c not in config["columns"]]
+    labels = [
+        c for c in frame.columns if c not in ("row", STAND_IN_COLUMN) and c not in config["columns"]
+    ]
     return Table(config["table"], config["title"], labels, dict(config["columns"])), frame
 
 
-def write_table(table: Table, docs: DocumentCache, out_dir: str | os.PathLike[str],
-                started: _dt.datetime | None = None) -> dict[str, Path]:  # fmt: skip
+def write_table(
+    table: Table,
+    docs: DocumentCache,
+    out_dir: str | os.PathLike[str],
+    started: _dt.datetime | None = None,
+) -> dict[str, Path]:
     """Write one table's CSV, Markdown and LaTeX files with their manifests."""
     paths = table_paths(out_dir, table.name)
     frame = table.frame(docs)
     with atomic_path(paths["csv"]) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.17g")
     write_manifest(
-        paths["csv"], kind="table",
+        paths["csv"],
+        kind="table",
         inputs=[input_record(docs.path(p)) for p in table.sources()],
         config={"table": table.name, "title": table.title, "columns": table.columns},
         fields={"table": table.name, "cells": table.cell_map(), "row_column": "row"},
         started=started,
-    )  # fmt: skip
+    )
     for fmt in (f for f in paths if f != "csv"):
         content = render(table, frame, fmt)
         with atomic_path(paths[fmt]) as tmp:
             tmp.write_text(content)
-        write_manifest(paths[fmt], kind="table_rendering", inputs=[input_record(paths["csv"])],
-                       fields={"table": table.name, "rendering_of": display_path(paths["csv"])})  # fmt: skip
+        write_manifest(
+            paths[fmt],
+            kind="table_rendering",
+            inputs=[input_record(paths["csv"])],
+            fields={"table": table.name, "rendering_of": display_path(paths["csv"])},
+        )
     return paths
 
 
@@ -146,12 +182,18 @@ def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[
     with atomic_path(csv) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.17g")
     bad = frame[~frame["ok"]]
-    shown = frame.assign(status=["ok" if ok else "DOES NOT ADD UP" for ok in frame["ok"]]).drop(columns=["ok"])
-    text = (f"# The paper's figures checked against each other\n\n{len(bad)} of {len(frame)} reported figures "
-            f"do not follow from the others (beyond their rounding):\n\n"
-            + "".join(f"- {w}: reported {r:g}, recomputed {c:.4g}\n" for w, r, c in
-                      zip(bad["what"], bad["reported"], bad["recomputed"], strict=True))
-            + f"\n{shown.to_markdown(index=False, floatfmt='.4g')}\n")  # fmt: skip
+    shown = frame.assign(status=["ok" if ok else "DOES NOT ADD UP" for ok in frame["ok"]]).drop(
+        columns=["ok"]
+    )
+    text = (
+        f"# The paper's figures checked against each other\n\n{len(bad)} of {len(frame)} reported figures "
+        f"do not follow from the others (beyond their rounding):\n\n"
+        + "".join(
+            f"- {w}: reported {r:g}, recomputed {c:.4g}\n"
+            for w, r, c in zip(bad["what"], bad["reported"], bad["recomputed"], strict=True)
+        )
+        + f"\n{shown.to_markdown(index=False, floatfmt='.4g')}\n"
+    )
     with atomic_path(md) as tmp:
         tmp.write_text(text)
     for path in (csv, md):
@@ -159,9 +201,12 @@ def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[
     return [csv, md]
 
 
-def write_report(config: Mapping[str, Any], tables_dir: str | os.PathLike[str] = TABLES_DIR,
-                 figures_dir: str | os.PathLike[str] | None = FIGURES_DIR,
-                 sample_efficiency: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:  # fmt: skip
+def write_report(
+    config: Mapping[str, Any],
+    tables_dir: str | os.PathLike[str] = TABLES_DIR,
+    figures_dir: str | os.PathLike[str] | None = FIGURES_DIR,
+    sample_efficiency: Sequence[str | os.PathLike[str]] = (),
+) -> list[Path]:
     """Every table (and, unless figures_dir is None, every figure) of the configured studies."""
     started = _dt.datetime.now(_dt.UTC)
     inp = report_inputs(config)

@@ -99,7 +99,9 @@ class DocumentCache:
     def get(self, path: str) -> Any:
         if path not in self._docs:
             p = self.path(path)
-            self._docs[path] = yaml.safe_load(p.read_text()) if p.suffix in (".yaml", ".yml") else read_json(p)
+            self._docs[path] = (
+                yaml.safe_load(p.read_text()) if p.suffix in (".yaml", ".yml") else read_json(p)
+            )
         return self._docs[path]
 
     def value(self, source: Source) -> Any:

@@ -17,8 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=run_paper_check)
 
-    build = rsub.add_parser("tables", help="write the report tables (and figures) of a workflow config")
-    build.add_argument("--config", default="config/config.yaml", help="workflow config (default: %(default)s)")
+    build = rsub.add_parser(
+        "tables", help="write the report tables (and figures) of a workflow config"
+    )
+    build.add_argument(
+        "--config", default="config/config.yaml", help="workflow config (default: %(default)s)"
+    )
     build.add_argument("--tables-dir", default="results/report/tables")
     build.add_argument("--figures-dir", default="results/report/figures")
     build.add_argument("--no-figures", action="store_true")
@@ -31,13 +35,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "evaluation outputs, checkpoints, token shards and raw corpus, re-verifying every recorded "
         "sha256 and git commit. Exit status 1 on any mismatch.",
     )
-    audit.add_argument("table", help="a table file, e.g. results/report/tables/main.csv, or an artifact with a "
-                       "manifest, e.g. an export directory results/export/micro/gpt2/leviathan/seed0")
+    audit.add_argument(
+        "table",
+        help="a table file, e.g. results/report/tables/main.csv, or an artifact with a "
+        "manifest, e.g. an export directory results/export/micro/gpt2/leviathan/seed0",
+    )
     which = audit.add_mutually_exclusive_group()
-    which.add_argument("--cell", metavar="ROW,COL", help="one number: its row id and column, e.g. micro/gpt2/leviathan,val_loss")
+    which.add_argument(
+        "--cell",
+        metavar="ROW,COL",
+        help="one number: its row id and column, e.g. micro/gpt2/leviathan,val_loss",
+    )
     which.add_argument("--all", action="store_true", help="every number of the table (the default)")
-    audit.add_argument("--root", default=".", help="directory the recorded paths are relative to (default: .)")
-    audit.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
+    audit.add_argument(
+        "--root", default=".", help="directory the recorded paths are relative to (default: .)"
+    )
+    audit.add_argument(
+        "-q", "--quiet", action="store_true", help="print only failures and the summary"
+    )
     audit.set_defaults(func=run_audit)
 
 
@@ -64,8 +79,12 @@ def run_tables(args: argparse.Namespace) -> int:
     from leviathan.workflow.steps import sample_efficiency_groups
 
     config = resolve([args.config], root=repo_root())  # as the workflow does: defaults filled
-    se = [sample_efficiency_path(*key) for key in sample_efficiency_groups(cells(config["studies"]))]
-    for path in write_report(config, args.tables_dir, None if args.no_figures else args.figures_dir, se):
+    se = [
+        sample_efficiency_path(*key) for key in sample_efficiency_groups(cells(config["studies"]))
+    ]
+    for path in write_report(
+        config, args.tables_dir, None if args.no_figures else args.figures_dir, se
+    ):
         print(path)
     return 0
 
@@ -79,10 +98,16 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.cell:
         row, sep, col = args.cell.rpartition(",")
         if not sep or not row or not col:
-            raise ValueError(f"--cell {args.cell!r}: expected ROW,COL (e.g. micro/gpt2/leviathan,val_loss)")
+            raise ValueError(
+                f"--cell {args.cell!r}: expected ROW,COL (e.g. micro/gpt2/leviathan,val_loss)"
+            )
         cell = (row, col)
     auditor = Auditor(Path(args.root).resolve())
-    if cell is None and Path(args.table).suffix not in (".csv", ".md", ".tex"):  # not a table: an artifact
+    if cell is None and Path(args.table).suffix not in (
+        ".csv",
+        ".md",
+        ".tex",
+    ):  # not a table: an artifact
         auditor.audit_artifact(args.table)
     else:
         auditor.audit_table(args.table, cell)
@@ -93,11 +118,16 @@ def run_audit(args: argparse.Namespace) -> int:
     cells = sum(1 for f in auditor.findings if f.depth == 0 and "[" in f.what)
     checked = len(auditor._sha)
     if failures:
-        print(f"audit FAILED: {len(failures)} problem(s) ({checked} files hashed, {cells} number(s))", file=sys.stderr)
+        print(
+            f"audit FAILED: {len(failures)} problem(s) ({checked} files hashed, {cells} number(s))",
+            file=sys.stderr,
+        )
         for f in failures:
             print(f"  {f.what}: {f.detail}", file=sys.stderr)
         return 1
     unverified = auditor.unverified
     note = f"; {len(unverified)} link(s) not verifiable here (n/v above)" if unverified else ""
-    print(f"audit passed: {cells} number(s), {checked} files re-hashed, every recorded hash and commit matches{note}")
+    print(
+        f"audit passed: {cells} number(s), {checked} files re-hashed, every recorded hash and commit matches{note}"
+    )
     return 0

@@ -43,12 +43,16 @@ def _empty(ax: Any, message: str) -> None:
     ax.set_axis_off()
 
 
-def _save(fig: Any, out_dir: str | os.PathLike[str], name: str, inputs: Sequence[Path]) -> list[Path]:
+def _save(
+    fig: Any, out_dir: str | os.PathLike[str], name: str, inputs: Sequence[Path]
+) -> list[Path]:
     paths = figure_paths(out_dir, name)
     for fmt, path in paths.items():
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
-        write_manifest(path, kind="figure", inputs=[input_record(p) for p in inputs], fields={"figure": name})
+        write_manifest(
+            path, kind="figure", inputs=[input_record(p) for p in inputs], fields={"figure": name}
+        )
     plt.close(fig)
     return list(paths.values())
 
@@ -75,11 +79,24 @@ def loss_curves(sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[st
         base = r["baseline"]
         for run in [base, *r["runs"]]:
             curve = pd.DataFrame(run["curve"])
-            ax.plot(curve["tokens"], curve["val_loss"], marker="o", ms=3, lw=1.5,
-                    color=palette.get(run["variant"]), label=run["variant"])  # fmt: skip
+            ax.plot(
+                curve["tokens"],
+                curve["val_loss"],
+                marker="o",
+                ms=3,
+                lw=1.5,
+                color=palette.get(run["variant"]),
+                label=run["variant"],
+            )
             if run is not base and run.get("reached") and run.get("tokens_interpolated"):
-                ax.plot([run["tokens_interpolated"]], [base["target_val_loss"]], marker="v", ms=9,
-                        color=palette.get(run["variant"]), markeredgecolor="black")  # fmt: skip
+                ax.plot(
+                    [run["tokens_interpolated"]],
+                    [base["target_val_loss"]],
+                    marker="v",
+                    ms=9,
+                    color=palette.get(run["variant"]),
+                    markeredgecolor="black",
+                )
         ax.axhline(base["target_val_loss"], ls="--", lw=1, color="grey", label="tied final loss")
         scale, vocab = path.parent.parent.name, path.parent.name
         ax.set_title(f"{scale} / {vocab} / {path.stem.removeprefix('sample_efficiency_')}")
@@ -93,13 +110,20 @@ def loss_curves(sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[st
 def frequency(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
     pairs = list(frame.groupby(["scale", "vocab"], sort=True)) if len(frame) else []
-    fig, axes = plt.subplots(2, max(1, len(pairs)), figsize=(6 * max(1, len(pairs)), 7), squeeze=False)
+    fig, axes = plt.subplots(
+        2, max(1, len(pairs)), figsize=(6 * max(1, len(pairs)), 7), squeeze=False
+    )
     if not pairs:
         _empty(axes[0][0], "no tied/leviathan pair in the main study")
         axes[1][0].set_axis_off()
     for i, ((scale, vocab), g) in enumerate(pairs):
         g = g.dropna(subset=["tied_loss", "leviathan_loss"])
-        long = g.melt(id_vars=["bucket"], value_vars=["tied_loss", "leviathan_loss"], var_name="variant", value_name="loss")
+        long = g.melt(
+            id_vars=["bucket"],
+            value_vars=["tied_loss", "leviathan_loss"],
+            var_name="variant",
+            value_name="loss",
+        )
         long["variant"] = long["variant"].str.removesuffix("_loss")
         sns.barplot(long, x="bucket", y="loss", hue="variant", ax=axes[0][i], palette="colorblind")
         axes[0][i].set_title(f"{scale} / {vocab}")
@@ -123,10 +147,18 @@ def vocabulary(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
         _empty(ax, "no vocabulary study in this config")
     else:
         lo, hi = frame["paper_gain_min"].iloc[0], frame["paper_gain_max"].iloc[0]
-        ax.axhspan(100 * lo, 100 * hi, color="grey", alpha=0.25, label="paper (range; scale not stated)")
+        ax.axhspan(
+            100 * lo, 100 * hi, color="grey", alpha=0.25, label="paper (range; scale not stated)"
+        )
         sns.lineplot(frame, x="n_vocab", y=100 * frame["gain"], hue="scale", marker="o", ax=ax)
         for _, r in frame.iterrows():
-            ax.annotate(r["vocab"], (r["n_vocab"], 100 * r["gain"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            ax.annotate(
+                r["vocab"],
+                (r["n_vocab"], 100 * r["gain"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=8,
+            )
         ax.set_xscale("log")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xlabel("vocabulary size (tokens)")
@@ -146,12 +178,20 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
         rows = []
         inputs.append(reported_path())
         for _, r in frame.iterrows():
-            rows.append({"variant": r["variant"], "gain": 100 * r["gain"], "source": f"ours ({r['scale']}/{r['vocab']})"})
+            rows.append(
+                {
+                    "variant": r["variant"],
+                    "gain": 100 * r["gain"],
+                    "source": f"ours ({r['scale']}/{r['vocab']})",
+                }
+            )
         for variant, fig_ in reported().get("ablation_400m", {}).items():
             rows.append({"variant": variant, "gain": 100 * fig_["gain"], "source": "paper (400m)"})
         long = pd.DataFrame(rows)
         order = [v for v in variant_order() if v in set(long["variant"])]
-        sns.barplot(long, x="variant", y="gain", hue="source", order=order, ax=ax, palette="colorblind")
+        sns.barplot(
+            long, x="variant", y="gain", hue="source", order=order, ax=ax, palette="colorblind"
+        )
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xlabel("input layer")
         ax.set_ylabel("validation loss gain over tied (%)")
@@ -160,8 +200,9 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
     return _save(fig, out_dir, "ablation", inputs)
 
 
-def write_figures(tables: Mapping[str, Path], sample_efficiency: Sequence[Path],
-                  out_dir: str | os.PathLike[str]) -> list[Path]:  # fmt: skip
+def write_figures(
+    tables: Mapping[str, Path], sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[str]
+) -> list[Path]:
     sns.set_theme(context="paper", style="whitegrid")
     out: list[Path] = []
     out += loss_curves(sample_efficiency, out_dir)

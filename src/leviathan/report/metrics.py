@@ -45,18 +45,30 @@ def metrics_table(inp: ReportInputs, docs: DocumentCache) -> Table:
     cols |= {"wikitext_ppl_gain": "pct"} if wikitext else {}
     cols |= {"lambada_ppl_gain": "pct"} if lambada else {}
     cols |= {"downstream_gain_points": "dpoints"} if averaged else {}
-    t = Table(NAME, "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
-              "scale, vocabulary and seed", ["scale", "vocab", "variant", "seed"], cols)  # fmt: skip
+    t = Table(
+        NAME,
+        "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
+        "scale, vocabulary and seed",
+        ["scale", "vocab", "variant", "seed"],
+        cols,
+    )
     groups = inp.all_cells()
     for (scale, vocab, variant), cells in groups.items():
         tied_by_seed = {c.seed: c for c in groups.get((scale, vocab, "tied"), [])}
         for cell in cells:
             one = [cell]
-            row = t.add_row(f"{scale}/{vocab}/{variant}/seed{cell.seed}", scale=scale, vocab=vocab,
-                            variant=variant, seed=cell.seed)  # fmt: skip
+            row = t.add_row(
+                f"{scale}/{vocab}/{variant}/seed{cell.seed}",
+                scale=scale,
+                vocab=vocab,
+                variant=variant,
+                seed=cell.seed,
+            )
             t.set(row, "val_loss", CellSpec("mean", _src(one, "val", LOSS)))
             t.set(row, "val_ppl", CellSpec("exp", _src(one, "val", LOSS)))
-            t.set(row, "val_bpb", CellSpec("mean", _src(one, "val", "/results/overall/bits_per_byte")))
+            t.set(
+                row, "val_bpb", CellSpec("mean", _src(one, "val", "/results/overall/bits_per_byte"))
+            )
             if wikitext:
                 t.set(row, "wikitext_ppl", CellSpec("mean", _src(one, "wikitext", WIKITEXT_PPL)))
             if lambada:
@@ -69,18 +81,26 @@ def metrics_table(inp: ReportInputs, docs: DocumentCache) -> Table:
             t.set(row, "val_loss_gain", _pair("gain", [tied], one, "val", LOSS))
             t.set(row, "val_ppl_change", _pair("exp_change", [tied], one, "val", LOSS))
             if wikitext:
-                t.set(row, "wikitext_ppl_gain", _pair("gain", [tied], one, "wikitext", WIKITEXT_PPL))
+                t.set(
+                    row, "wikitext_ppl_gain", _pair("gain", [tied], one, "wikitext", WIKITEXT_PPL)
+                )
             if lambada:
                 t.set(row, "lambada_ppl_gain", _pair("gain", [tied], one, "lm_eval", LAMBADA_PPL))
             if averaged:
-                t.set(row, "downstream_gain_points", CellSpec("diff_pct", _acc([tied], averaged, "a") + _acc(one, averaged, "b")))
+                t.set(
+                    row,
+                    "downstream_gain_points",
+                    CellSpec("diff_pct", _acc([tied], averaged, "a") + _acc(one, averaged, "b")),
+                )
     return t
 
 
 def metrics_json(table: Table, frame: pd.DataFrame) -> str:
     """{cell: {metric: value}} of the table's CSV frame (empty cells left out: JSON has no NaN)."""
     doc: dict[str, dict[str, Any]] = {}
-    columns = [c for c in frame.columns if c in table.columns]  # the CSV's order (manifests sort keys)
+    columns = [
+        c for c in frame.columns if c in table.columns
+    ]  # the CSV's order (manifests sort keys)
     for record in frame.to_dict("records"):
         values = {c: float(record[c]) for c in columns if not _missing(record[c])}
         doc[str(record["row"])] = values

@@ -49,20 +49,44 @@ def consistency_checks(paper: dict[str, Any] | None = None) -> list[Consistency]
             r = row[variant]
             # ppl reported to 2 decimals; the loss's own rounding (+-0.0005) moves exp(loss) too
             slack = _rounding(r["val_ppl"]) + math.exp(r["val_loss"]) * _rounding(r["val_loss"])
-            out.append(Consistency(f"{scale} {variant}: val PPL = exp(val loss {r['val_loss']})",
-                                   r["val_ppl"], math.exp(r["val_loss"]), slack))  # fmt: skip
+            out.append(
+                Consistency(
+                    f"{scale} {variant}: val PPL = exp(val loss {r['val_loss']})",
+                    r["val_ppl"],
+                    math.exp(r["val_loss"]),
+                    slack,
+                )
+            )
         tied, lev = row["tied"]["val_ppl"], row["leviathan"]["val_ppl"]
         change = row["leviathan"]["val_ppl_change"]
-        out.append(Consistency(f"{scale}: leviathan val PPL change vs tied ({lev}/{tied} - 1)",
-                               change, lev / tied - 1, _rounding(change) + 0.01 / tied))  # fmt: skip
+        out.append(
+            Consistency(
+                f"{scale}: leviathan val PPL change vs tied ({lev}/{tied} - 1)",
+                change,
+                lev / tied - 1,
+                _rounding(change) + 0.01 / tied,
+            )
+        )
     abl = paper["ablation_400m"]
     base = abl["tied"]["val_loss"]
     for variant, r in abl.items():
         recomputed = (base - r["val_loss"]) / base
-        out.append(Consistency(f"400m ablation {variant}: relative loss gain over tied ({base} vs {r['val_loss']})",
-                               r["gain"], recomputed, _rounding(r["gain"]) + 2 * 0.0005 / base))  # fmt: skip
+        out.append(
+            Consistency(
+                f"400m ablation {variant}: relative loss gain over tied ({base} vs {r['val_loss']})",
+                r["gain"],
+                recomputed,
+                _rounding(r["gain"]) + 2 * 0.0005 / base,
+            )
+        )
     down = paper["downstream_1_2b"]
     gains = [down["leviathan"][t] - down["tied"][t] for t in down["tied"]]
-    out.append(Consistency("1.2B downstream: mean accuracy gain, points", down["mean_gain_points"],
-                           sum(gains) / len(gains), _rounding(down["mean_gain_points"])))  # fmt: skip
+    out.append(
+        Consistency(
+            "1.2B downstream: mean accuracy gain, points",
+            down["mean_gain_points"],
+            sum(gains) / len(gains),
+            _rounding(down["mean_gain_points"]),
+        )
+    )
     return out

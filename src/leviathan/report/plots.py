@@ -33,7 +33,10 @@ def loss_curves(cells: Iterable[Cell]) -> pd.DataFrame:
     rows = []
     for cell in cells:
         curve = read_curve(cell.run_dir)
-        rows += [{"cell": cell.key, "tokens": t, "val_loss": loss} for t, loss in zip(curve.tokens, curve.losses, strict=True)]
+        rows += [
+            {"cell": cell.key, "tokens": t, "val_loss": loss}
+            for t, loss in zip(curve.tokens, curve.losses, strict=True)
+        ]
     return pd.DataFrame(rows, columns=["cell", "tokens", "val_loss"])
 
 
@@ -42,12 +45,23 @@ def frequency(cells: Iterable[Cell]) -> pd.DataFrame:
     rows = []
     for cell in cells:
         buckets = read_json(f"{cell.eval_dir}/val.json")["results"]["frequency_tokens"]["log10"]
-        rows += [{"cell": cell.key, "bucket_index": i, "bucket": b["label"], "tokens": b["n"], "mean_loss": b["mean_loss"]}
-                 for i, b in enumerate(buckets) if b["n"] and b.get("mean_loss") is not None]  # fmt: skip
+        rows += [
+            {
+                "cell": cell.key,
+                "bucket_index": i,
+                "bucket": b["label"],
+                "tokens": b["n"],
+                "mean_loss": b["mean_loss"],
+            }
+            for i, b in enumerate(buckets)
+            if b["n"] and b.get("mean_loss") is not None
+        ]
     return pd.DataFrame(rows, columns=["cell", "bucket_index", "bucket", "tokens", "mean_loss"])
 
 
-def write_plot_data(cells: Iterable[Cell], out_dir: str | os.PathLike[str] = PLOTS_DIR) -> list[Path]:
+def write_plot_data(
+    cells: Iterable[Cell], out_dir: str | os.PathLike[str] = PLOTS_DIR
+) -> list[Path]:
     cells = sorted(cells)
     paths = plot_paths(out_dir)
     sources = {
@@ -57,5 +71,10 @@ def write_plot_data(cells: Iterable[Cell], out_dir: str | os.PathLike[str] = PLO
     for name, (frame, inputs) in sources.items():
         with atomic_path(paths[name]) as tmp:
             frame.to_csv(tmp, index=False, float_format="%.17g")
-        write_manifest(paths[name], kind="plot_data", inputs=[input_record(p) for p in inputs], fields={"plot": name})
+        write_manifest(
+            paths[name],
+            kind="plot_data",
+            inputs=[input_record(p) for p in inputs],
+            fields={"plot": name},
+        )
     return list(paths.values())

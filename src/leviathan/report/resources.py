@@ -16,8 +16,17 @@ from leviathan.manifest import input_record, write_manifest
 from leviathan.workflow.grid import benchmark_rule
 
 RESOURCES_TABLE = "resources"
-COLUMNS = ["rule", "jobs", "wall_s_mean", "wall_s_max", "max_rss_mb_max", "cpu_time_s_mean", "cpu_time_s_max",
-           "suggested_mem_mb", "suggested_runtime_min"]  # fmt: skip
+COLUMNS = [
+    "rule",
+    "jobs",
+    "wall_s_mean",
+    "wall_s_max",
+    "max_rss_mb_max",
+    "cpu_time_s_mean",
+    "cpu_time_s_max",
+    "suggested_mem_mb",
+    "suggested_runtime_min",
+]
 
 
 def read_benchmark(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -25,7 +34,9 @@ def read_benchmark(path: str | os.PathLike[str]) -> pd.DataFrame:
     frame = pd.read_csv(path, sep="\t", na_values=["-", "NA"])
     missing = {"s", "max_rss", "cpu_time"} - set(frame.columns)
     if missing:
-        raise ValueError(f"{path}: not a Snakemake benchmark file (no column {', '.join(sorted(missing))})")
+        raise ValueError(
+            f"{path}: not a Snakemake benchmark file (no column {', '.join(sorted(missing))})"
+        )
     return frame
 
 
@@ -35,19 +46,27 @@ def resource_table(paths: Sequence[str | os.PathLike[str]]) -> pd.DataFrame:
     jobs = []
     for path in paths:
         frame = read_benchmark(path)
-        jobs.append({"rule": benchmark_rule(str(path)), "s": frame["s"].max(),
-                     "max_rss": frame["max_rss"].max(), "cpu_time": frame["cpu_time"].max()})  # fmt: skip
+        jobs.append(
+            {
+                "rule": benchmark_rule(str(path)),
+                "s": frame["s"].max(),
+                "max_rss": frame["max_rss"].max(),
+                "cpu_time": frame["cpu_time"].max(),
+            }
+        )
     if not jobs:
         return pd.DataFrame(columns=COLUMNS)
     per = pd.DataFrame(jobs).groupby("rule", sort=True)
-    out = pd.DataFrame({
-        "jobs": per.size(),
-        "wall_s_mean": per["s"].mean(),
-        "wall_s_max": per["s"].max(),
-        "max_rss_mb_max": per["max_rss"].max(),
-        "cpu_time_s_mean": per["cpu_time"].mean(),
-        "cpu_time_s_max": per["cpu_time"].max(),
-    }).reset_index()  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "jobs": per.size(),
+            "wall_s_mean": per["s"].mean(),
+            "wall_s_max": per["s"].max(),
+            "max_rss_mb_max": per["max_rss"].max(),
+            "cpu_time_s_mean": per["cpu_time"].mean(),
+            "cpu_time_s_max": per["cpu_time"].max(),
+        }
+    ).reset_index()
     out["suggested_mem_mb"] = (out["max_rss_mb_max"] * 1.5 / 100).apply(_ceil) * 100
     out["suggested_runtime_min"] = (out["wall_s_max"] * 1.5 / 60).apply(_ceil)
     return out[COLUMNS]
@@ -59,16 +78,20 @@ def _ceil(x: float) -> float:
     return float(math.ceil(x)) if pd.notna(x) else math.nan
 
 
-def write_resources(paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]) -> list[Path]:
+def write_resources(
+    paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]
+) -> list[Path]:
     frame = resource_table(paths)
     csv, md = Path(out_dir) / f"{RESOURCES_TABLE}.csv", Path(out_dir) / f"{RESOURCES_TABLE}.md"
     with atomic_path(csv) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.6g")
-    text = ("# Resources used per rule (Snakemake benchmark files)\n\n"
-            f"{frame.to_markdown(index=False, floatfmt='.4g')}\n\n"
-            "Wall time and CPU time in seconds, peak resident memory in MB, per job (the largest of its "
-            "repeats); `suggested_*`: the largest job plus 50% headroom, for `mem_mb` and `runtime` "
-            "(minutes). The report rule's own job is not in it (its benchmark is written after it).\n")  # fmt: skip
+    text = (
+        "# Resources used per rule (Snakemake benchmark files)\n\n"
+        f"{frame.to_markdown(index=False, floatfmt='.4g')}\n\n"
+        "Wall time and CPU time in seconds, peak resident memory in MB, per job (the largest of its "
+        "repeats); `suggested_*`: the largest job plus 50% headroom, for `mem_mb` and `runtime` "
+        "(minutes). The report rule's own job is not in it (its benchmark is written after it).\n"
+    )
     with atomic_path(md) as tmp:
         tmp.write_text(text)
     for path in (csv, md):

@@ -21,7 +21,14 @@ from typing import Any
 
 import pandas as pd
 
-from leviathan.report.cellmap import CI_SUFFIX, CellSpec, DocumentCache, Source, compute, cell_stand_ins
+from leviathan.report.cellmap import (
+    CI_SUFFIX,
+    CellSpec,
+    DocumentCache,
+    Source,
+    cell_stand_ins,
+    compute,
+)
 from leviathan.workflow.grid import Cell, study_cells
 
 PAPER_TASKS = ["hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande", "lambada_openai"]
@@ -30,24 +37,45 @@ PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
 # so vocabularies and the paper compare; token-level perplexity is in the evaluation JSON too
 WIKITEXT_PPL = "/results/word_perplexity"
 # main-table column -> the paper's key for it under `main.<scale>.<variant>` (paper_reported.yaml)
-MAIN_PAPER_FIGURES = {"val_loss": "val_loss", "val_ppl": "val_ppl", "val_ppl_change": "val_ppl_change",
-                      "wikitext_ppl_gain": "wikitext103_ppl_gain", "lambada_ppl_gain": "lambada_ppl_gain"}  # fmt: skip
+MAIN_PAPER_FIGURES = {
+    "val_loss": "val_loss",
+    "val_ppl": "val_ppl",
+    "val_ppl_change": "val_ppl_change",
+    "wikitext_ppl_gain": "wikitext103_ppl_gain",
+    "lambada_ppl_gain": "lambada_ppl_gain",
+}
 
 # column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals, "pct" a fraction in %,
 # "points" already in percent/points, "int" an integer count, "ppl" 2 decimals
-FORMATS = {"loss": "{:.4f}", "ppl": "{:.2f}", "pct": "{:+.2f}%", "points": "{:.1f}", "dpoints": "{:+.1f}",
-           "int": "{:,.0f}", "num": "{:.4g}"}  # fmt: skip
+FORMATS = {
+    "loss": "{:.4f}",
+    "ppl": "{:.2f}",
+    "pct": "{:+.2f}%",
+    "points": "{:.1f}",
+    "dpoints": "{:+.1f}",
+    "int": "{:,.0f}",
+    "num": "{:.4g}",
+}
 # A column's 95% confidence half-width over seeds (`<column>_ci95`, Student t; paired by seed for a
 # gain over tied) is shown as "±" in the column's own format.
-CI_FORMAT = {"loss": "±{:.4f}", "ppl": "±{:.2f}", "pct": "±{:.2f}%", "points": "±{:.1f}", "dpoints": "±{:.1f}",
-             "num": "±{:.4g}", "int": "±{:,.0f}"}  # fmt: skip
+CI_FORMAT = {
+    "loss": "±{:.4f}",
+    "ppl": "±{:.2f}",
+    "pct": "±{:.2f}%",
+    "points": "±{:.1f}",
+    "dpoints": "±{:.1f}",
+    "num": "±{:.4g}",
+    "int": "±{:,.0f}",
+}
 # The label column naming, per row, the numeric columns computed on offline stand-in data; the
 # Markdown and LaTeX renderings mark those values with STAND_IN_MARK and say why.
 STAND_IN_COLUMN = "stand_in_data"
 STAND_IN_MARK = "\u2020"
-STAND_IN_NOTE = (f"{STAND_IN_MARK} computed on the offline stand-in data (workflow/resources/smoke/, a few "
-                 "hand-written examples that check the pipeline runs): not the benchmark, not comparable "
-                 "to the paper's figures.")  # fmt: skip
+STAND_IN_NOTE = (
+    f"{STAND_IN_MARK} computed on the offline stand-in data (workflow/resources/smoke/, a few "
+    "hand-written examples that check the pipeline runs): not the benchmark, not comparable "
+    "to the paper's figures."
+)
 
 
 @dataclass
@@ -61,7 +89,9 @@ class Table:
 
     def add_row(self, row: str, **labels: Any) -> str:
         if "," in row:
-            raise ValueError(f"row id {row!r} must not contain a comma (cells are addressed ROW,COL)")
+            raise ValueError(
+                f"row id {row!r} must not contain a comma (cells are addressed ROW,COL)"
+            )
         self.rows[row] = labels
         return row
 
@@ -95,7 +125,9 @@ class Table:
                     stand_in.append(col)
             rec[STAND_IN_COLUMN] = ";".join(stand_in)
             records.append(rec)
-        return pd.DataFrame(records, columns=["row", *self.label_columns, STAND_IN_COLUMN, *self.columns])
+        return pd.DataFrame(
+            records, columns=["row", *self.label_columns, STAND_IN_COLUMN, *self.columns]
+        )
 
     def cell_map(self) -> list[dict[str, Any]]:
         return [{"row": r, "column": c, **spec.to_dict()} for (r, c), spec in self.cells.items()]
@@ -125,12 +157,15 @@ def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.drop(columns=["row", STAND_IN_COLUMN], errors="ignore").copy().astype(object)
     marked = stand_in_rows(frame)
     for col, kind in table.columns.items():
-        out[col] = [_fmt(v, kind) + (STAND_IN_MARK if col in m and _fmt(v, kind) != "-" else "")
-                    for v, m in zip(frame[col], marked, strict=True)]  # fmt: skip
+        out[col] = [
+            _fmt(v, kind) + (STAND_IN_MARK if col in m and _fmt(v, kind) != "-" else "")
+            for v, m in zip(frame[col], marked, strict=True)
+        ]
     return out
 
 
 # ---------------------------------------------------------------- building blocks
+
 
 def _eval(c: Cell, kind: str) -> str:
     return f"{c.eval_dir}/{kind}.json"
@@ -189,8 +224,14 @@ def _order(c: Cell) -> tuple[Any, ...]:
     from leviathan.model.presets import SCALES
 
     scales, variants = list(SCALES), variant_order()
-    return (scales.index(c.scale) if c.scale in scales else len(scales), c.scale, c.vocab,
-            variants.index(c.variant) if c.variant in variants else len(variants), c.variant, c.seed)  # fmt: skip
+    return (
+        scales.index(c.scale) if c.scale in scales else len(scales),
+        c.scale,
+        c.vocab,
+        variants.index(c.variant) if c.variant in variants else len(variants),
+        c.variant,
+        c.seed,
+    )
 
 
 def _groups(cells: Iterable[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
@@ -221,6 +262,7 @@ class ReportInputs:
 
 # ---------------------------------------------------------------- the tables
 
+
 def _lm_eval_tasks(inp: ReportInputs, docs: DocumentCache) -> dict[str, Any]:
     """The lm-eval tasks of the main study's (else any cell's) evaluations (task -> its metrics), {} if none ran."""
     groups = inp.study("main") or inp.all_cells()
@@ -238,13 +280,30 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
     if "perplexity,none" in _lm_eval_tasks(inp, docs).get("lambada_openai", {}):
         cols |= {"lambada_ppl": "ppl", "lambada_ppl_gain": "pct"}
     cols |= {f"paper_{col}": cols.get(col, "pct") for col in MAIN_PAPER_FIGURES}
-    t = Table("main", "Main results: validation loss and perplexity, zero-shot perplexity gains over tied",
-              ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
+    t = Table(
+        "main",
+        "Main results: validation loss and perplexity, zero-shot perplexity gains over tied",
+        ["scale", "vocab", "variant", "seeds"],
+        cols,
+    )
     groups = inp.study("main")
     if _seeded(groups):
-        t.with_ci("val_loss", "val_ppl_change", "wikitext_ppl", "wikitext_ppl_gain", "lambada_ppl", "lambada_ppl_gain")
+        t.with_ci(
+            "val_loss",
+            "val_ppl_change",
+            "wikitext_ppl",
+            "wikitext_ppl_gain",
+            "lambada_ppl",
+            "lambada_ppl_gain",
+        )
     for (scale, vocab, variant), cells in groups.items():
-        row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
+        row = t.add_row(
+            f"{scale}/{vocab}/{variant}",
+            scale=scale,
+            vocab=vocab,
+            variant=variant,
+            seeds=len(cells),
+        )
         tied = groups.get((scale, vocab, "tied"))
         t.set(row, "tokens", CellSpec("mean", _src(cells, "val", "/checkpoint/tokens")))
         t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", "/results/overall/loss")))
@@ -255,9 +314,15 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
         if "lambada_ppl" in cols:
             t.set(row, "lambada_ppl", CellSpec("mean", _src(cells, "lm_eval", lambada)))
         if tied and variant != "tied":
-            t.set(row, "val_ppl_change", _pair("exp_change", tied, cells, "val", "/results/overall/loss"))
+            t.set(
+                row,
+                "val_ppl_change",
+                _pair("exp_change", tied, cells, "val", "/results/overall/loss"),
+            )
             if "wikitext_ppl" in cols:
-                t.set(row, "wikitext_ppl_gain", _pair("gain", tied, cells, "wikitext", WIKITEXT_PPL))
+                t.set(
+                    row, "wikitext_ppl_gain", _pair("gain", tied, cells, "wikitext", WIKITEXT_PPL)
+                )
             if "lambada_ppl" in cols:
                 t.set(row, "lambada_ppl_gain", _pair("gain", tied, cells, "lm_eval", lambada))
         if vocab != PAPER_MAIN_VOCAB:
@@ -267,19 +332,31 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
     return t
 
 
-def _accuracy_tasks(inp: ReportInputs, docs: DocumentCache) -> tuple[list[str], list[str], list[str]]:
+def _accuracy_tasks(
+    inp: ReportInputs, docs: DocumentCache
+) -> tuple[list[str], list[str], list[str]]:
     """(the paper's tasks that ran, every task that reports acc, the tasks the mean averages:
     the paper's that ran, or all of them if none did)."""
-    tasks_run = {name for name, metrics in _lm_eval_tasks(inp, docs).items() if "acc,none" in metrics}
+    tasks_run = {
+        name for name, metrics in _lm_eval_tasks(inp, docs).items() if "acc,none" in metrics
+    }
     paper_tasks = [t for t in PAPER_TASKS if t in tasks_run]
     tasks = paper_tasks + sorted(tasks_run - set(PAPER_TASKS))
     return paper_tasks, tasks, paper_tasks or tasks
 
 
-def _acc(cells: Iterable[Cell], tasks: Iterable[str], group: str = "a",
-         metric: Callable[[str], str] = lambda task: "acc,none") -> tuple[Source, ...]:  # fmt: skip
+def _acc(
+    cells: Iterable[Cell],
+    tasks: Iterable[str],
+    group: str = "a",
+    metric: Callable[[str], str] = lambda task: "acc,none",
+) -> tuple[Source, ...]:
     cells = list(cells)
-    return tuple(s for task in tasks for s in _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/{metric(task)}", group))
+    return tuple(
+        s
+        for task in tasks
+        for s in _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/{metric(task)}", group)
+    )
 
 
 def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
@@ -288,30 +365,55 @@ def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache
         return None
     paper_tasks, tasks, averaged = _accuracy_tasks(inp, docs)
     metrics = _lm_eval_tasks(inp, docs)
-    cols = {task: "points" for task in tasks} | {"mean": "points", "gain_points": "dpoints", "mean_norm": "points",
-                                                 "paper_mean": "points", "paper_gain_points": "dpoints"}  # fmt: skip
+    cols = {task: "points" for task in tasks} | {
+        "mean": "points",
+        "gain_points": "dpoints",
+        "mean_norm": "points",
+        "paper_mean": "points",
+        "paper_gain_points": "dpoints",
+    }
     over = ", ".join(averaged) or "no accuracy task (none of the tasks that ran reports acc)"
-    t = Table("downstream", f"Zero-shot accuracy (%, lm-eval's acc) per task; mean over {over} and its gain "
-              "over tied (points); mean_norm: the same mean with acc_norm where a task has it",
-              ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
+    t = Table(
+        "downstream",
+        f"Zero-shot accuracy (%, lm-eval's acc) per task; mean over {over} and its gain "
+        "over tied (points); mean_norm: the same mean with acc_norm where a task has it",
+        ["scale", "vocab", "variant", "seeds"],
+        cols,
+    )
 
     def norm(task: str) -> str:  # acc_norm where the task has it (HellaSwag, ARC, PIQA), else acc
         return "acc_norm,none" if "acc_norm,none" in metrics.get(task, {}) else "acc,none"
 
     for (scale, vocab, variant), cells in groups.items():
-        row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
+        row = t.add_row(
+            f"{scale}/{vocab}/{variant}",
+            scale=scale,
+            vocab=vocab,
+            variant=variant,
+            seeds=len(cells),
+        )
         for task in tasks:
-            t.set(row, task, CellSpec("pct", _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none")))
+            t.set(
+                row,
+                task,
+                CellSpec("pct", _src(cells, "lm_eval", f"/results/tasks/{task}/metrics/acc,none")),
+            )
         t.set(row, "mean", CellSpec("pct", _acc(cells, averaged)))
         t.set(row, "mean_norm", CellSpec("pct", _acc(cells, averaged, metric=norm)))
         tied = groups.get((scale, vocab, "tied"))
         if tied and variant != "tied":
-            t.set(row, "gain_points", CellSpec("diff_pct", _acc(tied, averaged, "a") + _acc(cells, averaged, "b")))
+            t.set(
+                row,
+                "gain_points",
+                CellSpec("diff_pct", _acc(tied, averaged, "a") + _acc(cells, averaged, "b")),
+            )
         if vocab != PAPER_MAIN_VOCAB or paper_tasks != PAPER_TASKS:
             continue  # the paper's mean is over its six tasks, on o200k
         t.set(row, "paper_mean", paper.downstream_mean(scale, variant))
         if variant == "leviathan":
-            t.set(row, "paper_gain_points", paper.spec(_key("downstream", scale), "mean_gain_points"))
+            t.set(
+                row, "paper_gain_points", paper.spec(_key("downstream", scale), "mean_gain_points")
+            )
     return t
 
 
@@ -319,14 +421,30 @@ def ablation_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
     groups = inp.study("ablation")
     if not groups:
         return None
-    cols = {"params": "int", "val_loss": "loss", "gain": "pct", "paper_params": "int",
-            "paper_val_loss": "loss", "paper_gain": "pct"}  # fmt: skip
-    t = Table("ablation", "Input-layer ablation: validation loss and relative gain over tied",
-              ["scale", "vocab", "variant", "seeds"], cols)  # fmt: skip
+    cols = {
+        "params": "int",
+        "val_loss": "loss",
+        "gain": "pct",
+        "paper_params": "int",
+        "paper_val_loss": "loss",
+        "paper_gain": "pct",
+    }
+    t = Table(
+        "ablation",
+        "Input-layer ablation: validation loss and relative gain over tied",
+        ["scale", "vocab", "variant", "seeds"],
+        cols,
+    )
     if _seeded(groups):
         t.with_ci("val_loss", "gain")
     for (scale, vocab, variant), cells in groups.items():
-        row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells))
+        row = t.add_row(
+            f"{scale}/{vocab}/{variant}",
+            scale=scale,
+            vocab=vocab,
+            variant=variant,
+            seeds=len(cells),
+        )
         t.set(row, "params", CellSpec("params", _state(cells[:1])))
         t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", "/results/overall/loss")))
         tied = groups.get((scale, vocab, "tied"))
@@ -345,21 +463,37 @@ def vocabulary_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
     from leviathan.vocab import get_vocab
 
     groups = inp.study("vocabulary")
-    pairs = sorted({(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups},
-                   key=lambda sv: (sv[0], get_vocab(sv[1]).n_vocab))  # fmt: skip
+    pairs = sorted(
+        {(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups},
+        key=lambda sv: (sv[0], get_vocab(sv[1]).n_vocab),
+    )
     if not pairs:
         return None
-    cols = {"tied_loss": "loss", "leviathan_loss": "loss", "gain": "pct",
-            "paper_gain_min": "pct", "paper_gain_max": "pct"}  # fmt: skip
-    t = Table("vocabulary", "Vocabulary study: relative loss gain of leviathan over tied",
-              ["scale", "vocab", "n_vocab", "seeds"], cols)  # fmt: skip
+    cols = {
+        "tied_loss": "loss",
+        "leviathan_loss": "loss",
+        "gain": "pct",
+        "paper_gain_min": "pct",
+        "paper_gain_max": "pct",
+    }
+    t = Table(
+        "vocabulary",
+        "Vocabulary study: relative loss gain of leviathan over tied",
+        ["scale", "vocab", "n_vocab", "seeds"],
+        cols,
+    )
     if _seeded(groups):
         t.with_ci("tied_loss", "leviathan_loss", "gain")
     loss = "/results/overall/loss"
     for scale, vocab in pairs:
         tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
-        row = t.add_row(f"{scale}/{vocab}", scale=scale, vocab=vocab, n_vocab=get_vocab(vocab).n_vocab,
-                        seeds=len(lev))  # fmt: skip
+        row = t.add_row(
+            f"{scale}/{vocab}",
+            scale=scale,
+            vocab=vocab,
+            n_vocab=get_vocab(vocab).n_vocab,
+            seeds=len(lev),
+        )
         t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", loss)))
         t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", loss)))
         t.set(row, "gain", _pair("gain", tied, lev, "val", loss))
@@ -370,14 +504,28 @@ def vocabulary_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
 
 def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
     groups = inp.study("main")
-    pairs = sorted({(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups})
+    pairs = sorted(
+        {(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups}
+    )
     if not pairs:
         return None
-    cols = {"tokens": "int", "tied_loss": "loss", "leviathan_loss": "loss", "loss_gain_nats": "loss",
-            "tied_ppl": "ppl", "leviathan_ppl": "ppl", "ppl_gain": "pct",
-            "paper_ppl_gain": "pct", "paper_loss_gain_nats": "loss"}  # fmt: skip
-    t = Table("frequency", "Validation loss by training-set frequency of the target token (tied vs leviathan)",
-              ["scale", "vocab", "bucket"], cols)  # fmt: skip
+    cols = {
+        "tokens": "int",
+        "tied_loss": "loss",
+        "leviathan_loss": "loss",
+        "loss_gain_nats": "loss",
+        "tied_ppl": "ppl",
+        "leviathan_ppl": "ppl",
+        "ppl_gain": "pct",
+        "paper_ppl_gain": "pct",
+        "paper_loss_gain_nats": "loss",
+    }
+    t = Table(
+        "frequency",
+        "Validation loss by training-set frequency of the target token (tied vs leviathan)",
+        ["scale", "vocab", "bucket"],
+        cols,
+    )
     for scale, vocab in pairs:
         tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
         buckets = docs.get(_eval(tied[0], "val"))["results"]["frequency_tokens"]["log10"]
@@ -400,16 +548,29 @@ def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache)
             if (bucket.get("count_lo"), bucket.get("count_hi")) == (1, 9):
                 t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_1_9_ppl_gain"))
                 t.set(row, "paper_loss_gain_nats", paper.spec(key, "bucket_1_9_loss_gain_nats"))
-            elif (bucket.get("count_lo"), bucket.get("count_hi")) == (10**6, None):  # the paper's "> 1M"
+            elif (bucket.get("count_lo"), bucket.get("count_hi")) == (
+                10**6,
+                None,
+            ):  # the paper's "> 1M"
                 t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_over_1m_gain"))
     return t
 
 
 def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
-    cols = {"params": "int", "forward_flops_per_token": "int", "params_overhead": "pct",
-            "flops_overhead": "pct", "paper_params_overhead": "pct", "paper_flops_overhead": "pct"}  # fmt: skip
-    t = Table("cost", "Cost by the model's own counter: parameters, forward FLOPs per token, overhead vs tied",
-              ["scale", "vocab", "variant"], cols)  # fmt: skip
+    cols = {
+        "params": "int",
+        "forward_flops_per_token": "int",
+        "params_overhead": "pct",
+        "flops_overhead": "pct",
+        "paper_params_overhead": "pct",
+        "paper_flops_overhead": "pct",
+    }
+    t = Table(
+        "cost",
+        "Cost by the model's own counter: parameters, forward FLOPs per token, overhead vs tied",
+        ["scale", "vocab", "variant"],
+        cols,
+    )
     groups = inp.all_cells()
     for (scale, vocab, variant), cells in groups.items():
         row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant)
@@ -440,24 +601,45 @@ def _sample_efficiency_spec(inp: ReportInputs, docs: DocumentCache, scale: str) 
         runs = docs.get(path)["results"]["runs"]
         i = next((i for i, r in enumerate(runs) if r.get("variant") == "leviathan"), None)
         if i is None:
-            raise ValueError(f"{path}: has no leviathan run (was its metrics.jsonl written by the trainer?)")
+            raise ValueError(
+                f"{path}: has no leviathan run (was its metrics.jsonl written by the trainer?)"
+            )
         sources.append(Source(path, f"/results/runs/{i}/ratio_interpolated"))
     return CellSpec("mean", tuple(sources)) if sources else None
 
 
-def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures,
-                  extra: Mapping[tuple[str, str, str, str], tuple[CellSpec | None, CellSpec | None]] | None = None,
-                  ) -> Table:  # fmt: skip
+def paper_vs_ours(
+    tables: Mapping[str, Table],
+    paper: PaperFigures,
+    extra: Mapping[tuple[str, str, str, str], tuple[CellSpec | None, CellSpec | None]]
+    | None = None,
+) -> Table:
     """The paper's point figures beside ours (empty where that scale was not run). Its
     vocabulary study is a range over vocabularies: that sits in the vocabulary table."""
-    t = Table("paper_vs_ours", "The paper's reported figures beside ours (ours empty where not trained)",
-              ["table", "scale", "variant", "quantity"], {"paper": "num", "ours": "num", "difference": "num"})  # fmt: skip
-    def add(table_name: str, scale: str, variant: str, quantity: str, paper_spec: CellSpec | None,
-            ours: CellSpec | None = None) -> None:  # fmt: skip
+    t = Table(
+        "paper_vs_ours",
+        "The paper's reported figures beside ours (ours empty where not trained)",
+        ["table", "scale", "variant", "quantity"],
+        {"paper": "num", "ours": "num", "difference": "num"},
+    )
+
+    def add(
+        table_name: str,
+        scale: str,
+        variant: str,
+        quantity: str,
+        paper_spec: CellSpec | None,
+        ours: CellSpec | None = None,
+    ) -> None:
         if ours is None and table_name in tables:  # ours: the same number in our table's row
             ours = tables[table_name].cells.get((f"{scale}/{PAPER_MAIN_VOCAB}/{variant}", quantity))
-        row = t.add_row(f"{table_name}/{scale}/{variant}/{quantity}", table=table_name, scale=scale,
-                        variant=variant, quantity=quantity)  # fmt: skip
+        row = t.add_row(
+            f"{table_name}/{scale}/{variant}/{quantity}",
+            table=table_name,
+            scale=scale,
+            variant=variant,
+            quantity=quantity,
+        )
         t.set(row, "paper", paper_spec)
         t.set(row, "ours", ours)
         if ours is not None and paper_spec is not None:
@@ -471,13 +653,37 @@ def paper_vs_ours(tables: Mapping[str, Table], paper: PaperFigures,
                         add("main", scale, variant, col, paper.spec("main", scale, variant, key))
     for variant in paper.doc.get("ablation_400m", {}):
         for quantity in ("val_loss", "gain"):
-            add("ablation", "400m", variant, quantity, paper.spec("ablation_400m", variant, quantity))
+            add(
+                "ablation",
+                "400m",
+                variant,
+                quantity,
+                paper.spec("ablation_400m", variant, quantity),
+            )
     for variant in ("tied", "leviathan"):
         add("downstream", "1.2b", variant, "mean", paper.downstream_mean("1.2b", variant))
-    add("downstream", "1.2b", "leviathan", "gain_points", paper.spec("downstream_1_2b", "mean_gain_points"))
+    add(
+        "downstream",
+        "1.2b",
+        "leviathan",
+        "gain_points",
+        paper.spec("downstream_1_2b", "mean_gain_points"),
+    )
     add("frequency", "1.2b", "1-9", "ppl_gain", paper.spec("frequency_1_2b", "bucket_1_9_ppl_gain"))
-    add("frequency", "1.2b", "1-9", "loss_gain_nats", paper.spec("frequency_1_2b", "bucket_1_9_loss_gain_nats"))
-    add("frequency", "1.2b", ">=1000000", "ppl_gain", paper.spec("frequency_1_2b", "bucket_over_1m_gain"))
+    add(
+        "frequency",
+        "1.2b",
+        "1-9",
+        "loss_gain_nats",
+        paper.spec("frequency_1_2b", "bucket_1_9_loss_gain_nats"),
+    )
+    add(
+        "frequency",
+        "1.2b",
+        ">=1000000",
+        "ppl_gain",
+        paper.spec("frequency_1_2b", "bucket_over_1m_gain"),
+    )
     add("cost", "1.2b", "leviathan", "params_overhead", paper.spec("cost", "param_overhead_1_2b"))
     add("cost", "1.2b", "leviathan", "flops_overhead", paper.spec("cost", "flop_overhead_1_2b"))
     for (table_name, scale, variant, quantity), (paper_spec, ours) in (extra or {}).items():
@@ -497,8 +703,12 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
         cost_table(inp, paper),
     ]
     tables = {t.name: t for t in built if t is not None}
-    extra = {("sample_efficiency", "1.2b", "leviathan", "tokens_ratio"): (
-        paper.spec("sample_efficiency", "tokens_ratio_1_2b"), _sample_efficiency_spec(inp, docs, "1.2b"))}
+    extra = {
+        ("sample_efficiency", "1.2b", "leviathan", "tokens_ratio"): (
+            paper.spec("sample_efficiency", "tokens_ratio_1_2b"),
+            _sample_efficiency_spec(inp, docs, "1.2b"),
+        )
+    }
     tables["paper_vs_ours"] = paper_vs_ours(tables, paper, extra)
     from leviathan.report.metrics import metrics_table
 
@@ -506,8 +716,19 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
     return tables
 
 
-METRICS_TABLE = "metrics"  # per cell and seed, flat; also rendered as JSON for DVC (leviathan.report.metrics)
-TABLE_NAMES = ["main", "downstream", "ablation", "vocabulary", "frequency", "cost", "paper_vs_ours", METRICS_TABLE]
+METRICS_TABLE = (
+    "metrics"  # per cell and seed, flat; also rendered as JSON for DVC (leviathan.report.metrics)
+)
+TABLE_NAMES = [
+    "main",
+    "downstream",
+    "ablation",
+    "vocabulary",
+    "frequency",
+    "cost",
+    "paper_vs_ours",
+    METRICS_TABLE,
+]
 
 
 def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:

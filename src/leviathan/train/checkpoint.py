@@ -138,7 +138,6 @@ def _write_manifest(tmp: Path, final: Path, state: dict[str, Any], info: Manifes
     )
 
 
-
 def list_checkpoints(root: Path) -> list[CheckpointRef]:
     """Complete step checkpoints under `root`, oldest first (`final` not included)."""
     if not root.is_dir():
@@ -169,7 +168,11 @@ def prune(root: Path, keep_last: int) -> None:
         shutil.rmtree(ref.path, ignore_errors=True)
     # leftovers of writers killed mid-write (another pid: never renamed into place)
     for p in root.iterdir():
-        if p.name.startswith(".") and p.name.endswith((".tmp", ".old")) and f".{os.getpid()}." not in p.name:
+        if (
+            p.name.startswith(".")
+            and p.name.endswith((".tmp", ".old"))
+            and f".{os.getpid()}." not in p.name
+        ):
             shutil.rmtree(p, ignore_errors=True)
 
 

@@ -44,10 +44,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--val", type=Path, help="validation .bin shard (periodic val loss)")
     p.add_argument("--run-dir", required=True, type=Path)
     p.add_argument("--config", type=Path, help="YAML with `train:` and/or `runtime:` sections")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a train config value (repeatable), e.g. --set lr=3e-4")  # fmt: skip
-    p.add_argument("--runtime", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"override a runtime value: {', '.join(f.name for f in fields(RuntimeConfig))}")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a train config value (repeatable), e.g. --set lr=3e-4",
+    )
+    p.add_argument(
+        "--runtime",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a runtime value: {', '.join(f.name for f in fields(RuntimeConfig))}",
+    )
     p.set_defaults(func=run)
 
 
@@ -67,14 +77,24 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown runtime key(s) {bad}: valid keys are {sorted(known)}")
     runtime = RuntimeConfig(**runtime_values)
     try:
-        result = train(cfg, train_bins=args.train, val_bin=args.val, run_dir=args.run_dir, runtime=runtime)
+        result = train(
+            cfg, train_bins=args.train, val_bin=args.val, run_dir=args.run_dir, runtime=runtime
+        )
     except Preempted as exc:
         print(f"leviathan train: {exc}", file=sys.stderr)
         return exc.exit_code
     except NonFiniteLoss as exc:
         print(f"leviathan train: error: {exc}", file=sys.stderr)
         return 3
-    print(json.dumps({"final_checkpoint": str(result.final_checkpoint), "steps": result.steps,
-                      "start_step": result.start_step, "train_loss": result.final_train_loss,
-                      "val_loss": result.final_val_loss}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "final_checkpoint": str(result.final_checkpoint),
+                "steps": result.steps,
+                "start_step": result.start_step,
+                "train_loss": result.final_train_loss,
+                "val_loss": result.final_val_loss,
+            }
+        )
+    )
     return 0

@@ -93,7 +93,9 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown train config key(s) {unknown}: valid keys are {sorted(known)}")
+            raise ValueError(
+                f"unknown train config key(s) {unknown}: valid keys are {sorted(known)}"
+            )
         d = dict(d)
         if "betas" in d:
             d["betas"] = tuple(d["betas"])
@@ -120,7 +122,9 @@ class RuntimeConfig:
     keep_last: int = 2  # step checkpoints kept besides `final`
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False
-    dvclive: bool = False  # live curves through DVCLive in <run_dir>/dvclive/ (pip install 'leviathan[live]')
+    dvclive: bool = (
+        False  # live curves through DVCLive in <run_dir>/dvclive/ (pip install 'leviathan[live]')
+    )
     threads: int | None = None  # torch CPU threads (None: torch's default)
     # torch.use_deterministic_algorithms(True) (and cuBLAS's fixed workspace): every
     # variant's step bitwise reproducible on CUDA too, at some cost (bench/gpu_check.py)
@@ -140,7 +144,10 @@ WORKFLOW_RUNTIME: dict[str, Any] = {"progress": False, "restart_on_mismatch": Tr
 def workflow_runtime(config_runtime: dict[str, Any] | None) -> RuntimeConfig:
     """The runtime of a workflow training job: RuntimeConfig's defaults, the workflow's
     choices (WORKFLOW_RUNTIME), then config.runtime."""
-    values = {**WORKFLOW_RUNTIME, **{k: v for k, v in (config_runtime or {}).items() if v is not None}}
+    values = {
+        **WORKFLOW_RUNTIME,
+        **{k: v for k, v in (config_runtime or {}).items() if v is not None},
+    }
     known = {f.name for f in fields(RuntimeConfig)}
     if bad := sorted(set(values) - known):
         raise ValueError(f"unknown runtime key(s) {bad}: valid keys are {sorted(known)}")
@@ -149,8 +156,20 @@ def workflow_runtime(config_runtime: dict[str, Any] | None) -> RuntimeConfig:
 
 # Per-scale defaults of the recipe (RECON where the paper is silent: lr, warm-up).
 SCALE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "micro": {"context": 64, "global_batch": 8, "micro_batch": 8, "total_tokens": 8 * 64 * 40, "lr": 3e-3},
-    "tiny": {"context": 256, "global_batch": 16, "micro_batch": 8, "total_tokens": 16 * 256 * 300, "lr": 2e-3},
+    "micro": {
+        "context": 64,
+        "global_batch": 8,
+        "micro_batch": 8,
+        "total_tokens": 8 * 64 * 40,
+        "lr": 3e-3,
+    },
+    "tiny": {
+        "context": 256,
+        "global_batch": 16,
+        "micro_batch": 8,
+        "total_tokens": 16 * 256 * 300,
+        "lr": 2e-3,
+    },
     "200m": {"total_tokens": 4_200_000_000, "lr": 6e-4},
     "400m": {"total_tokens": 8_400_000_000, "lr": 3e-4},
     "1.2b": {"total_tokens": 24_100_000_000, "lr": 2e-4},

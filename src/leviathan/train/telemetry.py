@@ -35,7 +35,9 @@ def peak_flops(name: str) -> float | None:
     return None
 
 
-def mfu(tokens_per_s: float, flops_per_token: int, peak: float | None, n_devices: int) -> float | str:
+def mfu(
+    tokens_per_s: float, flops_per_token: int, peak: float | None, n_devices: int
+) -> float | str:
     """Model FLOPs utilisation, or "unknown" when the device's peak is not known."""
     if peak is None:
         return "unknown"
@@ -48,7 +50,9 @@ class MetricsLog:
     under plots/metrics/, the latest values in metrics.json; `dvc plots show <dir>/plots/metrics`
     or the VS Code DVC extension draws them while training runs)."""
 
-    def __init__(self, path: Path, tensorboard_dir: Path | None = None, dvclive_dir: Path | None = None) -> None:
+    def __init__(
+        self, path: Path, tensorboard_dir: Path | None = None, dvclive_dir: Path | None = None
+    ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fh: TextIO = open(path, "a", buffering=1)
@@ -69,7 +73,9 @@ class MetricsLog:
         if self._tb is not None and "step" in record:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key not in ("step", "time"):
-                    self._tb.add_scalar(f"{record.get('kind', 'train')}/{key}", value, record["step"])
+                    self._tb.add_scalar(
+                        f"{record.get('kind', 'train')}/{key}", value, record["step"]
+                    )
         if self._live is not None and "step" in record:
             self._live.step = int(record["step"])
             for key, value in _scalars(record):
@@ -85,8 +91,11 @@ class MetricsLog:
 
 
 def _scalars(record: dict[str, Any]) -> list[tuple[str, float]]:
-    return [(k, float(v)) for k, v in record.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "time")]  # fmt: skip
+    return [
+        (k, float(v))
+        for k, v in record.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "time")
+    ]
 
 
 def _dvclive(directory: Path) -> Any:
@@ -96,7 +105,9 @@ def _dvclive(directory: Path) -> Any:
     try:
         from dvclive import Live
     except ImportError as exc:  # dvclive is optional
-        raise ValueError("runtime.dvclive=true needs the dvclive package: pip install 'leviathan[live]'") from exc
+        raise ValueError(
+            "runtime.dvclive=true needs the dvclive package: pip install 'leviathan[live]'"
+        ) from exc
     return Live(dir=str(directory), resume=True, report=None, save_dvc_exp=False, dvcyaml=False)
 
 

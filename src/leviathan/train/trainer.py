@@ -33,7 +33,13 @@ from leviathan.model.accounting import account_model
 from leviathan.provenance import code_version, environment, utc_now
 from leviathan.train import checkpoint as ckpt
 from leviathan.train.config import RuntimeConfig, TrainConfig
-from leviathan.train.distributed import DistInfo, all_reduce_sum, barrier, init_distributed, shutdown
+from leviathan.train.distributed import (
+    DistInfo,
+    all_reduce_sum,
+    barrier,
+    init_distributed,
+    shutdown,
+)
 from leviathan.train.schedule import lr_at
 from leviathan.train.telemetry import MetricsLog, device_name, mfu, peak_flops, rewind_metrics
 from leviathan.vocab import get_vocab
@@ -43,7 +49,9 @@ class Preempted(Exception):
     """A SIGTERM/SIGUSR1 arrived; a checkpoint was written. Exit non-zero to be retried."""
 
     def __init__(self, signum: int, checkpoint: Path) -> None:
-        super().__init__(f"stopped by signal {signal.Signals(signum).name}; resume from {checkpoint}")
+        super().__init__(
+            f"stopped by signal {signal.Signals(signum).name}; resume from {checkpoint}"
+        )
         self.signum, self.checkpoint = signum, checkpoint
 
     @property
@@ -103,7 +111,9 @@ def set_deterministic() -> None:
 def cell_model_config(cfg: TrainConfig) -> ModelConfig:
     """The model a training config trains (its scale preset, the context, its overrides)."""
     overrides = {"max_seq_len": cfg.context, **cfg.model_overrides}
-    return model_config(cfg.scale, cfg.vocab, cfg.variant, vocab_size=cfg.vocab_size, overrides=overrides)
+    return model_config(
+        cfg.scale, cfg.vocab, cfg.variant, vocab_size=cfg.vocab_size, overrides=overrides
+    )
 
 
 def build_cell_model(cfg: TrainConfig) -> LanguageModel:
@@ -122,21 +132,37 @@ def _check_model_vocab(cfg: TrainConfig, model: LanguageModel) -> None:
         )
 
 
-def _micro_batches(x: torch.Tensor, y: torch.Tensor, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _micro_batches(
+    x: torch.Tensor, y: torch.Tensor, size: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     for i in range(0, x.shape[0], size):
         yield x[i : i + size], y[i : i + size]
 
 
 def evaluate_val_loss(
-    model: LanguageModel, val_bin: Path, *, context: int, batch: int, windows: int,
-    info: DistInfo, vocab: str, autocast: Any,
-) -> float:  # fmt: skip
+    model: LanguageModel,
+    val_bin: Path,
+    *,
+    context: int,
+    batch: int,
+    windows: int,
+    info: DistInfo,
+    vocab: str,
+    autocast: Any,
+) -> float:
     """Mean loss over the first `windows` fixed validation windows (0: all), every target once."""
     was_training = model.training
     model.eval()
     sums = torch.zeros(2, dtype=torch.float64, device=info.device)
-    batches = val_batches(val_bin, context=context, batch_size=batch, rank=info.rank,
-                          world_size=info.world_size, max_windows=windows or None, vocab=vocab)  # fmt: skip
+    batches = val_batches(
+        val_bin,
+        context=context,
+        batch_size=batch,
+        rank=info.rank,
+        world_size=info.world_size,
+        max_windows=windows or None,
+        vocab=vocab,
+    )
     with torch.no_grad():
         for x, y in batches:
             x, y = x.to(info.device), y.to(info.device)
@@ -169,8 +195,11 @@ def _set_aside(ckpt_root: Path, info: DistInfo) -> Path:
 
 def _config_diff(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
     keys = sorted(set(theirs) | set(ours))
-    return "; ".join(f"{k}: checkpoint {theirs.get(k)!r} != now {ours.get(k)!r}"
-                     for k in keys if theirs.get(k) != ours.get(k))  # fmt: skip
+    return "; ".join(
+        f"{k}: checkpoint {theirs.get(k)!r} != now {ours.get(k)!r}"
+        for k in keys
+        if theirs.get(k) != ours.get(k)
+    )
 
 
 def train(
@@ -184,15 +213,26 @@ def train(
     run_dir = Path(run_dir)
     info = init_distributed(runtime.device)
     try:
-        return _train(cfg, [Path(p) for p in train_bins], Path(val_bin) if val_bin else None, run_dir, runtime, info)
+        return _train(
+            cfg,
+            [Path(p) for p in train_bins],
+            Path(val_bin) if val_bin else None,
+            run_dir,
+            runtime,
+            info,
+        )
     finally:
         shutdown(info)
 
 
 def _train(
-    cfg: TrainConfig, train_bins: list[Path], val_bin: Path | None, run_dir: Path,
-    runtime: RuntimeConfig, info: DistInfo,
-) -> TrainResult:  # fmt: skip
+    cfg: TrainConfig,
+    train_bins: list[Path],
+    val_bin: Path | None,
+    run_dir: Path,
+    runtime: RuntimeConfig,
+    info: DistInfo,
+) -> TrainResult:
     started = utc_now()
     cfg.validate(info.world_size)
     if runtime.threads:
@@ -205,13 +245,22 @@ def _train(
     # Every run start (fresh or resumed) hashes the shards in full against their manifests, so a
     # shard edited in place (same size) is caught before a step reads it: one sequential read per
     # run, on the main rank (BENCHMARKS.md: "Shard verification"); the others wait at the barrier.
-    loader = TrainLoader(train_bins, context=cfg.context, global_batch=cfg.global_batch, seed=cfg.seed,
-                         rank=info.rank, world_size=info.world_size, vocab=cfg.vocab,
-                         verify_sha256=info.is_main, progress=runtime.progress)  # fmt: skip
+    loader = TrainLoader(
+        train_bins,
+        context=cfg.context,
+        global_batch=cfg.global_batch,
+        seed=cfg.seed,
+        rank=info.rank,
+        world_size=info.world_size,
+        vocab=cfg.vocab,
+        verify_sha256=info.is_main,
+        progress=runtime.progress,
+    )
     barrier(info)
     _check_model_vocab(cfg, model)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
-                            weight_decay=cfg.weight_decay)  # fmt: skip
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+    )
     train_fp = cfg.fingerprint()
 
     start_step, resumed_from, stale = 0, None, None
@@ -238,53 +287,98 @@ def _train(
         ckpt.set_rng_state(loaded["rng"])
         start_step, resumed_from = int(state["step"]), ref.path
         if ref.path.name == ckpt.FINAL:
-            return TrainResult(run_dir, ref.path, start_step, start_step,
-                               state.get("train_loss"), state.get("val_loss"))  # fmt: skip
+            return TrainResult(
+                run_dir,
+                ref.path,
+                start_step,
+                start_step,
+                state.get("train_loss"),
+                state.get("val_loss"),
+            )
 
     metrics = run_dir / "metrics.jsonl"
     if info.is_main:  # the metrics of exactly the run the checkpoints belong to
-        rewind_metrics(metrics, start_step, stale[0] / metrics.name if stale else _free_name(metrics, "stale"))
+        rewind_metrics(
+            metrics, start_step, stale[0] / metrics.name if stale else _free_name(metrics, "stale")
+        )
 
     raw_model = model
     acc = account_model(raw_model, cfg.context)
     if runtime.compile:
         model = torch.compile(model)  # type: ignore[assignment]
-    ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None) if info.enabled else None
+    ddp = (
+        DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        if info.enabled
+        else None
+    )
     use_bf16 = runtime.bf16 and device.type == "cuda"
 
     def autocast() -> Any:
-        return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
+        return (
+            torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
+        )
 
-    log = MetricsLog(metrics, run_dir / "tensorboard" if runtime.tensorboard else None,
-                     run_dir / "dvclive" if runtime.dvclive else None) if info.is_main else None  # fmt: skip
+    log = (
+        MetricsLog(
+            metrics,
+            run_dir / "tensorboard" if runtime.tensorboard else None,
+            run_dir / "dvclive" if runtime.dvclive else None,
+        )
+        if info.is_main
+        else None
+    )
     peak = peak_flops(device_name(device))
     max_steps = cfg.max_steps
     n_micro = loader.local_batch // cfg.micro_batch
     if log:
-        log.write({"kind": "start", "step": start_step, "resumed_from": str(resumed_from) if resumed_from else None,
-                   "set_aside": {"checkpoints": str(stale[0]), "because": stale[1]} if stale else None,
-                   "max_steps": max_steps, "world_size": info.world_size, "device": device_name(device),
-                   "params": acc.total_params, "train_flops_per_token": acc.train_flops,
-                   "train_config": cfg.to_dict(), "code": code_version()})  # fmt: skip
+        log.write(
+            {
+                "kind": "start",
+                "step": start_step,
+                "resumed_from": str(resumed_from) if resumed_from else None,
+                "set_aside": {"checkpoints": str(stale[0]), "because": stale[1]} if stale else None,
+                "max_steps": max_steps,
+                "world_size": info.world_size,
+                "device": device_name(device),
+                "params": acc.total_params,
+                "train_flops_per_token": acc.train_flops,
+                "train_config": cfg.to_dict(),
+                "code": code_version(),
+            }
+        )
 
     manifest = None
     if info.is_main:  # the data the checkpoints come from, with the sha256 their manifests record
         data = [input_record(s.path, s.sha256, role="train_tokens") for s in loader.shards]
         if val_bin is not None:
-            data.append(input_record(val_bin, recorded_sha256(val_bin, "tokens"), role="val_tokens"))
+            data.append(
+                input_record(val_bin, recorded_sha256(val_bin, "tokens"), role="val_tokens")
+            )
         manifest = ckpt.ManifestInfo(inputs=data, started=started, device=str(device))
 
     def save(name: str, step: int, extra: dict[str, Any]) -> Path:
         path = ckpt_root / name
         if info.is_main:
             state = {
-                "step": step, "tokens": step * cfg.tokens_per_step, "loader": loader.state_dict(),
-                "train_config": cfg.to_dict(), "train_fingerprint": train_fp,
-                "model_config": raw_model.cfg.to_dict(), "code": code_version(), "env": environment(str(device)),
-                "world_size": info.world_size, **extra,
-            }  # fmt: skip
-            ckpt.save_checkpoint(ckpt_root, name, model_state=raw_model.state_dict(),
-                                 optim_state=opt.state_dict(), state=state, manifest=manifest)  # fmt: skip
+                "step": step,
+                "tokens": step * cfg.tokens_per_step,
+                "loader": loader.state_dict(),
+                "train_config": cfg.to_dict(),
+                "train_fingerprint": train_fp,
+                "model_config": raw_model.cfg.to_dict(),
+                "code": code_version(),
+                "env": environment(str(device)),
+                "world_size": info.world_size,
+                **extra,
+            }
+            ckpt.save_checkpoint(
+                ckpt_root,
+                name,
+                model_state=raw_model.state_dict(),
+                optim_state=opt.state_dict(),
+                state=state,
+                manifest=manifest,
+            )
             ckpt.prune(ckpt_root, runtime.keep_last)
         barrier(info)
         return path
@@ -292,17 +386,32 @@ def _train(
     def validate(step: int) -> float | None:
         if val_bin is None:
             return None
-        val = evaluate_val_loss(raw_model, val_bin, context=cfg.context, batch=runtime.val_batch,
-                                windows=runtime.val_windows, info=info, vocab=cfg.vocab, autocast=autocast())  # fmt: skip
+        val = evaluate_val_loss(
+            raw_model,
+            val_bin,
+            context=cfg.context,
+            batch=runtime.val_batch,
+            windows=runtime.val_windows,
+            info=info,
+            vocab=cfg.vocab,
+            autocast=autocast(),
+        )
         if log:
-            log.write({"kind": "val", "step": step, "tokens": step * cfg.tokens_per_step, "val_loss": val})
+            log.write(
+                {"kind": "val", "step": step, "tokens": step * cfg.tokens_per_step, "val_loss": val}
+            )
         return val
 
     bar = None
     if info.is_main and runtime.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=max_steps, initial=start_step, desc=f"{cfg.scale}/{cfg.vocab}/{cfg.variant}", unit="step")
+        bar = tqdm(
+            total=max_steps,
+            initial=start_step,
+            desc=f"{cfg.scale}/{cfg.vocab}/{cfg.variant}",
+            unit="step",
+        )
     model.train()
     loss_value: float | None = None
     val_loss: float | None = None
@@ -311,7 +420,13 @@ def _train(
         with _SignalFlag() as flag:
             for step in range(start_step, max_steps):
                 t0 = time.perf_counter()
-                lr = lr_at(step, peak=cfg.lr, warmup=cfg.warmup, total=max_steps, min_ratio=cfg.min_lr_ratio)
+                lr = lr_at(
+                    step,
+                    peak=cfg.lr,
+                    warmup=cfg.warmup,
+                    total=max_steps,
+                    min_ratio=cfg.min_lr_ratio,
+                )
                 for group in opt.param_groups:
                     group["lr"] = lr
                 x, y = loader.batch(step)
@@ -319,7 +434,7 @@ def _train(
                 total = torch.zeros((), dtype=torch.float64, device=device)
                 for i, (xm, ym) in enumerate(_micro_batches(x, y, cfg.micro_batch)):
                     sync = ddp is None or i == n_micro - 1
-                    with (contextlib.nullcontext() if sync else ddp.no_sync()), autocast():  # type: ignore[union-attr]
+                    with contextlib.nullcontext() if sync else ddp.no_sync(), autocast():  # type: ignore[union-attr]
                         loss = (ddp or model)(xm, ym)  # through DDP's forward: grads all-reduced
                     (loss / n_micro).backward()
                     total += loss.detach().double() / n_micro
@@ -351,9 +466,19 @@ def _train(
                 done = step + 1
                 tok_s = cfg.tokens_per_step / dt
                 if log and (done % runtime.log_every == 0 or done == max_steps):
-                    log.write({"kind": "train", "step": done, "tokens": done * cfg.tokens_per_step,
-                               "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tok_s,
-                               "step_s": dt, "mfu": mfu(tok_s, acc.train_flops, peak, info.world_size)})  # fmt: skip
+                    log.write(
+                        {
+                            "kind": "train",
+                            "step": done,
+                            "tokens": done * cfg.tokens_per_step,
+                            "loss": loss_value,
+                            "lr": lr,
+                            "grad_norm": grad_norm,
+                            "tokens_per_s": tok_s,
+                            "step_s": dt,
+                            "mfu": mfu(tok_s, acc.train_flops, peak, info.world_size),
+                        }
+                    )
                 if bar:
                     bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{tok_s:,.0f}", refresh=False)
                     bar.update(1)
@@ -364,18 +489,23 @@ def _train(
                 stop = torch.tensor([flag.signum], dtype=torch.float64, device=device)
                 all_reduce_sum(stop, info)  # every rank stops at the same step
                 if stop.item():
-                    path = save(ckpt.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value})
+                    path = save(
+                        ckpt.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value}
+                    )
                     raise Preempted(flag.signum or signal.SIGTERM, path)
                 if runtime.ckpt_every and done % runtime.ckpt_every == 0:
-                    last_good = str(save(ckpt.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value}))
+                    last_good = str(
+                        save(ckpt.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value})
+                    )
         val_loss = validate(max_steps)
         final = save(ckpt.FINAL, max_steps, {"train_loss": loss_value, "val_loss": val_loss})
         if log:
-            log.write({"kind": "end", "step": max_steps, "train_loss": loss_value, "val_loss": val_loss})
+            log.write(
+                {"kind": "end", "step": max_steps, "train_loss": loss_value, "val_loss": val_loss}
+            )
         return TrainResult(run_dir, final, max_steps, start_step, loss_value, val_loss)
     finally:
         if bar:
             bar.close()
         if log:
             log.close()
-

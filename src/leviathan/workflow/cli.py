@@ -26,8 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--vocab", required=True)
     p.add_argument("--variant", required=True, choices=list(VARIANTS))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval", action="store_true",
-                   help="the cell's evaluation outputs (those the config enables) instead of its checkpoint")  # fmt: skip
+    p.add_argument(
+        "--eval",
+        action="store_true",
+        help="the cell's evaluation outputs (those the config enables) instead of its checkpoint",
+    )
     _configfile_arg(p)
     p.set_defaults(func=run)
 
@@ -42,15 +45,29 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "training config, runtime, resources and training command.",
     )
     _configfile_arg(show)
-    show.add_argument("--cell", metavar="SCALE/VOCAB/VARIANT/seedN", help="one cell's resolved settings")
-    show.add_argument("--mfu", type=float, default=None, help="model FLOPs utilisation for GPU-hours (default 0.40)")
-    show.add_argument("--json", action="store_true", help="the resolved config (or cell) as JSON, no plan")
+    show.add_argument(
+        "--cell", metavar="SCALE/VOCAB/VARIANT/seedN", help="one cell's resolved settings"
+    )
+    show.add_argument(
+        "--mfu",
+        type=float,
+        default=None,
+        help="model FLOPs utilisation for GPU-hours (default 0.40)",
+    )
+    show.add_argument(
+        "--json", action="store_true", help="the resolved config (or cell) as JSON, no plan"
+    )
     show.set_defaults(func=run_show)
 
 
 def _configfile_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--configfile", action="append", default=[], metavar="FILE",
-                   help="as snakemake's --configfile (default: config/config.yaml)")  # fmt: skip
+    p.add_argument(
+        "--configfile",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="as snakemake's --configfile (default: config/config.yaml)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
 def _parse_cell(key: str) -> Cell:
     parts = key.split("/")
     if len(parts) != 4 or not parts[3].startswith("seed") or not parts[3][4:].isdigit():
-        raise ValueError(f"--cell {key!r}: expected SCALE/VOCAB/VARIANT/seedN, e.g. 400m/o200k_base/leviathan/seed0")
+        raise ValueError(
+            f"--cell {key!r}: expected SCALE/VOCAB/VARIANT/seedN, e.g. 400m/o200k_base/leviathan/seed0"
+        )
     return Cell(parts[0], get_vocab(parts[1]).name, parts[2], int(parts[3][4:]))
 
 
@@ -86,9 +105,13 @@ def run_show(args: argparse.Namespace) -> int:
     if args.cell:
         cell = _parse_cell(args.cell)
         if cell not in cells(config["studies"]):
-            raise ValueError(f"{cell.key} is not a cell of the configured studies ({', '.join(config['studies'])})")
+            raise ValueError(
+                f"{cell.key} is not a cell of the configured studies ({', '.join(config['studies'])})"
+            )
         out = cell_settings(config, cell, mfu)
-        print(json.dumps(out, indent=2) if args.json else yaml.safe_dump(out, sort_keys=False), end="")
+        print(
+            json.dumps(out, indent=2) if args.json else yaml.safe_dump(out, sort_keys=False), end=""
+        )
         return 0
     if args.json:
         print(json.dumps(config, indent=2))
@@ -97,8 +120,14 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"# resolved config of: snakemake --configfile {files}")
     print(yaml.safe_dump(config, sort_keys=False), end="")
     stand_ins = stand_in_files(config)
-    print("# evaluation data: " + ("; ".join(f"{k} on OFFLINE STAND-INS ({len(v)} files)" for k, v in stand_ins.items())
-                                   if stand_ins else "the real datasets (no offline stand-ins)"))  # fmt: skip
+    print(
+        "# evaluation data: "
+        + (
+            "; ".join(f"{k} on OFFLINE STAND-INS ({len(v)} files)" for k, v in stand_ins.items())
+            if stand_ins
+            else "the real datasets (no offline stand-ins)"
+        )
+    )
     print(render_plan(config, mfu))
     return 0
 
@@ -116,14 +145,22 @@ def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore
     return {
         "cell": cell.key,
         "run_dir": cell.run_dir,
-        "train": {**tc.to_dict(), "max_steps": tc.max_steps, "warmup": tc.warmup, "tokens_per_step": tc.tokens_per_step},
+        "train": {
+            **tc.to_dict(),
+            "max_steps": tc.max_steps,
+            "warmup": tc.warmup,
+            "tokens_per_step": tc.tokens_per_step,
+        },
         "train_fingerprint": tc.fingerprint(),
         "runtime": asdict(workflow_runtime(config.get("runtime"))),
         "resources": resources(config, cell.scale),
         "command": shlex.split(train_command(cell, config, tokens, cell.run_dir, python="python")),
-        "plan": {"params": plan.params, "tokens": plan.tokens, "train_flops": plan.train_flops,
-                 "checkpoint_bytes": plan.checkpoint_bytes, "gpu_hours": plan.gpu_hours, "mfu": mfu},
-    }  # fmt: skip
-
-
-
+        "plan": {
+            "params": plan.params,
+            "tokens": plan.tokens,
+            "train_flops": plan.train_flops,
+            "checkpoint_bytes": plan.checkpoint_bytes,
+            "gpu_hours": plan.gpu_hours,
+            "mfu": mfu,
+        },
+    }

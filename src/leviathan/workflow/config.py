@@ -33,7 +33,9 @@ def resolve(
     root = Path(root)
     schema = root / SCHEMA
     if not schema.is_file():
-        raise FileNotFoundError(f"{schema}: not found; run from the workflow's directory (the clone's root)")
+        raise FileNotFoundError(
+            f"{schema}: not found; run from the workflow's directory (the clone's root)"
+        )
     config: dict[str, Any] = {}
     for path in configfiles or [root / DEFAULT_CONFIGFILE]:
         if not Path(path).is_file():

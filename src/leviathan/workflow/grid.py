@@ -50,7 +50,12 @@ class Cell:
         return f"results/export/{self.key}"
 
     def as_wildcards(self) -> dict[str, str]:
-        return {"scale": self.scale, "vocab": self.vocab, "variant": self.variant, "seed": str(self.seed)}
+        return {
+            "scale": self.scale,
+            "vocab": self.vocab,
+            "variant": self.variant,
+            "seed": str(self.seed),
+        }
 
 
 def study_cells(study: Mapping[str, Any]) -> list[Cell]:

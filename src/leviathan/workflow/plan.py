@@ -44,7 +44,9 @@ def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
     from leviathan.train.config import train_config
     from leviathan.workflow.steps import train_overrides
 
-    return train_config(cell.scale, cell.vocab, cell.variant, seed=cell.seed, **train_overrides(config, cell))
+    return train_config(
+        cell.scale, cell.vocab, cell.variant, seed=cell.seed, **train_overrides(config, cell)
+    )
 
 
 def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -> CellPlan:
@@ -64,10 +66,17 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -
     hours = flops / (peak * mfu) / 3600 if peak else None
     runtime = workflow_runtime(config.get("runtime"))
     return CellPlan(
-        cell=cell, params=acc.total_params, tokens=tokens, steps=tc.max_steps, train_flops=flops,
+        cell=cell,
+        params=acc.total_params,
+        tokens=tokens,
+        steps=tc.max_steps,
+        train_flops=flops,
         checkpoint_bytes=acc.total_params * WEIGHT_BYTES * (1 + OPTIMIZER_SLOTS),
-        checkpoints_on_disk=runtime.keep_last + 1, gpus=gpus, gpu_model=model, gpu_hours=hours,
-    )  # fmt: skip
+        checkpoints_on_disk=runtime.keep_last + 1,
+        gpus=gpus,
+        gpu_model=model,
+        gpu_hours=hours,
+    )
 
 
 def vocab_budgets(config: Mapping[str, Any]) -> dict[str, int]:
@@ -80,7 +89,9 @@ def vocab_budgets(config: Mapping[str, Any]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def corpus_bytes(config: Mapping[str, Any], budgets: Mapping[str, int] | None = None) -> dict[str, int]:
+def corpus_bytes(
+    config: Mapping[str, Any], budgets: Mapping[str, int] | None = None
+) -> dict[str, int]:
     """Training-text bytes each vocabulary needs (budget x bytes/token x (1 + margin));
     `budgets`: vocab_budgets(config), where the caller has them already."""
     corpus = config.get("corpus") or {}
@@ -118,10 +129,14 @@ def render_plan(config: Mapping[str, Any], mfu: float = DEFAULT_MFU) -> str:
     from leviathan.vocab import get_vocab
 
     plans = [plan_cell(config, c, mfu) for c in cells(config["studies"])]
-    lines = [f"plan: {len(plans)} cells (each trained once, whichever studies share it); "
-             f"GPU-hours at MFU {mfu:.0%} of the GPU model's dense bf16 peak"]  # fmt: skip
-    lines.append(f"{'cell':<40} {'params':>10} {'tokens':>10} {'steps':>8} {'train PFLOP':>12} "
-                 f"{'ckpt each':>10} {'GPUs':>9} {'GPU-hours':>10} {'wall h':>7}")  # fmt: skip
+    lines = [
+        f"plan: {len(plans)} cells (each trained once, whichever studies share it); "
+        f"GPU-hours at MFU {mfu:.0%} of the GPU model's dense bf16 peak"
+    ]
+    lines.append(
+        f"{'cell':<40} {'params':>10} {'tokens':>10} {'steps':>8} {'train PFLOP':>12} "
+        f"{'ckpt each':>10} {'GPUs':>9} {'GPU-hours':>10} {'wall h':>7}"
+    )
     total_hours, total_ckpt = 0.0, 0
     for p in plans:
         gpus = f"{p.gpus} x {p.gpu_model}" if p.gpus else "cpu"
@@ -129,21 +144,31 @@ def render_plan(config: Mapping[str, Any], mfu: float = DEFAULT_MFU) -> str:
         wall = f"{p.gpu_hours / p.gpus:,.1f}" if p.gpu_hours is not None else "-"
         total_hours += p.gpu_hours or 0.0
         total_ckpt += p.checkpoint_bytes * p.checkpoints_on_disk
-        lines.append(f"{p.cell.key:<40} {_count(p.params):>10} {_count(p.tokens):>10} {p.steps:>8,} "
-                     f"{p.train_flops / 1e15:>12,.1f} {_size(p.checkpoint_bytes):>10} {gpus:>9} {hours:>10} {wall:>7}")  # fmt: skip
-    lines.append(f"total GPU-hours {total_hours:,.1f}; checkpoints on disk at most {_size(total_ckpt)} "
-                 f"(keep_last step checkpoints + final per cell)")  # fmt: skip
+        lines.append(
+            f"{p.cell.key:<40} {_count(p.params):>10} {_count(p.tokens):>10} {p.steps:>8,} "
+            f"{p.train_flops / 1e15:>12,.1f} {_size(p.checkpoint_bytes):>10} {gpus:>9} {hours:>10} {wall:>7}"
+        )
+    lines.append(
+        f"total GPU-hours {total_hours:,.1f}; checkpoints on disk at most {_size(total_ckpt)} "
+        f"(keep_last step checkpoints + final per cell)"
+    )
     corpus = config.get("corpus") or {}
     budgets = vocab_budgets(config)
     need = corpus_bytes(config, budgets)
-    lines.append(f"corpus {corpus.get('name')} ({corpus.get('kind')}): training text needed per vocabulary = largest "
-                 f"budget x {corpus['bytes_per_token']} bytes/token x (1 + {corpus['size_margin']})")  # fmt: skip
+    lines.append(
+        f"corpus {corpus.get('name')} ({corpus.get('kind')}): training text needed per vocabulary = largest "
+        f"budget x {corpus['bytes_per_token']} bytes/token x (1 + {corpus['size_margin']})"
+    )
     for vocab, n in need.items():
         itemsize = token_dtype(get_vocab(vocab).n_vocab).itemsize
         shard = budgets[vocab] * (1 + float(corpus["size_margin"])) * itemsize
-        lines.append(f"  {vocab:<12} budget {_count(budgets[vocab])} tokens -> text {_size(n)}, "
-                     f"train.bin about {_size(shard)} (uint{8 * itemsize})")  # fmt: skip
+        lines.append(
+            f"  {vocab:<12} budget {_count(budgets[vocab])} tokens -> text {_size(n)}, "
+            f"train.bin about {_size(shard)} (uint{8 * itemsize})"
+        )
     limit = fetch_max_bytes(config)
-    lines.append(f"  fetch limit (corpus.max_bytes={corpus.get('max_bytes')!r}): "
-                 + (f"{_size(limit)} per split" if limit else "none: the whole corpus is streamed"))
+    lines.append(
+        f"  fetch limit (corpus.max_bytes={corpus.get('max_bytes')!r}): "
+        + (f"{_size(limit)} per split" if limit else "none: the whole corpus is streamed")
+    )
     return "\n".join(lines)

@@ -33,39 +33,69 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
     if kind == "text":
         if not corpus.get("paths"):
             raise ValueError("corpus.kind=text needs corpus.paths (files, directories or globs)")
-        return fetch.fetch_text(out, corpus["paths"], val_fraction=corpus["val_fraction"],
-                                text_field=corpus["text_field"], limits=limits)  # fmt: skip
+        return fetch.fetch_text(
+            out,
+            corpus["paths"],
+            val_fraction=corpus["val_fraction"],
+            text_field=corpus["text_field"],
+            limits=limits,
+        )
     if kind == "hf":
         if not corpus.get("dataset"):
             raise ValueError("corpus.kind=hf needs corpus.dataset (a Hub id or json/text/parquet)")
 
         def spec(split: str) -> HFSpec:
             files = tuple(corpus["data_files"]) if corpus.get("data_files") else None
-            return HFSpec(dataset=corpus["dataset"], split=split, config=corpus.get("config"),
-                          revision=corpus.get("revision"), data_files=files, text_field=corpus["text_field"])  # fmt: skip
+            return HFSpec(
+                dataset=corpus["dataset"],
+                split=split,
+                config=corpus.get("config"),
+                revision=corpus.get("revision"),
+                data_files=files,
+                text_field=corpus["text_field"],
+            )
 
         train_split = corpus.get("train_split") or "train"
         if corpus.get("val_split"):
             specs = {"train": spec(train_split), "val": spec(corpus["val_split"])}
             return fetch.fetch_hf(out, specs, limits=limits)
-        return fetch.fetch_hf(out, {"train": spec(train_split)}, val_fraction=corpus["val_fraction"], limits=limits)
+        return fetch.fetch_hf(
+            out, {"train": spec(train_split)}, val_fraction=corpus["val_fraction"], limits=limits
+        )
     if kind == "pile":
-        options = {k: corpus[k] for k in ("dataset", "config", "revision", "train_split", "val_split", "local_dir")
-                   if corpus.get(k)}  # fmt: skip
+        options = {
+            k: corpus[k]
+            for k in ("dataset", "config", "revision", "train_split", "val_split", "local_dir")
+            if corpus.get(k)
+        }
         return fetch.fetch_pile(out, train_limits=limits, val_limits=limits, **options)
     raise ValueError(f"corpus.kind={kind!r}: use embedded, text, hf or pile")
 
 
-def tokenize(corpus_dir: str | Path, vocab: str, out: str | Path, options: Mapping[str, Any]) -> dict[str, Any]:
+def tokenize(
+    corpus_dir: str | Path, vocab: str, out: str | Path, options: Mapping[str, Any]
+) -> dict[str, Any]:
     from leviathan.data.prepare import tokenize_corpus
 
-    return tokenize_corpus(corpus_dir, vocab, out, threads=options.get("threads"),
-                           processes=options.get("processes"), progress=False)  # fmt: skip
+    return tokenize_corpus(
+        corpus_dir,
+        vocab,
+        out,
+        threads=options.get("threads"),
+        processes=options.get("processes"),
+        progress=False,
+    )
 
 
 # A training job's resources where config.resources[<scale>] is silent (their one home).
-RESOURCE_DEFAULTS: dict[str, Any] = {"gpus": 0, "gpu_model": None, "cpus_per_gpu": 8, "cpus": 2, "mem_mb": 4000,
-                                     "runtime": 60}
+RESOURCE_DEFAULTS: dict[str, Any] = {
+    "gpus": 0,
+    "gpu_model": None,
+    "cpus_per_gpu": 8,
+    "cpus": 2,
+    "mem_mb": 4000,
+    "runtime": 60,
+}
 # SLURM settings a job may carry (snakemake-executor-plugin-slurm resource names); unset ones
 # keep the profile's default-resources
 SLURM_KEYS = ("slurm_partition", "slurm_account", "constraint", "qos", "slurm_extra")
@@ -137,16 +167,31 @@ def launcher_args(config: Mapping[str, Any], scale: str) -> str:
     """How `python` starts training: torchrun on one node when the job has several GPUs."""
     gpus = resources(config, scale)["gpu"]
     if gpus > 1:
-        return shlex.join(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus)])
+        return shlex.join(
+            ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus)]
+        )
     return ""
 
 
 def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
     """`leviathan train` arguments that define the cell's run (its identity): a change here
     reruns the cell. Overrides come from config.train[<scale>] and config.train[<cell>]."""
-    args = ["--scale", cell.scale, "--vocab", cell.vocab, "--variant", cell.variant,
-            "--seed", str(cell.seed), "--train", f"{tokens}/train.bin", "--val", f"{tokens}/val.bin",
-            "--run-dir", run_dir]  # fmt: skip
+    args = [
+        "--scale",
+        cell.scale,
+        "--vocab",
+        cell.vocab,
+        "--variant",
+        cell.variant,
+        "--seed",
+        str(cell.seed),
+        "--train",
+        f"{tokens}/train.bin",
+        "--val",
+        f"{tokens}/val.bin",
+        "--run-dir",
+        run_dir,
+    ]
     for key, value in sorted(train_overrides(config, cell).items()):
         args += ["--set", _kv(key, value)]
     return shlex.join(args)
@@ -168,11 +213,17 @@ def runtime_args(config: Mapping[str, Any]) -> str:
     return shlex.join(args)
 
 
-def train_command(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str,
-                  python: str = sys.executable) -> str:  # fmt: skip
+def train_command(
+    cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str, python: str = sys.executable
+) -> str:
     """The whole command of a cell's training job (the train rule's script execs these pieces)."""
-    parts = [shlex.quote(python), launcher_args(config, cell.scale), "-m leviathan.cli train",
-             cell_args(cell, config, tokens, run_dir), runtime_args(config)]  # fmt: skip
+    parts = [
+        shlex.quote(python),
+        launcher_args(config, cell.scale),
+        "-m leviathan.cli train",
+        cell_args(cell, config, tokens, run_dir),
+        runtime_args(config),
+    ]
     return " ".join(p for p in parts if p)
 
 
@@ -199,7 +250,9 @@ def enabled_evals(config: Mapping[str, Any]) -> list[str]:
     return [k for k in EVAL_KINDS if k == "val" or sections.get(k) is not None]
 
 
-def evaluate(kind: str, run_dir: str | Path, out: str | Path, config: Mapping[str, Any], **inputs: Any) -> None:
+def evaluate(
+    kind: str, run_dir: str | Path, out: str | Path, config: Mapping[str, Any], **inputs: Any
+) -> None:
     """Run one evaluation of a trained cell and write its JSON (atomically)."""
     from leviathan.eval.checkpoint import open_checkpoint
     from leviathan.eval.results import write_result
@@ -212,8 +265,15 @@ def evaluate(kind: str, run_dir: str | Path, out: str | Path, config: Mapping[st
     if kind == "val":
         from leviathan.eval.validation import evaluate_val
 
-        result = evaluate_val(ckpt, model, inputs["val"], counts=inputs.get("counts"),
-                              word_counts=inputs.get("word_counts"), cfg=cfg.val, started=started)  # fmt: skip
+        result = evaluate_val(
+            ckpt,
+            model,
+            inputs["val"],
+            counts=inputs.get("counts"),
+            word_counts=inputs.get("word_counts"),
+            cfg=cfg.val,
+            started=started,
+        )
     elif kind == "wikitext":
         from leviathan.eval.wikitext import evaluate_wikitext
 
@@ -221,19 +281,29 @@ def evaluate(kind: str, run_dir: str | Path, out: str | Path, config: Mapping[st
     elif kind == "lm_eval":
         from leviathan.eval.lm_eval_tasks import run_lm_eval
 
-        result = run_lm_eval(ckpt, model, cfg.lm_eval, samples_out=Path(out).with_suffix(".samples.jsonl"),
-                             harness_dir=Path(out).parent / "lm_eval_harness", started=started)  # fmt: skip
+        result = run_lm_eval(
+            ckpt,
+            model,
+            cfg.lm_eval,
+            samples_out=Path(out).with_suffix(".samples.jsonl"),
+            harness_dir=Path(out).parent / "lm_eval_harness",
+            started=started,
+        )
     else:
         raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(EVAL_KINDS)}")
     write_result(out, result)
 
 
-def word_counts(train: str | Path, val: str | Path, out: str | Path, config: Mapping[str, Any]) -> None:
+def word_counts(
+    train: str | Path, val: str | Path, out: str | Path, config: Mapping[str, Any]
+) -> None:
     from leviathan.eval.results import write_result
     from leviathan.eval.validation import build_word_counts
 
     options = eval_sections(config).get("word_counts") or {}
-    write_result(out, build_word_counts(train, val, max_train_tokens=options.get("max_train_tokens")))
+    write_result(
+        out, build_word_counts(train, val, max_train_tokens=options.get("max_train_tokens"))
+    )
 
 
 def sample_efficiency_groups(cells: list[Cell]) -> dict[tuple[str, str, int], list[Cell]]:
