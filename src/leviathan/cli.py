@@ -1,12 +1,9 @@
-"""The `leviathan` command: one subcommand per pipeline step.
-
-Each step module exposes `register(subparsers)`, adding its subcommand(s) with
-`set_defaults(func=...)`; `func(args)` returns the process exit code.
-"""
+"""The `leviathan` command: `leviathan <name>` is the module `leviathan/commands/<name>.py`."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -16,23 +13,9 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 
 def _registrars() -> list[Register]:
-    from leviathan.data import cli as data_cli
-    from leviathan.eval import cli as eval_cli
-    from leviathan.export import cli as export_cli
-    from leviathan.model import cli as model_cli
-    from leviathan.report import cli as report_cli
-    from leviathan.train import cli as train_cli
-    from leviathan.workflow import cli as workflow_cli
+    from leviathan.commands import COMMANDS
 
-    return [
-        model_cli.register,
-        data_cli.register,
-        train_cli.register,
-        eval_cli.register,
-        export_cli.register,
-        workflow_cli.register,
-        report_cli.register,
-    ]
+    return [importlib.import_module(f"leviathan.commands.{name}").register for name in COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,33 +1,12 @@
-"""`leviathan report ...` (tables, figures, the paper's own consistency) and `leviathan audit`."""
+"""`leviathan audit`: trace report numbers back to data and code, re-verifying every hash."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("report", help="reporting helpers")
-    rsub = p.add_subparsers(dest="report_command", required=True, metavar="COMMAND")
-    check = rsub.add_parser(
-        "paper-check",
-        help="check the paper's reported figures against each other (config/paper_reported.yaml)",
-    )
-    check.add_argument("--json", action="store_true")
-    check.set_defaults(func=run_paper_check)
-
-    build = rsub.add_parser(
-        "tables", help="write the report tables (and figures) of a workflow config"
-    )
-    build.add_argument(
-        "--config", default="config/config.yaml", help="workflow config (default: %(default)s)"
-    )
-    build.add_argument("--tables-dir", default="results/report/tables")
-    build.add_argument("--figures-dir", default="results/report/figures")
-    build.add_argument("--no-figures", action="store_true")
-    build.set_defaults(func=run_tables)
-
     audit = sub.add_parser(
         "audit",
         help="trace report numbers back to data and code, re-verifying every hash",
@@ -54,39 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "-q", "--quiet", action="store_true", help="print only failures and the summary"
     )
     audit.set_defaults(func=run_audit)
-
-
-def run_paper_check(args: argparse.Namespace) -> int:
-    from leviathan.report.paper import consistency_checks
-
-    checks = consistency_checks()
-    if args.json:
-        print(json.dumps([c.to_dict() for c in checks], indent=2))
-        return 0
-    for c in checks:
-        status = "ok  " if c.ok else "DIFF"
-        print(f"[{status}] {c.what}: reported {c.reported:g}, recomputed {c.recomputed:.4g}")
-    bad = sum(not c.ok for c in checks)
-    print(f"{bad} of {len(checks)} reported figures do not follow from the others")
-    return 0
-
-
-def run_tables(args: argparse.Namespace) -> int:
-    from leviathan.paper import repo_root
-    from leviathan.report.build import write_report
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import cells, sample_efficiency_path
-    from leviathan.workflow.steps import sample_efficiency_groups
-
-    config = resolve([args.config], root=repo_root())  # as the workflow does: defaults filled
-    se = [
-        sample_efficiency_path(*key) for key in sample_efficiency_groups(cells(config["studies"]))
-    ]
-    for path in write_report(
-        config, args.tables_dir, None if args.no_figures else args.figures_dir, se
-    ):
-        print(path)
-    return 0
 
 
 def run_audit(args: argparse.Namespace) -> int:

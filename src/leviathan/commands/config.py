@@ -1,5 +1,5 @@
-"""Workflow commands: `leviathan target` (the Snakemake target of one cell) and
-`leviathan config show` (the resolved config, a cell's settings and the study's plan)."""
+"""`leviathan config show`: the workflow config as `snakemake [--configfile F]` resolves it, a
+cell's settings, and the study's plan."""
 
 from __future__ import annotations
 
@@ -8,32 +8,11 @@ import json
 import shlex
 from dataclasses import asdict
 
-from leviathan.model.presets import SCALES
-from leviathan.model.variants import VARIANTS
 from leviathan.vocab import get_vocab
 from leviathan.workflow.grid import Cell
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "target",
-        help="print the workflow target of one cell (snakemake <target> reruns just that cell)",
-        description="Print a cell's target path(s). `snakemake --profile profiles/local $(leviathan "
-        "target --scale micro --vocab gpt2 --variant leviathan)` trains (and with --eval, evaluates) "
-        "that cell and nothing else it does not depend on.",
-    )
-    p.add_argument("--scale", required=True, choices=list(SCALES))
-    p.add_argument("--vocab", required=True)
-    p.add_argument("--variant", required=True, choices=list(VARIANTS))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--eval",
-        action="store_true",
-        help="the cell's evaluation outputs (those the config enables) instead of its checkpoint",
-    )
-    _configfile_arg(p)
-    p.set_defaults(func=run)
-
     cfg = sub.add_parser("config", help="the workflow config as the workflow resolves it")
     csub = cfg.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     show = csub.add_parser(
@@ -44,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "cells, tokens, disk per artifact, GPU-hours at a stated MFU. With --cell: that cell's resolved "
         "training config, runtime, resources and training command.",
     )
-    _configfile_arg(show)
+    configfile_arg(show)
     show.add_argument(
         "--cell", metavar="SCALE/VOCAB/VARIANT/seedN", help="one cell's resolved settings"
     )
@@ -60,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show.set_defaults(func=run_show)
 
 
-def _configfile_arg(p: argparse.ArgumentParser) -> None:
+def configfile_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--configfile",
         action="append",
@@ -68,20 +47,6 @@ def _configfile_arg(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="as snakemake's --configfile (default: config/config.yaml)",
     )
-
-
-def run(args: argparse.Namespace) -> int:
-    cell = Cell(args.scale, get_vocab(args.vocab).name, args.variant, args.seed)
-    if not args.eval:
-        print(cell.final_marker)
-        return 0
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.steps import enabled_evals
-
-    config = resolve(args.configfile)
-    for kind in enabled_evals(config):
-        print(cell.eval_output(kind))
-    return 0
 
 
 def _parse_cell(key: str) -> Cell:

@@ -1,0 +1,47 @@
+"""`leviathan target`: the Snakemake target of one cell (`snakemake <target>` reruns just that
+cell)."""
+
+from __future__ import annotations
+
+import argparse
+
+from leviathan.commands.config import configfile_arg
+from leviathan.model.presets import SCALES
+from leviathan.model.variants import VARIANTS
+from leviathan.vocab import get_vocab
+from leviathan.workflow.grid import Cell
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "target",
+        help="print the workflow target of one cell (snakemake <target> reruns just that cell)",
+        description="Print a cell's target path(s). `snakemake --profile profiles/local $(leviathan "
+        "target --scale micro --vocab gpt2 --variant leviathan)` trains (and with --eval, evaluates) "
+        "that cell and nothing else it does not depend on.",
+    )
+    p.add_argument("--scale", required=True, choices=list(SCALES))
+    p.add_argument("--vocab", required=True)
+    p.add_argument("--variant", required=True, choices=list(VARIANTS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--eval",
+        action="store_true",
+        help="the cell's evaluation outputs (those the config enables) instead of its checkpoint",
+    )
+    configfile_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cell = Cell(args.scale, get_vocab(args.vocab).name, args.variant, args.seed)
+    if not args.eval:
+        print(cell.final_marker)
+        return 0
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.steps import enabled_evals
+
+    config = resolve(args.configfile)
+    for kind in enabled_evals(config):
+        print(cell.eval_output(kind))
+    return 0
