@@ -4,12 +4,12 @@ of the workflow on a tiny micro config. What is checked goes through SLURM's own
 (`sacct`), not through Snakemake's word.
 
 1. first run: `snakemake --profile profiles/slurm all` (the shipped profile, unmodified) with the
-   account/partition given on the command line exactly as the README says. One SLURM job per
+   account/partition given on the command line exactly as docs/slurm.md says. One SLURM job per
    rule instance, with the CI account, partition and a time limit; training jobs got the GPU
    they asked for; one cell is broken on purpose: Snakemake reports it with its SLURM log, tries
    it as often as the profile's `retries` say, and `keep-going` finishes what does not depend on it.
 2. rerun: the profile installed as the user's `slurm` profile with the placeholders filled in
-   (README), the broken cell fixed and one new cell added; `snakemake --profile slurm all`
+   (docs/slurm.md), the broken cell fixed and one new cell added; `snakemake --profile slurm all`
    trains those two cells only. The new cell's training job is cancelled mid-run with `scancel`
    (SIGTERM): it checkpoints, the profile's retry resumes it from that checkpoint (the training
    log's start record says from which step), and the run ends complete.
@@ -103,7 +103,7 @@ def write_config(work: Path, overrides: dict[str, Any]) -> None:
 
 
 def account_args(cluster: Any) -> list[str]:
-    """The README's command-line override of the profile's account/partition placeholders. A
+    """The command-line override of docs/slurm.md of the profile's account/partition placeholders. A
     command-line --default-resources replaces the profile's whole block, so the block's other
     entries are repeated."""
     resources = {
@@ -338,7 +338,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def first_run(slurm_cluster: Any, work: Path) -> Run:
-    """`snakemake --profile profiles/slurm all` + the README's account/partition override."""
+    """`snakemake --profile profiles/slurm all` + docs/slurm.md's account/partition override."""
     args = ["--profile", "profiles/slurm", *account_args(slurm_cluster), *FAST_STATUS, "all"]
     planned = plan(work, args)
     t0 = time.monotonic()
@@ -349,7 +349,7 @@ def first_run(slurm_cluster: Any, work: Path) -> Run:
 @pytest.fixture(scope="module")
 def user_profile(slurm_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The shipped profile installed as the user's `slurm` profile with the two placeholders
-    filled in (README); XDG_CONFIG_HOME stands in for ~/.config."""
+    filled in (docs/slurm.md); XDG_CONFIG_HOME stands in for ~/.config."""
     home = tmp_path_factory.mktemp("xdg_config")
     text = (ROOT / "profiles" / "slurm" / "config.yaml").read_text()
     assert '"<your-account>"' in text and '"<your-partition>"' in text
@@ -529,16 +529,13 @@ def test_cancelled_training_job_resumes_from_its_sigterm_checkpoint(rerun: Run, 
 
 
 # ----------------------------------------------------------------------------- README
-def test_readme_tells_users_what_these_tests_do() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Running on a SLURM cluster") :]
-    section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
+def test_docs_tell_users_what_these_tests_do() -> None:
+    section = (ROOT / "docs" / "slurm.md").read_text()  # the README links it
+    assert "docs/slurm.md" in (ROOT / "README.md").read_text()
     # the command-line override exactly as the tests pass it, with the README's placeholders
     override = " ".join(
         account_args(type("Placeholders", (), {"account": "<account>", "partition": "<partition>"}))
     )
-    assert override in section, (
-        f"README's SLURM section lacks the override the tests use: {override}"
-    )
+    assert override in section, f"docs/slurm.md lacks the override the tests use: {override}"
     assert "~/.config/snakemake/slurm/config.yaml" in section
     assert "snakemake --profile slurm all" in section and "ci/local_slurm.sh" in section
