@@ -40,6 +40,20 @@ def test_native_matches_plain_and_float64_reference(P: int) -> None:
 
 
 @needs_native
+def test_native_forward_of_a_batch_is_each_id_alone_bitwise() -> None:
+    """The forward runs ids in blocks (cache tiling); a block, or the ragged last one, must not
+    change any id's arithmetic: each row equals that id computed by itself, bit for bit."""
+    torch.manual_seed(1)
+    t, S = random_inputs(N=70, h=2, P=20, kappa=5, r=3, dtype=torch.float32)
+    with torch.no_grad():
+        batch = spline_product(t, S, 1e-30, 1 << 20, "native")
+        alone = torch.cat(
+            [spline_product(t[i : i + 1], S, 1e-30, 1 << 20, "native") for i in range(70)]
+        )
+    assert torch.equal(batch, alone)
+
+
+@needs_native
 def test_native_gradient_is_exact_where_a_factor_is_zero() -> None:
     torch.manual_seed(3)
     t, S = random_inputs(N=1, h=1, P=4, kappa=5, r=2, dtype=torch.float32)

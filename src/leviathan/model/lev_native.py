@@ -55,39 +55,53 @@ static inline void cell(float t, int K, int *c, float *f) {
     *f = x - cc;
 }
 
-/* t [N, h, P], coef [h, P, K, 3, r], M [N, h, r] (all fp32, contiguous). */
+/* t [N, h, P], coef [h, P, K, 3, r], M [N, h, r] (all fp32, contiguous).
+   Tiled: a block of NB ids runs through the P coordinates together, so the coefficients of
+   one (head, coordinate), K x 3 x r floats, are read from cache NB times per fetch instead of
+   once; the running products of the block stay in L1. Each lane's arithmetic (order of the
+   factors, the rescaling points) is exactly that of one id alone. */
+#define NB 32
 void lev_spline_forward(const float *t, const float *coef, float *M,
                         int64_t N, int h, int P, int K, int r, float eps, int threads) {
+    int64_t blocks = (N + NB - 1) / NB;
     #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
     for (int l = 0; l < h; ++l) {
-        for (int64_t n = 0; n < N; ++n) {
-            float acc[r];
-            int32_t ex[r];
-            for (int m = 0; m < r; ++m) { acc[m] = 1.f; ex[m] = 0; }
-            const float *tn = t + (n * h + l) * P;
+        for (int64_t b = 0; b < blocks; ++b) {
+            int64_t n0 = b * NB;
+            int nb = (int)(N - n0 < NB ? N - n0 : NB);
+            float acc[NB * r];
+            int32_t ex[NB * r];
+            for (int i = 0; i < nb * r; ++i) { acc[i] = 1.f; ex[i] = 0; }
             for (int p = 0; p < P; ++p) {
-                int c; float f;
-                cell(tn[p], K, &c, &f);
-                const float *a = coef + (((int64_t)l * P + p) * K + c) * 3 * r;
-                const float *a1 = a + r, *a2 = a + 2 * r;
-                for (int m = 0; m < r; ++m) {  /* |phi| clamped to eps, as the plain path */
-                    float phi = a[m] + f * (a1[m] + f * a2[m]);
-                    float mag = fabsf(phi) > eps ? fabsf(phi) : eps;
-                    acc[m] *= copysignf(mag, phi);
-                }
-                if ((p + 1) %% RESCALE == 0 || p == P - 1) {
-                    for (int m = 0; m < r; ++m) {  /* acc = mantissa in [1, 2) x 2^e, exact */
-                        uint32_t b; memcpy(&b, &acc[m], 4);
-                        uint32_t e = (b >> 23) & 0xffu;
-                        int ok = (e - 1u) < 254u;  /* normal numbers only; 0, inf, nan kept */
-                        uint32_t nb = ok ? ((b & 0x807fffffu) | 0x3f800000u) : b;
-                        ex[m] += ok ? (int32_t)e - 127 : 0;
-                        memcpy(&acc[m], &nb, 4);
+                const float *cp = coef + ((int64_t)l * P + p) * K * 3 * r;
+                int rescale = (p + 1) %% RESCALE == 0 || p == P - 1;
+                for (int j = 0; j < nb; ++j) {
+                    int c; float f;
+                    cell(t[((n0 + j) * h + l) * P + p], K, &c, &f);
+                    const float *a = cp + c * 3 * r, *a1 = a + r, *a2 = a + 2 * r;
+                    float *aj = acc + j * r;
+                    for (int m = 0; m < r; ++m) {  /* |phi| clamped to eps, as the plain path */
+                        float phi = a[m] + f * (a1[m] + f * a2[m]);
+                        float mag = fabsf(phi) > eps ? fabsf(phi) : eps;
+                        aj[m] *= copysignf(mag, phi);
+                    }
+                    if (rescale) {
+                        int32_t *ej = ex + j * r;
+                        for (int m = 0; m < r; ++m) {  /* acc = mantissa in [1, 2) x 2^e, exact */
+                            uint32_t bits; memcpy(&bits, &aj[m], 4);
+                            uint32_t e = (bits >> 23) & 0xffu;
+                            int ok = (e - 1u) < 254u;  /* normal numbers only; 0, inf, nan kept */
+                            uint32_t nbits = ok ? ((bits & 0x807fffffu) | 0x3f800000u) : bits;
+                            ej[m] += ok ? (int32_t)e - 127 : 0;
+                            memcpy(&aj[m], &nbits, 4);
+                        }
                     }
                 }
             }
-            float *out = M + (n * h + l) * r;
-            for (int m = 0; m < r; ++m) out[m] = ldexpf(acc[m], ex[m]);
+            for (int j = 0; j < nb; ++j) {
+                float *out = M + ((n0 + j) * h + l) * r;
+                for (int m = 0; m < r; ++m) out[m] = ldexpf(acc[j * r + m], ex[j * r + m]);
+            }
         }
     }
 }
