@@ -18,7 +18,9 @@ def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
         work, "-n", "--configfile", "config/paper.yaml", "--profile", "profiles/slurm", "all"
     )
     assert out.returncode == 0, out.stderr
-    assert time.time() - t0 < 60
+    # planning must not touch the (absent) data: seconds on a quiet machine; the bound leaves room
+    # for a loaded one (87 s seen with four other test runs on two cores)
+    assert time.time() - t0 < 300
     counts = job_counts(out.stdout + out.stderr)
     # main 3 scales x 2 + ablation 6 at 400m (2 shared with main) + vocabulary 3 x 2 at 200m
     # (o200k shared with main): 6 + 4 + 4 = 14 cells

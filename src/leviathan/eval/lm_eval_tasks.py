@@ -122,7 +122,25 @@ def scored_split(cfg: dict[str, Any]) -> str:
 def with_local_data(
     cfg: dict[str, Any], data: LocalTaskData
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The official config pointed at local files (only dataset location and splits change)."""
+    """The official config pointed at local files (only dataset location and splits change), and
+    the record of those files (paths and sha256) for the evaluation's output."""
+    out = local_config(cfg, data)
+    files = out["dataset_kwargs"]["data_files"]
+    source = {
+        "kind": "local",
+        "builder": out["dataset_path"],
+        "official_dataset": cfg.get("dataset_path"),
+        "official_name": cfg.get("dataset_name"),
+        "data_files": {
+            s: [{"path": f, "sha256": sha256_file(f)} for f in fs_] for s, fs_ in files.items()
+        },
+        "scored_split": scored_split(cfg),
+    }
+    return out, source
+
+
+def local_config(cfg: dict[str, Any], data: LocalTaskData) -> dict[str, Any]:
+    """The official config pointed at local files: only dataset location and splits change."""
     task = cfg["task"]
     where = f"lm_eval.data.{task}"
     files = normalise_data_files(data.data_files, where)
@@ -144,24 +162,14 @@ def with_local_data(
     fs = out.get("fewshot_config") or {}
     if isinstance(fs, dict) and fs.get("split") not in (None, *files):
         raise EvalInputError(f"{where}: the task's few-shot split {fs['split']!r} needs a file too")
-    source = {
-        "kind": "local",
-        "builder": builder,
-        "official_dataset": cfg.get("dataset_path"),
-        "official_name": cfg.get("dataset_name"),
-        "data_files": {
-            s: [{"path": f, "sha256": sha256_file(f)} for f in fs_] for s, fs_ in files.items()
-        },
-        "scored_split": need,
-    }
-    return out, source
+    return out
 
 
 def local_task_yaml(tm: Any, task: str, data: LocalTaskData) -> dict[str, Any]:
     """An lm-eval task YAML (for `--include_path`) that is lm-eval's official `task` pointed at
     local files: it `include`s the official YAML and changes only the dataset location and
-    splits, as `with_local_data` does for our own runs."""
-    cfg, _ = with_local_data(official_config(tm, task), data)
+    splits, as `with_local_data` does for our own runs (the YAML needs no hashes of the files)."""
+    cfg = local_config(official_config(tm, task), data)
     out = {
         "include": str(tm.task_index[task].yaml_path),
         "task": task,
