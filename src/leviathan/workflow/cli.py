@@ -8,8 +8,8 @@ import json
 import shlex
 from dataclasses import asdict
 
-from leviathan.model.presets import SCALES
 from leviathan.model.variants import VARIANTS
+from leviathan.scales import SCALES
 from leviathan.vocab import get_vocab
 from leviathan.workflow.grid import Cell
 
