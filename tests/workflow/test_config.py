@@ -236,6 +236,7 @@ def test_the_schema_carries_no_copy_of_the_codes_registries() -> None:
             r"train\.micro/gpt2/nope/seed0: unknown variant 'nope'",
         ),
         ({"train": {"micro/gpt2/tied/s0": {"lr": 1.0}}}, r"'s0' is not seed<k>"),
+        ({"resources": {"1.2B": {"gpus": 8}}}, r"resources: unknown scale '1\.2B'"),
     ],
 )
 def test_bad_names_are_caught_against_the_codes_registries(

@@ -68,9 +68,9 @@ def _check_name(where: str, name: Any, kind: str, valid: Sequence[str]) -> None:
 def check_names(config: Mapping[str, Any]) -> None:
     """The config's names against the code's registries, which the schema does not copy:
     each study's scales (leviathan.scales), vocabularies (leviathan.vocab) and variants
-    (leviathan.model.variants), and config.train's keys (a scale or a cell key
+    (leviathan.model.variants), config.train's keys (a scale or a cell key
     <scale>/<vocab>/<variant>/seed<k>) and their recipe fields (leviathan.train.config.
-    TrainConfig, the cell's identity apart). Raise ValueError naming the value and the valid
+    TrainConfig, the cell's identity apart), and config.resources' scales. Raise ValueError naming the value and the valid
     ones. The Snakefile calls this right after the schema's `validate`."""
     from leviathan.model.variants import VARIANTS
     from leviathan.scales import SCALES
@@ -97,6 +97,8 @@ def check_names(config: Mapping[str, Any]) -> None:
             raise ValueError(f"config train.{key}: {parts[3]!r} is not seed<k> (e.g. seed0)")
         for name in values or {}:
             _check_name(f"train.{key}", name, "training key", recipe)
+    for key in config.get("resources") or {}:
+        _check_name("resources", key, "scale", registries["scale"])
 
 
 def _data_files(section: Any) -> Iterator[str]:
