@@ -5,6 +5,8 @@ import os
 
 from snakemake.utils import min_version, validate
 
+from leviathan.workflow.config import check_names
+
 min_version("9.0")
 
 # the rules' conda env (workflow/envs/leviathan.yaml) installs the package from here, wherever
@@ -22,6 +24,7 @@ if not workflow.overwrite_configfiles:
 
 
 validate(config, "workflow/schemas/config.schema.yaml")
+check_names(config)  # scales, vocabs, variants, train keys: the code's registries, not the schema's
 
 
 report: "workflow/report/workflow.rst"

@@ -5,7 +5,13 @@ import torch
 
 from leviathan.model import VARIANTS, build_model, model_config
 from leviathan.model.accounting import account_model
-from leviathan.model.variants import lev_parameter_count, matched_width, n_bits
+from leviathan.model.variants import (
+    BinaryCodeMLP,
+    CodebookMLP,
+    FactorizedTableInput,
+    lev_parameter_count,
+    n_bits,
+)
 
 ALL = list(VARIANTS)
 
@@ -58,10 +64,10 @@ def test_parameter_counts_equal_the_counter_and_closed_forms(variant: str) -> No
     expected_input = {
         "tied": V * D,
         "untied": V * D,
-        "albert": V * matched_width(cfg, "albert") + matched_width(cfg, "albert") * D,
-        "flat_mlp": (n_bits(V) + 1) * (h := matched_width(cfg, "flat_mlp")) + (h + 1) * D,
+        "albert": V * FactorizedTableInput.width(cfg) + FactorizedTableInput.width(cfg) * D,
+        "flat_mlp": (n_bits(V) + 1) * (h := BinaryCodeMLP.width(cfg)) + (h + 1) * D,
         "factored_mlp": lev.n_digits * cfg.lev_base * lev.d_seed
-        + (lev.d_seed + 1) * (g := matched_width(cfg, "factored_mlp"))
+        + (lev.d_seed + 1) * (g := CodebookMLP.width(cfg))
         + (g + 1) * D,
         "leviathan": lev.n_digits * cfg.lev_base * lev.d_seed
         + lev.n_heads * (lev.d_seed**2 + lev.d_seed)

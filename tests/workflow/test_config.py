@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,85 @@ def test_target_eval_prints_paths_a_rule_produces(tmp_path: Path) -> None:
     assert [Path(t).name for t in targets] == ["val.json", "wikitext.json", "lm_eval.json"]
     out = snakemake(work, "-n", "--profile", "profiles/local", *targets)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def _schema_names(node: Any, out: list[str]) -> list[str]:
+    """Every string the schema matches a value or key against: enums, consts, patterns."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "enum":
+                out += [str(v) for v in value]
+            elif key in ("const", "pattern"):
+                out.append(str(value))
+            else:
+                _schema_names(value, out)
+    elif isinstance(node, list):
+        for item in node:
+            _schema_names(item, out)
+    return out
+
+
+def test_the_schema_carries_no_copy_of_the_codes_registries() -> None:
+    """Scale, vocabulary and variant names and the training keys live in the code only
+    (checked by check_names); the schema neither lists nor pattern-matches them, and it holds
+    no training or runtime defaults (the scale records and RuntimeConfig do)."""
+    from dataclasses import fields
+
+    from leviathan.model.variants import VARIANTS
+    from leviathan.scales import SCALES
+    from leviathan.train.config import TrainConfig
+    from leviathan.vocab import ALIASES, VOCABS
+    from leviathan.workflow.config import SCHEMA
+
+    schema = yaml.safe_load((ROOT / SCHEMA).read_text())
+    matched = _schema_names(schema, [])
+    assert matched, "the walk finds the schema's own enums (corpus.kind, export.dtype)"
+    names = {*SCALES, *VOCABS, *ALIASES, *VARIANTS, *(f.name for f in fields(TrainConfig))}
+    for name in sorted(names):
+        copies = [m for m in matched if name == m or name in m or re.escape(name) in m]
+        assert not copies, f"the schema repeats the code's name {name!r}: {copies}"
+    for section in ("train", "runtime"):
+        spec = schema["properties"][section]
+        assert spec["default"] == {}
+        assert "default" not in json.dumps(spec.get("properties", {}))
+        assert "default" not in json.dumps(spec.get("additionalProperties", {}))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"studies": {"x": {"scales": ["huge"], "vocabs": ["gpt2"], "variants": ["tied"]}}},
+            r"studies\.x\.scales: unknown scale 'huge': use one of micro, tiny, 200m, 400m, 1\.2b",
+        ),
+        (
+            {"studies": {"x": {"scales": ["micro"], "vocabs": ["o200k"], "variants": ["tied"]}}},
+            r"studies\.x\.vocabs: unknown vocabulary 'o200k': use one of gpt2, cl100k_base",
+        ),
+        (
+            {"studies": {"x": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["lev"]}}},
+            r"studies\.x\.variants: unknown variant 'lev': use one of tied, untied, albert",
+        ),
+        ({"train": {"2b": {"lr": 1.0}}}, r"train\.2b: unknown scale '2b'"),
+        ({"train": {"micro": {"learning_rate": 1.0}}}, r"unknown training key 'learning_rate'"),
+        ({"train": {"micro": {"seed": 3}}}, r"train\.micro: unknown training key 'seed'"),
+        ({"train": {"micro/gpt2": {"lr": 1.0}}}, r"train\.micro/gpt2: not a scale or a cell key"),
+        (
+            {"train": {"micro/gpt2/nope/seed0": {"lr": 1.0}}},
+            r"train\.micro/gpt2/nope/seed0: unknown variant 'nope'",
+        ),
+        ({"train": {"micro/gpt2/tied/s0": {"lr": 1.0}}}, r"'s0' is not seed<k>"),
+        ({"resources": {"1.2B": {"gpus": 8}}}, r"resources: unknown scale '1\.2B'"),
+    ],
+)
+def test_bad_names_are_caught_against_the_codes_registries(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    study = tmp_path / "study.yaml"
+    config = {"studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied"]}}}
+    study.write_text(yaml.safe_dump({**config, **change}))
+    with pytest.raises(ValueError, match=message):
+        resolve([study], root=ROOT)
+    good = {"micro": {"lr": 1.0}, "micro/gpt2/tied/seed0": {"warmup_steps": 2}}
+    study.write_text(yaml.safe_dump({**config, "train": good}))
+    assert resolve([study], root=ROOT)["train"] == good

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from leviathan.io import write_json
+from leviathan.model import model_config
 from leviathan.model.accounting import account, overhead
-from leviathan.model.presets import model_config
 from leviathan.paper import reported, reported_path
 from leviathan.report.build import table_names, write_report
 from leviathan.report.cellmap import DocumentCache

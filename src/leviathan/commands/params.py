@@ -6,8 +6,9 @@ import argparse
 import json
 
 from leviathan.model.accounting import Accounting, account, overhead
-from leviathan.model.presets import SCALES, model_config
+from leviathan.model.config import model_config
 from leviathan.model.variants import VARIANTS
+from leviathan.scales import SCALES
 from leviathan.vocab import VOCABS
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 
 from leviathan.commands.config import configfile_arg
-from leviathan.model.presets import SCALES
 from leviathan.model.variants import VARIANTS
+from leviathan.scales import SCALES
 from leviathan.vocab import get_vocab
 from leviathan.workflow.grid import Cell
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from leviathan.model.presets import SCALES
 from leviathan.model.variants import VARIANTS
+from leviathan.scales import SCALES
 from leviathan.train.config import RuntimeConfig, train_config
 
 

@@ -1,8 +1,7 @@
 """The model: backbone, the six input/output variants, LEV, and exact accounting."""
 
-from leviathan.model.config import LEVConfig, ModelConfig, digit_base
+from leviathan.model.config import LEVConfig, ModelConfig, digit_base, model_config
 from leviathan.model.lev import LEV
-from leviathan.model.presets import SCALES, model_config
 from leviathan.model.transformer import LanguageModel, build_model
 from leviathan.model.variants import VARIANTS, InputOutput
 
@@ -12,7 +11,6 @@ __all__ = [
     "LanguageModel",
     "InputOutput",
     "ModelConfig",
-    "SCALES",
     "VARIANTS",
     "build_model",
     "digit_base",

@@ -39,7 +39,8 @@ def basis_taps(t: torch.Tensor, n_knots: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def basis_dense(t: torch.Tensor, n_knots: int) -> torch.Tensor:
-    """Reference dense basis t.shape + (kappa,) straight from the formula (tests, not hot path)."""
+    """Dense basis t.shape + (kappa,) straight from the formula (the reference path
+    `lev.reference_product` and tests; not the hot path)."""
     centres = torch.arange(n_knots, dtype=t.dtype, device=t.device)
     u = (t.unsqueeze(-1) * (n_knots - 1) - centres).abs()
     inner = 0.75 - u**2

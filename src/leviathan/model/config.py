@@ -10,6 +10,9 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from leviathan.scales import get_scale
+from leviathan.vocab import get_vocab
+
 
 def digit_base(vocab_size: int, n_digits: int) -> int:
     """Smallest base b with b**k >= V (SPEC 2.1: o200k -> 59, gpt2 -> 37, cl100k -> 47)."""
@@ -154,6 +157,33 @@ class ModelConfig:
 
     def with_(self, **changes: Any) -> ModelConfig:
         return replace(self, **changes)
+
+
+def model_config(
+    scale: str,
+    vocab: str,
+    variant: str,
+    *,
+    vocab_size: int | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> ModelConfig:
+    """The model config of one cell: a named scale (`leviathan.scales`), a vocabulary and a
+    variant.
+
+    vocab_size defaults to the tokenizer's n_vocab; `overrides` replaces any ModelConfig
+    field (a nested dict for `lev`).
+    """
+    fields: dict[str, Any] = {
+        **get_scale(scale).model_fields(),
+        "vocab_size": vocab_size or get_vocab(vocab).n_vocab,
+        "variant": variant,
+    }
+    for key, value in (overrides or {}).items():
+        if key == "lev" and isinstance(value, dict):
+            fields["lev"].update(value)
+        else:
+            fields[key] = value
+    return ModelConfig.from_dict(fields).validate()
 
 
 def _divisor_hint(n: int) -> str:

@@ -9,7 +9,10 @@ Per token id i:
   5. KHRONOS phi_l[p, m] = sum_j B(t_p, j) S_l[p, j, m];  M_l[m] = prod_p phi_l[p, m];
   6. output  E_i = sum_l W_out_l M_l                      (one [h r] -> D matmul).
 
-Steps 4-5 run in `SplineProduct`, a fused autograd function. In the cell of its nearest
+`reference_product` (with `LEV.reference`) is steps 4-5 exactly as written above: a dense
+basis over all kappa centres and a plain product over the seed coordinates, a few lines to
+read the method by, which the tests hold the fast paths against. Training and evaluation run
+steps 4-5 in `SplineProduct`, a fused autograd function. In the cell of its nearest
 centre c (x = t (kappa-1), f = x - c in [-1/2, 1/2]) the 3-tap expansion of a coordinate is a
 quadratic in f whose coefficients depend only on (l, p, c):
     phi = A0 + f A1 + f^2 A2,   A0 = (S[c-1] + 6 S[c] + S[c+1]) / 8,
@@ -33,7 +36,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from leviathan.model import lev_native
-from leviathan.model.bspline import N_TAPS
+from leviathan.model.bspline import N_TAPS, basis_dense
 from leviathan.model.config import LEVConfig
 from leviathan.model.generated import GeneratedInput
 
@@ -227,6 +230,16 @@ def spline_product(
     return SplineProduct.apply(t, cell_coefficients(S), S.shape[2], eps, chunk_elems, kernel)
 
 
+def reference_product(t: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """Steps 4-5 as the paper writes them: the plain reference of `spline_product`, for
+    reading and as a check of the fast paths (tests compare them). t [N, h, P], S [h, P,
+    kappa, r] -> M [N, h, r]. Dense in kappa (kappa/3 times the taps), a plain product (no
+    log space, no guard where phi ~ 0), no chunking: never on a hot path."""
+    B = basis_dense(t, S.shape[2])  # B(t_p, j)                               [N, h, P, kappa]
+    phi = torch.einsum("nlpj,lpjm->nlpm", B, S)  # phi_l[p, m] = sum_j B(t_p, j) S_l[p, j, m]
+    return phi.prod(dim=2)  # M_l[m] = prod_p phi_l[p, m]                     [N, h, r]
+
+
 class DigitCodebooks(nn.Module):
     """LEV steps 1-2 (shared with the factored_mlp ablation): id -> z [.., d_seed]."""
 
@@ -296,3 +309,9 @@ class LEV(GeneratedInput):
             t, self.splines, cfg.log_eps, cfg.chunk_elems, self.kernel
         )  # fp32 [N, h, r]
         return self.out_proj(M.flatten(1).to(self.out_proj.weight.dtype))
+
+    def reference(self, ids: torch.Tensor) -> torch.Tensor:
+        """What `generate` computes, plainly: steps 1-3, then `reference_product` (steps
+        4-5) and step 6, E = sum_l W_out_l M_l. For reading and tests, not for training."""
+        M = reference_product(self.coordinates(self.codebooks(ids)), self.splines)
+        return M.flatten(1) @ self.out_proj.weight.T

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from leviathan.model.accounting import account, overhead
-from leviathan.model.presets import model_config
+from leviathan.model.config import model_config
 from leviathan.paper import reported
 
 TOLERANCE = 0.01  # relative

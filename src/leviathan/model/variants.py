@@ -16,10 +16,7 @@ backbone. Variants register by name in `VARIANTS`; the model config chooses one.
 Parameter matching (RECON, documented): the ablation compares input representations at a
 matched budget, so albert's inner width e and the MLP hidden width H of flat_mlp and
 factored_mlp default to the value whose input-side parameter count is closest to LEV's at
-the same D and V (LEV counted from the LEV module itself):
-    albert        V e + e D                                 ~ P_LEV  ->  e = round(P_LEV / (V + D))
-    flat_mlp      (n_bits + 1) H + (H + 1) D                ~ P_LEV
-    factored_mlp  k b d_seed + (d_seed + 1) H + (H + 1) D   ~ P_LEV
+the same D and V (`matched_width`; each class states its count as `width`).
 `ModelConfig.mlp_hidden` overrides e / H.
 """
 
@@ -55,8 +52,28 @@ class TableInput(nn.Module):
         return self.weight.detach().clone()
 
 
+def lev_parameter_count(cfg: ModelConfig) -> int:
+    """P_LEV at this config's V and D, counted from the LEV module itself (meta device)."""
+    with torch.device("meta"):
+        lev = LEV(cfg.vocab_size, cfg.d_model, cfg.lev_base, cfg.lev)
+    return sum(p.numel() for p in lev.parameters())
+
+
+def matched_width(cfg: ModelConfig, fixed: int, per_width: int) -> int:
+    """`mlp_hidden` if set, else the width w whose count fixed + per_width w is closest to
+    P_LEV (an input's parameters: fixed ones plus per_width for each unit of its width)."""
+    if cfg.mlp_hidden is not None:
+        return cfg.mlp_hidden
+    return max(1, round((lev_parameter_count(cfg) - fixed) / per_width))
+
+
 class FactorizedTableInput(nn.Module):
     """ALBERT: V x e table followed by an e x D projection."""
+
+    @staticmethod
+    def width(cfg: ModelConfig) -> int:
+        """e matched to LEV: V e + e D ~ P_LEV, so e = round(P_LEV / (V + D))."""
+        return matched_width(cfg, 0, cfg.vocab_size + cfg.d_model)
 
     def __init__(self, vocab_size: int, d_model: int, inner: int, std: float) -> None:
         super().__init__()
@@ -93,6 +110,11 @@ def n_bits(vocab_size: int) -> int:
 class BinaryCodeMLP(GeneratedInput):
     """flat_mlp: the id's binary digits as a fixed +-1 code (RECON) -> SiLU MLP -> D."""
 
+    @staticmethod
+    def width(cfg: ModelConfig) -> int:
+        """H matched to LEV: (n_bits + 1) H + (H + 1) D ~ P_LEV."""
+        return matched_width(cfg, cfg.d_model, n_bits(cfg.vocab_size) + 1 + cfg.d_model)
+
     def __init__(self, vocab_size: int, d_model: int, hidden: int, std: float) -> None:
         super().__init__(vocab_size, d_model)
         self.register_buffer("bit_weights", 2 ** torch.arange(n_bits(vocab_size)), persistent=False)
@@ -107,6 +129,12 @@ class BinaryCodeMLP(GeneratedInput):
 class CodebookMLP(GeneratedInput):
     """factored_mlp: LEV steps 1-2 (digits + codebooks), then a SiLU MLP -> D, no splines."""
 
+    @staticmethod
+    def width(cfg: ModelConfig) -> int:
+        """H matched to LEV: k b d_seed + (d_seed + 1) H + (H + 1) D ~ P_LEV."""
+        lev, D = cfg.lev, cfg.d_model
+        return matched_width(cfg, lev.n_digits * cfg.lev_base * lev.d_seed + D, lev.d_seed + 1 + D)
+
     def __init__(
         self, vocab_size: int, d_model: int, base: int, cfg: ModelConfig, hidden: int
     ) -> None:
@@ -120,30 +148,6 @@ class CodebookMLP(GeneratedInput):
         z = self.codebooks(ids)
         # z's scale is lev.init_std * sqrt(k); normalise it so the MLP sees unit inputs.
         return self.mlp(F.layer_norm(z, z.shape[-1:]))
-
-
-def lev_parameter_count(cfg: ModelConfig) -> int:
-    """P_LEV at this config's V and D, counted from the LEV module itself (meta device)."""
-    with torch.device("meta"):
-        lev = LEV(cfg.vocab_size, cfg.d_model, cfg.lev_base, cfg.lev)
-    return sum(p.numel() for p in lev.parameters())
-
-
-def matched_width(cfg: ModelConfig, variant: str) -> int:
-    """albert's e or the MLP's H: `mlp_hidden` if set, else matched to LEV's parameter count."""
-    if cfg.mlp_hidden is not None:
-        return cfg.mlp_hidden
-    target, V, D = lev_parameter_count(cfg), cfg.vocab_size, cfg.d_model
-    if variant == "albert":
-        width = target / (V + D)
-    elif variant == "flat_mlp":
-        width = (target - D) / (n_bits(V) + 1 + D)
-    elif variant == "factored_mlp":
-        fixed = cfg.lev.n_digits * cfg.lev_base * cfg.lev.d_seed + D
-        width = (target - fixed) / (cfg.lev.d_seed + 1 + D)
-    else:
-        raise ValueError(f"variant {variant!r} has no matched width")
-    return max(1, round(width))
 
 
 class InputOutput(nn.Module):
@@ -183,17 +187,17 @@ VARIANTS: dict[str, Callable[[ModelConfig], InputOutput]] = {
     ),
     "albert": lambda c: InputOutput(
         "albert",
-        FactorizedTableInput(c.vocab_size, c.d_model, matched_width(c, "albert"), c.init_std),
+        FactorizedTableInput(c.vocab_size, c.d_model, FactorizedTableInput.width(c), c.init_std),
         _head(c),
     ),
     "flat_mlp": lambda c: InputOutput(
         "flat_mlp",
-        BinaryCodeMLP(c.vocab_size, c.d_model, matched_width(c, "flat_mlp"), c.init_std),
+        BinaryCodeMLP(c.vocab_size, c.d_model, BinaryCodeMLP.width(c), c.init_std),
         _head(c),
     ),
     "factored_mlp": lambda c: InputOutput(
         "factored_mlp",
-        CodebookMLP(c.vocab_size, c.d_model, c.lev_base, c, matched_width(c, "factored_mlp")),
+        CodebookMLP(c.vocab_size, c.d_model, c.lev_base, c, CodebookMLP.width(c)),
         _head(c),
     ),
     "leviathan": lambda c: InputOutput(

@@ -221,7 +221,7 @@ def variant_order() -> list[str]:
 
 
 def _order(c: Cell) -> tuple[Any, ...]:
-    from leviathan.model.presets import SCALES
+    from leviathan.scales import SCALES
 
     scales, variants = list(SCALES), variant_order()
     return (

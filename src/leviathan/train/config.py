@@ -5,10 +5,9 @@ refused); `RuntimeConfig` holds how it runs here (device, compile, logging caden
 may change between a run and its resumption.
 
 Paper recipe: AdamW (0.9, 0.999), eps 1e-8, no weight decay; linear warm-up then cosine
-decay to 10% of the peak; clip 1.0; context 512; 512 sequences per step; token budgets
-4.2B / 8.4B / 24.1B. The paper gives no learning rate or warm-up: the per-scale defaults
-here are RECON (GPT-3-like peaks for these sizes; warm-up 1% of steps, at least 100 steps
-where the run is long enough).
+decay to 10% of the peak; clip 1.0. What depends on the size (context, batch, token budget,
+peak learning rate) is the scale's (`leviathan.scales`). The paper gives no warm-up: RECON,
+1% of the steps, at least 100 steps where the run is long enough.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from leviathan.provenance import config_sha256
+from leviathan.scales import get_scale
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,12 @@ class TrainConfig:
     vocab: str
     variant: str
     seed: int = 0
-    context: int = 512
-    global_batch: int = 512  # sequences per optimizer step, over all ranks
-    micro_batch: int = 16  # sequences per forward/backward on one device
-    total_tokens: int = 4_200_000_000
-    lr: float = 6e-4
+    # the scale's recipe (leviathan.scales.RECIPE_FIELDS): no defaults here, a scale sets them
+    context: int = field(kw_only=True)
+    global_batch: int = field(kw_only=True)  # sequences per optimizer step, over all ranks
+    micro_batch: int = field(kw_only=True)  # sequences per forward/backward on one device
+    total_tokens: int = field(kw_only=True)
+    lr: float = field(kw_only=True)
     min_lr_ratio: float = 0.1  # cosine decays to this fraction of the peak
     warmup_steps: int | None = None  # None: 1% of the steps, at least min(100, steps // 10)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -154,31 +155,7 @@ def workflow_runtime(config_runtime: dict[str, Any] | None) -> RuntimeConfig:
     return RuntimeConfig(**values)
 
 
-# Per-scale defaults of the recipe (RECON where the paper is silent: lr, warm-up).
-SCALE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "micro": {
-        "context": 64,
-        "global_batch": 8,
-        "micro_batch": 8,
-        "total_tokens": 8 * 64 * 40,
-        "lr": 3e-3,
-    },
-    "tiny": {
-        "context": 256,
-        "global_batch": 16,
-        "micro_batch": 8,
-        "total_tokens": 16 * 256 * 300,
-        "lr": 2e-3,
-    },
-    "200m": {"total_tokens": 4_200_000_000, "lr": 6e-4},
-    "400m": {"total_tokens": 8_400_000_000, "lr": 3e-4},
-    "1.2b": {"total_tokens": 24_100_000_000, "lr": 2e-4},
-}
-
-
 def train_config(scale: str, vocab: str, variant: str, **overrides: Any) -> TrainConfig:
-    """The cell's training config: recipe defaults, the scale's defaults, then overrides."""
-    if scale not in SCALE_DEFAULTS:
-        raise ValueError(f"unknown scale {scale!r}: use one of {', '.join(SCALE_DEFAULTS)}")
-    values = {**SCALE_DEFAULTS[scale], **overrides}
+    """The cell's training config: the scale's recipe (`leviathan.scales`), then overrides."""
+    values = {**get_scale(scale).recipe(), **overrides}
     return TrainConfig.from_dict({"scale": scale, "vocab": vocab, "variant": variant, **values})
