@@ -198,9 +198,12 @@ class Trainer:
         )
         self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
         self.accounting = account_model(self.model, cfg.context)
-        self.train_model: Any = torch.compile(self.model) if runtime.compile else self.model
+        stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
+        self.train_model: Any = self.model
+        if runtime.compile and stepping:
+            self.train_model = torch.compile(self.model)
         self.ddp = None
-        if info.enabled and not self.restored.finished:
+        if info.enabled and stepping:
             self.ddp = DistributedDataParallel(
                 self.train_model, device_ids=[device] if device.type == "cuda" else None
             )
