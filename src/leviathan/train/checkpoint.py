@@ -14,6 +14,10 @@ A checkpoint is a directory `<run>/checkpoints/step_<N>/` (or `final/`) holding
 It is written under a temporary name and renamed into place only when complete, so a
 directory named `step_*`/`final` is always whole; `state.json` and then the manifest are
 written last (the manifest records the final directory's path, not the temporary one).
+
+`CheckpointManager` is the trainer's side: it owns the model, optimizer, data loader (stateful
+by contract, `Stateful`) and train state of a run, writes them together and restores them on a
+restart (refusing, or setting aside, checkpoints of another config or other data).
 """
 
 from __future__ import annotations
@@ -25,14 +29,20 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from leviathan.data.loader import DataMismatchError
 from leviathan.io import publish_dir, read_json, sha256_file, write_json
 from leviathan.manifest import display_path, write_manifest
+from leviathan.model import LanguageModel
+from leviathan.provenance import code_version, environment
+from leviathan.train.config import TrainConfig
+from leviathan.train.distributed import DistInfo, barrier
+from leviathan.train.errors import ConfigMismatch, config_mismatch
 
 FINAL = "final"
 PREFIX = "step_"
@@ -186,3 +196,137 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
         "rng": torch.load(path / "rng.pt", weights_only=True),
         "state": read_json(path / "state.json"),
     }
+
+
+def free_name(path: Path, tag: str) -> Path:
+    """`<name>.<tag>-<n><suffix>` beside `path`, with the first n not taken."""
+    n = 1
+    while (target := path.with_name(f"{path.stem}.{tag}-{n}{path.suffix}")).exists():
+        n += 1
+    return target
+
+
+class Stateful(Protocol):
+    """The data loader's contract with checkpoints (`leviathan.data.loader.TrainLoader`): its
+    position and the fingerprint of its data as a JSON-able dict; `load_state_dict` refuses a
+    state of other data with `DataMismatchError`."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What `CheckpointManager.restore` found: where the run continues from."""
+
+    step: int = 0  # 0: a fresh start
+    path: Path | None = None  # the checkpoint resumed from
+    state: dict[str, Any] | None = None  # its state.json
+    set_aside: Path | None = None  # checkpoints of another config/data, moved here
+    because: str | None = None  # why they were set aside
+
+    @property
+    def finished(self) -> bool:
+        return self.path is not None and self.path.name == FINAL
+
+    def aside_for(self, path: Path) -> Path:
+        """Where records of `path` (a run file) that belong to no kept checkpoint go: beside
+        the set-aside checkpoints, else under a free `<name>.stale-<n>` name."""
+        return self.set_aside / path.name if self.set_aside else free_name(path, "stale")
+
+
+class CheckpointManager:
+    """The checkpoints of one run. It owns what a checkpoint holds: the model's weights, the
+    optimizer, the data loader (stateful: its position and data fingerprint), the train state
+    (step, tokens, configs, provenance) and the RNG states, and saves or restores them together.
+    Every rank restores; the main rank writes, the others wait at a barrier."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        model: LanguageModel,
+        optimizer: torch.optim.Optimizer,
+        loader: Stateful,
+        cfg: TrainConfig,
+        info: DistInfo,
+        keep_last: int,
+    ) -> None:
+        self.root, self.model, self.optimizer, self.loader = root, model, optimizer, loader
+        self.cfg, self.info, self.keep_last = cfg, info, keep_last
+        self.fingerprint = cfg.fingerprint()
+        self.manifest: ManifestInfo | None = None  # set by the trainer on the main rank
+        self.last_good = "none (no checkpoint yet)"  # for the error texts
+
+    def restore(self, restart_on_mismatch: bool) -> Restored:
+        """Load the newest complete checkpoint into model, optimizer, loader and RNG. One of
+        another config or other data is refused, or with `restart_on_mismatch` set aside."""
+        ref = latest_checkpoint(self.root)
+        if ref is None:
+            return Restored()
+        loaded = load_checkpoint(ref.path, self.info.device)
+        state = loaded["state"]
+        try:
+            if state["train_fingerprint"] != self.fingerprint:
+                raise config_mismatch(
+                    ref.path, state["train_config"], self.cfg.to_dict(), self.root
+                )
+            self.loader.load_state_dict(state["loader"])  # refuses different data
+        except (ConfigMismatch, DataMismatchError) as exc:
+            if not restart_on_mismatch:
+                raise
+            return Restored(set_aside=self._set_aside(), because=str(exc))
+        self.model.load_state_dict(loaded["model"])
+        self.optimizer.load_state_dict(loaded["optim"])
+        set_rng_state(loaded["rng"])
+        self.last_good = str(ref.path)
+        return Restored(step=int(state["step"]), path=ref.path, state=state)
+
+    def _set_aside(self) -> Path:
+        """Move the checkpoints out of the way (kept, never deleted)."""
+        target = free_name(self.root, "stale")
+        barrier(self.info)  # every rank has finished reading the checkpoint before it moves
+        if self.info.is_main:
+            self.root.rename(target)
+        barrier(self.info)
+        return target
+
+    def save_step(self, step: int, train_loss: float | None) -> Path:
+        """A periodic (or preemption) checkpoint; it becomes the last good one."""
+        path = self.save(step_dir(self.root, step).name, step, train_loss=train_loss)
+        self.last_good = str(path)
+        return path
+
+    def save_final(self, step: int, train_loss: float | None, val_loss: float | None) -> Path:
+        return self.save(FINAL, step, train_loss=train_loss, val_loss=val_loss)
+
+    def save(self, name: str, step: int, **metrics: float | None) -> Path:
+        """Write checkpoint `name` after optimizer step `step` (main rank), keep the newest
+        `keep_last` step checkpoints; every rank returns once it is written."""
+        if self.info.is_main:
+            save_checkpoint(
+                self.root,
+                name,
+                model_state=self.model.state_dict(),
+                optim_state=self.optimizer.state_dict(),
+                state=self._train_state(step, metrics),
+                manifest=self.manifest,
+            )
+            prune(self.root, self.keep_last)
+        barrier(self.info)
+        return self.root / name
+
+    def _train_state(self, step: int, metrics: dict[str, float | None]) -> dict[str, Any]:
+        return {
+            "step": step,
+            "tokens": step * self.cfg.tokens_per_step,
+            "loader": self.loader.state_dict(),
+            "train_config": self.cfg.to_dict(),
+            "train_fingerprint": self.fingerprint,
+            "model_config": self.model.cfg.to_dict(),
+            "code": code_version(),
+            "env": environment(str(self.info.device)),
+            "world_size": self.info.world_size,
+            **metrics,
+        }

@@ -1,4 +1,5 @@
-"""Training telemetry: device peak FLOP/s for MFU, JSONL metrics, optional TensorBoard."""
+"""Training telemetry: device peak FLOP/s for MFU, JSONL metrics, optional TensorBoard and
+DVCLive views, the progress bar, and the rewind of a run's metrics to its checkpoint."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import torch
+
+from leviathan.provenance import code_version
+from leviathan.train.config import RuntimeConfig, TrainConfig
+from leviathan.train.distributed import DistInfo
 
 # Dense bf16 tensor-core peaks (FLOP/s, no sparsity), from the vendors' data sheets.
 # Matched against torch.cuda.get_device_name() in this order; anything else is "unknown".
@@ -88,6 +93,116 @@ class MetricsLog:
             self._tb.close()
         if self._live is not None:
             self._live.end()
+
+
+class TrainTelemetry:
+    """What a training run reports: the records of its metrics log (`log`, the main rank's;
+    None on the others) and the progress bar (main rank, `runtime.progress`). Closing it
+    closes both."""
+
+    def __init__(
+        self,
+        log: MetricsLog | None,
+        *,
+        cfg: TrainConfig,
+        runtime: RuntimeConfig,
+        info: DistInfo,
+        flops_per_token: int,
+    ) -> None:
+        self.log, self.cfg, self.runtime, self.info = log, cfg, runtime, info
+        self.flops_per_token = flops_per_token
+        self.device = device_name(info.device)
+        self.peak = peak_flops(self.device)
+        self.bar: Any = None
+
+    def start(
+        self,
+        step: int,
+        *,
+        params: int,
+        resumed_from: Path | None,
+        set_aside: Path | None,
+        because: str | None,
+    ) -> None:
+        """The run's first record: what it trains, where it resumed from, what was set aside."""
+        if self.log:
+            self.log.write(
+                {
+                    "kind": "start",
+                    "step": step,
+                    "resumed_from": str(resumed_from) if resumed_from else None,
+                    "set_aside": {"checkpoints": str(set_aside), "because": because}
+                    if set_aside
+                    else None,
+                    "max_steps": self.cfg.max_steps,
+                    "world_size": self.info.world_size,
+                    "device": self.device,
+                    "params": params,
+                    "train_flops_per_token": self.flops_per_token,
+                    "train_config": self.cfg.to_dict(),
+                    "code": code_version(),
+                }
+            )
+
+    def show_progress(self, step: int) -> None:
+        """The progress bar, from `step` (main rank, with `runtime.progress`)."""
+        if self.info.is_main and self.runtime.progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=self.cfg.max_steps,
+                initial=step,
+                desc=f"{self.cfg.scale}/{self.cfg.vocab}/{self.cfg.variant}",
+                unit="step",
+            )
+
+    def train_step(self, done: int, *, loss: float, lr: float, grad_norm: float, dt: float) -> None:
+        """After optimizer step `done` (1-based) took `dt` seconds: a record every
+        `runtime.log_every` steps and at the last, and the bar."""
+        tok_s = self.cfg.tokens_per_step / dt
+        if self.log and (done % self.runtime.log_every == 0 or done == self.cfg.max_steps):
+            self.log.write(
+                {
+                    "kind": "train",
+                    "step": done,
+                    "tokens": done * self.cfg.tokens_per_step,
+                    "loss": loss,
+                    "lr": lr,
+                    "grad_norm": grad_norm,
+                    "tokens_per_s": tok_s,
+                    "step_s": dt,
+                    "mfu": mfu(tok_s, self.flops_per_token, self.peak, self.info.world_size),
+                }
+            )
+        if self.bar:
+            self.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tok_s:,.0f}", refresh=False)
+            self.bar.update(1)
+
+    def val(self, step: int, val_loss: float) -> None:
+        if self.log:
+            self.log.write(
+                {
+                    "kind": "val",
+                    "step": step,
+                    "tokens": step * self.cfg.tokens_per_step,
+                    "val_loss": val_loss,
+                }
+            )
+
+    def end(self, step: int, *, train_loss: float | None, val_loss: float | None) -> None:
+        if self.log:
+            self.log.write(
+                {"kind": "end", "step": step, "train_loss": train_loss, "val_loss": val_loss}
+            )
+
+    def __enter__(self) -> TrainTelemetry:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar:
+            self.bar.close()
+        if self.log:
+            self.log.close()
 
 
 def _scalars(record: dict[str, Any]) -> list[tuple[str, float]]:

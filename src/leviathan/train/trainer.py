@@ -6,6 +6,13 @@ newest complete checkpoint (bitwise on CPU); SIGTERM/SIGUSR1 checkpoint and rais
 `Preempted`; a non-finite loss raises `NonFiniteLoss` naming the step and the last good
 checkpoint, writing nothing.
 
+`Trainer` wires the components and `Trainer.fit` is the training loop; beside it:
+  checkpoint.py   CheckpointManager: saves/restores model, optimizer, loader, train state, RNG
+  preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1 -> checkpoint, exit 128+signal
+  telemetry.py    TrainTelemetry: metrics records, progress bar; rewind_metrics on a restart
+  validation.py   evaluate_val_loss
+  errors.py       NonFiniteLoss, ConfigMismatch and their texts
+
 Run directory:
   checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`)
   metrics.jsonl                               kind = start | train | val | end
@@ -14,9 +21,7 @@ Run directory:
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import signal
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,11 +31,11 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from leviathan.data.loader import DataMismatchError, TrainLoader, val_batches
+from leviathan.data.loader import TrainLoader
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
 from leviathan.model.accounting import account_model
-from leviathan.provenance import code_version, environment, utc_now
+from leviathan.provenance import utc_now
 from leviathan.train import checkpoint as ckpt
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import (
@@ -40,31 +45,25 @@ from leviathan.train.distributed import (
     init_distributed,
     shutdown,
 )
+from leviathan.train.errors import ConfigMismatch, NonFiniteLoss, check_grad_norm, check_loss
+from leviathan.train.preemption import Preempted, PreemptionWatch
 from leviathan.train.schedule import lr_at
-from leviathan.train.telemetry import MetricsLog, device_name, mfu, peak_flops, rewind_metrics
+from leviathan.train.telemetry import MetricsLog, TrainTelemetry, rewind_metrics
+from leviathan.train.validation import evaluate_val_loss
 from leviathan.vocab import get_vocab
 
-
-class Preempted(Exception):
-    """A SIGTERM/SIGUSR1 arrived; a checkpoint was written. Exit non-zero to be retried."""
-
-    def __init__(self, signum: int, checkpoint: Path) -> None:
-        super().__init__(
-            f"stopped by signal {signal.Signals(signum).name}; resume from {checkpoint}"
-        )
-        self.signum, self.checkpoint = signum, checkpoint
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
-
-
-class NonFiniteLoss(RuntimeError):
-    pass
-
-
-class ConfigMismatch(ValueError):
-    pass
+__all__ = [
+    "ConfigMismatch",
+    "NonFiniteLoss",
+    "Preempted",
+    "TrainResult",
+    "Trainer",
+    "build_cell_model",
+    "cell_model_config",
+    "evaluate_val_loss",
+    "set_deterministic",
+    "train",
+]
 
 
 @dataclass(frozen=True)
@@ -75,29 +74,6 @@ class TrainResult:
     start_step: int
     final_train_loss: float | None
     final_val_loss: float | None
-
-
-class _SignalFlag:
-    """Records SIGTERM/SIGUSR1 instead of dying; the loop checkpoints at the next step end."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-    def __init__(self) -> None:
-        self.signum = 0
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> _SignalFlag:
-        for sig in self.SIGNALS:
-            with contextlib.suppress(ValueError):  # not the main thread: leave handlers alone
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.signum = signum
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
 
 
 def set_deterministic() -> None:
@@ -139,69 +115,6 @@ def _micro_batches(
         yield x[i : i + size], y[i : i + size]
 
 
-def evaluate_val_loss(
-    model: LanguageModel,
-    val_bin: Path,
-    *,
-    context: int,
-    batch: int,
-    windows: int,
-    info: DistInfo,
-    vocab: str,
-    autocast: Any,
-) -> float:
-    """Mean loss over the first `windows` fixed validation windows (0: all), every target once."""
-    was_training = model.training
-    model.eval()
-    sums = torch.zeros(2, dtype=torch.float64, device=info.device)
-    batches = val_batches(
-        val_bin,
-        context=context,
-        batch_size=batch,
-        rank=info.rank,
-        world_size=info.world_size,
-        max_windows=windows or None,
-        vocab=vocab,
-    )
-    with torch.no_grad():
-        for x, y in batches:
-            x, y = x.to(info.device), y.to(info.device)
-            with autocast:
-                losses = model.token_losses(x, y)
-            sums[0] += losses.double().sum()
-            sums[1] += (y != -100).sum()
-    all_reduce_sum(sums, info)
-    model.train(was_training)
-    return float(sums[0] / sums[1].clamp_min(1))
-
-
-def _free_name(path: Path, tag: str) -> Path:
-    """`<name>.<tag>-<n><suffix>` beside `path`, with the first n not taken."""
-    n = 1
-    while (target := path.with_name(f"{path.stem}.{tag}-{n}{path.suffix}")).exists():
-        n += 1
-    return target
-
-
-def _set_aside(ckpt_root: Path, info: DistInfo) -> Path:
-    """Move checkpoints of another config/data out of the way (kept, never deleted)."""
-    target = _free_name(ckpt_root, "stale")
-    barrier(info)  # every rank has finished reading the checkpoint before it moves
-    if info.is_main:
-        ckpt_root.rename(target)
-    barrier(info)
-    return target
-
-
-def _config_diff(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
-    keys = sorted(set(theirs) | set(ours))
-    return "; ".join(
-        f"{k}: checkpoint {theirs.get(k)!r} != now {ours.get(k)!r}"
-        for k in keys
-        if theirs.get(k) != ours.get(k)
-    )
-
-
 def train(
     cfg: TrainConfig,
     *,
@@ -213,7 +126,7 @@ def train(
     run_dir = Path(run_dir)
     info = init_distributed(runtime.device)
     try:
-        return _train(
+        trainer = Trainer(
             cfg,
             [Path(p) for p in train_bins],
             Path(val_bin) if val_bin else None,
@@ -221,291 +134,230 @@ def train(
             runtime,
             info,
         )
+        return trainer.fit()
     finally:
         shutdown(info)
 
 
-def _train(
-    cfg: TrainConfig,
-    train_bins: list[Path],
-    val_bin: Path | None,
-    run_dir: Path,
-    runtime: RuntimeConfig,
-    info: DistInfo,
-) -> TrainResult:
-    started = utc_now()
-    cfg.validate(info.world_size)
-    if runtime.threads:
-        torch.set_num_threads(runtime.threads)
-    if runtime.deterministic:
-        set_deterministic()
-    device = info.device
-    ckpt_root = run_dir / "checkpoints"
-    model = build_cell_model(cfg).to(device)
-    # Every run start (fresh or resumed) hashes the shards in full against their manifests, so a
-    # shard edited in place (same size) is caught before a step reads it: one sequential read per
-    # run, on the main rank (BENCHMARKS.md: "Shard verification"); the others wait at the barrier.
-    loader = TrainLoader(
-        train_bins,
-        context=cfg.context,
-        global_batch=cfg.global_batch,
-        seed=cfg.seed,
-        rank=info.rank,
-        world_size=info.world_size,
-        vocab=cfg.vocab,
-        verify_sha256=info.is_main,
-        progress=runtime.progress,
-    )
-    barrier(info)
-    _check_model_vocab(cfg, model)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
-    )
-    train_fp = cfg.fingerprint()
+class Trainer:
+    """One training run, wired: the model (`model`, as saved and validated; `train_model`, as
+    stepped: compiled and/or wrapped by DDP), the data loader, the optimizer and the checkpoint
+    manager, which restores them all when the run restarts. `fit` is the training loop."""
 
-    start_step, resumed_from, stale = 0, None, None
-    ref = ckpt.latest_checkpoint(ckpt_root)
-    if ref is not None:
-        loaded = ckpt.load_checkpoint(ref.path, device)
-        state = loaded["state"]
-        try:
-            if state["train_fingerprint"] != train_fp:
-                raise ConfigMismatch(
-                    f"refusing to resume from {ref.path}: it was trained with a different config ("
-                    + _config_diff(state["train_config"], cfg.to_dict())
-                    + f"). Use the same config, or a new run directory (or delete {ckpt_root})"
-                )
-            loader.load_state_dict(state["loader"])  # refuses different data
-        except (ConfigMismatch, DataMismatchError) as exc:
-            if not runtime.restart_on_mismatch:
-                raise
-            stale = (_set_aside(ckpt_root, info), str(exc))
-            ref = None
-    if ref is not None:
-        model.load_state_dict(loaded["model"])
-        opt.load_state_dict(loaded["optim"])
-        ckpt.set_rng_state(loaded["rng"])
-        start_step, resumed_from = int(state["step"]), ref.path
-        if ref.path.name == ckpt.FINAL:
-            return TrainResult(
-                run_dir,
-                ref.path,
-                start_step,
-                start_step,
-                state.get("train_loss"),
-                state.get("val_loss"),
-            )
-
-    metrics = run_dir / "metrics.jsonl"
-    if info.is_main:  # the metrics of exactly the run the checkpoints belong to
-        rewind_metrics(
-            metrics, start_step, stale[0] / metrics.name if stale else _free_name(metrics, "stale")
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        train_bins: list[Path],
+        val_bin: Path | None,
+        run_dir: Path,
+        runtime: RuntimeConfig,
+        info: DistInfo,
+    ) -> None:
+        self.started = utc_now()
+        cfg.validate(info.world_size)
+        if runtime.threads:
+            torch.set_num_threads(runtime.threads)
+        if runtime.deterministic:
+            set_deterministic()
+        self.cfg, self.runtime, self.info = cfg, runtime, info
+        self.val_bin, self.run_dir = val_bin, run_dir
+        device = info.device
+        self.model = build_cell_model(cfg).to(device)
+        # Every run start (fresh or resumed) hashes the shards in full against their manifests, so
+        # a shard edited in place (same size) is caught before a step reads it: one sequential read
+        # per run, on the main rank (BENCHMARKS.md: "Shard verification"); the others wait at the
+        # barrier.
+        self.loader = TrainLoader(
+            train_bins,
+            context=cfg.context,
+            global_batch=cfg.global_batch,
+            seed=cfg.seed,
+            rank=info.rank,
+            world_size=info.world_size,
+            vocab=cfg.vocab,
+            verify_sha256=info.is_main,
+            progress=runtime.progress,
         )
-
-    raw_model = model
-    acc = account_model(raw_model, cfg.context)
-    if runtime.compile:
-        model = torch.compile(model)  # type: ignore[assignment]
-    ddp = (
-        DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
-        if info.enabled
-        else None
-    )
-    use_bf16 = runtime.bf16 and device.type == "cuda"
-
-    def autocast() -> Any:
-        return (
-            torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
-        )
-
-    log = (
-        MetricsLog(
-            metrics,
-            run_dir / "tensorboard" if runtime.tensorboard else None,
-            run_dir / "dvclive" if runtime.dvclive else None,
-        )
-        if info.is_main
-        else None
-    )
-    peak = peak_flops(device_name(device))
-    max_steps = cfg.max_steps
-    n_micro = loader.local_batch // cfg.micro_batch
-    if log:
-        log.write(
-            {
-                "kind": "start",
-                "step": start_step,
-                "resumed_from": str(resumed_from) if resumed_from else None,
-                "set_aside": {"checkpoints": str(stale[0]), "because": stale[1]} if stale else None,
-                "max_steps": max_steps,
-                "world_size": info.world_size,
-                "device": device_name(device),
-                "params": acc.total_params,
-                "train_flops_per_token": acc.train_flops,
-                "train_config": cfg.to_dict(),
-                "code": code_version(),
-            }
-        )
-
-    manifest = None
-    if info.is_main:  # the data the checkpoints come from, with the sha256 their manifests record
-        data = [input_record(s.path, s.sha256, role="train_tokens") for s in loader.shards]
-        if val_bin is not None:
-            data.append(
-                input_record(val_bin, recorded_sha256(val_bin, "tokens"), role="val_tokens")
-            )
-        manifest = ckpt.ManifestInfo(inputs=data, started=started, device=str(device))
-
-    def save(name: str, step: int, extra: dict[str, Any]) -> Path:
-        path = ckpt_root / name
-        if info.is_main:
-            state = {
-                "step": step,
-                "tokens": step * cfg.tokens_per_step,
-                "loader": loader.state_dict(),
-                "train_config": cfg.to_dict(),
-                "train_fingerprint": train_fp,
-                "model_config": raw_model.cfg.to_dict(),
-                "code": code_version(),
-                "env": environment(str(device)),
-                "world_size": info.world_size,
-                **extra,
-            }
-            ckpt.save_checkpoint(
-                ckpt_root,
-                name,
-                model_state=raw_model.state_dict(),
-                optim_state=opt.state_dict(),
-                state=state,
-                manifest=manifest,
-            )
-            ckpt.prune(ckpt_root, runtime.keep_last)
         barrier(info)
-        return path
+        _check_model_vocab(cfg, self.model)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=cfg.lr,
+            betas=cfg.betas,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+        )
+        self.checkpoints = ckpt.CheckpointManager(
+            run_dir / "checkpoints",
+            model=self.model,
+            optimizer=self.optimizer,
+            loader=self.loader,
+            cfg=cfg,
+            info=info,
+            keep_last=runtime.keep_last,
+        )
+        self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
+        self.accounting = account_model(self.model, cfg.context)
+        stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
+        self.train_model: Any = self.model
+        if runtime.compile and stepping:
+            self.train_model = torch.compile(self.model)
+        self.ddp = None
+        if info.enabled and stepping:
+            self.ddp = DistributedDataParallel(
+                self.train_model, device_ids=[device] if device.type == "cuda" else None
+            )
+        self.bf16 = runtime.bf16 and device.type == "cuda"
+        self.n_micro = self.loader.local_batch // cfg.micro_batch
 
-    def validate(step: int) -> float | None:
-        if val_bin is None:
+    def fit(self) -> TrainResult:
+        """The training loop: batch, forward, backward, clip, step, log, maybe validate, maybe
+        checkpoint; at the end a last validation and the final checkpoint."""
+        cfg, runtime, start = self.cfg, self.runtime, self.restored.step
+        if self.restored.finished:
+            return self._finished()
+        loss: float | None = None
+        with self._begin() as telemetry:
+            self.train_model.train()
+            with PreemptionWatch(self.info) as preemption:
+                for step in range(start, cfg.max_steps):
+                    t0 = time.perf_counter()
+                    lr = self._set_lr(step)
+                    x, y = self.loader.batch(step)
+                    loss = self._forward_backward(x, y)
+                    last_good = self.checkpoints.last_good
+                    check_loss(loss, step=step, lr=lr, last_good=last_good)
+                    grad_norm = self._clip_gradients()
+                    check_grad_norm(grad_norm, step=step, loss=loss, lr=lr, last_good=last_good)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.loader.step = done = step + 1
+                    dt = self._step_time(t0)
+                    telemetry.train_step(done, loss=loss, lr=lr, grad_norm=grad_norm, dt=dt)
+                    if done == cfg.max_steps:
+                        break
+                    if runtime.val_every and done % runtime.val_every == 0:
+                        self._validate(done, telemetry)
+                    if preemption.requested():  # every rank stops at the same step
+                        raise preemption.stop(self.checkpoints.save_step(done, loss))
+                    if runtime.ckpt_every and done % runtime.ckpt_every == 0:
+                        self.checkpoints.save_step(done, loss)
+            val_loss = self._validate(cfg.max_steps, telemetry)
+            final = self.checkpoints.save_final(cfg.max_steps, loss, val_loss)
+            telemetry.end(cfg.max_steps, train_loss=loss, val_loss=val_loss)
+        return TrainResult(self.run_dir, final, cfg.max_steps, start, loss, val_loss)
+
+    def _finished(self) -> TrainResult:
+        """The result of a run whose final checkpoint exists: nothing is trained again."""
+        r = self.restored
+        assert r.path is not None and r.state is not None
+        return TrainResult(
+            self.run_dir, r.path, r.step, r.step, r.state.get("train_loss"), r.state.get("val_loss")
+        )
+
+    def _begin(self) -> TrainTelemetry:
+        """Rewind the metrics log to the restored step and open it with the start record, record
+        the data the checkpoints come from, show the progress bar (main rank)."""
+        r, info, runtime = self.restored, self.info, self.runtime
+        metrics = self.run_dir / "metrics.jsonl"
+        if info.is_main:  # the metrics of exactly the run the checkpoints belong to
+            rewind_metrics(metrics, r.step, r.aside_for(metrics))
+        log = (
+            MetricsLog(
+                metrics,
+                self.run_dir / "tensorboard" if runtime.tensorboard else None,
+                self.run_dir / "dvclive" if runtime.dvclive else None,
+            )
+            if info.is_main
+            else None
+        )
+        telemetry = TrainTelemetry(
+            log,
+            cfg=self.cfg,
+            runtime=runtime,
+            info=info,
+            flops_per_token=self.accounting.train_flops,
+        )
+        telemetry.start(
+            r.step,
+            params=self.accounting.total_params,
+            resumed_from=r.path,
+            set_aside=r.set_aside,
+            because=r.because,
+        )
+        if (
+            info.is_main
+        ):  # the data the checkpoints come from, with the sha256 their manifests record
+            self.checkpoints.manifest = self._manifest()
+        telemetry.show_progress(r.step)
+        return telemetry
+
+    def _manifest(self) -> ckpt.ManifestInfo:
+        data = [input_record(s.path, s.sha256, role="train_tokens") for s in self.loader.shards]
+        if self.val_bin is not None:
+            data.append(
+                input_record(
+                    self.val_bin, recorded_sha256(self.val_bin, "tokens"), role="val_tokens"
+                )
+            )
+        return ckpt.ManifestInfo(inputs=data, started=self.started, device=str(self.info.device))
+
+    def _set_lr(self, step: int) -> float:
+        cfg = self.cfg
+        lr = lr_at(
+            step, peak=cfg.lr, warmup=cfg.warmup, total=cfg.max_steps, min_ratio=cfg.min_lr_ratio
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """Accumulate the gradients of one optimizer step's batch over its micro-batches (DDP
+        all-reduces them on the last); return the step's mean loss over micro-batches and ranks."""
+        device, n_micro = self.info.device, self.n_micro
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        for i, (xm, ym) in enumerate(_micro_batches(x, y, self.cfg.micro_batch)):
+            sync = self.ddp is None or i == n_micro - 1
+            with contextlib.nullcontext() if sync else self.ddp.no_sync(), self._autocast():  # type: ignore[union-attr]
+                loss = (self.ddp or self.train_model)(xm, ym)  # through DDP's forward
+            (loss / n_micro).backward()
+            total += loss.detach().double() / n_micro
+        all_reduce_sum(total, self.info)
+        # Host syncs, once per optimizer step (none per micro-batch): the loss and the gradient
+        # norm are read for the non-finite checks and the metrics log, and the preemption flag
+        # so that every rank stops at the same step.
+        return float(total) / self.info.world_size
+
+    def _clip_gradients(self) -> float:
+        """Clip to `grad_clip` (0: no clipping); the norm before clipping, the same on every rank
+        (all-reduced gradients)."""
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+
+    def _step_time(self, t0: float) -> float:
+        """Seconds since `t0`, once the device has finished the step's work."""
+        if self.info.device.type == "cuda":
+            torch.cuda.synchronize(self.info.device)
+        return time.perf_counter() - t0
+
+    def _autocast(self) -> Any:
+        if self.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _validate(self, step: int, telemetry: TrainTelemetry) -> float | None:
+        if self.val_bin is None:
             return None
         val = evaluate_val_loss(
-            raw_model,
-            val_bin,
-            context=cfg.context,
-            batch=runtime.val_batch,
-            windows=runtime.val_windows,
-            info=info,
-            vocab=cfg.vocab,
-            autocast=autocast(),
+            self.model,
+            self.val_bin,
+            context=self.cfg.context,
+            batch=self.runtime.val_batch,
+            windows=self.runtime.val_windows,
+            info=self.info,
+            vocab=self.cfg.vocab,
+            autocast=self._autocast(),
         )
-        if log:
-            log.write(
-                {"kind": "val", "step": step, "tokens": step * cfg.tokens_per_step, "val_loss": val}
-            )
+        telemetry.val(step, val)
         return val
-
-    bar = None
-    if info.is_main and runtime.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(
-            total=max_steps,
-            initial=start_step,
-            desc=f"{cfg.scale}/{cfg.vocab}/{cfg.variant}",
-            unit="step",
-        )
-    model.train()
-    loss_value: float | None = None
-    val_loss: float | None = None
-    last_good = str(resumed_from) if resumed_from else "none (no checkpoint yet)"
-    try:
-        with _SignalFlag() as flag:
-            for step in range(start_step, max_steps):
-                t0 = time.perf_counter()
-                lr = lr_at(
-                    step,
-                    peak=cfg.lr,
-                    warmup=cfg.warmup,
-                    total=max_steps,
-                    min_ratio=cfg.min_lr_ratio,
-                )
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                x, y = loader.batch(step)
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                total = torch.zeros((), dtype=torch.float64, device=device)
-                for i, (xm, ym) in enumerate(_micro_batches(x, y, cfg.micro_batch)):
-                    sync = ddp is None or i == n_micro - 1
-                    with contextlib.nullcontext() if sync else ddp.no_sync(), autocast():  # type: ignore[union-attr]
-                        loss = (ddp or model)(xm, ym)  # through DDP's forward: grads all-reduced
-                    (loss / n_micro).backward()
-                    total += loss.detach().double() / n_micro
-                all_reduce_sum(total, info)
-                # Host syncs, once per optimizer step (none per micro-batch): the loss and the
-                # gradient norm are read for the non-finite checks and the metrics log, and
-                # the stop flag below so that every rank stops at the same step.
-                loss_value = float(total) / info.world_size
-                if not math.isfinite(loss_value):
-                    raise NonFiniteLoss(
-                        f"non-finite training loss {loss_value} at step {step} "
-                        f"(lr {lr:.3g}); nothing was saved. Last good checkpoint: {last_good}. "
-                        "Lower train.lr or check the data, then resume or restart"
-                    )
-                clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(raw_model.parameters(), clip))
-                if not math.isfinite(grad_norm):  # same value on every rank (all-reduced grads)
-                    raise NonFiniteLoss(
-                        f"non-finite gradient norm {grad_norm} at step {step} (loss {loss_value:.4f}, "
-                        f"lr {lr:.3g}); the update was not applied and nothing was saved. Last good "
-                        f"checkpoint: {last_good}. Lower train.lr or check the data, then resume or restart"
-                    )
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                loader.step = step + 1
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                dt = time.perf_counter() - t0
-                done = step + 1
-                tok_s = cfg.tokens_per_step / dt
-                if log and (done % runtime.log_every == 0 or done == max_steps):
-                    log.write(
-                        {
-                            "kind": "train",
-                            "step": done,
-                            "tokens": done * cfg.tokens_per_step,
-                            "loss": loss_value,
-                            "lr": lr,
-                            "grad_norm": grad_norm,
-                            "tokens_per_s": tok_s,
-                            "step_s": dt,
-                            "mfu": mfu(tok_s, acc.train_flops, peak, info.world_size),
-                        }
-                    )
-                if bar:
-                    bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{tok_s:,.0f}", refresh=False)
-                    bar.update(1)
-                if done == max_steps:
-                    break
-                if runtime.val_every and done % runtime.val_every == 0:
-                    val_loss = validate(done)
-                stop = torch.tensor([flag.signum], dtype=torch.float64, device=device)
-                all_reduce_sum(stop, info)  # every rank stops at the same step
-                if stop.item():
-                    path = save(
-                        ckpt.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value}
-                    )
-                    raise Preempted(flag.signum or signal.SIGTERM, path)
-                if runtime.ckpt_every and done % runtime.ckpt_every == 0:
-                    last_good = str(
-                        save(ckpt.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value})
-                    )
-        val_loss = validate(max_steps)
-        final = save(ckpt.FINAL, max_steps, {"train_loss": loss_value, "val_loss": val_loss})
-        if log:
-            log.write(
-                {"kind": "end", "step": max_steps, "train_loss": loss_value, "val_loss": val_loss}
-            )
-        return TrainResult(run_dir, final, max_steps, start_step, loss_value, val_loss)
-    finally:
-        if bar:
-            bar.close()
-        if log:
-            log.close()

@@ -1,0 +1,32 @@
+"""PreemptionWatch on its own: a signal is recorded (not fatal) while entered, turns into
+`Preempted` with the scheduler's exit code, and the old handlers come back on exit."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import torch
+
+from leviathan.train.distributed import DistInfo
+from leviathan.train.preemption import PreemptionWatch
+
+CPU = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+
+
+def test_a_signal_is_recorded_then_stops_with_its_exit_code() -> None:
+    before = signal.getsignal(signal.SIGUSR1)
+    with PreemptionWatch(CPU) as watch:
+        assert not watch.requested()
+        os.kill(os.getpid(), signal.SIGUSR1)  # recorded, the process lives on
+        assert watch.requested()
+        stop = watch.stop(Path("ckpt/step_00000004"))
+    assert signal.getsignal(signal.SIGUSR1) is before
+    assert stop.exit_code == 128 + signal.SIGUSR1 and stop.checkpoint == Path("ckpt/step_00000004")
+    assert str(stop) == "stopped by signal SIGUSR1; resume from ckpt/step_00000004"
+
+
+def test_a_rank_without_a_signal_of_its_own_reports_sigterm() -> None:
+    stop = PreemptionWatch(CPU).stop(Path("c"))  # another rank got it: the all-reduce said stop
+    assert stop.signum == signal.SIGTERM and stop.exit_code == 128 + signal.SIGTERM
