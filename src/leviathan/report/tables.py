@@ -286,24 +286,26 @@ ABLATION_PAPER_FIGURES = ("val_loss", "gain", "params")
 
 def paper_figures(paper: Paper) -> list[PaperFigure]:
     """Every point figure of the paper beside the cell of ours it compares with: the tables'
-    `paper_*` cells and the rows of paper_vs_ours. (Its vocabulary study is a range over
+    `paper_*` cells and the rows of paper_vs_ours. A table's figures are the section of the
+    same name in config/paper_reported.yaml. (Its vocabulary study is a range over
     vocabularies, not a point: the vocabulary table shows it on every row.)"""
     out: list[PaperFigure] = []
 
-    def add(table: str, scale: str, key: str, quantity: str, spec: CellSpec | None) -> None:
+    def add(table: str, scale: str, key: str, quantity: str, *path: str) -> None:
+        spec = _paper_cell(paper, table, scale, *path)
         if spec is not None:
             out.append(PaperFigure(table, scale, key, quantity, spec))
 
     for scale in paper.scales("main"):
         for variant, figs in paper.main(scale).items():
-            for col, key in MAIN_PAPER_FIGURES.items() if isinstance(figs, Mapping) else ():
-                add("main", scale, variant, col, _paper_cell(paper, "main", scale, variant, key))
+            if not isinstance(figs, Mapping):
+                continue  # the scale's training tokens
+            for col, key in MAIN_PAPER_FIGURES.items():
+                add("main", scale, variant, col, variant, key)
     for scale in paper.scales("ablation"):
         for variant in paper.ablation(scale):
-            for q in ABLATION_PAPER_FIGURES:
-                add(
-                    "ablation", scale, variant, q, _paper_cell(paper, "ablation", scale, variant, q)
-                )
+            for col in ABLATION_PAPER_FIGURES:
+                add("ablation", scale, variant, col, variant, col)
     for scale in paper.scales("downstream"):
         for variant, accuracies in paper.downstream(scale).items():
             if not isinstance(accuracies, Mapping):
@@ -311,18 +313,18 @@ def paper_figures(paper: Paper) -> list[PaperFigure]:
             tasks = [_paper_cell(paper, "downstream", scale, variant, t) for t in PAPER_TASKS]
             if all(tasks):
                 sources = tuple(s for spec in tasks for s in spec.sources)  # type: ignore[union-attr]
-                add("downstream", scale, variant, "mean", CellSpec("mean", sources))
-        gain = _paper_cell(paper, "downstream", scale, "mean_gain_points")
-        add("downstream", scale, "leviathan", "gain_points", gain)
+                out.append(
+                    PaperFigure("downstream", scale, variant, "mean", CellSpec("mean", sources))
+                )
+        add("downstream", scale, "leviathan", "gain_points", "mean_gain_points")
     for scale in paper.scales("frequency"):
         for key, (bucket, col) in FREQUENCY_PAPER_FIGURES.items():
-            add("frequency", scale, bucket, col, _paper_cell(paper, "frequency", scale, key))
+            add("frequency", scale, bucket, col, key)
     for scale in paper.scales("cost"):
         for key, col in COST_PAPER_FIGURES.items():
-            add("cost", scale, "leviathan", col, _paper_cell(paper, "cost", scale, key))
+            add("cost", scale, "leviathan", col, key)
     for scale in paper.scales("sample_efficiency"):
-        ratio = _paper_cell(paper, "sample_efficiency", scale, "tokens_ratio")
-        add("sample_efficiency", scale, "leviathan", "tokens_ratio", ratio)
+        add("sample_efficiency", scale, "leviathan", "tokens_ratio", "tokens_ratio")
     return out
 
 
