@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from leviathan.paper import reported
+from leviathan.paper import Paper
 from leviathan.report.paper import consistency_checks
 
 
@@ -18,14 +18,16 @@ def test_flags_the_papers_known_inconsistency_and_only_real_ones() -> None:
 
 
 def test_a_consistent_paper_passes_and_an_edited_figure_is_caught() -> None:
-    paper = copy.deepcopy(reported())
-    for row in paper["main"].values():
+    loaded = Paper.load()
+    doc = copy.deepcopy(dict(loaded.doc))
+    paper = Paper(doc, loaded.path)
+    for row in doc["main"].values():
         for variant in ("tied", "leviathan"):
             row[variant]["val_ppl"] = round(math.exp(row[variant]["val_loss"]), 2)
     checks = consistency_checks(paper)
     main_ppl = [c for c in checks if "val PPL = exp" in c.what]
     assert main_ppl and all(c.ok for c in main_ppl)
-    paper["ablation_400m"]["flat_mlp"]["gain"] = 0.02
+    doc["ablation"]["400m"]["flat_mlp"]["gain"] = 0.02
     edited = next(c for c in consistency_checks(paper) if "ablation flat_mlp" in c.what)
     assert not edited.ok
 
@@ -51,3 +53,16 @@ def test_paper_check_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "paper-check", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["ok"] for r in rows} == {True, False}
+
+
+def test_the_papers_figures_are_reached_by_scale() -> None:
+    paper = Paper.load()
+    assert paper.scales("main") == ["200m", "400m", "1.2b"]
+    assert paper.scales("ablation") == ["400m"] and paper.scales("downstream") == ["1.2b"]
+    assert paper.ablation("400m")["untied"]["params"] == 611_000_000
+    assert paper.ablation("1.2b") == {}  # not reported
+    assert (
+        paper.pointer("downstream", "1.2b", "mean_gain_points")
+        == "/downstream/1.2b/mean_gain_points"
+    )
+    assert paper.pointer("downstream", "400m", "mean_gain_points") is None

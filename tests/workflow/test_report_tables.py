@@ -11,10 +11,10 @@ import pytest
 from leviathan.io import write_json
 from leviathan.model import model_config
 from leviathan.model.accounting import account, overhead
-from leviathan.paper import reported, reported_path
-from leviathan.report.build import table_names, write_report
+from leviathan.paper import Paper, reported_path
+from leviathan.report.build import write_report
 from leviathan.report.cellmap import DocumentCache
-from leviathan.report.tables import ReportInputs, build_tables
+from leviathan.report.tables import ReportInputs, build_tables, table_names
 from leviathan.workflow.grid import Cell
 
 LOSS = {"tied": 3.10, "leviathan": 3.00}
@@ -65,7 +65,7 @@ def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
     lev = main.loc["200m/o200k_base/leviathan"]
     assert lev["val_ppl"] == pytest.approx(math.exp(3.0))
     assert lev["val_ppl_change"] == pytest.approx(math.exp(3.0 - 3.1) - 1)
-    assert lev["paper_val_loss"] == reported()["main"]["200m"]["leviathan"]["val_loss"]
+    assert lev["paper_val_loss"] == Paper.load().main("200m")["leviathan"]["val_loss"]
     assert math.isnan(main.loc["200m/o200k_base/tied", "val_ppl_change"])
 
     pvo = tables["paper_vs_ours"].frame(DocumentCache()).set_index("row")
@@ -139,3 +139,33 @@ def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(
         json.dumps({**doc, "200m/o200k_base/tied/seed0": {"val_loss": 2.0}})
     )
     assert any("edited" in d for d in json_findings())
+
+
+def test_paper_vs_ours_lists_the_tables_paper_cells_and_the_audit_checks_every_table(
+    at_200m: ReportInputs,
+) -> None:
+    tables = build_tables(at_200m, DocumentCache())
+    pvo = tables["paper_vs_ours"]
+    compared = 0
+    for (row, column), spec in pvo.cells.items():
+        labels = pvo.rows[row]
+        if column != "paper" or labels["table"] not in tables:
+            continue
+        ours = f"{labels['scale']}/o200k_base/{labels['variant']}"
+        if ours in tables[labels["table"]].rows:  # the same figure, the same source
+            assert tables[labels["table"]].cells[ours, f"paper_{labels['quantity']}"] == spec
+            compared += 1
+    assert compared == 7  # main at 200m: 2 figures of tied, 5 of leviathan
+    assert "ablation/400m/untied/params" in pvo.rows  # every scale the paper reports
+
+    from leviathan.report.audit import Auditor
+
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}}
+    write_report(config, "tables", None)
+    # every number recomputed from its sources (the fixture's checkpoints have no manifests: the
+    # chain below them is the end-to-end tests'), the metrics table (the per-cell summary) included
+    for name in table_names(at_200m):
+        auditor = Auditor(Path.cwd())
+        auditor.audit_table(f"tables/{name}.csv")
+        numbers = [f for f in auditor.findings if f.what.startswith(f"{name}.csv [")]
+        assert numbers and all(f.ok for f in numbers), (name, [f.line() for f in numbers])

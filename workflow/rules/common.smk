@@ -10,10 +10,10 @@ from leviathan.workflow.grid import (
     wildcard_pattern,
 )
 from leviathan.workflow import steps
-from leviathan.report.build import FIGURES_DIR, TABLES_DIR, report_inputs, table_names
+from leviathan.report.build import FIGURES_DIR, TABLES_DIR, report_inputs
 from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
-from leviathan.report.tables import table_paths
+from leviathan.report.tables import table_names, table_paths
 
 CORPUS = config["corpus"]["name"]
 CELLS = cells(config["studies"])

@@ -11,7 +11,7 @@ from typing import Any
 
 from leviathan.model.accounting import account, overhead
 from leviathan.model.config import model_config
-from leviathan.paper import reported
+from leviathan.paper import Paper
 
 TOLERANCE = 0.01  # relative
 
@@ -36,7 +36,8 @@ class Check:
 
 
 def paper_checks(vocab: str = "o200k_base") -> list[Check]:
-    cost = reported()["cost"]
+    paper = Paper.load()
+    cost, reported_1_2b = paper.cost(), paper.cost("1.2b")
     acc = {
         (scale, variant): account(model_config(scale, vocab, variant))
         for scale in ("400m", "1.2b")
@@ -47,14 +48,14 @@ def paper_checks(vocab: str = "o200k_base") -> list[Check]:
     per_d = (lev_2048 - lev_1024) / (2048 - 1024)
     big_lev, big_tied = acc["1.2b", "leviathan"], acc["1.2b", "tied"]
     cost_1_2b = overhead(big_lev, big_tied)
-    implied_total = lev_2048 / cost["param_overhead_1_2b"]
+    implied_total = lev_2048 / reported_1_2b["param_overhead"]
     checks = [
         Check("LEV parameters per unit of D", cost["lev_params_per_d"], per_d),
         Check("LEV parameters, fixed part", cost["lev_params_fixed"], lev_1024 - 1024 * per_d),
         Check("LEV parameters at D=2048 (1.2B)", cost["lev_params_at_d2048"], lev_2048),
         Check(
             "V x D embedding at 1.2B",
-            cost["embedding_params_1_2b"],
+            reported_1_2b["embedding_params"],
             big_tied.input_params,
             note=(
                 f"ours uses tiktoken's n_vocab={big_tied.vocab_size}; the paper's V="
@@ -64,15 +65,15 @@ def paper_checks(vocab: str = "o200k_base") -> list[Check]:
         ),
         Check(
             "untied 400M total parameters",
-            cost["untied_params_400m"],
+            paper.ablation("400m")["untied"]["params"],
             acc["400m", "untied"].total_params,
         ),
         Check(
             "leviathan vs tied parameters at 1.2B (fraction)",
-            cost["param_overhead_1_2b"],
+            reported_1_2b["param_overhead"],
             cost_1_2b["params"],
             note=(
-                f"the paper's +{cost['param_overhead_1_2b']:.2%} with LEV's {lev_2048:,} parameters "
+                f"the paper's +{reported_1_2b['param_overhead']:.2%} with LEV's {lev_2048:,} parameters "
                 f"implies a tied model of {implied_total / 1e9:.2f}B; our RECON 1.2B shape "
                 f"(D={big_tied.d_model}, {big_tied.n_layers} layers) has "
                 f"{big_tied.total_params / 1e9:.3f}B"
@@ -80,7 +81,7 @@ def paper_checks(vocab: str = "o200k_base") -> list[Check]:
         ),
         Check(
             "leviathan vs tied training FLOPs at 1.2B (fraction)",
-            cost["flop_overhead_1_2b"],
+            reported_1_2b["flop_overhead"],
             cost_1_2b["train_flops"],
             note=(
                 "ours counts LEV's matmuls and spline multiply-adds per token as if every "

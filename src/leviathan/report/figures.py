@@ -27,7 +27,7 @@ import seaborn as sns  # noqa: E402
 
 from leviathan.io import atomic_path, read_json  # noqa: E402
 from leviathan.manifest import input_record, write_manifest  # noqa: E402
-from leviathan.paper import reported, reported_path  # noqa: E402
+from leviathan.paper import Paper  # noqa: E402
 
 FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation"]
 FORMATS = ("png", "pdf")
@@ -176,7 +176,8 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
         _empty(ax, "no ablation study in this config")
     else:
         rows = []
-        inputs.append(reported_path())
+        paper = Paper.load()
+        inputs.append(Path(paper.path))
         for _, r in frame.iterrows():
             rows.append(
                 {
@@ -185,8 +186,11 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
                     "source": f"ours ({r['scale']}/{r['vocab']})",
                 }
             )
-        for variant, fig_ in reported().get("ablation_400m", {}).items():
-            rows.append({"variant": variant, "gain": 100 * fig_["gain"], "source": "paper (400m)"})
+        for scale in paper.scales("ablation"):
+            for variant, fig_ in paper.ablation(scale).items():
+                rows.append(
+                    {"variant": variant, "gain": 100 * fig_["gain"], "source": f"paper ({scale})"}
+                )
         long = pd.DataFrame(rows)
         order = [v for v in variant_order() if v in set(long["variant"])]
         sns.barplot(

@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from leviathan.paper import reported
+from leviathan.paper import Paper
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,11 @@ def _rounding(x: float) -> float:
     return 0.5 * 10 ** -_decimals(x) + 1e-12
 
 
-def consistency_checks(paper: dict[str, Any] | None = None) -> list[Consistency]:
-    paper = paper or reported()
+def consistency_checks(paper: Paper | None = None) -> list[Consistency]:
+    paper = paper or Paper.load()
     out: list[Consistency] = []
-    for scale, row in paper["main"].items():
+    for scale in paper.scales("main"):
+        row = paper.main(scale)
         for variant in ("tied", "leviathan"):
             r = row[variant]
             # ppl reported to 2 decimals; the loss's own rounding (+-0.0005) moves exp(loss) too
@@ -67,26 +68,28 @@ def consistency_checks(paper: dict[str, Any] | None = None) -> list[Consistency]
                 _rounding(change) + 0.01 / tied,
             )
         )
-    abl = paper["ablation_400m"]
-    base = abl["tied"]["val_loss"]
-    for variant, r in abl.items():
-        recomputed = (base - r["val_loss"]) / base
+    for scale in paper.scales("ablation"):
+        abl = paper.ablation(scale)
+        base = abl["tied"]["val_loss"]
+        for variant, r in abl.items():
+            recomputed = (base - r["val_loss"]) / base
+            out.append(
+                Consistency(
+                    f"{scale} ablation {variant}: relative loss gain over tied ({base} vs {r['val_loss']})",
+                    r["gain"],
+                    recomputed,
+                    _rounding(r["gain"]) + 2 * 0.0005 / base,
+                )
+            )
+    for scale in paper.scales("downstream"):
+        down = paper.downstream(scale)
+        gains = [down["leviathan"][t] - down["tied"][t] for t in down["tied"]]
         out.append(
             Consistency(
-                f"400m ablation {variant}: relative loss gain over tied ({base} vs {r['val_loss']})",
-                r["gain"],
-                recomputed,
-                _rounding(r["gain"]) + 2 * 0.0005 / base,
+                f"{scale.upper()} downstream: mean accuracy gain, points",
+                down["mean_gain_points"],
+                sum(gains) / len(gains),
+                _rounding(down["mean_gain_points"]),
             )
         )
-    down = paper["downstream_1_2b"]
-    gains = [down["leviathan"][t] - down["tied"][t] for t in down["tied"]]
-    out.append(
-        Consistency(
-            "1.2B downstream: mean accuracy gain, points",
-            down["mean_gain_points"],
-            sum(gains) / len(gains),
-            _rounding(down["mean_gain_points"]),
-        )
-    )
     return out

@@ -6,7 +6,9 @@ value is computed from the fields of the files it names, and that declaration is
 the table's manifest (its cell map), so `leviathan audit` can trace and re-check any number.
 
 Tables (the paper's, SPEC section 6): main, downstream, ablation, vocabulary, frequency,
-cost, and paper_vs_ours (every reported figure beside ours, where we trained that scale).
+cost, paper_vs_ours (every reported figure beside ours, where we trained that scale) and
+metrics (per cell and seed). Each is declared once, in TABLES: its name, when the configured
+studies yield it, how it is built, the files it is written to.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from leviathan.paper import Paper
 from leviathan.report.cellmap import (
     CI_SUFFIX,
     CellSpec,
@@ -36,6 +39,8 @@ PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
 # WikiText-103 perplexity per word (lm-eval's wikitext metric): independent of the tokenizer,
 # so vocabularies and the paper compare; token-level perplexity is in the evaluation JSON too
 WIKITEXT_PPL = "/results/word_perplexity"
+LOSS = "/results/overall/loss"
+LAMBADA_PPL = "/results/tasks/lambada_openai/metrics/perplexity,none"
 # main-table column -> the paper's key for it under `main.<scale>.<variant>` (paper_reported.yaml)
 MAIN_PAPER_FIGURES = {
     "val_loss": "val_loss",
@@ -136,8 +141,13 @@ class Table:
         return sorted({s.path for spec in self.cells.values() for s in spec.leaves()})
 
 
+def missing(value: Any) -> bool:
+    """An empty cell (not applicable or not run): None or NaN."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _fmt(value: Any, kind: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if missing(value):
         return "-"
     ci = kind.startswith("ci_")
     base = kind.removeprefix("ci_")
@@ -183,36 +193,6 @@ def _state(cells: Iterable[Cell], group: str = "a") -> tuple[Source, ...]:
     return tuple(Source(c.final_marker, "/model_config", group) for c in cells)
 
 
-class PaperFigures:
-    """config/paper_reported.yaml as table sources (it is recorded and hashed like any input)."""
-
-    def __init__(self, path: str, docs: DocumentCache) -> None:
-        self.path, self.doc = path, docs.get(path)
-
-    def spec(self, *keys: str | int) -> CellSpec | None:
-        node: Any = self.doc
-        for k in keys:
-            if isinstance(node, Mapping) and k in node:
-                node = node[k]
-            elif isinstance(node, list) and isinstance(k, int) and k < len(node):
-                node = node[k]
-            else:
-                return None
-        return CellSpec("mean", (Source(self.path, "/" + "/".join(str(k) for k in keys)),))
-
-    def downstream_mean(self, scale: str, variant: str) -> CellSpec | None:
-        """The mean of the paper's per-task accuracies (it states only the mean gain)."""
-        per_task = [self.spec(_key("downstream", scale), variant, task) for task in PAPER_TASKS]
-        if not all(per_task):
-            return None
-        return CellSpec("mean", tuple(s for spec in per_task for s in spec.sources))  # type: ignore[union-attr]
-
-
-def _key(section: str, scale: str) -> str:
-    """A scale-specific section of paper_reported.yaml, e.g. downstream_1_2b."""
-    return f"{section}_{scale.replace('.', '_')}"
-
-
 def variant_order() -> list[str]:
     """The variants in the registry's order (tied first); imported here, not at parse time of the workflow."""
     from leviathan.model.variants import VARIANTS
@@ -242,6 +222,13 @@ def _groups(cells: Iterable[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
     return dict(out)
 
 
+def _config_row(t: Table, scale: str, vocab: str, variant: str, cells: Sequence[Cell]) -> str:
+    """The row of one configuration, its seeds averaged: `<scale>/<vocab>/<variant>`."""
+    return t.add_row(
+        f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells)
+    )
+
+
 def _seeded(groups: Mapping[tuple[str, str, str], list[Cell]]) -> bool:
     """Whether any configuration has 2 or more seeds: its tables then give 95% CIs."""
     return any(len(cells) >= 2 for cells in groups.values())
@@ -260,6 +247,105 @@ class ReportInputs:
         return _groups(c for s in self.studies.values() for c in study_cells(s))
 
 
+# ---------------------------------------------------------------- the paper's figures
+
+
+def _paper_cell(paper: Paper, *keys: str | int) -> CellSpec | None:
+    """A reported figure as a cell (config/paper_reported.yaml is recorded and hashed like any
+    input); None where the paper does not report it."""
+    pointer = paper.pointer(*keys)
+    return CellSpec("mean", (Source(paper.path, pointer),)) if pointer else None
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """A point figure of the paper and where it sits in our tables: column `paper_<quantity>`
+    of row `<scale>/o200k_base/<key>` of `table` (key: a variant, or a frequency bucket)."""
+
+    table: str
+    scale: str
+    key: str
+    quantity: str
+    spec: CellSpec
+
+    @property
+    def row(self) -> str:
+        return f"{self.scale}/{PAPER_MAIN_VOCAB}/{self.key}"
+
+
+# the paper's frequency figures -> (our bucket label, column); its "> 1M" is our ">=1000000"
+FREQUENCY_PAPER_FIGURES = {
+    "bucket_1_9_ppl_gain": ("1-9", "ppl_gain"),
+    "bucket_1_9_loss_gain_nats": ("1-9", "loss_gain_nats"),
+    "bucket_over_1m_gain": (">=1000000", "ppl_gain"),
+}
+# the paper's cost figures of a scale (leviathan vs tied) -> cost-table column
+COST_PAPER_FIGURES = {"param_overhead": "params_overhead", "flop_overhead": "flops_overhead"}
+ABLATION_PAPER_FIGURES = ("val_loss", "gain", "params")
+
+
+def paper_figures(paper: Paper) -> list[PaperFigure]:
+    """Every point figure of the paper beside the cell of ours it compares with: the tables'
+    `paper_*` cells and the rows of paper_vs_ours. A table's figures are the section of the
+    same name in config/paper_reported.yaml. (Its vocabulary study is a range over
+    vocabularies, not a point: the vocabulary table shows it on every row.)"""
+    out: list[PaperFigure] = []
+
+    def add(table: str, scale: str, key: str, quantity: str, *path: str) -> None:
+        spec = _paper_cell(paper, table, scale, *path)
+        if spec is not None:
+            out.append(PaperFigure(table, scale, key, quantity, spec))
+
+    for scale in paper.scales("main"):
+        for variant, figs in paper.main(scale).items():
+            if not isinstance(figs, Mapping):
+                continue  # the scale's training tokens
+            for col, key in MAIN_PAPER_FIGURES.items():
+                add("main", scale, variant, col, variant, key)
+    for scale in paper.scales("ablation"):
+        for variant in paper.ablation(scale):
+            for col in ABLATION_PAPER_FIGURES:
+                add("ablation", scale, variant, col, variant, col)
+    for scale in paper.scales("downstream"):
+        for variant, accuracies in paper.downstream(scale).items():
+            if not isinstance(accuracies, Mapping):
+                continue  # the mean of the per-task accuracies (it states only the mean gain)
+            tasks = [_paper_cell(paper, "downstream", scale, variant, t) for t in PAPER_TASKS]
+            if all(tasks):
+                sources = tuple(s for spec in tasks for s in spec.sources)  # type: ignore[union-attr]
+                out.append(
+                    PaperFigure("downstream", scale, variant, "mean", CellSpec("mean", sources))
+                )
+        add("downstream", scale, "leviathan", "gain_points", "mean_gain_points")
+    for scale in paper.scales("frequency"):
+        for key, (bucket, col) in FREQUENCY_PAPER_FIGURES.items():
+            add("frequency", scale, bucket, col, key)
+    for scale in paper.scales("cost"):
+        for key, col in COST_PAPER_FIGURES.items():
+            add("cost", scale, "leviathan", col, key)
+    for scale in paper.scales("sample_efficiency"):
+        add("sample_efficiency", scale, "leviathan", "tokens_ratio", "tokens_ratio")
+    return out
+
+
+@dataclass
+class Context:
+    """What a table is built from: the inputs, the files read, the paper's figures, and the
+    tables built before it (in TABLES' order)."""
+
+    inp: ReportInputs
+    docs: DocumentCache
+    paper: Paper
+    figures: list[PaperFigure]
+    tables: dict[str, Table] = field(default_factory=dict)
+
+    def set_paper(self, t: Table, row: str) -> None:
+        """The paper's figures for one of our rows, in its `paper_*` columns."""
+        for fig in self.figures:
+            if (fig.table, fig.row) == (t.name, row):
+                t.set(row, f"paper_{fig.quantity}", fig.spec)
+
+
 # ---------------------------------------------------------------- the tables
 
 
@@ -273,15 +359,20 @@ def _lm_eval_tasks(inp: ReportInputs, docs: DocumentCache) -> dict[str, Any]:
     return {name: task.get("metrics", {}) for name, task in tasks.items()}
 
 
-def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table:
+def _has_lambada_ppl(tasks: Mapping[str, Any]) -> bool:
+    return "perplexity,none" in tasks.get("lambada_openai", {})
+
+
+def main_table(ctx: Context, name: str) -> Table:
+    inp = ctx.inp
     cols = {"tokens": "int", "val_loss": "loss", "val_ppl": "ppl", "val_ppl_change": "pct"}
     if "wikitext" in inp.evals:
         cols |= {"wikitext_ppl": "ppl", "wikitext_ppl_gain": "pct"}
-    if "perplexity,none" in _lm_eval_tasks(inp, docs).get("lambada_openai", {}):
+    if _has_lambada_ppl(_lm_eval_tasks(inp, ctx.docs)):
         cols |= {"lambada_ppl": "ppl", "lambada_ppl_gain": "pct"}
     cols |= {f"paper_{col}": cols.get(col, "pct") for col in MAIN_PAPER_FIGURES}
     t = Table(
-        "main",
+        name,
         "Main results: validation loss and perplexity, zero-shot perplexity gains over tied",
         ["scale", "vocab", "variant", "seeds"],
         cols,
@@ -297,38 +388,24 @@ def main_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> T
             "lambada_ppl_gain",
         )
     for (scale, vocab, variant), cells in groups.items():
-        row = t.add_row(
-            f"{scale}/{vocab}/{variant}",
-            scale=scale,
-            vocab=vocab,
-            variant=variant,
-            seeds=len(cells),
-        )
+        row = _config_row(t, scale, vocab, variant, cells)
         tied = groups.get((scale, vocab, "tied"))
         t.set(row, "tokens", CellSpec("mean", _src(cells, "val", "/checkpoint/tokens")))
-        t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", "/results/overall/loss")))
-        t.set(row, "val_ppl", CellSpec("exp", _src(cells, "val", "/results/overall/loss")))
-        lambada = "/results/tasks/lambada_openai/metrics/perplexity,none"
+        t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", LOSS)))
+        t.set(row, "val_ppl", CellSpec("exp", _src(cells, "val", LOSS)))
         if "wikitext_ppl" in cols:
             t.set(row, "wikitext_ppl", CellSpec("mean", _src(cells, "wikitext", WIKITEXT_PPL)))
         if "lambada_ppl" in cols:
-            t.set(row, "lambada_ppl", CellSpec("mean", _src(cells, "lm_eval", lambada)))
+            t.set(row, "lambada_ppl", CellSpec("mean", _src(cells, "lm_eval", LAMBADA_PPL)))
         if tied and variant != "tied":
-            t.set(
-                row,
-                "val_ppl_change",
-                _pair("exp_change", tied, cells, "val", "/results/overall/loss"),
-            )
+            t.set(row, "val_ppl_change", _pair("exp_change", tied, cells, "val", LOSS))
             if "wikitext_ppl" in cols:
                 t.set(
                     row, "wikitext_ppl_gain", _pair("gain", tied, cells, "wikitext", WIKITEXT_PPL)
                 )
             if "lambada_ppl" in cols:
-                t.set(row, "lambada_ppl_gain", _pair("gain", tied, cells, "lm_eval", lambada))
-        if vocab != PAPER_MAIN_VOCAB:
-            continue  # the paper's figures are for o200k
-        for col, key in MAIN_PAPER_FIGURES.items():
-            t.set(row, f"paper_{col}", paper.spec("main", scale, variant, key))
+                t.set(row, "lambada_ppl_gain", _pair("gain", tied, cells, "lm_eval", LAMBADA_PPL))
+        ctx.set_paper(t, row)
     return t
 
 
@@ -359,12 +436,10 @@ def _acc(
     )
 
 
-def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
-    groups = inp.study("main")
-    if "lm_eval" not in inp.evals or not groups:
-        return None
-    paper_tasks, tasks, averaged = _accuracy_tasks(inp, docs)
-    metrics = _lm_eval_tasks(inp, docs)
+def downstream_table(ctx: Context, name: str) -> Table:
+    groups = ctx.inp.study("main")
+    paper_tasks, tasks, averaged = _accuracy_tasks(ctx.inp, ctx.docs)
+    metrics = _lm_eval_tasks(ctx.inp, ctx.docs)
     cols = {task: "points" for task in tasks} | {
         "mean": "points",
         "gain_points": "dpoints",
@@ -374,7 +449,7 @@ def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache
     }
     over = ", ".join(averaged) or "no accuracy task (none of the tasks that ran reports acc)"
     t = Table(
-        "downstream",
+        name,
         f"Zero-shot accuracy (%, lm-eval's acc) per task; mean over {over} and its gain "
         "over tied (points); mean_norm: the same mean with acc_norm where a task has it",
         ["scale", "vocab", "variant", "seeds"],
@@ -385,13 +460,7 @@ def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache
         return "acc_norm,none" if "acc_norm,none" in metrics.get(task, {}) else "acc,none"
 
     for (scale, vocab, variant), cells in groups.items():
-        row = t.add_row(
-            f"{scale}/{vocab}/{variant}",
-            scale=scale,
-            vocab=vocab,
-            variant=variant,
-            seeds=len(cells),
-        )
+        row = _config_row(t, scale, vocab, variant, cells)
         for task in tasks:
             t.set(
                 row,
@@ -407,20 +476,13 @@ def downstream_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache
                 "gain_points",
                 CellSpec("diff_pct", _acc(tied, averaged, "a") + _acc(cells, averaged, "b")),
             )
-        if vocab != PAPER_MAIN_VOCAB or paper_tasks != PAPER_TASKS:
-            continue  # the paper's mean is over its six tasks, on o200k
-        t.set(row, "paper_mean", paper.downstream_mean(scale, variant))
-        if variant == "leviathan":
-            t.set(
-                row, "paper_gain_points", paper.spec(_key("downstream", scale), "mean_gain_points")
-            )
+        if paper_tasks == PAPER_TASKS:  # the paper's mean is over its six tasks
+            ctx.set_paper(t, row)
     return t
 
 
-def ablation_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
-    groups = inp.study("ablation")
-    if not groups:
-        return None
+def ablation_table(ctx: Context, name: str) -> Table:
+    groups = ctx.inp.study("ablation")
     cols = {
         "params": "int",
         "val_loss": "loss",
@@ -430,7 +492,7 @@ def ablation_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
         "paper_gain": "pct",
     }
     t = Table(
-        "ablation",
+        name,
         "Input-layer ablation: validation loss and relative gain over tied",
         ["scale", "vocab", "variant", "seeds"],
         cols,
@@ -438,37 +500,28 @@ def ablation_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
     if _seeded(groups):
         t.with_ci("val_loss", "gain")
     for (scale, vocab, variant), cells in groups.items():
-        row = t.add_row(
-            f"{scale}/{vocab}/{variant}",
-            scale=scale,
-            vocab=vocab,
-            variant=variant,
-            seeds=len(cells),
-        )
+        row = _config_row(t, scale, vocab, variant, cells)
         t.set(row, "params", CellSpec("params", _state(cells[:1])))
-        t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", "/results/overall/loss")))
+        t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", LOSS)))
         tied = groups.get((scale, vocab, "tied"))
         if tied:
-            t.set(row, "gain", _pair("gain", tied, cells, "val", "/results/overall/loss"))
-        if vocab != PAPER_MAIN_VOCAB:
-            continue
-        key = f"ablation_{scale}"
-        t.set(row, "paper_params", paper.spec(key, variant, "params"))
-        t.set(row, "paper_val_loss", paper.spec(key, variant, "val_loss"))
-        t.set(row, "paper_gain", paper.spec(key, variant, "gain"))
+            t.set(row, "gain", _pair("gain", tied, cells, "val", LOSS))
+        ctx.set_paper(t, row)
     return t
 
 
-def vocabulary_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
+def _pairs(groups: Mapping[tuple[str, str, str], list[Cell]]) -> list[tuple[str, str]]:
+    """The (scale, vocab) of a study with both a leviathan and a tied configuration."""
+    return sorted(
+        {(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups}
+    )
+
+
+def vocabulary_table(ctx: Context, name: str) -> Table:
     from leviathan.vocab import get_vocab
 
-    groups = inp.study("vocabulary")
-    pairs = sorted(
-        {(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups},
-        key=lambda sv: (sv[0], get_vocab(sv[1]).n_vocab),
-    )
-    if not pairs:
-        return None
+    groups = ctx.inp.study("vocabulary")
+    pairs = sorted(_pairs(groups), key=lambda sv: (sv[0], get_vocab(sv[1]).n_vocab))
     cols = {
         "tied_loss": "loss",
         "leviathan_loss": "loss",
@@ -477,14 +530,13 @@ def vocabulary_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
         "paper_gain_max": "pct",
     }
     t = Table(
-        "vocabulary",
+        name,
         "Vocabulary study: relative loss gain of leviathan over tied",
         ["scale", "vocab", "n_vocab", "seeds"],
         cols,
     )
     if _seeded(groups):
         t.with_ci("tied_loss", "leviathan_loss", "gain")
-    loss = "/results/overall/loss"
     for scale, vocab in pairs:
         tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
         row = t.add_row(
@@ -494,21 +546,16 @@ def vocabulary_table(inp: ReportInputs, paper: PaperFigures) -> Table | None:
             n_vocab=get_vocab(vocab).n_vocab,
             seeds=len(lev),
         )
-        t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", loss)))
-        t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", loss)))
-        t.set(row, "gain", _pair("gain", tied, lev, "val", loss))
-        t.set(row, "paper_gain_min", paper.spec("vocabulary", "gain_range", 0))
-        t.set(row, "paper_gain_max", paper.spec("vocabulary", "gain_range", 1))
+        t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", LOSS)))
+        t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", LOSS)))
+        t.set(row, "gain", _pair("gain", tied, lev, "val", LOSS))
+        t.set(row, "paper_gain_min", _paper_cell(ctx.paper, "vocabulary", "gain_range", 0))
+        t.set(row, "paper_gain_max", _paper_cell(ctx.paper, "vocabulary", "gain_range", 1))
     return t
 
 
-def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache) -> Table | None:
-    groups = inp.study("main")
-    pairs = sorted(
-        {(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups}
-    )
-    if not pairs:
-        return None
+def frequency_table(ctx: Context, name: str) -> Table:
+    groups = ctx.inp.study("main")
     cols = {
         "tokens": "int",
         "tied_loss": "loss",
@@ -521,14 +568,14 @@ def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache)
         "paper_loss_gain_nats": "loss",
     }
     t = Table(
-        "frequency",
+        name,
         "Validation loss by training-set frequency of the target token (tied vs leviathan)",
         ["scale", "vocab", "bucket"],
         cols,
     )
-    for scale, vocab in pairs:
+    for scale, vocab in _pairs(groups):
         tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
-        buckets = docs.get(_eval(tied[0], "val"))["results"]["frequency_tokens"]["log10"]
+        buckets = ctx.docs.get(_eval(tied[0], "val"))["results"]["frequency_tokens"]["log10"]
         for i, bucket in enumerate(buckets):
             label = bucket["label"]
             row = t.add_row(f"{scale}/{vocab}/{label}", scale=scale, vocab=vocab, bucket=label)
@@ -542,21 +589,11 @@ def frequency_table(inp: ReportInputs, paper: PaperFigures, docs: DocumentCache)
             t.set(row, "tied_ppl", CellSpec("exp", _src(tied, "val", f"{ptr}/mean_loss")))
             t.set(row, "leviathan_ppl", CellSpec("exp", _src(lev, "val", f"{ptr}/mean_loss")))
             t.set(row, "ppl_gain", _pair("exp_gain", tied, lev, "val", f"{ptr}/mean_loss"))
-            if vocab != PAPER_MAIN_VOCAB:
-                continue
-            key = _key("frequency", scale)
-            if (bucket.get("count_lo"), bucket.get("count_hi")) == (1, 9):
-                t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_1_9_ppl_gain"))
-                t.set(row, "paper_loss_gain_nats", paper.spec(key, "bucket_1_9_loss_gain_nats"))
-            elif (bucket.get("count_lo"), bucket.get("count_hi")) == (
-                10**6,
-                None,
-            ):  # the paper's "> 1M"
-                t.set(row, "paper_ppl_gain", paper.spec(key, "bucket_over_1m_gain"))
+            ctx.set_paper(t, row)
     return t
 
 
-def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
+def cost_table(ctx: Context, name: str) -> Table:
     cols = {
         "params": "int",
         "forward_flops_per_token": "int",
@@ -566,12 +603,12 @@ def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
         "paper_flops_overhead": "pct",
     }
     t = Table(
-        "cost",
+        name,
         "Cost by the model's own counter: parameters, forward FLOPs per token, overhead vs tied",
         ["scale", "vocab", "variant"],
         cols,
     )
-    groups = inp.all_cells()
+    groups = ctx.inp.all_cells()
     for (scale, vocab, variant), cells in groups.items():
         row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant)
         t.set(row, "params", CellSpec("params", _state(cells[:1])))
@@ -581,9 +618,7 @@ def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
             both = _state(tied[:1], "a") + _state(cells[:1], "b")
             t.set(row, "params_overhead", CellSpec("params_overhead", both))
             t.set(row, "flops_overhead", CellSpec("flops_overhead", both))
-        if variant == "leviathan" and vocab == PAPER_MAIN_VOCAB:
-            t.set(row, "paper_params_overhead", paper.spec("cost", _key("param_overhead", scale)))
-            t.set(row, "paper_flops_overhead", paper.spec("cost", _key("flop_overhead", scale)))
+        ctx.set_paper(t, row)
     return t
 
 
@@ -608,131 +643,160 @@ def _sample_efficiency_spec(inp: ReportInputs, docs: DocumentCache, scale: str) 
     return CellSpec("mean", tuple(sources)) if sources else None
 
 
-def paper_vs_ours(
-    tables: Mapping[str, Table],
-    paper: PaperFigures,
-    extra: Mapping[tuple[str, str, str, str], tuple[CellSpec | None, CellSpec | None]]
-    | None = None,
-) -> Table:
-    """The paper's point figures beside ours (empty where that scale was not run). Its
-    vocabulary study is a range over vocabularies: that sits in the vocabulary table."""
+def paper_vs_ours(ctx: Context, name: str) -> Table:
+    """The paper's point figures (the tables' `paper_*` cells, for every scale it reports)
+    beside ours: the same table's cell, empty where that scale was not run."""
     t = Table(
-        "paper_vs_ours",
+        name,
         "The paper's reported figures beside ours (ours empty where not trained)",
         ["table", "scale", "variant", "quantity"],
         {"paper": "num", "ours": "num", "difference": "num"},
     )
-
-    def add(
-        table_name: str,
-        scale: str,
-        variant: str,
-        quantity: str,
-        paper_spec: CellSpec | None,
-        ours: CellSpec | None = None,
-    ) -> None:
-        if ours is None and table_name in tables:  # ours: the same number in our table's row
-            ours = tables[table_name].cells.get((f"{scale}/{PAPER_MAIN_VOCAB}/{variant}", quantity))
-        row = t.add_row(
-            f"{table_name}/{scale}/{variant}/{quantity}",
-            table=table_name,
-            scale=scale,
-            variant=variant,
-            quantity=quantity,
-        )
-        t.set(row, "paper", paper_spec)
-        t.set(row, "ours", ours)
-        if ours is not None and paper_spec is not None:
-            t.set(row, "difference", CellSpec("diff_of", parts=(paper_spec, ours)))
-
-    for scale, row in paper.doc.get("main", {}).items():
-        for variant, figs in row.items():
-            if isinstance(figs, Mapping):
-                for col, key in MAIN_PAPER_FIGURES.items():
-                    if key in figs:
-                        add("main", scale, variant, col, paper.spec("main", scale, variant, key))
-    for variant in paper.doc.get("ablation_400m", {}):
-        for quantity in ("val_loss", "gain"):
-            add(
-                "ablation",
-                "400m",
-                variant,
-                quantity,
-                paper.spec("ablation_400m", variant, quantity),
+    for fig in ctx.figures:
+        if fig.table == "sample_efficiency":  # no table of ours: the sample-efficiency outputs
+            ours = _sample_efficiency_spec(ctx.inp, ctx.docs, fig.scale)
+        else:
+            ours = (
+                ctx.tables[fig.table].cells.get((fig.row, fig.quantity))
+                if fig.table in ctx.tables
+                else None
             )
-    for variant in ("tied", "leviathan"):
-        add("downstream", "1.2b", variant, "mean", paper.downstream_mean("1.2b", variant))
-    add(
-        "downstream",
-        "1.2b",
-        "leviathan",
-        "gain_points",
-        paper.spec("downstream_1_2b", "mean_gain_points"),
-    )
-    add("frequency", "1.2b", "1-9", "ppl_gain", paper.spec("frequency_1_2b", "bucket_1_9_ppl_gain"))
-    add(
-        "frequency",
-        "1.2b",
-        "1-9",
-        "loss_gain_nats",
-        paper.spec("frequency_1_2b", "bucket_1_9_loss_gain_nats"),
-    )
-    add(
-        "frequency",
-        "1.2b",
-        ">=1000000",
-        "ppl_gain",
-        paper.spec("frequency_1_2b", "bucket_over_1m_gain"),
-    )
-    add("cost", "1.2b", "leviathan", "params_overhead", paper.spec("cost", "param_overhead_1_2b"))
-    add("cost", "1.2b", "leviathan", "flops_overhead", paper.spec("cost", "flop_overhead_1_2b"))
-    for (table_name, scale, variant, quantity), (paper_spec, ours) in (extra or {}).items():
-        add(table_name, scale, variant, quantity, paper_spec, ours)
+        row = t.add_row(
+            f"{fig.table}/{fig.scale}/{fig.key}/{fig.quantity}",
+            table=fig.table,
+            scale=fig.scale,
+            variant=fig.key,
+            quantity=fig.quantity,
+        )
+        t.set(row, "paper", fig.spec)
+        t.set(row, "ours", ours)
+        if ours is not None:
+            t.set(row, "difference", CellSpec("diff_of", parts=(fig.spec, ours)))
     return t
 
 
-def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
-    """Every table the configured studies support, in report order."""
-    paper = PaperFigures(inp.paper_path, docs)
-    built: list[Table | None] = [
-        main_table(inp, paper, docs) if "main" in inp.studies else None,
-        downstream_table(inp, paper, docs),
-        ablation_table(inp, paper),
-        vocabulary_table(inp, paper),
-        frequency_table(inp, paper, docs),
-        cost_table(inp, paper),
+def metrics_table(ctx: Context, name: str) -> Table:
+    """The flat per-cell metrics of the study (DVC's `metrics:` file, rendered as JSON too).
+
+    One row per trained cell (scale/vocab/variant/seed<k>, seeds not averaged): validation
+    loss, perplexity and bits per byte, WikiText-103 and LAMBADA perplexity, mean downstream
+    accuracy, and the gains over the tied cell of the same scale, vocabulary and seed."""
+    inp = ctx.inp
+    tasks = _lm_eval_tasks(inp, ctx.docs)
+    wikitext = "wikitext" in inp.evals
+    lambada = _has_lambada_ppl(tasks)
+    averaged = _accuracy_tasks(inp, ctx.docs)[2] if tasks else []
+    cols = {"val_loss": "loss", "val_ppl": "ppl", "val_bpb": "loss"}
+    cols |= {"wikitext_ppl": "ppl"} if wikitext else {}
+    cols |= {"lambada_ppl": "ppl"} if lambada else {}
+    cols |= {"downstream_mean_acc": "points"} if averaged else {}
+    cols |= {"val_loss_gain": "pct", "val_ppl_change": "pct"}
+    cols |= {"wikitext_ppl_gain": "pct"} if wikitext else {}
+    cols |= {"lambada_ppl_gain": "pct"} if lambada else {}
+    cols |= {"downstream_gain_points": "dpoints"} if averaged else {}
+    t = Table(
+        name,
+        "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
+        "scale, vocabulary and seed",
+        ["scale", "vocab", "variant", "seed"],
+        cols,
+    )
+    groups = inp.all_cells()
+    for (scale, vocab, variant), cells in groups.items():
+        tied_by_seed = {c.seed: c for c in groups.get((scale, vocab, "tied"), [])}
+        for cell in cells:
+            one = [cell]
+            row = t.add_row(
+                f"{scale}/{vocab}/{variant}/seed{cell.seed}",
+                scale=scale,
+                vocab=vocab,
+                variant=variant,
+                seed=cell.seed,
+            )
+            t.set(row, "val_loss", CellSpec("mean", _src(one, "val", LOSS)))
+            t.set(row, "val_ppl", CellSpec("exp", _src(one, "val", LOSS)))
+            t.set(
+                row, "val_bpb", CellSpec("mean", _src(one, "val", "/results/overall/bits_per_byte"))
+            )
+            if wikitext:
+                t.set(row, "wikitext_ppl", CellSpec("mean", _src(one, "wikitext", WIKITEXT_PPL)))
+            if lambada:
+                t.set(row, "lambada_ppl", CellSpec("mean", _src(one, "lm_eval", LAMBADA_PPL)))
+            if averaged:
+                t.set(row, "downstream_mean_acc", CellSpec("pct", _acc(one, averaged)))
+            tied = tied_by_seed.get(cell.seed)
+            if tied is None or variant == "tied":
+                continue
+            t.set(row, "val_loss_gain", _pair("gain", [tied], one, "val", LOSS))
+            t.set(row, "val_ppl_change", _pair("exp_change", [tied], one, "val", LOSS))
+            if wikitext:
+                t.set(
+                    row, "wikitext_ppl_gain", _pair("gain", [tied], one, "wikitext", WIKITEXT_PPL)
+                )
+            if lambada:
+                t.set(row, "lambada_ppl_gain", _pair("gain", [tied], one, "lm_eval", LAMBADA_PPL))
+            if averaged:
+                t.set(
+                    row,
+                    "downstream_gain_points",
+                    CellSpec("diff_pct", _acc([tied], averaged, "a") + _acc(one, averaged, "b")),
+                )
+    return t
+
+
+# ---------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class TableDef:
+    """A report table: when the configured studies yield it, how it is built, its files."""
+
+    name: str
+    applies: Callable[[ReportInputs], bool]
+    build: Callable[[Context, str], Table]
+    formats: tuple[str, ...] = ("csv", "md", "tex")  # the CSV and its renderings
+
+
+def _always(inp: ReportInputs) -> bool:
+    return True
+
+
+# every table, in report order (a table is built after those it reads, paper_vs_ours last but one)
+TABLES: dict[str, TableDef] = {
+    d.name: d
+    for d in [
+        TableDef("main", lambda inp: bool(inp.study("main")), main_table),
+        TableDef(
+            "downstream",
+            lambda inp: bool(inp.study("main")) and "lm_eval" in inp.evals,
+            downstream_table,
+        ),
+        TableDef("ablation", lambda inp: bool(inp.study("ablation")), ablation_table),
+        TableDef("vocabulary", lambda inp: bool(_pairs(inp.study("vocabulary"))), vocabulary_table),
+        TableDef("frequency", lambda inp: bool(_pairs(inp.study("main"))), frequency_table),
+        TableDef("cost", _always, cost_table),
+        TableDef("paper_vs_ours", _always, paper_vs_ours),
+        # per cell and seed, flat; also JSON for DVC's `metrics:` (leviathan.report.build.render)
+        TableDef("metrics", _always, metrics_table, ("csv", "md", "tex", "json")),
     ]
-    tables = {t.name: t for t in built if t is not None}
-    extra = {
-        ("sample_efficiency", "1.2b", "leviathan", "tokens_ratio"): (
-            paper.spec("sample_efficiency", "tokens_ratio_1_2b"),
-            _sample_efficiency_spec(inp, docs, "1.2b"),
-        )
-    }
-    tables["paper_vs_ours"] = paper_vs_ours(tables, paper, extra)
-    from leviathan.report.metrics import metrics_table
-
-    tables[METRICS_TABLE] = metrics_table(inp, docs)
-    return tables
+}
 
 
-METRICS_TABLE = (
-    "metrics"  # per cell and seed, flat; also rendered as JSON for DVC (leviathan.report.metrics)
-)
-TABLE_NAMES = [
-    "main",
-    "downstream",
-    "ablation",
-    "vocabulary",
-    "frequency",
-    "cost",
-    "paper_vs_ours",
-    METRICS_TABLE,
-]
+def table_names(inp: ReportInputs) -> list[str]:
+    """The tables a config yields (the report rule declares exactly these as outputs)."""
+    return [name for name, d in TABLES.items() if d.applies(inp)]
+
+
+def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
+    """Every table the configured studies yield, in report order."""
+    paper = Paper(docs.get(inp.paper_path), inp.paper_path)
+    ctx = Context(inp, docs, paper, paper_figures(paper))
+    for name in table_names(inp):
+        ctx.tables[name] = TABLES[name].build(ctx, name)
+    return ctx.tables
 
 
 def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
-    """A table's files: the CSV and its renderings (Markdown, LaTeX; JSON for the metrics table)."""
-    d = Path(out_dir)
-    formats = ("csv", "md", "tex", "json") if name == METRICS_TABLE else ("csv", "md", "tex")
-    return {fmt: d / f"{name}.{fmt}" for fmt in formats}
+    """A table's files: the CSV and its renderings (its TableDef's formats)."""
+    formats = TABLES[name].formats if name in TABLES else TableDef.formats
+    return {fmt: Path(out_dir) / f"{name}.{fmt}" for fmt in formats}
