@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from leviathan import layout
 from leviathan.report.cellmap import (
     CI_SUFFIX,
     CellSpec,
@@ -168,7 +169,7 @@ def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _eval(c: Cell, kind: str) -> str:
-    return f"{c.eval_dir}/{kind}.json"
+    return layout.eval_output(c, kind)
 
 
 def _src(cells: Iterable[Cell], kind: str, pointer: str, group: str = "a") -> tuple[Source, ...]:
@@ -180,7 +181,7 @@ def _pair(op: str, ref: Iterable[Cell], cmp: Iterable[Cell], kind: str, pointer:
 
 
 def _state(cells: Iterable[Cell], group: str = "a") -> tuple[Source, ...]:
-    return tuple(Source(c.final_marker, "/model_config", group) for c in cells)
+    return tuple(Source(layout.final_marker(c), "/model_config", group) for c in cells)
 
 
 class PaperFigures:
@@ -589,15 +590,13 @@ def cost_table(inp: ReportInputs, paper: PaperFigures) -> Table:
 
 def _sample_efficiency_spec(inp: ReportInputs, docs: DocumentCache, scale: str) -> CellSpec | None:
     """Ours: the tokens ratio at which leviathan reaches tied's final loss (mean over seeds)."""
-    from leviathan.workflow.grid import sample_efficiency_path
-
     lev = inp.all_cells().get((scale, PAPER_MAIN_VOCAB, "leviathan"), [])
     tied = {c.seed for c in inp.all_cells().get((scale, PAPER_MAIN_VOCAB, "tied"), [])}
     sources = []
     for c in lev:
         if c.seed not in tied:
             continue
-        path = sample_efficiency_path(scale, PAPER_MAIN_VOCAB, c.seed)
+        path = layout.sample_efficiency_path(scale, PAPER_MAIN_VOCAB, c.seed)
         runs = docs.get(path)["results"]["runs"]
         i = next((i for i, r in enumerate(runs) if r.get("variant") == "leviathan"), None)
         if i is None:
@@ -733,6 +732,5 @@ TABLE_NAMES = [
 
 def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
     """A table's files: the CSV and its renderings (Markdown, LaTeX; JSON for the metrics table)."""
-    d = Path(out_dir)
-    formats = ("csv", "md", "tex", "json") if name == METRICS_TABLE else ("csv", "md", "tex")
-    return {fmt: d / f"{name}.{fmt}" for fmt in formats}
+    extra = ("json",) if name == METRICS_TABLE else ()
+    return layout.table_files(out_dir, name, layout.TABLE_FORMATS + extra)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from leviathan import layout
 from leviathan.data.loader import DataMismatchError, TrainLoader, val_batches
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
@@ -240,7 +241,7 @@ def _train(
     if runtime.deterministic:
         set_deterministic()
     device = info.device
-    ckpt_root = run_dir / "checkpoints"
+    ckpt_root = layout.checkpoints_dir(run_dir)
     model = build_cell_model(cfg).to(device)
     # Every run start (fresh or resumed) hashes the shards in full against their manifests, so a
     # shard edited in place (same size) is caught before a step reads it: one sequential read per
@@ -296,7 +297,7 @@ def _train(
                 state.get("val_loss"),
             )
 
-    metrics = run_dir / "metrics.jsonl"
+    metrics = layout.metrics_file(run_dir)
     if info.is_main:  # the metrics of exactly the run the checkpoints belong to
         rewind_metrics(
             metrics, start_step, stale[0] / metrics.name if stale else _free_name(metrics, "stale")
@@ -490,12 +491,14 @@ def _train(
                 all_reduce_sum(stop, info)  # every rank stops at the same step
                 if stop.item():
                     path = save(
-                        ckpt.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value}
+                        layout.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value}
                     )
                     raise Preempted(flag.signum or signal.SIGTERM, path)
                 if runtime.ckpt_every and done % runtime.ckpt_every == 0:
                     last_good = str(
-                        save(ckpt.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value})
+                        save(
+                            layout.step_dir(ckpt_root, done).name, done, {"train_loss": loss_value}
+                        )
                     )
         val_loss = validate(max_steps)
         final = save(ckpt.FINAL, max_steps, {"train_loss": loss_value, "val_loss": val_loss})
