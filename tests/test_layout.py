@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from leviathan import layout
@@ -27,6 +28,10 @@ def test_cell_paths_are_readable_and_stable() -> None:
 
 
 def test_the_inverses_undo_the_paths() -> None:
+    assert layout.parse_cell_key(CELL.key) == ("400m", "o200k_base", "leviathan", 0)
+    assert layout.record_cell_key({**CELL.as_wildcards(), "step": 3}) == CELL.key
+    with pytest.raises(ValueError, match="SCALE/VOCAB/VARIANT/seedN"):
+        layout.parse_cell_key("400m/o200k_base/leviathan/0")
     assert layout.run_of(layout.final_marker(CELL)) == layout.run_dir(CELL)
     assert layout.eval_cell_key(layout.eval_output(CELL, "val")) == CELL.key
     assert layout.eval_cell_key("elsewhere/val.json") is None

@@ -29,6 +29,7 @@ from the rule's `params:`, computed from its input or output files by the invers
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -121,6 +122,23 @@ RNG = "rng.pt"
 def cell_key(cell: CellLike) -> str:
     """`<scale>/<vocab>/<variant>/seed<k>`: a cell's name and the tail of its directories."""
     return f"{cell.scale}/{cell.vocab}/{cell.variant}/seed{cell.seed}"
+
+
+def record_cell_key(record: Mapping[str, Any]) -> str:
+    """The key of the cell a record (a checkpoint's, an evaluation's) names in its fields."""
+    return cell_key(
+        SimpleNamespace(**{k: record.get(k) for k in ("scale", "vocab", "variant", "seed")})
+    )
+
+
+def parse_cell_key(key: str) -> tuple[str, str, str, int]:
+    """(scale, vocab, variant, seed) of a cell key: the inverse of cell_key."""
+    parts = key.split("/")
+    if len(parts) != 4 or not parts[3].startswith("seed") or not parts[3][4:].isdigit():
+        raise ValueError(
+            f"{key!r}: expected SCALE/VOCAB/VARIANT/seedN, e.g. 400m/o200k_base/leviathan/seed0"
+        )
+    return parts[0], parts[1], parts[2], int(parts[3][4:])
 
 
 def run_dir(cell: CellLike) -> str:

@@ -27,7 +27,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -244,9 +243,7 @@ class Auditor:
         sits_in = layout.eval_cell_key(path)
         if sits_in is None:
             return
-        recorded = layout.cell_key(
-            SimpleNamespace(**{k: ckpt.get(k) for k in ("scale", "vocab", "variant", "seed")})
-        )
+        recorded = layout.record_cell_key(ckpt)
         if sits_in != recorded:
             self.note(
                 False,

@@ -58,7 +58,7 @@ def metrics_table(inp: ReportInputs, docs: DocumentCache) -> Table:
         for cell in cells:
             one = [cell]
             row = t.add_row(
-                f"{scale}/{vocab}/{variant}/seed{cell.seed}",
+                cell.key,
                 scale=scale,
                 vocab=vocab,
                 variant=variant,

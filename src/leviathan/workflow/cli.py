@@ -86,12 +86,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _parse_cell(key: str) -> Cell:
-    parts = key.split("/")
-    if len(parts) != 4 or not parts[3].startswith("seed") or not parts[3][4:].isdigit():
-        raise ValueError(
-            f"--cell {key!r}: expected SCALE/VOCAB/VARIANT/seedN, e.g. 400m/o200k_base/leviathan/seed0"
-        )
-    return Cell(parts[0], get_vocab(parts[1]).name, parts[2], int(parts[3][4:]))
+    try:
+        scale, vocab, variant, seed = layout.parse_cell_key(key)
+    except ValueError as exc:
+        raise ValueError(f"--cell {exc}") from None
+    return Cell(scale, get_vocab(vocab).name, variant, seed)
 
 
 def run_show(args: argparse.Namespace) -> int:
