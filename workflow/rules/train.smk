@@ -6,10 +6,12 @@ rule train:
     output:
         final=layout.final_marker(WILDCARDS),
     params:
-        # the cell's identity only: changing it reruns the cell (and what depends on it)
+        # the cell's identity only: changing it reruns the cell (and what depends on it). A
+        # function of the wildcards, not of input/output: Snakemake leaves params derived from
+        # files out of its params rerun trigger
         launch=lambda wc: steps.launcher_args(config, wc.scale),
-        cell=lambda wc, input, output: steps.cell_args(
-            cell_of(wc), config, layout.dir_of(input.train), layout.run_of(output.final)
+        cell=lambda wc: steps.cell_args(
+            cell_of(wc), config, layout.tokens_dir(CORPUS, wc.vocab), layout.run_dir(wc)
         ),
     conda:
         "../envs/leviathan.yaml"
