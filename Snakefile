@@ -5,6 +5,7 @@ import os
 
 from snakemake.utils import min_version, validate
 
+from leviathan import layout
 from leviathan.workflow.config import check_names
 
 min_version("9.0")
@@ -20,10 +21,10 @@ os.environ.update(LEVIATHAN_ROOT=workflow.basedir)  # set here, not read: no env
 # extends the default. Keys a file leaves out get the schema's defaults, nothing else.
 if not workflow.overwrite_configfiles:
 
-    configfile: "config/config.yaml"
+    configfile: layout.DEFAULT_CONFIG
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+validate(config, layout.CONFIG_SCHEMA)
 check_names(config)  # scales, vocabs, variants, train keys: the code's registries, not the schema's
 
 
@@ -42,7 +43,7 @@ include: "workflow/rules/export.smk"
 rule all:
     default_target: True
     input:
-        [c.final_marker for c in CELLS],
+        [layout.final_marker(c) for c in CELLS],
         EVAL_TARGETS,
         REPORT_TARGETS,
 
@@ -50,8 +51,11 @@ rule all:
 # Stage targets (one per DVC stage in dvc.yaml): each builds one layer of the DAG.
 # Everything under data/ is built here (word counts too, which only evaluation reads), so that
 # the later DVC stages never write into the data stage's output.
-DATA_NAMES = ("train.bin", "val.bin", "counts.npy") + (("word_counts.json",) if WORD_COUNTS else ())
-DATA_TARGETS = [f"{tokens_dir(CORPUS, vocab)}/{name}" for vocab in VOCABS for name in DATA_NAMES]
+DATA_TARGETS = [
+    path
+    for vocab in VOCABS
+    for path in layout.token_files(layout.tokens_dir(CORPUS, vocab), WORD_COUNTS).values()
+]
 
 
 rule all_data:
@@ -63,7 +67,7 @@ rule all_data:
 rule all_train:
     """The final checkpoint of every cell."""
     input:
-        [c.final_marker for c in CELLS],
+        [layout.final_marker(c) for c in CELLS],
 
 
 rule all_eval:

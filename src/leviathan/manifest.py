@@ -28,16 +28,11 @@ from typing import Any
 
 from leviathan import __version__
 from leviathan.io import read_json, sha256_file, write_json
+from leviathan.layout import manifest_path
 from leviathan.provenance import record, utc_now
 from leviathan.vocab import VocabSpec
 
 MANIFEST_SCHEMA = 2  # 2: + the provenance record (code, env, config, config_sha256, times)
-
-
-def manifest_path(artifact: str | os.PathLike[str]) -> Path:
-    """Path of the manifest that describes `artifact` (`<artifact>.json`)."""
-    p = Path(artifact)
-    return p.with_name(p.name + ".json")
 
 
 def display_path(path: str | os.PathLike[str]) -> str:

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from leviathan.layout import PAPER_REPORTED
+
 ENV_VAR = "LEVIATHAN_PAPER_REPORTED"
 
 
@@ -22,7 +24,7 @@ def repo_root() -> Path:
 
 
 def reported_path() -> Path:
-    return Path(os.environ.get(ENV_VAR) or repo_root() / "config" / "paper_reported.yaml")
+    return Path(os.environ.get(ENV_VAR) or repo_root() / PAPER_REPORTED)
 
 
 @cache
@@ -30,7 +32,7 @@ def _load(path: Path) -> Mapping[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(
             f"{path}: the paper's reported figures are missing; run from a checkout of the "
-            f"project or set {ENV_VAR} to the path of config/paper_reported.yaml"
+            f"project or set {ENV_VAR} to the path of {PAPER_REPORTED}"
         )
     return yaml.safe_load(path.read_text())
 

@@ -25,7 +25,8 @@ from leviathan.data.corpus import (
 )
 from leviathan.data.embedded import embedded_documents, module_text, stdlib_files
 from leviathan.io import sha256_file
-from leviathan.manifest import manifest_path, read_manifest, recorded_sha256, write_manifest
+from leviathan.layout import manifest_path
+from leviathan.manifest import read_manifest, recorded_sha256, write_manifest
 
 DOCS = [Document(f"doc{i}", f"text number {i} " * (i + 1)) for i in range(200)]
 

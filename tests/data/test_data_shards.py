@@ -16,7 +16,8 @@ from leviathan.data.prepare import tokenize_corpus
 from leviathan.data.shards import ShardError, open_shard
 from leviathan.data.tokenizers import load_tokenizer
 from leviathan.io import sha256_file
-from leviathan.manifest import manifest_path, read_manifest
+from leviathan.layout import manifest_path
+from leviathan.manifest import read_manifest
 
 
 def test_o200k_shards_match_the_corpus(embedded_corpus: Path, o200k_shards: Path) -> None:

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from leviathan.data.corpus import corpus_file, read_documents
+from leviathan.data.corpus import read_documents
 from leviathan.export.tokenizer import hf_tokenizer, onig_pattern
+from leviathan.layout import corpus_file
 
 VOCABS = ("gpt2", "cl100k_base", "o200k_base")
 

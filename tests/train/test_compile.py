@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from leviathan.layout import step_dir
 from leviathan.model import build_model, model_config
 from leviathan.model.variants import VARIANTS
-from leviathan.train.checkpoint import step_dir
 from leviathan.train.config import RuntimeConfig, train_config
 from leviathan.train.telemetry import read_metrics
 from leviathan.train.trainer import train

@@ -66,12 +66,13 @@ def test_mfu_knows_h100_h200_and_says_unknown_otherwise() -> None:
 def test_prune_keeps_the_newest_and_removes_dead_writers_leftovers(tmp_path) -> None:
     import torch
 
+    from leviathan import layout
     from leviathan.train import checkpoint as ckpt
 
     for step in (1, 2, 3):
         ckpt.save_checkpoint(
             tmp_path,
-            ckpt.step_dir(tmp_path, step).name,
+            layout.step_dir(tmp_path, step).name,
             model_state={"w": torch.ones(2)},
             optim_state={"state": {}, "param_groups": []},
             state={"step": step},

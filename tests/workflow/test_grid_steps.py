@@ -4,6 +4,7 @@ from pathlib import Path
 
 import yaml
 
+from leviathan import layout
 from leviathan.workflow.grid import Cell, cells, wildcard_pattern
 from leviathan.workflow.steps import (
     default_resource,
@@ -34,16 +35,6 @@ def test_cells_are_the_deduplicated_union_of_studies() -> None:
     assert len(got) == 4 + 6 - 2  # 400m tied/leviathan shared by both studies
     assert len(set(got)) == len(got) and got == sorted(got)
     assert Cell("400m", "o200k_base", "leviathan", 0) in got
-
-
-def test_cell_paths_are_readable_and_stable() -> None:
-    cell = Cell("400m", "o200k_base", "leviathan", 0)
-    assert cell.run_dir == "results/runs/400m/o200k_base/leviathan/seed0"
-    assert (
-        cell.final_marker
-        == "results/runs/400m/o200k_base/leviathan/seed0/checkpoints/final/state.json"
-    )
-    assert cell.eval_dir == "results/eval/400m/o200k_base/leviathan/seed0"
 
 
 def test_wildcard_pattern_is_exact_alternatives() -> None:
@@ -91,7 +82,9 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
         "train": {"400m": {"lr": 3e-4, "betas": [0.9, 0.95]}},
         "runtime": {"val_every": 500, "threads": None},
     }
-    args = shlex.split(train_command(cell, config, "data/tokens/pile/o200k_base", cell.run_dir))
+    args = shlex.split(
+        train_command(cell, config, "data/tokens/pile/o200k_base", layout.run_dir(cell))
+    )
     assert (
         args[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--nproc-per-node" in args
     )

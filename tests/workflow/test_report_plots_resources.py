@@ -9,10 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from leviathan import layout
 from leviathan.io import read_json, write_json
+from leviathan.layout import benchmark_path, benchmark_rule
 from leviathan.report.plots import write_plot_data
 from leviathan.report.resources import resource_table, write_resources
-from leviathan.workflow.grid import Cell, benchmark_path, benchmark_rule
+from leviathan.workflow.grid import Cell
 
 CELLS = [Cell("micro", "gpt2", "tied", 0), Cell("micro", "gpt2", "leviathan", 0)]
 # the header Snakemake writes (snakemake.benchmark.BenchmarkRecord)
@@ -20,7 +22,7 @@ HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load
 
 
 def _cell_files(cell: Cell, losses: list[float]) -> None:
-    run = Path(cell.run_dir)
+    run = Path(layout.run_dir(cell))
     run.mkdir(parents=True)
     records = (
         [{"kind": "start", "step": 0}]
@@ -36,7 +38,9 @@ def _cell_files(cell: Cell, losses: list[float]) -> None:
         {"label": "1-9", "n": 0, "mean_loss": None},
         {"label": "10-99", "n": 5, "mean_loss": losses[-1]},
     ]
-    write_json(f"{cell.eval_dir}/val.json", {"results": {"frequency_tokens": {"log10": buckets}}})
+    write_json(
+        layout.eval_output(cell, "val"), {"results": {"frequency_tokens": {"log10": buckets}}}
+    )
 
 
 def test_plot_data_is_long_per_cell_with_manifests(
@@ -56,7 +60,9 @@ def test_plot_data_is_long_per_cell_with_manifests(
         "10-99",
     ]  # empty left out
     manifest = read_json(f"{curves}.json")
-    assert {i["path"] for i in manifest["inputs"]} == {f"{c.run_dir}/metrics.jsonl" for c in CELLS}
+    assert {i["path"] for i in manifest["inputs"]} == {
+        f"{layout.run_dir(c)}/metrics.jsonl" for c in CELLS
+    }
 
 
 def test_resource_table_per_rule_from_benchmark_files(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import yaml
 from scipy import stats
 from workflow_helpers import BIN, ROOT, tool_env
 
+from leviathan import layout
 from leviathan.io import read_json
 from leviathan.report.build import write_report
 from leviathan.train.config import RuntimeConfig, train_config
@@ -58,13 +59,13 @@ def seeded(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
                 cfg,
                 train_bins=[shards / "train.bin"],
                 val_bin=None,
-                run_dir=work / cell.run_dir,
+                run_dir=work / layout.run_dir(cell),
                 runtime=quiet,
             )
             evaluate(
                 "val",
-                work / cell.run_dir,
-                work / cell.eval_output("val"),
+                work / layout.run_dir(cell),
+                work / layout.eval_output(cell, "val"),
                 config,
                 val=str(shards / "val.bin"),
                 counts=str(shards / "counts.npy"),
@@ -84,7 +85,7 @@ def seeded(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _losses(work: Path, variant: str) -> list[float]:
     return [
-        read_json(work / Cell("micro", "gpt2", variant, s).eval_output("val"))["results"][
+        read_json(work / layout.eval_output(Cell("micro", "gpt2", variant, s), "val"))["results"][
             "overall"
         ]["loss"]
         for s in SEEDS

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from leviathan import layout
 from leviathan.io import write_json
 from leviathan.model import model_config
 from leviathan.model.accounting import account, overhead
@@ -25,7 +26,7 @@ def _write_cell(cell: Cell) -> None:
     loss = LOSS[cell.variant]
     freq = [{**b, "mean_loss": loss + 1.0} for b in BUCKETS]
     write_json(
-        f"{cell.eval_dir}/val.json",
+        f"{layout.eval_dir(cell)}/val.json",
         {
             "kind": "val",
             "checkpoint": {"tokens": 4_200_000_000},
@@ -36,7 +37,7 @@ def _write_cell(cell: Cell) -> None:
         },
     )
     cfg = model_config(cell.scale, cell.vocab, cell.variant)
-    write_json(cell.final_marker, {"model_config": cfg.to_dict()})
+    write_json(layout.final_marker(cell), {"model_config": cfg.to_dict()})
 
 
 @pytest.fixture

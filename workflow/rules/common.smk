@@ -1,23 +1,23 @@
-# Shared definitions: the cells of the configured studies and their paths (logic in
-# leviathan.workflow, unit-tested there).
-from leviathan.workflow.grid import (
-    Cell,
-    benchmark_path,
-    cells,
-    corpus_dir,
-    sample_efficiency_path,
-    tokens_dir,
-    wildcard_pattern,
-)
+# Shared definitions: the cells of the configured studies (logic in leviathan.workflow,
+# unit-tested there); every path and file name comes from leviathan.layout.
+from leviathan import layout
+from leviathan.layout import WILDCARDS, benchmark_path, log_file
+from leviathan.workflow.grid import Cell, cells, wildcard_pattern
 from leviathan.workflow import steps
-from leviathan.report.build import FIGURES_DIR, TABLES_DIR, report_inputs
+from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
+from leviathan.report.resources import RESOURCES_TABLE
 from leviathan.report.tables import table_names, table_paths
 
 CORPUS = config["corpus"]["name"]
 CELLS = cells(config["studies"])
 VOCABS = sorted({c.vocab for c in CELLS})
+CORPUS_DIR = layout.corpus_dir(CORPUS)
+# the paths of a rule's pattern: a cell's, a tokens directory's, a raw corpus's
+RUN_DIR, EVAL_DIR = layout.run_dir(WILDCARDS), layout.eval_dir(WILDCARDS)
+TOKENS_DIR = layout.tokens_dir("{corpus}", "{vocab}")
+CORPUS_FILES = {split: str(layout.corpus_file(layout.corpus_dir("{corpus}"), split)) for split in layout.SPLITS}
 # word-level frequency buckets: the word_counts rule runs (evaluate.word_counts not null)
 WORD_COUNTS = config.get("evaluate", {}).get("word_counts") is not None
 
@@ -54,40 +54,38 @@ TRAIN_SLURM = {key: train_slurm(key) for key in steps.train_slurm_keys(config)}
 
 def val_inputs(wildcards):
     """eval_val's inputs: the cell's checkpoint, val shard, train counts (+ word counts)."""
-    tokens = tokens_dir(CORPUS, wildcards.vocab)
-    inputs = {
-        "final": cell_of(wildcards).final_marker,
-        "val": f"{tokens}/val.bin",
-        "counts": f"{tokens}/counts.npy",
-    }
-    if WORD_COUNTS:
-        inputs["word_counts"] = f"{tokens}/word_counts.json"
-    return inputs
+    tokens = layout.token_files(layout.tokens_dir(CORPUS, wildcards.vocab), WORD_COUNTS)
+    del tokens["train"]
+    return {"final": layout.final_marker(wildcards), **tokens}
 
 
 REPORT_TABLES = table_names(report_inputs(config))
 
 
+def plain_table_paths(name):
+    return layout.table_files(layout.TABLES_DIR, name, layout.PLAIN_TABLE_FORMATS)
+
+
 def table_outputs():
     out = []
     for name in REPORT_TABLES:
-        paths = {fmt: str(p) for fmt, p in table_paths(TABLES_DIR, name).items()}
+        paths = {fmt: str(p) for fmt, p in table_paths(layout.TABLES_DIR, name).items()}
         out.append(report(paths.pop("csv"), caption=f"../report/tables/{name}.rst",
                           category="Tables", labels={"table": name, "format": "csv"}))
         out += list(paths.values())
-    out.append(report(f"{TABLES_DIR}/paper_check.md", caption="../report/tables/paper_check.rst",
-                      category="Tables", labels={"table": "paper_check", "format": "md"}))
-    out.append(f"{TABLES_DIR}/paper_check.csv")
-    out.append(report(f"{TABLES_DIR}/resources.md", caption="../report/tables/resources.rst",
-                      category="Tables", labels={"table": "resources", "format": "md"}))
-    out.append(f"{TABLES_DIR}/resources.csv")
+    for name in (PAPER_CHECK, RESOURCES_TABLE):  # CSV + Markdown only
+        paths = {fmt: str(p) for fmt, p in plain_table_paths(name).items()}
+        out.append(report(paths.pop("md"), caption=f"../report/tables/{name}.rst",
+                          category="Tables", labels={"table": name, "format": "md"}))
+        out += list(paths.values())
     return out
 
 
 def figure_outputs():
     out = []
     for name in FIGURE_NAMES:
-        out.append(report(f"{FIGURES_DIR}/{name}.png", caption=f"../report/figures/{name}.rst",
+        paths = {fmt: str(p) for fmt, p in layout.figure_files(layout.FIGURES_DIR, name).items()}
+        out.append(report(paths.pop("png"), caption=f"../report/figures/{name}.rst",
                           category="Figures", labels={"figure": name}))
-        out.append(f"{FIGURES_DIR}/{name}.pdf")
+        out += list(paths.values())
     return out

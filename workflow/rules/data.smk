@@ -1,16 +1,16 @@
 rule fetch_corpus:
     """Raw text of the configured corpus, split into train/val (with manifests)."""
     output:
-        train="data/corpus/{corpus}/train.jsonl.zst",
-        val="data/corpus/{corpus}/val.jsonl.zst",
+        **CORPUS_FILES,
     params:
         corpus=steps.corpus_settings(config),
+        out_dir=lambda wc, output: layout.dir_of(output.train),
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/fetch_corpus/{corpus}.log",
+        log_file("fetch_corpus", "{corpus}"),
     benchmark:
-        benchmark_path("data/corpus/{corpus}", "fetch_corpus")
+        benchmark_path(layout.corpus_dir("{corpus}"), "fetch_corpus")
     resources:
         **steps.rule_resources(config, "fetch_corpus"),
     script:

@@ -2,21 +2,22 @@
 EVAL_CFG = steps.eval_config(config)  # a bad evaluate: key fails here, before any job
 EVALS = steps.enabled_evals(config)
 SE_GROUPS = steps.sample_efficiency_groups(CELLS)
+SE_DIR = layout.sample_efficiency_dir("{scale}", "{vocab}")
+LM_EVAL_OUT = layout.eval_output(WILDCARDS, "lm_eval")
 
 
 rule word_counts:
     """Training-corpus counts of the validation text's words (word-level frequency buckets)."""
     input:
-        train="data/tokens/{corpus}/{vocab}/train.bin",
-        val="data/tokens/{corpus}/{vocab}/val.bin",
+        **layout.shards(TOKENS_DIR),
     output:
-        "data/tokens/{corpus}/{vocab}/word_counts.json",
+        layout.token_files(TOKENS_DIR, word_counts=True)["word_counts"],
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/word_counts/{corpus}/{vocab}.log",
+        log_file("word_counts", "{corpus}", "{vocab}"),
     benchmark:
-        benchmark_path("data/tokens/{corpus}/{vocab}", "word_counts")
+        benchmark_path(TOKENS_DIR, "word_counts")
     resources:
         **steps.rule_resources(config, "word_counts"),
     script:
@@ -28,15 +29,16 @@ rule eval_val:
     input:
         unpack(val_inputs),
     output:
-        "results/eval/{scale}/{vocab}/{variant}/seed{seed}/val.json",
+        layout.eval_output(WILDCARDS, "val"),
     params:
         settings=EVAL_CFG.val,
+        run_dir=lambda wc, input: layout.run_of(input.final),
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/eval/{scale}/{vocab}/{variant}/seed{seed}/val.log",
+        log_file("eval", layout.cell_key(WILDCARDS), "val"),
     benchmark:
-        benchmark_path("results/eval/{scale}/{vocab}/{variant}/seed{seed}", "eval_val")
+        benchmark_path(EVAL_DIR, "eval_val")
     resources:
         **steps.rule_resources(config, "eval_val"),
     script:
@@ -46,17 +48,18 @@ rule eval_val:
 rule eval_wikitext:
     """Zero-shot WikiText-103 perplexity (token, word and byte level)."""
     input:
-        final="results/runs/{scale}/{vocab}/{variant}/seed{seed}/checkpoints/final/state.json",
+        final=layout.final_marker(WILDCARDS),
     output:
-        "results/eval/{scale}/{vocab}/{variant}/seed{seed}/wikitext.json",
+        layout.eval_output(WILDCARDS, "wikitext"),
     params:
         settings=EVAL_CFG.wikitext,
+        run_dir=lambda wc, input: layout.run_of(input.final),
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/eval/{scale}/{vocab}/{variant}/seed{seed}/wikitext.log",
+        log_file("eval", layout.cell_key(WILDCARDS), "wikitext"),
     benchmark:
-        benchmark_path("results/eval/{scale}/{vocab}/{variant}/seed{seed}", "eval_wikitext")
+        benchmark_path(EVAL_DIR, "eval_wikitext")
     resources:
         **steps.rule_resources(config, "eval_wikitext"),
     script:
@@ -66,20 +69,21 @@ rule eval_wikitext:
 rule eval_lm_eval:
     """Zero-shot lm-evaluation-harness tasks, with per-sample logs."""
     input:
-        final="results/runs/{scale}/{vocab}/{variant}/seed{seed}/checkpoints/final/state.json",
+        final=layout.final_marker(WILDCARDS),
     output:
-        "results/eval/{scale}/{vocab}/{variant}/seed{seed}/lm_eval.json",
-        samples="results/eval/{scale}/{vocab}/{variant}/seed{seed}/lm_eval.samples.jsonl",
+        LM_EVAL_OUT,
+        samples=str(layout.lm_eval_samples(LM_EVAL_OUT)),
         # lm-eval's own layout (results_<date>.json, samples_<task>_<date>.jsonl), as --output_path writes it
-        harness=directory("results/eval/{scale}/{vocab}/{variant}/seed{seed}/lm_eval_harness"),
+        harness=directory(str(layout.lm_eval_harness_dir(LM_EVAL_OUT))),
     params:
         settings=EVAL_CFG.lm_eval,
+        run_dir=lambda wc, input: layout.run_of(input.final),
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/eval/{scale}/{vocab}/{variant}/seed{seed}/lm_eval.log",
+        log_file("eval", layout.cell_key(WILDCARDS), "lm_eval"),
     benchmark:
-        benchmark_path("results/eval/{scale}/{vocab}/{variant}/seed{seed}", "eval_lm_eval")
+        benchmark_path(EVAL_DIR, "eval_lm_eval")
     resources:
         **steps.rule_resources(config, "eval_lm_eval"),
     script:
@@ -89,21 +93,24 @@ rule eval_lm_eval:
 rule sample_efficiency:
     """Tokens each variant needs to reach the tied baseline's final validation loss."""
     input:
-        lambda wc: [c.final_marker for c in SE_GROUPS[wc.scale, wc.vocab, int(wc.seed)]],
+        lambda wc: [layout.final_marker(c) for c in SE_GROUPS[wc.scale, wc.vocab, int(wc.seed)]],
     output:
-        "results/eval/{scale}/{vocab}/sample_efficiency_seed{seed}.json",
+        layout.sample_efficiency_path("{scale}", "{vocab}", "{seed}"),
+    params:
+        # the tied baseline first (see steps.sample_efficiency_groups)
+        runs=lambda wc, input: [layout.run_of(p) for p in input],
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/eval/{scale}/{vocab}/sample_efficiency_seed{seed}.log",
+        log_file("eval", "{scale}", "{vocab}", layout.sample_efficiency_name("{seed}")),
     benchmark:
-        benchmark_path("results/eval/{scale}/{vocab}", "sample_efficiency", "seed{seed}")
+        benchmark_path(SE_DIR, "sample_efficiency", "seed{seed}")
     resources:
         **steps.rule_resources(config, "sample_efficiency"),
     script:
         "../scripts/sample_efficiency.py"
 
 
-EVAL_TARGETS = [c.eval_output(kind) for c in CELLS for kind in EVALS] + [
-    sample_efficiency_path(*key) for key in SE_GROUPS
+EVAL_TARGETS = [layout.eval_output(c, kind) for c in CELLS for kind in EVALS] + [
+    layout.sample_efficiency_path(*key) for key in SE_GROUPS
 ]

@@ -5,19 +5,20 @@
 rule export:
     """The cell's final checkpoint as a transformers LlamaForCausalLM with its tokenizer."""
     input:
-        final="results/runs/{scale}/{vocab}/{variant}/seed{seed}/checkpoints/final/state.json",
+        final=layout.final_marker(WILDCARDS),
     output:
-        directory("results/export/{scale}/{vocab}/{variant}/seed{seed}"),
+        directory(layout.export_dir(WILDCARDS)),
     params:
         dtype=config["export"]["dtype"],
+        run_dir=lambda wc, input: layout.run_of(input.final),
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/export/{scale}/{vocab}/{variant}/seed{seed}.log",
+        log_file("export", layout.cell_key(WILDCARDS)),
     resources:
         **steps.rule_resources(config, "export"),
     script:
         "../scripts/export.py"
 
 
-EXPORT_TARGETS = [c.export_dir for c in CELLS]
+EXPORT_TARGETS = [layout.export_dir(c) for c in CELLS]

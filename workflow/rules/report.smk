@@ -3,23 +3,22 @@
 from leviathan.paper import reported_path
 
 
-REPORT_TARGETS = [
-    str(p) for name in REPORT_TABLES for p in table_paths(TABLES_DIR, name).values()
-] + [f"{TABLES_DIR}/paper_check.csv", f"{TABLES_DIR}/paper_check.md"] + [
-    f"{TABLES_DIR}/resources.{fmt}" for fmt in ("csv", "md")
-] + [f"{FIGURES_DIR}/{name}.{fmt}" for name in FIGURE_NAMES for fmt in ("png", "pdf")] + [
-    str(p) for p in plot_paths().values()
-]
+REPORT_TARGETS = (
+    [str(p) for name in REPORT_TABLES for p in table_paths(layout.TABLES_DIR, name).values()]
+    + [str(p) for name in (PAPER_CHECK, RESOURCES_TABLE) for p in plain_table_paths(name).values()]
+    + [str(p) for name in FIGURE_NAMES for p in layout.figure_files(layout.FIGURES_DIR, name).values()]
+    + [str(p) for p in plot_paths().values()]
+)
 
 # every job's benchmark file (the report's own excepted: it is written after the job), for the
 # resource table; the paths are those of the rules' `benchmark:` directives
 BENCHMARKS = (
-    [benchmark_path(corpus_dir(CORPUS), "fetch_corpus")]
-    + [benchmark_path(tokens_dir(CORPUS, vocab), "tokenize") for vocab in VOCABS]
-    + ([benchmark_path(tokens_dir(CORPUS, vocab), "word_counts") for vocab in VOCABS] if WORD_COUNTS else [])
-    + [benchmark_path(c.run_dir, "train") for c in CELLS]
-    + [benchmark_path(c.eval_dir, f"eval_{kind}") for c in CELLS for kind in EVALS]
-    + [benchmark_path(f"results/eval/{s}/{v}", "sample_efficiency", f"seed{seed}") for s, v, seed in SE_GROUPS]
+    [benchmark_path(CORPUS_DIR, "fetch_corpus")]
+    + [benchmark_path(layout.tokens_dir(CORPUS, vocab), "tokenize") for vocab in VOCABS]
+    + ([benchmark_path(layout.tokens_dir(CORPUS, vocab), "word_counts") for vocab in VOCABS] if WORD_COUNTS else [])
+    + [benchmark_path(layout.run_dir(c), "train") for c in CELLS]
+    + [benchmark_path(layout.eval_dir(c), f"eval_{kind}") for c in CELLS for kind in EVALS]
+    + [benchmark_path(layout.sample_efficiency_dir(s, v), "sample_efficiency", f"seed{seed}") for s, v, seed in SE_GROUPS]
 )
 
 
@@ -27,19 +26,24 @@ rule report:
     """The paper's tables beside its reported figures, the summary of every cell, and the figures."""
     input:
         evals=EVAL_TARGETS,
-        checkpoints=[c.final_marker for c in CELLS],
+        checkpoints=[layout.final_marker(c) for c in CELLS],
         paper=str(reported_path()),
         benchmarks=BENCHMARKS,
     output:
-        table_outputs(),
-        figure_outputs(),
+        tables=table_outputs(),
+        figures=figure_outputs(),
         plots=[str(p) for p in plot_paths().values()],
+    params:
+        tables_dir=lambda wc, output: layout.dir_of(output.tables[0]),
+        figures_dir=lambda wc, output: layout.dir_of(output.figures[0]),
+        plots_dir=lambda wc, output: layout.dir_of(output.plots[0]),
+        sample_efficiency=lambda wc, input: [p for p in input.evals if layout.is_sample_efficiency(p)],
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/report/report.log",
+        log_file("report", "report"),
     benchmark:
-        benchmark_path("results/report", "report")
+        benchmark_path(layout.REPORT_DIR, "report")
     resources:
         **steps.rule_resources(config, "report"),
     script:

@@ -1,21 +1,20 @@
 rule tokenize:
     """Token shards per vocabulary (uint16/uint32 .bin + manifests) and train-split id counts."""
     input:
-        train="data/corpus/{corpus}/train.jsonl.zst",
-        val="data/corpus/{corpus}/val.jsonl.zst",
+        **CORPUS_FILES,
     output:
-        train="data/tokens/{corpus}/{vocab}/train.bin",
-        val="data/tokens/{corpus}/{vocab}/val.bin",
-        counts="data/tokens/{corpus}/{vocab}/counts.npy",
+        **layout.token_files(TOKENS_DIR),
     params:
         options=config["tokenize"],
+        corpus_dir=lambda wc, input: layout.dir_of(input.train),
+        out_dir=lambda wc, output: layout.dir_of(output.train),
     threads: steps.rule_threads(config, "tokenize")
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/tokenize/{corpus}/{vocab}.log",
+        log_file("tokenize", "{corpus}", "{vocab}"),
     benchmark:
-        benchmark_path("data/tokens/{corpus}/{vocab}", "tokenize")
+        benchmark_path(TOKENS_DIR, "tokenize")
     resources:
         **steps.rule_resources(config, "tokenize"),
     script:

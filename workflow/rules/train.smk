@@ -2,22 +2,23 @@ rule train:
     """Train one cell. Only the final checkpoint's state.json is declared as output, so the
     step checkpoints of a failed or preempted job survive and the rerun resumes from them."""
     input:
-        train=f"data/tokens/{CORPUS}/{{vocab}}/train.bin",
-        val=f"data/tokens/{CORPUS}/{{vocab}}/val.bin",
+        **layout.shards(layout.tokens_dir(CORPUS, "{vocab}")),
     output:
-        final="results/runs/{scale}/{vocab}/{variant}/seed{seed}/checkpoints/final/state.json",
+        final=layout.final_marker(WILDCARDS),
     params:
-        # the cell's identity only: changing it reruns the cell (and what depends on it)
+        # the cell's identity only: changing it reruns the cell (and what depends on it). A
+        # function of the wildcards, not of input/output: Snakemake leaves params derived from
+        # files out of its params rerun trigger
         launch=lambda wc: steps.launcher_args(config, wc.scale),
         cell=lambda wc: steps.cell_args(
-            cell_of(wc), config, tokens_dir(CORPUS, wc.vocab), cell_of(wc).run_dir
+            cell_of(wc), config, layout.tokens_dir(CORPUS, wc.vocab), layout.run_dir(wc)
         ),
     conda:
         "../envs/leviathan.yaml"
     log:
-        "logs/train/{scale}/{vocab}/{variant}/seed{seed}.log",
+        log_file("train", layout.cell_key(WILDCARDS)),
     benchmark:
-        benchmark_path("results/runs/{scale}/{vocab}/{variant}/seed{seed}", "train")
+        benchmark_path(RUN_DIR, "train")
     threads: lambda wc: steps.resources(config, wc.scale)["threads"]
     resources:
         gpu=res("gpu"),

@@ -1,9 +1,7 @@
 """Rule export: one trained cell as a transformers checkpoint (`leviathan export`)."""
 
-from pathlib import Path
-
 from leviathan.export.write import export_run
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 # force: Snakemake removed the old output already; only a stale partial one could be left
-export_run(Path(sm.input.final).parents[2], sm.output[0], dtype=sm.params.dtype, force=True)
+export_run(sm.params.run_dir, sm.output[0], dtype=sm.params.dtype, force=True)

@@ -1,8 +1,6 @@
 """Rule fetch_corpus: write the configured corpus (logic: leviathan.workflow.steps)."""
 
-from pathlib import Path
-
 from leviathan.workflow.steps import fetch_corpus
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
-fetch_corpus(sm.params.corpus, Path(sm.output.train).parent)
+fetch_corpus(sm.params.corpus, sm.params.out_dir)

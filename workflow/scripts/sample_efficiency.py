@@ -1,10 +1,8 @@
-"""Rule sample_efficiency: the first input is the tied baseline (see steps.sample_efficiency_groups)."""
-
-from pathlib import Path
+"""Rule sample_efficiency: the first run is the tied baseline (see steps.sample_efficiency_groups)."""
 
 from leviathan.eval.results import write_result
 from leviathan.eval.sample_efficiency import sample_efficiency
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
-runs = [Path(p).parents[2] for p in sm.input]
+runs = sm.params.runs
 write_result(sm.output[0], sample_efficiency(runs[0], runs[1:]))

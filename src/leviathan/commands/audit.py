@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from leviathan import layout
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     audit = sub.add_parser(
@@ -49,11 +51,8 @@ def run_audit(args: argparse.Namespace) -> int:
             )
         cell = (row, col)
     auditor = Auditor(Path(args.root).resolve())
-    if cell is None and Path(args.table).suffix not in (
-        ".csv",
-        ".md",
-        ".tex",
-    ):  # not a table: an artifact
+    table_suffixes = tuple(f".{fmt}" for fmt in layout.TABLE_FORMATS)
+    if cell is None and Path(args.table).suffix not in table_suffixes:  # not a table: an artifact
         auditor.audit_artifact(args.table)
     else:
         auditor.audit_table(args.table, cell)

@@ -8,6 +8,7 @@ import json
 import shlex
 from dataclasses import asdict
 
+from leviathan import layout
 from leviathan.vocab import get_vocab
 from leviathan.workflow.grid import Cell
 
@@ -45,17 +46,16 @@ def configfile_arg(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FILE",
-        help="as snakemake's --configfile (default: config/config.yaml)",
+        help=f"as snakemake's --configfile (default: {layout.DEFAULT_CONFIG})",
     )
 
 
 def _parse_cell(key: str) -> Cell:
-    parts = key.split("/")
-    if len(parts) != 4 or not parts[3].startswith("seed") or not parts[3][4:].isdigit():
-        raise ValueError(
-            f"--cell {key!r}: expected SCALE/VOCAB/VARIANT/seedN, e.g. 400m/o200k_base/leviathan/seed0"
-        )
-    return Cell(parts[0], get_vocab(parts[1]).name, parts[2], int(parts[3][4:]))
+    try:
+        scale, vocab, variant, seed = layout.parse_cell_key(key)
+    except ValueError as exc:
+        raise ValueError(f"--cell {exc}") from None
+    return Cell(scale, get_vocab(vocab).name, variant, seed)
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -81,7 +81,7 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(config, indent=2))
         return 0
-    files = " ".join(args.configfile) or "config/config.yaml"
+    files = " ".join(args.configfile) or layout.DEFAULT_CONFIG
     print(f"# resolved config of: snakemake --configfile {files}")
     print(yaml.safe_dump(config, sort_keys=False), end="")
     stand_ins = stand_in_files(config)
@@ -100,16 +100,16 @@ def run_show(args: argparse.Namespace) -> int:
 def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore[type-arg]
     """One cell as the workflow trains it: train config, runtime, resources, command, plan."""
     from leviathan.train.config import workflow_runtime
-    from leviathan.workflow.grid import tokens_dir
     from leviathan.workflow.plan import cell_train_config, plan_cell
     from leviathan.workflow.steps import resources, train_command
 
     tc = cell_train_config(config, cell)
     plan = plan_cell(config, cell, mfu)
-    tokens = tokens_dir(config["corpus"]["name"], cell.vocab)
+    tokens = layout.tokens_dir(config["corpus"]["name"], cell.vocab)
+    run_dir = layout.run_dir(cell)
     return {
         "cell": cell.key,
-        "run_dir": cell.run_dir,
+        "run_dir": run_dir,
         "train": {
             **tc.to_dict(),
             "max_steps": tc.max_steps,
@@ -119,7 +119,7 @@ def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore
         "train_fingerprint": tc.fingerprint(),
         "runtime": asdict(workflow_runtime(config.get("runtime"))),
         "resources": resources(config, cell.scale),
-        "command": shlex.split(train_command(cell, config, tokens, cell.run_dir, python="python")),
+        "command": shlex.split(train_command(cell, config, tokens, run_dir, python="python")),
         "plan": {
             "params": plan.params,
             "tokens": plan.tokens,

@@ -23,6 +23,7 @@ from typing import Any
 
 from leviathan.eval.config import PAPER_TASKS, EvalConfig, LocalTaskData
 from leviathan.eval.errors import EvalInputError
+from leviathan.layout import lm_eval_samples
 from leviathan.provenance import utc_now
 
 
@@ -319,7 +320,7 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
     changes["data"] = data
     cfg = replace(cfg, **changes)
     ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
-    samples = args.samples or args.out.with_name(args.out.stem + ".samples.jsonl")
+    samples = args.samples or lm_eval_samples(args.out)
     out = run_lm_eval(ckpt, model, cfg, samples_out=samples, started=started)
     write_result(args.out, out)
     tasks = out["results"]["tasks"]

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
+from leviathan import layout
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("report", help="the report tables and figures; the paper's own consistency")
     rsub = p.add_subparsers(dest="report_command", required=True, metavar="COMMAND")
     check = rsub.add_parser(
         "paper-check",
-        help="check the paper's reported figures against each other (config/paper_reported.yaml)",
+        help=f"check the paper's reported figures against each other ({layout.PAPER_REPORTED})",
     )
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=run_paper_check)
@@ -20,10 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "tables", help="write the report tables (and figures) of a workflow config"
     )
     build.add_argument(
-        "--config", default="config/config.yaml", help="workflow config (default: %(default)s)"
+        "--config", default=layout.DEFAULT_CONFIG, help="workflow config (default: %(default)s)"
     )
-    build.add_argument("--tables-dir", default="results/report/tables")
-    build.add_argument("--figures-dir", default="results/report/figures")
+    build.add_argument("--tables-dir", default=layout.TABLES_DIR)
+    build.add_argument("--figures-dir", default=layout.FIGURES_DIR)
     build.add_argument("--no-figures", action="store_true")
     build.set_defaults(func=run_tables)
 
@@ -47,12 +49,13 @@ def run_tables(args: argparse.Namespace) -> int:
     from leviathan.paper import repo_root
     from leviathan.report.build import write_report
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import cells, sample_efficiency_path
+    from leviathan.workflow.grid import cells
     from leviathan.workflow.steps import sample_efficiency_groups
 
     config = resolve([args.config], root=repo_root())  # as the workflow does: defaults filled
     se = [
-        sample_efficiency_path(*key) for key in sample_efficiency_groups(cells(config["studies"]))
+        layout.sample_efficiency_path(*key)
+        for key in sample_efficiency_groups(cells(config["studies"]))
     ]
     for path in write_report(
         config, args.tables_dir, None if args.no_figures else args.figures_dir, se

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from leviathan import layout
 from leviathan.commands.config import configfile_arg
 from leviathan.model.variants import VARIANTS
 from leviathan.scales import SCALES
@@ -36,12 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     cell = Cell(args.scale, get_vocab(args.vocab).name, args.variant, args.seed)
     if not args.eval:
-        print(cell.final_marker)
+        print(layout.final_marker(cell))
         return 0
     from leviathan.workflow.config import resolve
     from leviathan.workflow.steps import enabled_evals
 
     config = resolve(args.configfile)
     for kind in enabled_evals(config):
-        print(cell.eval_output(kind))
+        print(layout.eval_output(cell, kind))
     return 0

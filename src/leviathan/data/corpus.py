@@ -29,12 +29,12 @@ from typing import IO, Any, NamedTuple
 import zstandard
 
 from leviathan.io import atomic_path
+from leviathan.layout import CORPUS_SUFFIX, corpus_file, manifest_path
 from leviathan.manifest import invalidate_manifest, read_manifest, write_manifest
 from leviathan.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
-CORPUS_SUFFIX = ".jsonl.zst"
 ZSTD_LEVEL = 3
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -139,11 +139,6 @@ class _SplitWriter:
 
     def close(self) -> None:
         self._zw.close()  # type: ignore[no-untyped-call]  # closes the raw file too
-
-
-def corpus_file(corpus_dir: str | os.PathLike[str], split: str) -> Path:
-    """Path of one split of a corpus directory."""
-    return Path(corpus_dir) / f"{split}{CORPUS_SUFFIX}"
 
 
 def write_corpus(
@@ -262,5 +257,5 @@ def corpus_splits(corpus_dir: str | os.PathLike[str]) -> list[str]:
     return sorted(
         p.name[: -len(CORPUS_SUFFIX)]
         for p in d.glob(f"*{CORPUS_SUFFIX}")
-        if Path(str(p) + ".json").is_file()
+        if manifest_path(p).is_file()
     )

@@ -11,9 +11,10 @@ import numpy as np
 from leviathan.data.counts import load_counts
 from leviathan.data.shards import ShardError, open_shard
 from leviathan.io import sha256_file
-from leviathan.manifest import manifest_path, read_manifest
+from leviathan.layout import CORPUS_SUFFIX, COUNTS, SHARD_SUFFIX, manifest_path
+from leviathan.manifest import read_manifest
 
-ARTIFACT_SUFFIXES = (".bin", ".npy", ".jsonl.zst")
+ARTIFACT_SUFFIXES = (SHARD_SUFFIX, Path(COUNTS).suffix, CORPUS_SUFFIX)
 
 
 def _verify(path: Path, manifest: dict[str, Any]) -> str:

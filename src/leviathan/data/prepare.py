@@ -16,8 +16,8 @@ from leviathan.data.corpus import CorpusError, corpus_splits
 from leviathan.data.counts import write_counts
 from leviathan.data.shards import DEFAULT_BATCH_BYTES, open_shard, tokenize_split
 from leviathan.data.tokenizers import load_tokenizer
+from leviathan.layout import COUNTS
 
-COUNTS_FILE = "counts.npy"
 TRAIN_SPLIT = "train"
 
 
@@ -68,7 +68,7 @@ def tokenize_corpus(
             "mb_per_s": round(result.mb_per_s, 2),
         }
         if want_counts and result.counts is not None:
-            out = Path(out_dir) / COUNTS_FILE
+            out = Path(out_dir) / COUNTS
             write_counts(result.counts, open_shard(result.path), out, started=result.started)
             summary["counts"] = str(out)
     return summary

@@ -27,6 +27,7 @@ from leviathan.data.corpus import read_corpus_manifest
 from leviathan.data.encode import DEFAULT_BATCH_BYTES, Encoded, default_parallelism, encode_file
 from leviathan.data.tokenizers import Tokenizer, token_dtype
 from leviathan.io import atomic_path
+from leviathan.layout import shard_path
 from leviathan.manifest import (
     display_path,
     input_record,
@@ -44,7 +45,6 @@ __all__ = [
     "ShardError",
     "TokenizeResult",
     "open_shard",
-    "shard_path",
     "tokenize_split",
 ]
 
@@ -137,11 +137,6 @@ def tokenize_file(
         seconds=time.perf_counter() - start,
         counts=sink.counts,
     )
-
-
-def shard_path(out_dir: str | os.PathLike[str], split: str) -> Path:
-    """`<out_dir>/<split>.bin`."""
-    return Path(out_dir) / f"{split}.bin"
 
 
 def tokenize_split(

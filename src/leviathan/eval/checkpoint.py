@@ -24,15 +24,22 @@ from torch import nn
 from leviathan.device import resolve_device
 from leviathan.eval.errors import EvalInputError
 from leviathan.io import read_json, sha256_file
-from leviathan.manifest import display_path, manifest_path
+from leviathan.layout import (
+    CHECKPOINTS,
+    FINAL,
+    STATE,
+    WEIGHTS,
+    final_dir,
+    manifest_path,
+    step_dir,
+)
+from leviathan.manifest import display_path
 from leviathan.model import LanguageModel, ModelConfig, build_model
 from leviathan.model.generated import validate_ids
 from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, token_losses
 from leviathan.model.variants import TableInput
 from leviathan.vocab import VocabSpec, get_vocab
 
-WEIGHTS = "model.safetensors"
-STATE = "state.json"
 # logits held at once (rows x V): on CPU a cache-sized chunk (16 MiB) took 0.5-0.8x the time
 # of the 128 MiB the training loss uses (BENCHMARKS.md, Evaluation); on GPU larger is better
 CPU_CHUNK_ELEMS = 1 << 22
@@ -41,17 +48,18 @@ CPU_CHUNK_ELEMS = 1 << 22
 def resolve_checkpoint(path: str | Path) -> Path:
     """The checkpoint directory meant by `path` (a run dir means its final checkpoint)."""
     p = Path(path)
-    for candidate in (p, p / "final", p / "checkpoints" / "final"):
+    final = f"{CHECKPOINTS}/{FINAL}/"
+    for candidate in (p, p / FINAL, final_dir(p)):
         if (candidate / STATE).is_file() and (candidate / WEIGHTS).is_file():
             return candidate
-    if (p / "checkpoints").is_dir() or p.name == "checkpoints":
+    if (p / CHECKPOINTS).is_dir() or p.name == CHECKPOINTS:
         raise EvalInputError(
-            f"{p}: the run has no complete final checkpoint (checkpoints/final/ with {STATE} "
+            f"{p}: the run has no complete final checkpoint ({final} with {STATE} "
             f"and {WEIGHTS}); finish training (rerun `leviathan train`, it resumes) or pass a "
-            "step checkpoint directory such as checkpoints/step_00000100 explicitly"
+            f"step checkpoint directory such as {step_dir(CHECKPOINTS, 100)} explicitly"
         )
     raise FileNotFoundError(
-        f"{p}: not a checkpoint: expected a run directory with checkpoints/final/ or a "
+        f"{p}: not a checkpoint: expected a run directory with {final} or a "
         f"checkpoint directory holding {STATE} and {WEIGHTS}"
     )
 

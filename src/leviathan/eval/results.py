@@ -30,7 +30,8 @@ from typing import Any
 from leviathan.eval.checkpoint import Checkpoint
 from leviathan.eval.standin import is_stand_in
 from leviathan.io import read_json, sha256_file, write_json
-from leviathan.manifest import display_path, manifest_path, read_manifest
+from leviathan.layout import manifest_path
+from leviathan.manifest import display_path, read_manifest
 from leviathan.provenance import record
 
 SCHEMA = 2  # 2: + config_sha256, started_utc/finished_utc, env.packages, checkpoint.manifest

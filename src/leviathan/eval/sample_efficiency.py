@@ -27,10 +27,9 @@ from typing import Any
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.results import envelope
 from leviathan.io import read_json, sha256_file
+from leviathan.layout import METRICS, STATE, WEIGHTS, final_dir, metrics_file
 from leviathan.provenance import utc_now
 from leviathan.train.telemetry import read_metrics
-
-METRICS = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class Curve:
 
 def metrics_path(run: str | os.PathLike[str]) -> Path:
     p = Path(run)
-    path = p if p.is_file() else p / METRICS
+    path = p if p.is_file() else metrics_file(p)
     if not path.is_file():
         raise FileNotFoundError(
             f"{path}: no training metrics; pass a run directory holding {METRICS}"
@@ -131,13 +130,13 @@ def _check_comparable(baseline: Curve, run: Curve) -> None:
 def _run_record(curve: Curve, role: str) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "role": role,
-        "path": str(curve.run / METRICS),
-        "sha256": sha256_file(curve.run / METRICS),
+        "path": str(metrics_file(curve.run)),
+        "sha256": sha256_file(metrics_file(curve.run)),
     }
-    final = curve.run / "checkpoints" / "final"
-    if (final / "model.safetensors").is_file():
-        rec["checkpoint_sha256"] = sha256_file(final / "model.safetensors")
-        rec["checkpoint_step"] = read_json(final / "state.json").get("step")
+    final = final_dir(curve.run)
+    if (final / WEIGHTS).is_file():
+        rec["checkpoint_sha256"] = sha256_file(final / WEIGHTS)
+        rec["checkpoint_step"] = read_json(final / STATE).get("step")
     return rec
 
 

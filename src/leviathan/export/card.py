@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from leviathan.layout import record_cell_key
+
 VARIANT_INPUTS = {
     "tied": "an ordinary V x D embedding table, shared with the output head",
     "untied": "an ordinary V x D embedding table, with a separate output head",
@@ -19,7 +21,7 @@ def model_card(
     checkpoint: dict[str, Any], vocab: dict[str, Any], dtype: str, export_dir: str
 ) -> str:
     """README.md of an export; `checkpoint` is `Checkpoint.record()`, `vocab` a vocab record."""
-    cell = f"{checkpoint['scale']}/{checkpoint['vocab']}/{checkpoint['variant']}/seed{checkpoint['seed']}"
+    cell = record_cell_key(checkpoint)
     code = checkpoint.get("code") or {}
     commit = code.get("git_commit") or "unknown (not trained from a git checkout)"
     dirty = " (with uncommitted changes)" if code.get("git_dirty") else ""

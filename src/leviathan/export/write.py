@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.data.tokenizers import load_tokenizer
-from leviathan.eval.checkpoint import STATE, WEIGHTS, load_model, read_checkpoint
+from leviathan.eval.checkpoint import load_model, read_checkpoint
 from leviathan.export.card import model_card
 from leviathan.export.hf import check_dtype, to_llama
 from leviathan.export.tokenizer import hf_tokenizer
 from leviathan.io import publish_dir, sha256_file
+from leviathan.layout import MODEL_CARD, STATE, WEIGHTS
 from leviathan.manifest import display_path, input_record, vocab_record, write_manifest
 from leviathan.provenance import utc_now
 
@@ -79,7 +80,7 @@ def export_run(
     try:
         llama.save_pretrained(tmp, safe_serialization=True)
         hf_tok.save_pretrained(tmp)
-        (tmp / "README.md").write_text(model_card(record, vocab, dtype, display_path(final)))
+        (tmp / MODEL_CARD).write_text(model_card(record, vocab, dtype, display_path(final)))
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name != WEIGHTS}
         inputs = [
             input_record(ckpt.path / WEIGHTS, ckpt.sha256, role="checkpoint"),

@@ -31,8 +31,9 @@ from typing import Any
 
 import pandas as pd
 
+from leviathan import layout
 from leviathan.io import read_json, sha256_file
-from leviathan.manifest import manifest_path
+from leviathan.layout import STATE, WEIGHTS, manifest_path
 from leviathan.provenance import git
 from leviathan.report.cellmap import CellSpec, DocumentCache, compute, same_number
 
@@ -160,7 +161,7 @@ class Auditor:
         mpath = manifest_path(path)
         if mpath.is_file():
             self.walk_manifest(path, read_json(mpath), depth, verified)
-        elif path.name == "state.json":
+        elif path.name == STATE:
             self.walk_checkpoint_dir(path.parent, depth)
         elif path.suffix == ".json":
             doc = read_json(path)
@@ -187,11 +188,11 @@ class Auditor:
                 self.walk(inp["path"], depth + 1, inp.get("sha256"))
 
     def walk_checkpoint_dir(self, ckpt_dir: Path, depth: int, verified: str | None = None) -> None:
-        weights = ckpt_dir / "model.safetensors"
+        weights = ckpt_dir / WEIGHTS
         mpath = manifest_path(weights)
         if mpath.is_file():
             manifest = read_json(mpath)
-            state = ckpt_dir / "state.json"  # the configs the tables' params/FLOPs read
+            state = ckpt_dir / STATE  # the configs the tables' params/FLOPs read
             if self.check_hash(state, manifest.get("state_sha256"), self.show(mpath), depth) and (
                 read_json(state).get("model_config") != manifest.get("model_config")
             ):
@@ -204,7 +205,7 @@ class Auditor:
                 False,
                 depth,
                 self.show(weights),
-                "the checkpoint has no manifest model.safetensors.json "
+                f"the checkpoint has no manifest {manifest_path(weights).name} "
                 "(written by the trainer since provenance v2: retrain the cell to record it)",
             )
 
@@ -215,7 +216,7 @@ class Auditor:
         if ckpt:
             self.check_cell_identity(path, ckpt, depth)
             ckpt_dir = self.path(ckpt["path"])
-            self.check_hash(ckpt_dir / "state.json", ckpt.get("state_sha256"), where, depth)
+            self.check_hash(ckpt_dir / STATE, ckpt.get("state_sha256"), where, depth)
             if ckpt.get("manifest"):  # the checkpoint's manifest as it was when evaluated
                 self.check_hash(ckpt["manifest"], ckpt.get("manifest_sha256"), where, depth)
             elif "manifest" in ckpt:
@@ -225,7 +226,7 @@ class Auditor:
                     self.show(ckpt_dir),
                     f"{self.show(path)} evaluated a checkpoint without a manifest",
                 )
-            if self.check_hash(ckpt_dir / "model.safetensors", ckpt.get("sha256"), where, depth):
+            if self.check_hash(ckpt_dir / WEIGHTS, ckpt.get("sha256"), where, depth):
                 self.walk_checkpoint_dir(ckpt_dir, depth, ckpt.get("sha256"))
         for inp in doc.get("inputs", []):
             if self.check_hash(inp["path"], inp.get("sha256"), where, depth):
@@ -233,30 +234,23 @@ class Auditor:
             if inp.get(
                 "checkpoint_sha256"
             ):  # a run's metrics (sample efficiency): its final checkpoint
-                final = self.path(inp["path"]).parent / "checkpoints" / "final"
-                if self.check_hash(
-                    final / "model.safetensors", inp["checkpoint_sha256"], where, depth
-                ):
+                final = layout.final_dir(self.path(inp["path"]).parent)
+                if self.check_hash(final / WEIGHTS, inp["checkpoint_sha256"], where, depth):
                     self.walk_checkpoint_dir(final, depth + 1, inp["checkpoint_sha256"])
 
     def check_cell_identity(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
         """An evaluation under results/eval/<scale>/<vocab>/<variant>/seed<k>/ must be of that cell."""
-        parts = path.parent.parts
-        if len(parts) < 5 or parts[-5] != "eval":
+        sits_in = layout.eval_cell_key(path)
+        if sits_in is None:
             return
-        recorded = (
-            ckpt.get("scale"),
-            ckpt.get("vocab"),
-            ckpt.get("variant"),
-            f"seed{ckpt.get('seed')}",
-        )
-        if tuple(parts[-4:]) != recorded:
+        recorded = layout.record_cell_key(ckpt)
+        if sits_in != recorded:
             self.note(
                 False,
                 depth,
                 self.show(path),
-                f"evaluates the checkpoint of cell {'/'.join(map(str, recorded))} "
-                f"but sits in {'/'.join(parts[-4:])}'s directory (a copied or swapped evaluation)",
+                f"evaluates the checkpoint of cell {recorded} "
+                f"but sits in {sits_in}'s directory (a copied or swapped evaluation)",
             )
 
     def check_vocab_file(self, vocab: Mapping[str, Any], where: str, depth: int) -> None:
@@ -289,7 +283,7 @@ class Auditor:
         model.safetensors: a checkpoint or a `leviathan export` directory)."""
         path = self.path(p)
         if path.is_dir():
-            path = path / "model.safetensors"
+            path = path / WEIGHTS
         if not manifest_path(path).is_file():
             self.note(
                 False,

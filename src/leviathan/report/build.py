@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from leviathan.io import atomic_path
+from leviathan.layout import FIGURES_DIR, PLAIN_TABLE_FORMATS, TABLES_DIR, table_files
 from leviathan.manifest import display_path, input_record, write_manifest
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.tables import (
@@ -31,8 +32,7 @@ from leviathan.report.tables import (
     table_paths,
 )
 
-TABLES_DIR = "results/report/tables"
-FIGURES_DIR = "results/report/figures"
+PAPER_CHECK = "paper_check"  # the paper's own consistency (CSV + Markdown)
 
 
 def report_inputs(
@@ -166,7 +166,7 @@ def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[
 
     frame = pd.DataFrame([c.to_dict() for c in consistency_checks()])
     frame = frame[["what", "reported", "recomputed", "difference", "tolerance", "ok"]]
-    csv, md = Path(out_dir) / "paper_check.csv", Path(out_dir) / "paper_check.md"
+    csv, md = table_files(out_dir, PAPER_CHECK, PLAIN_TABLE_FORMATS).values()
     with atomic_path(csv) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.17g")
     bad = frame[~frame["ok"]]
@@ -185,7 +185,7 @@ def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[
     with atomic_path(md) as tmp:
         tmp.write_text(text)
     for path in (csv, md):
-        write_manifest(path, kind="paper_check", inputs=[input_record(paper_path)])
+        write_manifest(path, kind=PAPER_CHECK, inputs=[input_record(paper_path)])
     return [csv, md]
 
 

@@ -26,16 +26,12 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from leviathan.io import atomic_path, read_json  # noqa: E402
+from leviathan.layout import figure_files, sample_efficiency_group  # noqa: E402
 from leviathan.manifest import input_record, write_manifest  # noqa: E402
 from leviathan.paper import Paper  # noqa: E402
 
 FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation"]
-FORMATS = ("png", "pdf")
 from leviathan.report.tables import variant_order  # noqa: E402
-
-
-def figure_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
-    return {fmt: Path(out_dir) / f"{name}.{fmt}" for fmt in FORMATS}
 
 
 def _empty(ax: Any, message: str) -> None:
@@ -46,7 +42,7 @@ def _empty(ax: Any, message: str) -> None:
 def _save(
     fig: Any, out_dir: str | os.PathLike[str], name: str, inputs: Sequence[Path]
 ) -> list[Path]:
-    paths = figure_paths(out_dir, name)
+    paths = figure_files(out_dir, name)
     for fmt, path in paths.items():
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
@@ -98,8 +94,7 @@ def loss_curves(sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[st
                     markeredgecolor="black",
                 )
         ax.axhline(base["target_val_loss"], ls="--", lw=1, color="grey", label="tied final loss")
-        scale, vocab = path.parent.parent.name, path.parent.name
-        ax.set_title(f"{scale} / {vocab} / {path.stem.removeprefix('sample_efficiency_')}")
+        ax.set_title(" / ".join(sample_efficiency_group(path)))
         ax.set_xlabel("training tokens")
         ax.set_ylabel("validation loss (nats/token)")
         ax.legend(fontsize=7, title="▼ reaches tied final loss", title_fontsize=7)

@@ -16,23 +16,24 @@ from pathlib import Path
 
 import pandas as pd
 
+from leviathan import layout
 from leviathan.eval.sample_efficiency import metrics_path, read_curve
 from leviathan.io import atomic_path, read_json
+from leviathan.layout import PLOTS_DIR
 from leviathan.manifest import input_record, write_manifest
 from leviathan.workflow.grid import Cell
 
-PLOTS_DIR = "results/report/plots"
 PLOT_NAMES = ("loss_curves", "frequency")
 
 
 def plot_paths(out_dir: str | os.PathLike[str] = PLOTS_DIR) -> dict[str, Path]:
-    return {name: Path(out_dir) / f"{name}.csv" for name in PLOT_NAMES}
+    return {name: layout.plot_file(out_dir, name) for name in PLOT_NAMES}
 
 
 def loss_curves(cells: Iterable[Cell]) -> pd.DataFrame:
     rows = []
     for cell in cells:
-        curve = read_curve(cell.run_dir)
+        curve = read_curve(layout.run_dir(cell))
         rows += [
             {"cell": cell.key, "tokens": t, "val_loss": loss}
             for t, loss in zip(curve.tokens, curve.losses, strict=True)
@@ -44,7 +45,7 @@ def frequency(cells: Iterable[Cell]) -> pd.DataFrame:
     """Token-level log10 buckets; empty buckets (no target in the val split) left out."""
     rows = []
     for cell in cells:
-        buckets = read_json(f"{cell.eval_dir}/val.json")["results"]["frequency_tokens"]["log10"]
+        buckets = read_json(layout.eval_output(cell, "val"))["results"]["frequency_tokens"]["log10"]
         rows += [
             {
                 "cell": cell.key,
@@ -65,8 +66,8 @@ def write_plot_data(
     cells = sorted(cells)
     paths = plot_paths(out_dir)
     sources = {
-        "loss_curves": (loss_curves(cells), [metrics_path(c.run_dir) for c in cells]),
-        "frequency": (frequency(cells), [Path(f"{c.eval_dir}/val.json") for c in cells]),
+        "loss_curves": (loss_curves(cells), [metrics_path(layout.run_dir(c)) for c in cells]),
+        "frequency": (frequency(cells), [Path(layout.eval_output(c, "val")) for c in cells]),
     }
     for name, (frame, inputs) in sources.items():
         with atomic_path(paths[name]) as tmp:

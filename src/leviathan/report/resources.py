@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from leviathan.io import atomic_path
+from leviathan.layout import PLAIN_TABLE_FORMATS, benchmark_rule, table_files
 from leviathan.manifest import input_record, write_manifest
-from leviathan.workflow.grid import benchmark_rule
 
 RESOURCES_TABLE = "resources"
 COLUMNS = [
@@ -82,7 +82,7 @@ def write_resources(
     paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]
 ) -> list[Path]:
     frame = resource_table(paths)
-    csv, md = Path(out_dir) / f"{RESOURCES_TABLE}.csv", Path(out_dir) / f"{RESOURCES_TABLE}.md"
+    csv, md = table_files(out_dir, RESOURCES_TABLE, PLAIN_TABLE_FORMATS).values()
     with atomic_path(csv) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.6g")
     text = (

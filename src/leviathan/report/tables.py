@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from leviathan import layout
 from leviathan.paper import Paper
 from leviathan.report.cellmap import (
     CI_SUFFIX,
@@ -178,7 +179,7 @@ def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _eval(c: Cell, kind: str) -> str:
-    return f"{c.eval_dir}/{kind}.json"
+    return layout.eval_output(c, kind)
 
 
 def _src(cells: Iterable[Cell], kind: str, pointer: str, group: str = "a") -> tuple[Source, ...]:
@@ -190,7 +191,7 @@ def _pair(op: str, ref: Iterable[Cell], cmp: Iterable[Cell], kind: str, pointer:
 
 
 def _state(cells: Iterable[Cell], group: str = "a") -> tuple[Source, ...]:
-    return tuple(Source(c.final_marker, "/model_config", group) for c in cells)
+    return tuple(Source(layout.final_marker(c), "/model_config", group) for c in cells)
 
 
 def variant_order() -> list[str]:
@@ -624,15 +625,13 @@ def cost_table(ctx: Context, name: str) -> Table:
 
 def _sample_efficiency_spec(inp: ReportInputs, docs: DocumentCache, scale: str) -> CellSpec | None:
     """Ours: the tokens ratio at which leviathan reaches tied's final loss (mean over seeds)."""
-    from leviathan.workflow.grid import sample_efficiency_path
-
     lev = inp.all_cells().get((scale, PAPER_MAIN_VOCAB, "leviathan"), [])
     tied = {c.seed for c in inp.all_cells().get((scale, PAPER_MAIN_VOCAB, "tied"), [])}
     sources = []
     for c in lev:
         if c.seed not in tied:
             continue
-        path = sample_efficiency_path(scale, PAPER_MAIN_VOCAB, c.seed)
+        path = layout.sample_efficiency_path(scale, PAPER_MAIN_VOCAB, c.seed)
         runs = docs.get(path)["results"]["runs"]
         i = next((i for i, r in enumerate(runs) if r.get("variant") == "leviathan"), None)
         if i is None:
@@ -707,7 +706,7 @@ def metrics_table(ctx: Context, name: str) -> Table:
         for cell in cells:
             one = [cell]
             row = t.add_row(
-                f"{scale}/{vocab}/{variant}/seed{cell.seed}",
+                cell.key,
                 scale=scale,
                 vocab=vocab,
                 variant=variant,
@@ -754,7 +753,7 @@ class TableDef:
     name: str
     applies: Callable[[ReportInputs], bool]
     build: Callable[[Context, str], Table]
-    formats: tuple[str, ...] = ("csv", "md", "tex")  # the CSV and its renderings
+    formats: tuple[str, ...] = layout.TABLE_FORMATS  # the CSV and its renderings
 
 
 def _always(inp: ReportInputs) -> bool:
@@ -777,7 +776,7 @@ TABLES: dict[str, TableDef] = {
         TableDef("cost", _always, cost_table),
         TableDef("paper_vs_ours", _always, paper_vs_ours),
         # per cell and seed, flat; also JSON for DVC's `metrics:` (leviathan.report.build.render)
-        TableDef("metrics", _always, metrics_table, ("csv", "md", "tex", "json")),
+        TableDef("metrics", _always, metrics_table, (*layout.TABLE_FORMATS, "json")),
     ]
 }
 
@@ -799,4 +798,4 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
 def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
     """A table's files: the CSV and its renderings (its TableDef's formats)."""
     formats = TABLES[name].formats if name in TABLES else TableDef.formats
-    return {fmt: Path(out_dir) / f"{name}.{fmt}" for fmt in formats}
+    return layout.table_files(out_dir, name, formats)

@@ -1,6 +1,7 @@
 """Checkpoints: atomic directories, safe formats, newest-complete discovery, retention.
 
-A checkpoint is a directory `<run>/checkpoints/step_<N>/` (or `final/`) holding
+A checkpoint is a directory `<run>/checkpoints/step_<N>/` (or `final/`; names: leviathan.layout)
+holding
   model.safetensors   the weights (safetensors: no pickle)
   optim.pt            optimizer state (loaded with torch.load(weights_only=True))
   rng.pt              torch CPU/CUDA, numpy and python RNG states (weights_only too)
@@ -37,6 +38,7 @@ from safetensors.torch import load_file, save_file
 
 from leviathan.data.loader import DataMismatchError
 from leviathan.io import publish_dir, read_json, sha256_file, write_json
+from leviathan.layout import FINAL, OPTIM, RNG, STATE, WEIGHTS, step_dir, step_of
 from leviathan.manifest import display_path, write_manifest
 from leviathan.model import LanguageModel
 from leviathan.provenance import code_version, environment
@@ -44,10 +46,6 @@ from leviathan.train.config import TrainConfig
 from leviathan.train.distributed import DistInfo, barrier
 from leviathan.train.errors import ConfigMismatch, config_mismatch
 
-FINAL = "final"
-PREFIX = "step_"
-WEIGHTS = "model.safetensors"
-STATE = "state.json"
 MANIFEST_KIND = "checkpoint"
 
 
@@ -64,10 +62,6 @@ class ManifestInfo:
 class CheckpointRef:
     path: Path
     step: int
-
-
-def step_dir(root: Path, step: int) -> Path:
-    return root / f"{PREFIX}{step:08d}"
 
 
 def _numpy_state() -> list[Any]:
@@ -117,8 +111,8 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, tmp / WEIGHTS)
-        torch.save(optim_state, tmp / "optim.pt")
-        torch.save(rng_state(), tmp / "rng.pt")
+        torch.save(optim_state, tmp / OPTIM)
+        torch.save(rng_state(), tmp / RNG)
         write_json(tmp / STATE, state)
         if manifest is not None:
             _write_manifest(tmp, final, state, manifest)
@@ -154,19 +148,17 @@ def list_checkpoints(root: Path) -> list[CheckpointRef]:
         return []
     refs = []
     for p in root.iterdir():
-        if p.is_dir() and p.name.startswith(PREFIX) and (p / "state.json").is_file():
-            try:
-                refs.append(CheckpointRef(p, int(p.name[len(PREFIX) :])))
-            except ValueError:
-                continue
+        step = step_of(p)
+        if step is not None and p.is_dir() and (p / STATE).is_file():
+            refs.append(CheckpointRef(p, step))
     return sorted(refs, key=lambda r: r.step)
 
 
 def latest_checkpoint(root: Path) -> CheckpointRef | None:
     """The newest complete checkpoint: `final` if present, else the highest step."""
     final = root / FINAL
-    if (final / "state.json").is_file():
-        return CheckpointRef(final, int(read_json(final / "state.json")["step"]))
+    if (final / STATE).is_file():
+        return CheckpointRef(final, int(read_json(final / STATE)["step"]))
     refs = list_checkpoints(root)
     return refs[-1] if refs else None
 
@@ -188,13 +180,13 @@ def prune(root: Path, keep_last: int) -> None:
 
 def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
     """Read a checkpoint directory: {'model', 'optim', 'rng', 'state'} (safe loaders only)."""
-    if not (path / "state.json").is_file():
-        raise FileNotFoundError(f"{path}: not a complete checkpoint (no state.json)")
+    if not (path / STATE).is_file():
+        raise FileNotFoundError(f"{path}: not a complete checkpoint (no {STATE})")
     return {
-        "model": load_file(path / "model.safetensors", device=str(device)),
-        "optim": torch.load(path / "optim.pt", map_location=device, weights_only=True),
-        "rng": torch.load(path / "rng.pt", weights_only=True),
-        "state": read_json(path / "state.json"),
+        "model": load_file(path / WEIGHTS, device=str(device)),
+        "optim": torch.load(path / OPTIM, map_location=device, weights_only=True),
+        "rng": torch.load(path / RNG, weights_only=True),
+        "state": read_json(path / STATE),
     }
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from leviathan import layout
 from leviathan.data.loader import TrainLoader
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
@@ -188,7 +189,7 @@ class Trainer:
             weight_decay=cfg.weight_decay,
         )
         self.checkpoints = ckpt.CheckpointManager(
-            run_dir / "checkpoints",
+            layout.checkpoints_dir(run_dir),
             model=self.model,
             optimizer=self.optimizer,
             loader=self.loader,
@@ -259,14 +260,14 @@ class Trainer:
         """Rewind the metrics log to the restored step and open it with the start record, record
         the data the checkpoints come from, show the progress bar (main rank)."""
         r, info, runtime = self.restored, self.info, self.runtime
-        metrics = self.run_dir / "metrics.jsonl"
+        metrics = layout.metrics_file(self.run_dir)
         if info.is_main:  # the metrics of exactly the run the checkpoints belong to
             rewind_metrics(metrics, r.step, r.aside_for(metrics))
         log = (
             MetricsLog(
                 metrics,
-                self.run_dir / "tensorboard" if runtime.tensorboard else None,
-                self.run_dir / "dvclive" if runtime.dvclive else None,
+                layout.tensorboard_dir(self.run_dir) if runtime.tensorboard else None,
+                layout.dvclive_dir(self.run_dir) if runtime.dvclive else None,
             )
             if info.is_main
             else None

@@ -20,17 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.eval.standin import STAND_IN_DIR, is_stand_in
+from leviathan.layout import CONFIG_SCHEMA, DEFAULT_CONFIG
 
-DEFAULT_CONFIGFILE = Path("config/config.yaml")
-SCHEMA = Path("workflow/schemas/config.schema.yaml")
-__all__ = [
-    "DEFAULT_CONFIGFILE",
-    "SCHEMA",
-    "STAND_IN_DIR",
-    "check_names",
-    "resolve",
-    "stand_in_files",
-]
+__all__ = ["STAND_IN_DIR", "check_names", "resolve", "stand_in_files"]
 
 
 def resolve(
@@ -43,13 +35,13 @@ def resolve(
     from snakemake.utils import update_config, validate
 
     root = Path(root)
-    schema = root / SCHEMA
+    schema = root / CONFIG_SCHEMA
     if not schema.is_file():
         raise FileNotFoundError(
             f"{schema}: not found; run from the workflow's directory (the clone's root)"
         )
     config: dict[str, Any] = {}
-    for path in configfiles or [root / DEFAULT_CONFIGFILE]:
+    for path in configfiles or [root / DEFAULT_CONFIG]:
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path}: config file not found")
         update_config(config, load_configfile(str(path)))

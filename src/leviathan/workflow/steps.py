@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from leviathan import layout
 from leviathan.workflow.grid import Cell
 
 
@@ -176,6 +177,7 @@ def launcher_args(config: Mapping[str, Any], scale: str) -> str:
 def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
     """`leviathan train` arguments that define the cell's run (its identity): a change here
     reruns the cell. Overrides come from config.train[<scale>] and config.train[<cell>]."""
+    shards = layout.shards(tokens)
     args = [
         "--scale",
         cell.scale,
@@ -186,9 +188,9 @@ def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) 
         "--seed",
         str(cell.seed),
         "--train",
-        f"{tokens}/train.bin",
+        shards["train"],
         "--val",
-        f"{tokens}/val.bin",
+        shards["val"],
         "--run-dir",
         run_dir,
     ]
@@ -285,8 +287,8 @@ def evaluate(
             ckpt,
             model,
             cfg.lm_eval,
-            samples_out=Path(out).with_suffix(".samples.jsonl"),
-            harness_dir=Path(out).parent / "lm_eval_harness",
+            samples_out=layout.lm_eval_samples(out),
+            harness_dir=layout.lm_eval_harness_dir(out),
             started=started,
         )
     else:

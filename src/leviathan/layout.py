@@ -1,0 +1,321 @@
+"""Where every artifact of the pipeline lives: the one home of its paths and file names.
+
+The rules (through workflow/rules/common.smk, their scripts through `params:`), the trainer's
+checkpoints, the evaluation's checkpoint loader, the report and the audit all take their paths
+from here. Paths are relative to the working directory (the repository root for the workflow),
+readable and stable; <cell> is <scale>/<vocab>/<variant>/seed<k>:
+
+    config/config.yaml, config/paper_reported.yaml   the default config, the paper's figures
+    data/corpus/<corpus>/             raw text splits <split>.jsonl.zst (+ manifests)
+    data/tokens/<corpus>/<vocab>/     train.bin, val.bin, counts.npy, word_counts.json (+ manifests)
+    results/runs/<cell>/              checkpoints/step_<N>/, checkpoints/final/, metrics.jsonl
+    results/eval/<cell>/              <kind>.json (val, wikitext, lm_eval), lm_eval.samples.jsonl,
+                                      lm_eval_harness/
+    results/eval/<scale>/<vocab>/     sample_efficiency_seed<k>.json
+    results/export/<cell>/            transformers checkpoint (`leviathan export`)
+    results/report/                   tables/, figures/, plots/
+    logs/<step>/...                   one log per job
+A job's Snakemake benchmark file sits beside its outputs: <dir>/<rule>[.<tag>].benchmark.tsv.
+
+A cell is anything with `scale`, `vocab`, `variant` and `seed` attributes: a
+`leviathan.workflow.grid.Cell`, Snakemake's wildcards of a cell rule, or `WILDCARDS` (the
+rules' patterns). Functions of cells and of the workflow's directories return str (what
+Snakemake and DVC name); functions of the files inside a run, a checkpoint or an output
+directory take that directory and return a Path. A rule's script gets the directories it needs
+from the rule's `params:`, computed from its input or output files by the inverses here
+(`run_of`, `dir_of`), never by counting a path's parents.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Protocol
+
+PathLike = str | os.PathLike[str]
+
+
+class CellLike(Protocol):
+    scale: Any
+    vocab: Any
+    variant: Any
+    seed: Any
+
+
+# the cell of a rule's pattern: its paths hold Snakemake's wildcards
+WILDCARDS: CellLike = SimpleNamespace(
+    scale="{scale}", vocab="{vocab}", variant="{variant}", seed="{seed}"
+)
+
+# ---------------------------------------------------------------- configuration
+DEFAULT_CONFIG = "config/config.yaml"
+CONFIG_SCHEMA = "workflow/schemas/config.schema.yaml"
+PAPER_REPORTED = "config/paper_reported.yaml"
+
+# ---------------------------------------------------------------- manifests
+MANIFEST_SUFFIX = ".json"
+
+
+def manifest_path(artifact: PathLike) -> Path:
+    """Path of the manifest that describes `artifact` (`<artifact>.json`, beside it)."""
+    p = Path(artifact)
+    return p.with_name(p.name + MANIFEST_SUFFIX)
+
+
+# ---------------------------------------------------------------- data
+CORPUS_ROOT = "data/corpus"
+TOKENS_ROOT = "data/tokens"
+SPLITS = ("train", "val")
+CORPUS_SUFFIX = ".jsonl.zst"
+SHARD_SUFFIX = ".bin"
+COUNTS = "counts.npy"  # per-id token counts of the train split
+WORD_COUNTS = "word_counts.json"  # training-corpus counts of the validation text's words
+
+
+def corpus_dir(corpus: str) -> str:
+    return f"{CORPUS_ROOT}/{corpus}"
+
+
+def corpus_file(directory: PathLike, split: str) -> Path:
+    """One split of a corpus directory: `<directory>/<split>.jsonl.zst`."""
+    return Path(directory) / f"{split}{CORPUS_SUFFIX}"
+
+
+def tokens_dir(corpus: str, vocab: str) -> str:
+    return f"{TOKENS_ROOT}/{corpus}/{vocab}"
+
+
+def shard_path(directory: PathLike, split: str) -> Path:
+    """One token shard of a tokens directory: `<directory>/<split>.bin`."""
+    return Path(directory) / f"{split}{SHARD_SUFFIX}"
+
+
+def shards(directory: str) -> dict[str, str]:
+    """The token shards of a tokens directory, by split."""
+    return {split: str(shard_path(directory, split)) for split in SPLITS}
+
+
+def token_files(directory: str, word_counts: bool = False) -> dict[str, str]:
+    """What tokenizing (and counting words) writes into a tokens directory, by role:
+    train, val (the shards), counts and, with `word_counts`, word_counts."""
+    files = shards(directory)
+    files["counts"] = f"{directory}/{COUNTS}"
+    if word_counts:
+        files["word_counts"] = f"{directory}/{WORD_COUNTS}"
+    return files
+
+
+# ---------------------------------------------------------------- runs and checkpoints
+RUNS_ROOT = "results/runs"
+METRICS = "metrics.jsonl"  # the trainer's log (kind = start | train | val | end)
+CHECKPOINTS = "checkpoints"
+FINAL = "final"  # the checkpoint written at the end of training
+STEP_PREFIX = "step_"  # step checkpoints: step_<N, 8 digits>
+WEIGHTS = "model.safetensors"
+STATE = "state.json"  # step, tokens, loader state, configs: written last, marks a whole checkpoint
+OPTIM = "optim.pt"
+RNG = "rng.pt"
+
+
+def cell_key(cell: CellLike) -> str:
+    """`<scale>/<vocab>/<variant>/seed<k>`: a cell's name and the tail of its directories."""
+    return f"{cell.scale}/{cell.vocab}/{cell.variant}/seed{cell.seed}"
+
+
+def record_cell_key(record: Mapping[str, Any]) -> str:
+    """The key of the cell a record (a checkpoint's, an evaluation's) names in its fields."""
+    return cell_key(
+        SimpleNamespace(**{k: record.get(k) for k in ("scale", "vocab", "variant", "seed")})
+    )
+
+
+def parse_cell_key(key: str) -> tuple[str, str, str, int]:
+    """(scale, vocab, variant, seed) of a cell key: the inverse of cell_key."""
+    parts = key.split("/")
+    if len(parts) != 4 or not parts[3].startswith("seed") or not parts[3][4:].isdigit():
+        raise ValueError(
+            f"{key!r}: expected SCALE/VOCAB/VARIANT/seedN, e.g. 400m/o200k_base/leviathan/seed0"
+        )
+    return parts[0], parts[1], parts[2], int(parts[3][4:])
+
+
+def run_dir(cell: CellLike) -> str:
+    return f"{RUNS_ROOT}/{cell_key(cell)}"
+
+
+def final_marker(cell: CellLike) -> str:
+    """The file whose existence says a cell is trained (its final checkpoint's state)."""
+    return f"{run_dir(cell)}/{CHECKPOINTS}/{FINAL}/{STATE}"
+
+
+def run_of(marker: PathLike) -> str:
+    """The run directory of a final marker: the inverse of final_marker."""
+    tail = f"/{CHECKPOINTS}/{FINAL}/{STATE}"
+    m = Path(marker).as_posix()
+    if not m.endswith(tail):
+        raise ValueError(f"{marker}: not a final checkpoint's {STATE} (<run>{tail})")
+    return m[: -len(tail)]
+
+
+def metrics_file(run: PathLike) -> Path:
+    return Path(run) / METRICS
+
+
+def tensorboard_dir(run: PathLike) -> Path:
+    """TensorBoard event files of a run (runtime.tensorboard)."""
+    return Path(run) / "tensorboard"
+
+
+def dvclive_dir(run: PathLike) -> Path:
+    """DVCLive's directory of a run (runtime.dvclive)."""
+    return Path(run) / "dvclive"
+
+
+def checkpoints_dir(run: PathLike) -> Path:
+    return Path(run) / CHECKPOINTS
+
+
+def final_dir(run: PathLike) -> Path:
+    return checkpoints_dir(run) / FINAL
+
+
+def step_dir(checkpoints: PathLike, step: int) -> Path:
+    return Path(checkpoints) / f"{STEP_PREFIX}{step:08d}"
+
+
+def step_of(checkpoint: PathLike) -> int | None:
+    """The step of a step checkpoint directory's name (None for any other name)."""
+    name = Path(checkpoint).name
+    if not name.startswith(STEP_PREFIX):
+        return None
+    try:
+        return int(name[len(STEP_PREFIX) :])
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- evaluation
+EVAL_ROOT = "results/eval"
+LM_EVAL_SAMPLES_SUFFIX = ".samples.jsonl"
+LM_EVAL_HARNESS = "lm_eval_harness"  # lm-eval's own --output_path layout
+
+
+def eval_dir(cell: CellLike) -> str:
+    return f"{EVAL_ROOT}/{cell_key(cell)}"
+
+
+def eval_output(cell: CellLike, kind: str) -> str:
+    """The JSON an evaluation (val, wikitext, lm_eval) of this cell writes."""
+    return f"{eval_dir(cell)}/{kind}.json"
+
+
+def eval_cell_key(output: PathLike) -> str | None:
+    """The key of the cell whose evaluation directory holds `output` (None if it is not in one):
+    the inverse of eval_output, on any path that ends like it (`.../eval/<cell>/<file>`)."""
+    parts = Path(output).parent.parts
+    if len(parts) < 5 or parts[-5] != Path(EVAL_ROOT).name:
+        return None
+    return "/".join(parts[-4:])
+
+
+def lm_eval_samples(output: PathLike) -> Path:
+    """The per-sample log beside an lm-eval result JSON (`lm_eval.json` -> `lm_eval.samples.jsonl`)."""
+    out = Path(output)
+    return out.with_name(out.stem + LM_EVAL_SAMPLES_SUFFIX)
+
+
+def lm_eval_harness_dir(output: PathLike) -> Path:
+    """lm-eval's own output directory beside an lm-eval result JSON."""
+    return Path(output).parent / LM_EVAL_HARNESS
+
+
+SAMPLE_EFFICIENCY_PREFIX = "sample_efficiency_"
+
+
+def sample_efficiency_dir(scale: str, vocab: str) -> str:
+    return f"{EVAL_ROOT}/{scale}/{vocab}"
+
+
+def sample_efficiency_name(seed: int | str) -> str:
+    return f"{SAMPLE_EFFICIENCY_PREFIX}seed{seed}"
+
+
+def sample_efficiency_path(scale: str, vocab: str, seed: int | str) -> str:
+    return f"{sample_efficiency_dir(scale, vocab)}/{sample_efficiency_name(seed)}.json"
+
+
+def sample_efficiency_group(path: PathLike) -> tuple[str, str, str]:
+    """(scale, vocab, seed<k>) of a sample-efficiency file: the inverse of sample_efficiency_path."""
+    p = Path(path)
+    return p.parent.parent.name, p.parent.name, p.stem.removeprefix(SAMPLE_EFFICIENCY_PREFIX)
+
+
+def is_sample_efficiency(path: PathLike) -> bool:
+    return Path(path).name.startswith(SAMPLE_EFFICIENCY_PREFIX)
+
+
+# ---------------------------------------------------------------- export
+EXPORT_ROOT = "results/export"
+MODEL_CARD = "README.md"  # the Hugging Face Hub's name for it
+
+
+def export_dir(cell: CellLike) -> str:
+    return f"{EXPORT_ROOT}/{cell_key(cell)}"
+
+
+# ---------------------------------------------------------------- report
+REPORT_DIR = "results/report"
+TABLES_DIR = f"{REPORT_DIR}/tables"
+FIGURES_DIR = f"{REPORT_DIR}/figures"
+PLOTS_DIR = f"{REPORT_DIR}/plots"
+TABLE_FORMATS = ("csv", "md", "tex")
+PLAIN_TABLE_FORMATS = ("csv", "md")  # tables without a LaTeX rendering (paper_check, resources)
+FIGURE_FORMATS = ("png", "pdf")
+
+
+def table_files(
+    out_dir: PathLike, name: str, formats: tuple[str, ...] = TABLE_FORMATS
+) -> dict[str, Path]:
+    """A table's files by format: `<out_dir>/<name>.<format>`."""
+    return {fmt: Path(out_dir) / f"{name}.{fmt}" for fmt in formats}
+
+
+def figure_files(out_dir: PathLike, name: str) -> dict[str, Path]:
+    return table_files(out_dir, name, FIGURE_FORMATS)
+
+
+def plot_file(out_dir: PathLike, name: str) -> Path:
+    return Path(out_dir) / f"{name}.csv"
+
+
+def dir_of(file: PathLike) -> str:
+    """The directory of a file that sits directly in one of the layout's directories (a corpus
+    split, a token shard, a table, a figure, plot data)."""
+    return Path(file).parent.as_posix()
+
+
+# ---------------------------------------------------------------- jobs
+LOGS_ROOT = "logs"
+BENCHMARK_SUFFIX = ".benchmark.tsv"
+
+
+def log_file(step: str, *parts: str) -> str:
+    """A job's log: `logs/<step>/<parts...>.log`."""
+    return f"{LOGS_ROOT}/{'/'.join((step, *parts))}.log"
+
+
+def benchmark_path(directory: str, rule: str, tag: str = "") -> str:
+    """Where a job of `rule` writes its Snakemake benchmark (`tag` tells apart jobs of one rule
+    in one directory): beside the job's outputs, so the file lives in (and travels with) the
+    DVC stage output that holds them."""
+    return f"{directory}/{rule}{'.' + tag if tag else ''}{BENCHMARK_SUFFIX}"
+
+
+def benchmark_rule(path: str) -> str:
+    """The rule whose benchmark file `path` is."""
+    name = path.rsplit("/", 1)[-1]
+    if not name.endswith(BENCHMARK_SUFFIX):
+        raise ValueError(f"{path}: not a benchmark file (*{BENCHMARK_SUFFIX})")
+    return name.split(".", 1)[0]

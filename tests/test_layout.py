@@ -1,0 +1,68 @@
+"""leviathan.layout is the one home of the pipeline's paths: the workflow's rules, the trainer's
+checkpoints and the evaluation's loader all agree with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from leviathan import layout
+from leviathan.eval.checkpoint import resolve_checkpoint
+from leviathan.train.checkpoint import latest_checkpoint, save_checkpoint
+from leviathan.workflow.grid import Cell
+
+CELL = Cell("400m", "o200k_base", "leviathan", 0)
+
+
+def test_cell_paths_are_readable_and_stable() -> None:
+    assert layout.run_dir(CELL) == "results/runs/400m/o200k_base/leviathan/seed0"
+    assert (
+        layout.final_marker(CELL)
+        == "results/runs/400m/o200k_base/leviathan/seed0/checkpoints/final/state.json"
+    )
+    assert layout.eval_dir(CELL) == "results/eval/400m/o200k_base/leviathan/seed0"
+    assert layout.export_dir(CELL) == "results/export/400m/o200k_base/leviathan/seed0"
+    assert CELL.key == "400m/o200k_base/leviathan/seed0"
+
+
+def test_the_inverses_undo_the_paths() -> None:
+    assert layout.parse_cell_key(CELL.key) == ("400m", "o200k_base", "leviathan", 0)
+    assert layout.record_cell_key({**CELL.as_wildcards(), "step": 3}) == CELL.key
+    with pytest.raises(ValueError, match="SCALE/VOCAB/VARIANT/seedN"):
+        layout.parse_cell_key("400m/o200k_base/leviathan/0")
+    assert layout.run_of(layout.final_marker(CELL)) == layout.run_dir(CELL)
+    assert layout.eval_cell_key(layout.eval_output(CELL, "val")) == CELL.key
+    assert layout.eval_cell_key("elsewhere/val.json") is None
+    se = layout.sample_efficiency_path("400m", "o200k_base", 3)
+    assert layout.sample_efficiency_group(se) == ("400m", "o200k_base", "seed3")
+    assert layout.is_sample_efficiency(se)
+    shard = layout.shard_path(layout.tokens_dir("pile", "gpt2"), "val")
+    assert layout.dir_of(shard) == layout.tokens_dir("pile", "gpt2")
+    assert layout.step_of(layout.step_dir("x", 1234)) == 1234
+    assert layout.step_of(layout.final_dir("x")) is None
+    assert layout.benchmark_rule(layout.benchmark_path("d", "sample_efficiency", "seed0")) == (
+        "sample_efficiency"
+    )
+
+
+def test_trainer_checkpoints_are_what_the_workflow_and_the_evaluation_expect(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The trainer's writer puts the final checkpoint where the train rule's output says and
+    where the evaluation's loader looks for it."""
+    monkeypatch.chdir(tmp_path)
+    run = layout.run_dir(CELL)
+    for name, step in ((layout.step_dir("", 5).name, 5), (layout.FINAL, 9)):
+        save_checkpoint(
+            layout.checkpoints_dir(run),
+            name,
+            model_state={"w": torch.ones(2)},
+            optim_state={"state": {}, "param_groups": []},
+            state={"step": step},
+        )
+    assert Path(layout.final_marker(CELL)).is_file()
+    assert resolve_checkpoint(run) == layout.final_dir(run)
+    ref = latest_checkpoint(layout.checkpoints_dir(run))
+    assert ref is not None and ref.path == layout.final_dir(run) and ref.step == 9
