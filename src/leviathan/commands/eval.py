@@ -157,12 +157,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.set_defaults(func=run_sample_efficiency)
 
 
-def _overrides(args: argparse.Namespace, mapping: dict[str, str]) -> dict[str, Any]:
-    return {
-        field: getattr(args, arg)
-        for arg, field in mapping.items()
-        if getattr(args, arg, None) is not None
-    }
+def _overrides(args: argparse.Namespace, *fields: str) -> dict[str, Any]:
+    """The config fields given on the command line (each flag is named as its field)."""
+    return {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
 
 
 def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
@@ -188,15 +185,7 @@ def run_val(args: argparse.Namespace) -> int:
     cfg = EvalConfig.from_file(args.config).val
     cfg = replace(
         cfg,
-        **_overrides(
-            args,
-            {
-                "context": "context",
-                "batch_size": "batch_size",
-                "max_windows": "max_windows",
-                "quantile_bins": "quantile_bins",
-            },
-        ),
+        **_overrides(args, "context", "batch_size", "max_windows", "quantile_bins"),
     )
     ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
     out = evaluate_val(
@@ -251,16 +240,7 @@ def run_wikitext(args: argparse.Namespace) -> int:
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).wikitext
     changes = _overrides(
-        args,
-        {
-            "dataset": "dataset",
-            "name": "name",
-            "split": "split",
-            "builder": "builder",
-            "context": "context",
-            "stride": "stride",
-            "batch_size": "batch_size",
-        },
+        args, "dataset", "name", "split", "builder", "context", "stride", "batch_size"
     )
     if args.data_files:
         files: dict[str, list[str]] = {}
@@ -293,15 +273,7 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
 
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).lm_eval
-    changes = _overrides(
-        args,
-        {
-            "limit": "limit",
-            "num_fewshot": "num_fewshot",
-            "bootstrap_iters": "bootstrap_iters",
-            "batch_size": "batch_size",
-        },
-    )
+    changes = _overrides(args, "limit", "num_fewshot", "bootstrap_iters", "batch_size")
     if args.tasks:
         changes["tasks"] = tuple(args.tasks)
     data = dict(cfg.data)
