@@ -196,7 +196,7 @@ def test_the_schema_carries_no_copy_of_the_codes_registries() -> None:
     from leviathan.scales import SCALES
     from leviathan.train.config import TrainConfig
     from leviathan.vocab import ALIASES, VOCABS
-    from leviathan.workflow.config import SCHEMA
+    from leviathan.layout import CONFIG_SCHEMA as SCHEMA
 
     schema = yaml.safe_load((ROOT / SCHEMA).read_text())
     matched = _schema_names(schema, [])

@@ -10,11 +10,11 @@ from pathlib import Path
 from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
-from leviathan.report.build import PAPER_CHECK, report_inputs, table_names
+from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
 from leviathan.report.resources import RESOURCES_TABLE
-from leviathan.report.tables import table_paths
+from leviathan.report.tables import table_names, table_paths
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import cells
 from leviathan.workflow.steps import enabled_evals, sample_efficiency_groups
