@@ -192,11 +192,11 @@ def test_the_schema_carries_no_copy_of_the_codes_registries() -> None:
     no training or runtime defaults (the scale records and RuntimeConfig do)."""
     from dataclasses import fields
 
+    from leviathan.layout import CONFIG_SCHEMA as SCHEMA
     from leviathan.model.variants import VARIANTS
     from leviathan.scales import SCALES
     from leviathan.train.config import TrainConfig
     from leviathan.vocab import ALIASES, VOCABS
-    from leviathan.layout import CONFIG_SCHEMA as SCHEMA
 
     schema = yaml.safe_load((ROOT / SCHEMA).read_text())
     matched = _schema_names(schema, [])
