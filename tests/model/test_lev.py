@@ -145,6 +145,22 @@ def test_materialize_equals_forward() -> None:
     torch.testing.assert_close(table[ids], lev(ids).detach())
 
 
+def test_coordinates_without_autograd_are_the_training_ones_bitwise() -> None:
+    """Without autograd (materialize, evaluation) step 3 runs its ops in place; the values must
+    be those the training path computes, bit for bit, so evaluation sees the trained model."""
+    lev = _lev(vocab=300)
+    with torch.no_grad():
+        lev.ln_weight.normal_()
+        lev.ln_bias.normal_()
+    z = lev.codebooks(torch.arange(300))
+    trained = lev.coordinates(z)
+    assert trained.requires_grad
+    with torch.no_grad():
+        assert torch.equal(lev.coordinates(z), trained.detach())
+    with torch.inference_mode():
+        assert torch.equal(lev.coordinates(z.detach()), trained.detach())
+
+
 def test_digits_and_codebook_rows() -> None:
     lev = _lev(vocab=200)  # b = ceil(200^(1/3)) = 6
     assert lev.base == 6

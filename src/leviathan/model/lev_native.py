@@ -13,10 +13,11 @@ path) unless RESCALE consecutive factors multiply to
 beyond 2^+-125 (each |phi| ~ 2^15 or 2^-15 on average: far outside what phi takes; |phi| is
 bounded by max |S|). A zero factor gives an exact 0.
 
-Backward (given gMM = grad_M * M, the same formula as the plain path): for each (head, p)
-pair, owned by one thread, d M / d phi_p = M / phi_p with |phi_p| clamped to eps exactly
-as `lev._SplineProductPlain` does, accumulated over ids in a fixed order: deterministic
-and free of atomics (no index_add_).
+Backward (given gMM = grad_M * M, the same formula as the plain path): d M / d phi_p =
+M / phi_p with |phi_p| clamped to eps exactly as `lev._plain_backward` does. A thread owns a
+(head, block of coordinates) and its coefficient rows, and adds its ids' gradients into them
+in id order: deterministic and free of atomics (no index_add_). The per-id lane pass is
+vectorised; the lane sums of grad_t are taken several ids at a time, each in lane order.
 
 The kernel is plain C (no torch headers), compiled once per source + compiler flags into
 a cache directory (`LEVIATHAN_KERNEL_CACHE`, default ~/.cache/leviathan/kernels) with the
@@ -46,11 +47,13 @@ _SOURCE = r"""
 
 #define RESCALE %(rescale)d
 
+/* The cell of t's nearest centre, c in [0, K-1] (also for a NaN t, which gives c = 0 and a
+   NaN f: the product turns NaN, never an out-of-range read), and the offset f = x - c. */
 static inline void cell(float t, int K, int *c, float *f) {
     float x = t * (float)(K - 1);
     float cc = floorf(x + 0.5f);
-    if (cc < 0.f) cc = 0.f;
-    if (cc > (float)(K - 1)) cc = (float)(K - 1);
+    cc = cc >= 0.f ? cc : 0.f;
+    cc = cc <= (float)(K - 1) ? cc : (float)(K - 1);
     *c = (int)cc;
     *f = x - cc;
 }
@@ -82,7 +85,7 @@ void lev_spline_forward(const float *t, const float *coef, float *M,
                     float *aj = acc + j * r;
                     for (int m = 0; m < r; ++m) {  /* |phi| clamped to eps, as the plain path */
                         float phi = a[m] + f * (a1[m] + f * a2[m]);
-                        float mag = fabsf(phi) > eps ? fabsf(phi) : eps;
+                        float mag = fabsf(phi) < eps ? eps : fabsf(phi);  /* a NaN stays NaN */
                         aj[m] *= copysignf(mag, phi);
                     }
                     if (rescale) {
@@ -106,35 +109,60 @@ void lev_spline_forward(const float *t, const float *coef, float *M,
     }
 }
 
-/* gMM = grad_M * M [N, h, r]; grad_t [N, h, P] (written); grad_coef [h, P, K, 3, r] (+=). */
-void lev_spline_backward(const float *t, const float *coef, const float *gMM,
-                         float *grad_t, float *grad_coef, int64_t N, int h, int P, int K,
-                         int r, float eps, int threads) {
+/* gMM = grad_M * M [N, h, r]; grad_t [N, h, P] (written); grad_coef [h, P, K, 3, r] (+=).
+   A thread owns a (head, block of PB coordinates) and so its coefficient rows, which it adds
+   its ids' gradients into in id order (deterministic, no atomics). It walks the ids NB_BWD at a
+   time; for each coordinate of its block, each id's r lanes are one vectorised pass, and the
+   sums over lanes that give grad_t are then taken for the NB_BWD ids together, each id's sum in
+   lane order m = 0..r-1 (as one id alone): independent chains that overlap, where one serial
+   chain per id would stall the pass. An id's t, grad_t and gMM stay in L1 across the block. */
+#define NB_BWD 8
+#define PB 16
+void lev_spline_backward(const float *restrict t, const float *restrict coef,
+                         const float *restrict gMM, float *restrict grad_t,
+                         float *restrict grad_coef, int64_t N, int h, int P, int K, int r,
+                         float eps, int threads) {
+    int pblocks = (P + PB - 1) / PB;
     #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
     for (int l = 0; l < h; ++l) {
-        for (int p = 0; p < P; ++p) {
-            for (int64_t n = 0; n < N; ++n) {
-                int c; float f;
-                cell(t[(n * h + l) * P + p], K, &c, &f);
-                int64_t row = (((int64_t)l * P + p) * K + c) * 3 * r;
-                const float *a = coef + row, *a1 = a + r, *a2 = a + 2 * r;
-                float *g = grad_coef + row, *g1 = g + r, *g2 = g + 2 * r;
-                const float *gm = gMM + (n * h + l) * r;
-                float gt = 0.f;
-                for (int m = 0; m < r; ++m) {
-                    float phi = a[m] + f * (a1[m] + f * a2[m]);
-                    float mag = fabsf(phi) > eps ? fabsf(phi) : eps;
-                    float gp = gm[m] / copysignf(mag, phi);
-                    gt += gp * (a1[m] + 2.f * f * a2[m]);
-                    g[m] += gp; g1[m] += gp * f; g2[m] += gp * f * f;
+        for (int pb = 0; pb < pblocks; ++pb) {
+            int p1 = (pb + 1) * PB < P ? (pb + 1) * PB : P;
+            float prod[NB_BWD * r];
+            memset(prod, 0, sizeof(prod));
+            for (int64_t n0 = 0; n0 < N; n0 += NB_BWD) {
+                int nb = (int)(N - n0 < NB_BWD ? N - n0 : NB_BWD);
+                for (int p = pb * PB; p < p1; ++p) {
+                    int64_t lp = ((int64_t)l * P + p) * K * 3 * r;
+                    for (int j = 0; j < nb; ++j) {
+                        int c; float f;
+                        cell(t[((n0 + j) * h + l) * P + p], K, &c, &f);
+                        const float *a = coef + lp + c * 3 * r, *a1 = a + r, *a2 = a + 2 * r;
+                        float *g = grad_coef + lp + c * 3 * r, *g1 = g + r, *g2 = g + 2 * r;
+                        const float *gm = gMM + ((n0 + j) * h + l) * r;
+                        float *pj = prod + j * r;
+                        float f2 = 2.f * f;
+                        #pragma GCC ivdep  /* g, g1, g2, pj: disjoint rows of r floats */
+                        for (int m = 0; m < r; ++m) {
+                            float phi = a[m] + f * (a1[m] + f * a2[m]);
+                            float mag = fabsf(phi) < eps ? eps : fabsf(phi);  /* a NaN stays NaN */
+                            float gp = gm[m] / copysignf(mag, phi);
+                            pj[m] = gp * (a1[m] + f2 * a2[m]);
+                            g[m] += gp; g1[m] += gp * f; g2[m] += gp * f * f;
+                        }
+                    }
+                    float gt[NB_BWD] = {0.f};
+                    for (int m = 0; m < r; ++m)
+                        for (int j = 0; j < NB_BWD; ++j) gt[j] += prod[j * r + m];
+                    for (int j = 0; j < nb; ++j)
+                        grad_t[((n0 + j) * h + l) * P + p] = gt[j] * (float)(K - 1);
                 }
-                grad_t[(n * h + l) * P + p] = gt * (float)(K - 1);
             }
         }
     }
 }
 """ % {"rescale": RESCALE}  # noqa: UP031 (C source: braces stay literal)
 
+# -std=c99 is ISO C, so -ffp-contract=off: no fused multiply-adds, every rounding as written
 _FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c99"]
 
 
