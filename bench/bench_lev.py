@@ -1,7 +1,7 @@
 """LEV kernel benchmark: materialize() and training forward+backward against their floors.
 
-Everything is timed in one process, alternating, so machine noise hits all of it; the
-figures that matter are ratios.
+Everything is timed in one process, in rounds that time each part once in turn (medians over
+rounds), so machine noise hits all of it alike; the figures that matter are ratios.
 
 materialize (V ids, D): the floor is the two parts no implementation can skip:
   matmul   the out-projection [V, h r] x [h r, D] (one F.linear over all V rows);
@@ -34,15 +34,22 @@ from leviathan.model import model_config
 from leviathan.model.lev import LEV
 
 
-def _time(fn: Callable[[], object], repeats: int, warm: bool = True) -> float:
-    if warm:
-        fn()  # warm-up (and the native kernel's one-off compile)
-    times = []
+def _time_rounds(
+    parts: dict[str, Callable[[], object]], repeats: int, cold: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """Median seconds of each part over `repeats` rounds; every round times each part once, in
+    turn, so a burst of machine noise lands on all of them alike. Parts not in `cold` get one
+    untimed warm-up call first (the native kernel's one-off compile)."""
+    for name, fn in parts.items():
+        if name not in cold:
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in parts}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, fn in parts.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def factor_pass(n_ids: int, h: int, P: int, r: int, block_ids: int) -> Callable[[], None]:
@@ -72,8 +79,16 @@ def materialize_bench(lev: LEV, repeats: int, block_ids: int) -> dict[str, float
     }
     for kernel in ("plain", "auto"):
         parts[kernel] = lambda k=kernel: _materialize_with(lev, k)
-    out = {name: _time(fn, repeats, warm=name != "plain") for name, fn in parts.items()}
-    return _ratios(out, "floor_matmul", "floor_pass")
+    parts["steps_1_3"] = lambda: _coordinates(lev)  # a part of "auto", not of the floor
+    return _ratios(_time_rounds(parts, repeats, cold=("plain",)), "floor_matmul", "floor_pass")
+
+
+@torch.no_grad()
+def _coordinates(lev: LEV, chunk: int = 8192) -> None:
+    """LEV steps 1-3 (codebooks, head projection, LayerNorm, sigmoid) for every id, chunked as
+    materialize() chunks them: work materialize() does that the issue's floor leaves out."""
+    for start in range(0, lev.vocab_size, chunk):
+        lev.coordinates(lev.codebooks(torch.arange(start, min(lev.vocab_size, start + chunk))))
 
 
 def _materialize_with(lev: LEV, kernel: str) -> torch.Tensor:
@@ -108,8 +123,7 @@ def train_bench(lev: LEV, n_ids: int, repeats: int, block_ids: int) -> dict[str,
         "plain": lambda: step("plain"),
         "auto": lambda: step("auto"),
     }
-    out = {name: _time(fn, repeats) for name, fn in parts.items()}
-    return _ratios(out, "floor_matmul", "floor_pass")
+    return _ratios(_time_rounds(parts, repeats), "floor_matmul", "floor_pass")
 
 
 def _ratios(t: dict[str, float], *floor_parts: str) -> dict[str, float]:
@@ -156,6 +170,7 @@ def main() -> None:
             f"{what:11s} floor {r['floor_s']:.3f} s (matmul {r['floor_matmul_s']:.3f} + pass "
             f"{r['floor_pass_s']:.3f})  plain {r['plain_s']:.3f} s ({r['plain_over_floor']:.2f}x floor)"
             f"  new {r['auto_s']:.3f} s ({r['new_over_floor']:.2f}x floor)  speedup {r['speedup']:.1f}x"
+            + (f"  (of which steps 1-3: {r['steps_1_3_s']:.3f} s)" if "steps_1_3_s" in r else "")
         )
     if args.json:
         with open(args.json, "w") as f:

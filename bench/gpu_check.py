@@ -11,6 +11,9 @@ Prints one table and writes a JSON file:
   materialize_ms         LEV materialize() of o200k at D = 2048 (target <= 20 ms)
   bf16_vs_fp32           |loss_bf16 - loss_fp32| on one fixed batch (nats)
   deterministic_overhead step time under torch.use_deterministic_algorithms(True) / default
+  deterministic_repeat   per variant, deterministic mode: a rerun of 4 optimizer steps, and a
+                         run resumed after 2 from a snapshot of model + optimizer, end in
+                         parameters bitwise equal to the first run's (what bitwise resume needs)
   eval_tokens_s          evaluation tokens/s (model.token_losses, inference mode)
 --smoke runs every measurement at the micro preset (gpt2) on CPU in fp32 with two timed
 steps, so `make test` keeps this script working; its figures mean nothing.
@@ -19,6 +22,7 @@ steps, so `make test` keeps this script working; its figures mean nothing.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -29,9 +33,10 @@ from typing import Any
 
 import torch
 
-from leviathan.model import LanguageModel, build_model, model_config
+from leviathan.model import VARIANTS, LanguageModel, build_model, model_config
 from leviathan.model.accounting import account_model
 from leviathan.train.telemetry import device_name, mfu, peak_flops
+from leviathan.train.trainer import set_deterministic
 
 
 class Setup:
@@ -65,9 +70,13 @@ def _batch(setup: Setup, model: LanguageModel, batch: int) -> torch.Tensor:
 
 
 def _step_fn(
-    setup: Setup, model: torch.nn.Module, ids: torch.Tensor, bf16: bool
+    setup: Setup,
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    bf16: bool,
+    opt: torch.optim.Optimizer | None = None,
 ) -> Callable[[], None]:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = opt or torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step() -> None:
         with setup.autocast(bf16):
@@ -141,13 +150,51 @@ def deterministic_overhead(setup: Setup, scale: str) -> float:
     ids = _batch(setup, model, setup.micro_batch[scale])
     step = _step_fn(setup, model, ids, bf16=True)
     fast = _time(setup, step, setup.steps)
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
+    set_deterministic()
     try:
         det = _time(setup, step, setup.steps)
     finally:
         torch.use_deterministic_algorithms(False)
     return det / fast
+
+
+def _trained(
+    setup: Setup, variant: str, ids: torch.Tensor, steps: int, snapshot: dict[str, Any] | None
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Parameters after `steps` optimizer steps (bf16 autocast on GPU) from the seeded init,
+    or from `snapshot` (model + optimizer state); and the snapshot after the first half."""
+    model = _model(setup, "micro", variant)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if snapshot is not None:
+        model.load_state_dict(snapshot["model"])
+        opt.load_state_dict(snapshot["opt"])
+    step = _step_fn(setup, model, ids, bf16=True, opt=opt)
+    half: dict[str, Any] = {}
+    for i in range(steps):
+        if i == steps // 2:
+            half = copy.deepcopy({"model": model.state_dict(), "opt": opt.state_dict()})
+        step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, half
+
+
+def deterministic_repeat(setup: Setup) -> dict[str, bool]:
+    """Per variant, under deterministic mode (micro shape: what is checked is the kernels'
+    reduction order, not the scale): a rerun is bitwise the first run, and so is a run resumed
+    from the mid-run snapshot."""
+    set_deterministic()
+    out = {}
+    try:
+        for variant in VARIANTS:
+            ids = _batch(setup, _model(setup, "micro", variant), setup.micro_batch["micro"])
+            first, half = _trained(setup, variant, ids, 4, None)
+            again, _ = _trained(setup, variant, ids, 4, None)
+            resumed, _ = _trained(setup, variant, ids, 2, half)
+            out[variant] = all(
+                torch.equal(first[k], again[k]) and torch.equal(first[k], resumed[k]) for k in first
+            )
+    finally:
+        torch.use_deterministic_algorithms(False)
+    return out
 
 
 def eval_tokens_s(setup: Setup, scale: str) -> float:
@@ -176,6 +223,7 @@ def gpu_check(smoke: bool) -> dict[str, Any]:
         "materialize_ms": materialize_ms(setup),
         "bf16_vs_fp32": bf16_vs_fp32(setup, first),
         "deterministic_overhead": deterministic_overhead(setup, first),
+        "deterministic_repeat": deterministic_repeat(setup),
         "eval_tokens_s": eval_tokens_s(setup, first),
     }
 
@@ -191,6 +239,13 @@ def table(r: dict[str, Any]) -> str:
         ("materialize() ms", f"{r['materialize_ms']:.1f}", "<= 20 (o200k, D 2048)"),
         ("|loss bf16 - fp32| nats", f"{r['bf16_vs_fp32']:.2e}", ""),
         ("deterministic / default step", f"{r['deterministic_overhead']:.3f}", ""),
+        (
+            "deterministic rerun + resume",
+            ", ".join(
+                f"{v} {'ok' if ok else 'DIFFERS'}" for v, ok in r["deterministic_repeat"].items()
+            ),
+            "bitwise, every variant",
+        ),
         ("eval tokens/s", f"{r['eval_tokens_s']:,.0f}", ""),
     ]
     head = (
@@ -207,6 +262,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--smoke", action="store_true", help="micro shapes on CPU (the test)")
     ap.add_argument("--json", default="gpu_check.json")
     args = ap.parse_args(argv)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS's first use
     result = gpu_check(args.smoke)
     print(table(result))
     with open(args.json, "w") as f:
