@@ -4,7 +4,7 @@ Why: in eager PyTorch the product costs ~10 passes over the N x h x d_seed x r f
 (gather of a [3, r] block, two multiply-adds, sign, abs, clamp, log, sum, exp), each a
 separate memory-bound kernel; inductor's fused version is still ~6x off a single pass on
 CPU (measured, BENCHMARKS.md). This kernel does one pass: per (id, head) a running product
-of r lanes kept in registers, each factor one gather of 3 coefficients and two FMAs.
+of r lanes kept in registers, each factor one gather of 3 coefficients and two multiply-adds.
 
 Forward: M = prod_p phi_p as a direct product with safe rescaling instead of logs: every
 RESCALE factors each lane's exponent is moved into an integer (bit operations, exact), so
