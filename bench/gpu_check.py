@@ -26,9 +26,12 @@ import copy
 import json
 import os
 import statistics
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -208,51 +211,95 @@ def eval_tokens_s(setup: Setup, scale: str) -> float:
     return ids.shape[0] * (ids.shape[1] - 1) / _time(setup, run, setup.steps)
 
 
-def gpu_check(smoke: bool) -> dict[str, Any]:
+def gpu_check(smoke: bool, json_path: str | None = None) -> dict[str, Any]:
+    """Every measurement in turn. A GPU session's time is scarce, so one measurement's failure
+    (an OOM, an op without a deterministic kernel) is recorded as its error and the rest still
+    run; the JSON is rewritten after each one, so a run stopped by a time limit keeps what it
+    measured; `seconds` says where the time went."""
     setup = Setup(smoke)
     first = setup.scales[0]
-    return {
+    measurements: dict[str, Callable[[], Any]] = {
+        "step_ratio": lambda: step_ratio(setup, first, compile=False),
+        "step_ratio_compiled": lambda: step_ratio(setup, first, compile=True),
+        "throughput": lambda: {s: throughput(setup, s) for s in setup.scales},
+        "materialize_ms": lambda: materialize_ms(setup),
+        "bf16_vs_fp32": lambda: bf16_vs_fp32(setup, first),
+        "deterministic_overhead": lambda: deterministic_overhead(setup, first),
+        "deterministic_repeat": lambda: deterministic_repeat(setup),
+        "eval_tokens_s": lambda: eval_tokens_s(setup, first),
+    }
+    result: dict[str, Any] = {
         "device": device_name(setup.device),
         "smoke": smoke,
         "torch": torch.__version__,
         "scale": first,
         "vocab": setup.vocab,
-        "step_ratio": step_ratio(setup, first, compile=False),
-        "step_ratio_compiled": step_ratio(setup, first, compile=True),
-        "throughput": {s: throughput(setup, s) for s in setup.scales},
-        "materialize_ms": materialize_ms(setup),
-        "bf16_vs_fp32": bf16_vs_fp32(setup, first),
-        "deterministic_overhead": deterministic_overhead(setup, first),
-        "deterministic_repeat": deterministic_repeat(setup),
-        "eval_tokens_s": eval_tokens_s(setup, first),
+        "seconds": {},
     }
+    for key, measure in measurements.items():
+        print(f"[gpu-check] {key} ...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        try:
+            result[key] = measure()
+        except Exception as e:  # recorded; the other figures still run
+            traceback.print_exc()
+            result[key] = {"error": f"{type(e).__name__}: {e}"}
+        result["seconds"][key] = round(time.perf_counter() - t0, 1)
+        if setup.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if json_path:
+            Path(json_path).write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _failed(value: Any) -> str | None:
+    return value["error"] if isinstance(value, dict) and "error" in value else None
 
 
 def table(r: dict[str, Any]) -> str:
+    def fmt(key: str, show: Callable[[Any], str]) -> str:
+        error = _failed(r[key])
+        return f"ERROR {error[:60]}" if error else show(r[key])
+
+    throughput = r["throughput"]
     rows = [
-        ("leviathan/tied step, eager", f"{r['step_ratio']['ratio']:.3f}", "<= 1.02"),
-        ("leviathan/tied step, compiled", f"{r['step_ratio_compiled']['ratio']:.3f}", "<= 1.02"),
-        *[
-            (f"tokens/s, MFU @ {s}", f"{t['tokens_s']:,.0f}, {t['mfu']}", "MFU >= 0.45 @ 1.2b")
-            for s, t in r["throughput"].items()
-        ],
-        ("materialize() ms", f"{r['materialize_ms']:.1f}", "<= 20 (o200k, D 2048)"),
-        ("|loss bf16 - fp32| nats", f"{r['bf16_vs_fp32']:.2e}", ""),
-        ("deterministic / default step", f"{r['deterministic_overhead']:.3f}", ""),
+        ("leviathan/tied step, eager", fmt("step_ratio", lambda v: f"{v['ratio']:.3f}"), "<= 1.02"),
+        (
+            "leviathan/tied step, compiled",
+            fmt("step_ratio_compiled", lambda v: f"{v['ratio']:.3f}"),
+            "<= 1.02",
+        ),
+        *(
+            [("tokens/s, MFU", fmt("throughput", str), "")]
+            if _failed(throughput)
+            else [
+                (f"tokens/s, MFU @ {s}", f"{t['tokens_s']:,.0f}, {t['mfu']}", "MFU >= 0.45 @ 1.2b")
+                for s, t in throughput.items()
+            ]
+        ),
+        ("materialize() ms", fmt("materialize_ms", lambda v: f"{v:.1f}"), "<= 20 (o200k, D 2048)"),
+        ("|loss bf16 - fp32| nats", fmt("bf16_vs_fp32", lambda v: f"{v:.2e}"), ""),
+        (
+            "deterministic / default step",
+            fmt("deterministic_overhead", lambda v: f"{v:.3f}"),
+            "",
+        ),
         (
             "deterministic rerun + resume",
-            ", ".join(
-                f"{v} {'ok' if ok else 'DIFFERS'}" for v, ok in r["deterministic_repeat"].items()
+            fmt(
+                "deterministic_repeat",
+                lambda v: ", ".join(f"{k} {'ok' if ok else 'DIFFERS'}" for k, ok in v.items()),
             ),
             "bitwise, every variant",
         ),
-        ("eval tokens/s", f"{r['eval_tokens_s']:,.0f}", ""),
+        ("eval tokens/s", fmt("eval_tokens_s", lambda v: f"{v:,.0f}"), ""),
     ]
     head = (
         f"gpu-check on {r['device']} ({r['scale']}, {r['vocab']}{', SMOKE' if r['smoke'] else ''})"
     )
     width = max(len(a) for a, _, _ in rows)
-    return "\n".join([head, *(f"{a:<{width}}  {b:>22}  {c}" for a, b, c in rows)])
+    took = ", ".join(f"{k} {v:.0f}s" for k, v in r["seconds"].items())
+    return "\n".join([head, *(f"{a:<{width}}  {b:>22}  {c}" for a, b, c in rows), f"time: {took}"])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -263,10 +310,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json", default="gpu_check.json")
     args = ap.parse_args(argv)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS's first use
-    result = gpu_check(args.smoke)
+    result = gpu_check(args.smoke, args.json)
     print(table(result))
-    with open(args.json, "w") as f:
-        json.dump(result, f, indent=2)
     return result
 
 
