@@ -112,42 +112,19 @@ def test_wikitext_and_lm_eval_with_a_config_file(runs, task_files, tmp_path: Pat
             }
         )
     )
+
+    def with_config(command: str, out: Path) -> tuple[int, dict, str]:
+        argv = ["eval", command, "--checkpoint", str(runs["leviathan"]), "--config", str(cfg)]
+        return run([*argv, "--device", "cpu", "--out", str(out)], capsys)
+
     out = tmp_path / "wikitext.json"
-    rc, summary, _ = run(
-        [
-            "eval",
-            "wikitext",
-            "--checkpoint",
-            str(runs["leviathan"]),
-            "--config",
-            str(cfg),
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-        ],
-        capsys,
-    )
+    rc, summary, _ = with_config("wikitext", out)
     assert (
         rc == 0 and json.loads(out.read_text())["config"]["stride"] == 32 and summary["tokens"] > 0
     )
     assert summary["documents"] == 2 and summary["word_perplexity"] > 1
     out = tmp_path / "lm_eval.json"
-    rc, summary, _ = run(
-        [
-            "eval",
-            "lm-eval",
-            "--checkpoint",
-            str(runs["leviathan"]),
-            "--config",
-            str(cfg),
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-        ],
-        capsys,
-    )
+    rc, summary, _ = with_config("lm-eval", out)
     assert rc == 0 and set(summary["acc"]) == {"piqa"}
     assert (
         Path(summary["samples"]).is_file()

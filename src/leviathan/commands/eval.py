@@ -176,9 +176,17 @@ def _print(summary: dict[str, Any]) -> None:
     print(json.dumps(summary, sort_keys=True))
 
 
+def _write(path: Path, out: dict[str, Any], **summary: Any) -> int:
+    """Write a command's result JSON (atomically) and print its one-line summary."""
+    from leviathan.eval.results import write_result
+
+    write_result(path, out)
+    _print({"out": str(path), **summary})
+    return 0
+
+
 def run_val(args: argparse.Namespace) -> int:
     from leviathan.eval.checkpoint import open_checkpoint
-    from leviathan.eval.results import write_result
     from leviathan.eval.validation import evaluate_val
 
     started = utc_now()
@@ -197,44 +205,24 @@ def run_val(args: argparse.Namespace) -> int:
         cfg=cfg,
         started=started,
     )
-    write_result(args.out, out)
     o = out["results"]["overall"]
-    _print(
-        {
-            "out": str(args.out),
-            "loss": o["loss"],
-            "perplexity": o["perplexity"],
-            "bits_per_byte": o["bits_per_byte"],
-            "targets": o["targets"],
-            "tokens_per_s": o["tokens_per_s"],
-        }
-    )
-    return 0
+    keys = ("loss", "perplexity", "bits_per_byte", "targets", "tokens_per_s")
+    return _write(args.out, out, **{k: o[k] for k in keys})
 
 
 def run_word_counts(args: argparse.Namespace) -> int:
-    from leviathan.eval.results import write_result
     from leviathan.eval.validation import build_word_counts
 
     started = utc_now()
     out = build_word_counts(
         args.train, args.val, max_train_tokens=args.max_train_tokens, started=started
     )
-    write_result(args.out, out)
     r = out["results"]
-    _print(
-        {
-            "out": str(args.out),
-            "val_word_types": r["val_word_types"],
-            "train_tokens_counted": r["train_tokens_counted"],
-        }
-    )
-    return 0
+    return _write(args.out, out, **{k: r[k] for k in ("val_word_types", "train_tokens_counted")})
 
 
 def run_wikitext(args: argparse.Namespace) -> int:
     from leviathan.eval.checkpoint import open_checkpoint
-    from leviathan.eval.results import write_result
     from leviathan.eval.wikitext import evaluate_wikitext
 
     started = utc_now()
@@ -250,26 +238,19 @@ def run_wikitext(args: argparse.Namespace) -> int:
     cfg = replace(cfg, **changes)
     ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
     out = evaluate_wikitext(ckpt, model, cfg, started=started)
-    write_result(args.out, out)
     r = out["results"]
-    _print(
-        {
-            "out": str(args.out),
-            "word_perplexity": r["word_perplexity"],
-            "byte_perplexity": r["byte_perplexity"],
-            "bits_per_byte": r["bits_per_byte"],
-            "documents": r["documents"],
-            "stream_token_perplexity": r["stream"]["token_perplexity"],
-            "tokens": r["stream"]["tokens"],
-        }
+    return _write(
+        args.out,
+        out,
+        **{k: r[k] for k in ("word_perplexity", "byte_perplexity", "bits_per_byte", "documents")},
+        stream_token_perplexity=r["stream"]["token_perplexity"],
+        tokens=r["stream"]["tokens"],
     )
-    return 0
 
 
 def run_lm_eval_cmd(args: argparse.Namespace) -> int:
     from leviathan.eval.checkpoint import open_checkpoint
     from leviathan.eval.lm_eval_tasks import run_lm_eval
-    from leviathan.eval.results import write_result
 
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).lm_eval
@@ -294,17 +275,14 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
     ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
     samples = args.samples or lm_eval_samples(args.out)
     out = run_lm_eval(ckpt, model, cfg, samples_out=samples, started=started)
-    write_result(args.out, out)
     tasks = out["results"]["tasks"]
-    _print(
-        {
-            "out": str(args.out),
-            "samples": str(samples),
-            "mean_acc": out["results"]["mean_acc"],
-            "acc": {t: v["metrics"].get("acc,none") for t, v in tasks.items()},
-        }
+    return _write(
+        args.out,
+        out,
+        samples=str(samples),
+        mean_acc=out["results"]["mean_acc"],
+        acc={t: v["metrics"].get("acc,none") for t, v in tasks.items()},
     )
-    return 0
 
 
 def run_lm_eval_tasks(args: argparse.Namespace) -> int:
@@ -330,17 +308,13 @@ def run_lm_eval_tasks(args: argparse.Namespace) -> int:
 
 
 def run_sample_efficiency(args: argparse.Namespace) -> int:
-    from leviathan.eval.results import write_result
     from leviathan.eval.sample_efficiency import sample_efficiency
 
     started = utc_now()
     out = sample_efficiency(args.baseline, args.run, started=started)
-    write_result(args.out, out)
-    _print(
-        {
-            "out": str(args.out),
-            "target_val_loss": out["results"]["baseline"]["target_val_loss"],
-            "ratios": {r["run"]: r["ratio"] for r in out["results"]["runs"]},
-        }
+    return _write(
+        args.out,
+        out,
+        target_val_loss=out["results"]["baseline"]["target_val_loss"],
+        ratios={r["run"]: r["ratio"] for r in out["results"]["runs"]},
     )
-    return 0
