@@ -143,6 +143,12 @@ def test_materialize_equals_forward() -> None:
     assert table.shape == (300, 8)
     ids = torch.tensor([[0, 299, 77], [128, 128, 5]])
     torch.testing.assert_close(table[ids], lev(ids).detach())
+    # materialize writes step 6 straight into the table: bitwise generate()'s rows
+    with torch.no_grad():
+        rows = torch.cat(
+            [lev.generate(torch.arange(s, min(300, s + 64))) for s in range(0, 300, 64)]
+        )
+    assert torch.equal(table, rows)
 
 
 def test_coordinates_without_autograd_are_the_training_ones_bitwise() -> None:

@@ -54,6 +54,11 @@ class GeneratedInput(nn.Module):
         """Embeddings [N, D] of a flat vector of ids, one evaluation per entry."""
         raise NotImplementedError
 
+    def generate_into(self, ids: torch.Tensor, out: torch.Tensor) -> None:
+        """`generate(ids)` written into `out` [N, D] (materialize's rows of the table). A
+        generator whose last op is a matmul overrides this to write there directly."""
+        out.copy_(self.generate(ids))
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         validate_ids(ids, self.vocab_size)
         # The one graph break (and, on GPU, the one host sync) of the training forward:
@@ -74,5 +79,5 @@ class GeneratedInput(nn.Module):
         table = self._table_like()
         for start in range(0, self.vocab_size, chunk):
             stop = min(self.vocab_size, start + chunk)
-            table[start:stop] = self.generate(torch.arange(start, stop, device=table.device))
+            self.generate_into(torch.arange(start, stop, device=table.device), table[start:stop])
         return table

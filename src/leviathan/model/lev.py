@@ -306,14 +306,25 @@ class LEV(GeneratedInput):
         # materialize's time went to allocating and faulting them in)
         return u.mul_(self.ln_weight).add_(self.ln_bias).mul_(cfg.sigmoid_scale).sigmoid_()
 
-    def generate(self, ids: torch.Tensor) -> torch.Tensor:
-        """Embeddings [N, D] of a flat id vector, one evaluation per entry (no dedup)."""
+    def products(self, ids: torch.Tensor) -> torch.Tensor:
+        """Steps 1-5: the heads' products [M_1 .. M_h] of each id, [N, h r] in the
+        out-projection's dtype (the product itself is taken in fp32)."""
         cfg = self.cfg
         t = self.coordinates(self.codebooks(ids))
-        M = spline_product(
-            t, self.splines, cfg.log_eps, cfg.chunk_elems, self.kernel
-        )  # fp32 [N, h, r]
-        return self.out_proj(M.flatten(1).to(self.out_proj.weight.dtype))
+        M = spline_product(t, self.splines, cfg.log_eps, cfg.chunk_elems, self.kernel)
+        return M.flatten(1).to(self.out_proj.weight.dtype)
+
+    def generate(self, ids: torch.Tensor) -> torch.Tensor:
+        """Embeddings [N, D] of a flat id vector, one evaluation per entry (no dedup)."""
+        return self.out_proj(self.products(ids))
+
+    def generate_into(self, ids: torch.Tensor, out: torch.Tensor) -> None:
+        """Step 6 straight into `out` (the same matmul as `generate`'s out_proj: bitwise the
+        same rows, without a [N, D] buffer per chunk and a copy of the whole table)."""
+        W = self.out_proj.weight
+        if out.dtype != W.dtype or out.device != W.device or not out.is_contiguous():
+            return super().generate_into(ids, out)
+        torch.mm(self.products(ids), W.t(), out=out)
 
     def reference(self, ids: torch.Tensor) -> torch.Tensor:
         """What `generate` computes, plainly: steps 1-3, then `reference_product` (steps
