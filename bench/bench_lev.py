@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from leviathan.model import model_config
+from leviathan.model.generated import MATERIALIZE_CHUNK
 from leviathan.model.lev import LEV
 
 
@@ -84,7 +85,7 @@ def materialize_bench(lev: LEV, repeats: int, block_ids: int) -> dict[str, float
 
 
 @torch.no_grad()
-def _coordinates(lev: LEV, chunk: int = 8192) -> None:
+def _coordinates(lev: LEV, chunk: int = MATERIALIZE_CHUNK) -> None:
     """LEV steps 1-3 (codebooks, head projection, LayerNorm, sigmoid) for every id, chunked as
     materialize() chunks them: work materialize() does that the issue's floor leaves out."""
     for start in range(0, lev.vocab_size, chunk):

@@ -184,11 +184,12 @@ def deterministic_repeat(setup: Setup) -> dict[str, bool]:
     """Per variant, under deterministic mode (micro shape: what is checked is the kernels'
     reduction order, not the scale): a rerun is bitwise the first run, and so is a run resumed
     from the mid-run snapshot."""
+    # one batch for all: it depends only on the vocabulary and the context, which they share
+    ids = _batch(setup, _model(setup, "micro", "tied"), setup.micro_batch["micro"])
     set_deterministic()
     out = {}
     try:
         for variant in VARIANTS:
-            ids = _batch(setup, _model(setup, "micro", variant), setup.micro_batch["micro"])
             first, half = _trained(setup, variant, ids, 4, None)
             again, _ = _trained(setup, variant, ids, 4, None)
             resumed, _ = _trained(setup, variant, ids, 2, half)

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+MATERIALIZE_CHUNK = 8192  # ids per generator call in materialize() (bounds its memory)
+
 
 def check_ids(lo: int, hi: int, vocab_size: int) -> None:
     """Raise a ValueError naming the offending id when [lo, hi] is not inside [0, V)."""
@@ -74,7 +76,7 @@ class GeneratedInput(nn.Module):
         return torch.empty(self.vocab_size, self.d_model, device=p.device, dtype=p.dtype)
 
     @torch.no_grad()
-    def materialize(self, chunk: int = 8192) -> torch.Tensor:
+    def materialize(self, chunk: int = MATERIALIZE_CHUNK) -> torch.Tensor:
         """The exact V x D table, computed `chunk` ids at a time (bounded memory)."""
         table = self._table_like()
         for start in range(0, self.vocab_size, chunk):
