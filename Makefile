@@ -80,12 +80,14 @@ env-pins: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_model.py
 
-## the GPU check (bench/gpu_check.py, <= 8 min on one H200). It needs a CUDA build of torch, so it
-## does not use the CPU set-up: GPU_PYTHON (default: .venv's python if there is one, else
-## python3) with the package importable from src/ (pip install -e . into a CUDA env, or as here).
+## the GPU check (bench/gpu_check.py, <= 5 min on one H200; docs/gpu.md). It needs a CUDA build of
+## torch, so it does not use the CPU set-up: GPU_PYTHON (default: .venv's python if there is one,
+## else python3) with the package importable from src/ (pip install -e . into a CUDA env, or as
+## here). Its figures go to $(GPU_CHECK_OUT)/gpu_check.json, rewritten after each measurement.
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_CHECK_OUT ?= gpu_check
 gpu-check:
-	PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) bench/gpu_check.py --json gpu_check.json
+	PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) bench/gpu_check.py --out "$(GPU_CHECK_OUT)"
 
 clean-venv:
 	rm -rf $(VENV)

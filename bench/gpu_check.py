@@ -1,22 +1,32 @@
-"""One command for the GPU (`make gpu-check`): the figures issue 16 asks of a GPU run.
+"""One command for the GPU (`make gpu-check`): the figures a first GPU run must bring back.
 
-    python bench/gpu_check.py [--json gpu_check.json]     # one GPU (H200 budget: <= 8 min)
-    python bench/gpu_check.py --smoke                     # same code, micro shapes, CPU
+    python bench/gpu_check.py --out DIR           # one CUDA GPU (H200 estimate: <= 5 min)
+    python bench/gpu_check.py --out DIR --smoke   # same code, micro shapes, CPU (make test)
 
-Prints one table and writes a JSON file:
-  step_ratio[_compiled]  leviathan / tied optimizer-step time at the 400m shape, bf16
-                         autocast, eager and torch.compile (target <= 1.02)
-  tokens_s / mfu         leviathan training tokens/s and MFU at 400m and 1.2b (target MFU
-                         >= 45% at 1.2b), one micro-batch that fits the GPU
+Measurements, in this order (eager first, compiled last, so a time limit costs the slow end):
+  step_ratio             leviathan / tied optimizer-step time at the 400m shape, bf16 autocast,
+                         eager (target <= 1.02)
   materialize_ms         LEV materialize() of o200k at D = 2048 (target <= 20 ms)
+  eval_tokens_s          evaluation tokens/s through the evaluation path: EvalModel (the input
+                         table materialised once) and its token_losses, bf16 autocast
   bf16_vs_fp32           |loss_bf16 - loss_fp32| on one fixed batch (nats)
   deterministic_overhead step time under torch.use_deterministic_algorithms(True) / default
   deterministic_repeat   per variant, deterministic mode: a rerun of 4 optimizer steps, and a
                          run resumed after 2 from a snapshot of model + optimizer, end in
-                         parameters bitwise equal to the first run's (what bitwise resume needs)
-  eval_tokens_s          evaluation tokens/s (model.token_losses, inference mode)
---smoke runs every measurement at the micro preset (gpt2) on CPU in fp32 with two timed
-steps, so `make test` keeps this script working; its figures mean nothing.
+                         parameters bitwise equal to the first run's
+  step_ratio_compiled    as step_ratio under torch.compile; its leviathan step also gives
+                         tokens/s and MFU at 400m
+  throughput_1.2b        leviathan training tokens/s and MFU at 1.2b, compiled (target MFU >= 45%)
+
+Every measurement runs under its own time limit (`LIMITS_S`, and never past the whole
+check's `--budget`); a failure or a timeout is recorded as that figure's error and the rest
+still run. Each figure is printed as soon as it is measured and DIR/gpu_check.json is rewritten
+after each, so a run stopped from outside keeps what it measured. Without CUDA the script
+refuses to run unless --smoke (micro shapes on CPU, fp32, two timed steps, limits
+`SMOKE_SLACK` times longer: its figures mean nothing; it keeps this script working).
+
+It imports only what it measures: torch, the model, the evaluation model, the device helpers
+and the MFU arithmetic (no data layer), so it runs in a stock GPU PyTorch environment.
 """
 
 from __future__ import annotations
@@ -25,29 +35,68 @@ import argparse
 import copy
 import json
 import os
+import signal
 import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
 
+from leviathan.device import set_deterministic
+from leviathan.eval.checkpoint import EvalModel
 from leviathan.model import VARIANTS, LanguageModel, build_model, model_config
 from leviathan.model.accounting import account_model
+from leviathan.model.lev import LEV
 from leviathan.train.telemetry import device_name, mfu, peak_flops
-from leviathan.train.trainer import set_deterministic
+
+JSON_NAME = "gpu_check.json"
+# seconds per measurement on one H200 (docs/gpu.md gives the estimate each limit covers)
+LIMITS_S = {
+    "step_ratio": 30,
+    "materialize_ms": 15,
+    "eval_tokens_s": 20,
+    "bf16_vs_fp32": 15,
+    "deterministic_overhead": 20,
+    "deterministic_repeat": 20,
+    "step_ratio_compiled": 100,
+    "throughput_1.2b": 70,
+}
+BUDGET_S = 300  # the whole check
+SMOKE_SLACK = 30  # --smoke on a shared CPU: limits and budget this many times longer
+
+
+class MeasurementTimeout(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise MeasurementTimeout in this (main) thread after `seconds` (SIGALRM)."""
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise MeasurementTimeout(f"over its time limit of {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class Setup:
     def __init__(self, smoke: bool) -> None:
         self.smoke = smoke
-        self.device = torch.device("cpu" if smoke or not torch.cuda.is_available() else "cuda")
+        self.device = torch.device("cpu" if smoke else "cuda")
         self.vocab = "gpt2" if smoke else "o200k_base"
-        self.scales = ["micro"] if smoke else ["400m", "1.2b"]
+        self.scale, self.big = ("micro", "micro") if smoke else ("400m", "1.2b")
         self.micro_batch = {"micro": 4, "400m": 16, "1.2b": 8}
         self.steps = 2 if smoke else 10
 
@@ -63,7 +112,7 @@ class Setup:
 
 def _model(setup: Setup, scale: str, variant: str) -> LanguageModel:
     torch.manual_seed(0)
-    return build_model(model_config(scale, setup.vocab, variant)).to(setup.device)
+    return build_model(model_config(scale, setup.vocab, variant), setup.device)
 
 
 def _batch(setup: Setup, model: LanguageModel, batch: int) -> torch.Tensor:
@@ -103,44 +152,53 @@ def _time(setup: Setup, fn: Callable[[], object], steps: int) -> float:
     return statistics.median(times)
 
 
-def step_ratio(setup: Setup, scale: str, compile: bool) -> dict[str, float]:
-    out = {}
-    for variant in ("tied", "leviathan"):
-        model = _model(setup, scale, variant)
-        ids = _batch(setup, model, setup.micro_batch[scale])
-        fwd = torch.compile(model) if compile else model
-        out[variant] = _time(setup, _step_fn(setup, fwd, ids, bf16=True), setup.steps)
-        del model, fwd
+def _training(setup: Setup, scale: str, compile: bool) -> dict[str, Any]:
+    """leviathan's step time at `scale`, its tokens/s and the MFU they give."""
+    model = _model(setup, scale, "leviathan")
+    ids = _batch(setup, model, setup.micro_batch[scale])
+    fwd = torch.compile(model) if compile else model
+    seconds = _time(setup, _step_fn(setup, fwd, ids, bf16=True), setup.steps)
+    tok_s = ids.shape[0] * (ids.shape[1] - 1) / seconds
+    flops = account_model(model, model.cfg.max_seq_len).train_flops
+    peak = peak_flops(device_name(setup.device))
     return {
-        "tied_s": out["tied"],
-        "leviathan_s": out["leviathan"],
-        "ratio": out["leviathan"] / out["tied"],
+        "step_s": seconds,
+        "micro_batch": ids.shape[0],
+        "tokens_s": tok_s,
+        "mfu": mfu(tok_s, flops, peak, 1),
     }
 
 
-def throughput(setup: Setup, scale: str) -> dict[str, Any]:
-    model = _model(setup, scale, "leviathan")
-    ids = _batch(setup, model, setup.micro_batch[scale])
-    seconds = _time(setup, _step_fn(setup, torch.compile(model), ids, bf16=True), setup.steps)
-    tokens = ids.shape[0] * (ids.shape[1] - 1)
-    tok_s = tokens / seconds
-    flops = account_model(model, model.cfg.max_seq_len).train_flops
-    peak = peak_flops(device_name(setup.device))
-    return {"micro_batch": ids.shape[0], "tokens_s": tok_s, "mfu": mfu(tok_s, flops, peak, 1)}
+def step_ratio(setup: Setup, compile: bool) -> dict[str, Any]:
+    model = _model(setup, setup.scale, "tied")
+    ids = _batch(setup, model, setup.micro_batch[setup.scale])
+    fwd = torch.compile(model) if compile else model
+    tied = _time(setup, _step_fn(setup, fwd, ids, bf16=True), setup.steps)
+    del model, fwd
+    lev = _training(setup, setup.scale, compile)
+    return {"tied_s": tied, "leviathan_s": lev["step_s"], "ratio": lev["step_s"] / tied, **lev}
 
 
 def materialize_ms(setup: Setup) -> float:
-    scale, d_model = ("micro", None) if setup.smoke else ("1.2b", 2048)
-    cfg = model_config(scale, setup.vocab, "leviathan")
-    from leviathan.model.lev import LEV
-
-    lev = LEV(cfg.vocab_size, d_model or cfg.d_model, cfg.lev_base, cfg.lev).to(setup.device)
+    d_model = None if setup.smoke else 2048
+    cfg = model_config(setup.big, setup.vocab, "leviathan")
+    with setup.device:
+        lev = LEV(cfg.vocab_size, d_model or cfg.d_model, cfg.lev_base, cfg.lev)
     return 1e3 * _time(setup, lev.materialize, setup.steps)
 
 
-def bf16_vs_fp32(setup: Setup, scale: str) -> float:
-    model = _model(setup, scale, "leviathan")
-    ids = _batch(setup, model, setup.micro_batch[scale])
+def eval_tokens_s(setup: Setup) -> float:
+    """Tokens/s of the evaluation path: EvalModel materialises the input table once, then
+    token_losses runs the backbone and the chunked loss (bf16 autocast on CUDA)."""
+    model = EvalModel(_model(setup, setup.scale, "leviathan"), precision="auto")
+    ids = _batch(setup, model, setup.micro_batch[setup.scale])  # type: ignore[arg-type]
+    seconds = _time(setup, lambda: model.token_losses(ids[:, :-1], ids[:, 1:]), setup.steps)
+    return ids.shape[0] * (ids.shape[1] - 1) / seconds
+
+
+def bf16_vs_fp32(setup: Setup) -> float:
+    model = _model(setup, setup.scale, "leviathan")
+    ids = _batch(setup, model, setup.micro_batch[setup.scale])
     with torch.no_grad():
         fp32 = float(model(ids[:, :-1], ids[:, 1:]))
         with setup.autocast(True):
@@ -148,9 +206,9 @@ def bf16_vs_fp32(setup: Setup, scale: str) -> float:
     return abs(bf16 - fp32)
 
 
-def deterministic_overhead(setup: Setup, scale: str) -> float:
-    model = _model(setup, scale, "leviathan")
-    ids = _batch(setup, model, setup.micro_batch[scale])
+def deterministic_overhead(setup: Setup) -> float:
+    model = _model(setup, setup.scale, "leviathan")
+    ids = _batch(setup, model, setup.micro_batch[setup.scale])
     step = _step_fn(setup, model, ids, bf16=True)
     fast = _time(setup, step, setup.steps)
     set_deterministic()
@@ -201,119 +259,84 @@ def deterministic_repeat(setup: Setup) -> dict[str, bool]:
     return out
 
 
-def eval_tokens_s(setup: Setup, scale: str) -> float:
-    model = _model(setup, scale, "leviathan").eval()
-    ids = _batch(setup, model, setup.micro_batch[scale])
-
-    def run() -> None:
-        with torch.inference_mode(), setup.autocast(True):
-            model.token_losses(ids[:, :-1], ids[:, 1:])
-
-    return ids.shape[0] * (ids.shape[1] - 1) / _time(setup, run, setup.steps)
-
-
-def gpu_check(smoke: bool, json_path: str | None = None) -> dict[str, Any]:
-    """Every measurement in turn. A GPU session's time is scarce, so one measurement's failure
-    (an OOM, an op without a deterministic kernel) is recorded as its error and the rest still
-    run; the JSON is rewritten after each one, so a run stopped by a time limit keeps what it
-    measured; `seconds` says where the time went."""
-    setup = Setup(smoke)
-    first = setup.scales[0]
-    measurements: dict[str, Callable[[], Any]] = {
-        "step_ratio": lambda: step_ratio(setup, first, compile=False),
-        "step_ratio_compiled": lambda: step_ratio(setup, first, compile=True),
-        "throughput": lambda: {s: throughput(setup, s) for s in setup.scales},
+def measurements(setup: Setup) -> dict[str, Callable[[], Any]]:
+    """Name -> measurement, in the order they run (eager first, compiled last)."""
+    return {
+        "step_ratio": lambda: step_ratio(setup, compile=False),
         "materialize_ms": lambda: materialize_ms(setup),
-        "bf16_vs_fp32": lambda: bf16_vs_fp32(setup, first),
-        "deterministic_overhead": lambda: deterministic_overhead(setup, first),
+        "eval_tokens_s": lambda: eval_tokens_s(setup),
+        "bf16_vs_fp32": lambda: bf16_vs_fp32(setup),
+        "deterministic_overhead": lambda: deterministic_overhead(setup),
         "deterministic_repeat": lambda: deterministic_repeat(setup),
-        "eval_tokens_s": lambda: eval_tokens_s(setup, first),
+        "step_ratio_compiled": lambda: step_ratio(setup, compile=True),
+        "throughput_1.2b": lambda: _training(setup, setup.big, compile=True),
     }
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_show(v)}" for k, v in value.items())
+    return str(value)
+
+
+def gpu_check(smoke: bool, out_dir: Path, budget_s: float = BUDGET_S) -> dict[str, Any]:
+    """Every measurement in turn, each under its time limit; JSON rewritten after each."""
+    setup = Setup(smoke)
+    slack = SMOKE_SLACK if smoke else 1
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / JSON_NAME
     result: dict[str, Any] = {
         "device": device_name(setup.device),
         "smoke": smoke,
         "torch": torch.__version__,
-        "scale": first,
+        "scale": setup.scale,
         "vocab": setup.vocab,
         "seconds": {},
     }
-    for key, measure in measurements.items():
-        print(f"[gpu-check] {key} ...", file=sys.stderr, flush=True)
+    json_path.write_text(json.dumps(result, indent=2))
+    start = time.perf_counter()
+    for key, measure in measurements(setup).items():
+        left = budget_s * slack - (time.perf_counter() - start)
         t0 = time.perf_counter()
         try:
-            result[key] = measure()
+            if left <= 0:
+                raise MeasurementTimeout(
+                    f"not run: the check's budget of {budget_s:.0f} s is spent"
+                )
+            with time_limit(min(LIMITS_S[key] * slack, left)):
+                result[key] = measure()
         except Exception as e:  # recorded; the other figures still run
-            traceback.print_exc()
+            if not isinstance(e, MeasurementTimeout):
+                traceback.print_exc()
             result[key] = {"error": f"{type(e).__name__}: {e}"}
         result["seconds"][key] = round(time.perf_counter() - t0, 1)
         if setup.device.type == "cuda":
             torch.cuda.empty_cache()
-        if json_path:
-            Path(json_path).write_text(json.dumps(result, indent=2))
+        json_path.write_text(json.dumps(result, indent=2))
+        print(f"{key}: {_show(result[key])}  ({result['seconds'][key]} s)", flush=True)
     return result
-
-
-def _failed(value: Any) -> str | None:
-    return value["error"] if isinstance(value, dict) and "error" in value else None
-
-
-def table(r: dict[str, Any]) -> str:
-    def fmt(key: str, show: Callable[[Any], str]) -> str:
-        error = _failed(r[key])
-        return f"ERROR {error[:60]}" if error else show(r[key])
-
-    throughput = r["throughput"]
-    rows = [
-        ("leviathan/tied step, eager", fmt("step_ratio", lambda v: f"{v['ratio']:.3f}"), "<= 1.02"),
-        (
-            "leviathan/tied step, compiled",
-            fmt("step_ratio_compiled", lambda v: f"{v['ratio']:.3f}"),
-            "<= 1.02",
-        ),
-        *(
-            [("tokens/s, MFU", fmt("throughput", str), "")]
-            if _failed(throughput)
-            else [
-                (f"tokens/s, MFU @ {s}", f"{t['tokens_s']:,.0f}, {t['mfu']}", "MFU >= 0.45 @ 1.2b")
-                for s, t in throughput.items()
-            ]
-        ),
-        ("materialize() ms", fmt("materialize_ms", lambda v: f"{v:.1f}"), "<= 20 (o200k, D 2048)"),
-        ("|loss bf16 - fp32| nats", fmt("bf16_vs_fp32", lambda v: f"{v:.2e}"), ""),
-        (
-            "deterministic / default step",
-            fmt("deterministic_overhead", lambda v: f"{v:.3f}"),
-            "",
-        ),
-        (
-            "deterministic rerun + resume",
-            fmt(
-                "deterministic_repeat",
-                lambda v: ", ".join(f"{k} {'ok' if ok else 'DIFFERS'}" for k, ok in v.items()),
-            ),
-            "bitwise, every variant",
-        ),
-        ("eval tokens/s", fmt("eval_tokens_s", lambda v: f"{v:,.0f}"), ""),
-    ]
-    head = (
-        f"gpu-check on {r['device']} ({r['scale']}, {r['vocab']}{', SMOKE' if r['smoke'] else ''})"
-    )
-    width = max(len(a) for a, _, _ in rows)
-    took = ", ".join(f"{k} {v:.0f}s" for k, v in r["seconds"].items())
-    return "\n".join([head, *(f"{a:<{width}}  {b:>22}  {c}" for a, b, c in rows), f"time: {took}"])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--out", required=True, type=Path, help=f"folder for {JSON_NAME}")
     ap.add_argument("--smoke", action="store_true", help="micro shapes on CPU (the test)")
-    ap.add_argument("--json", default="gpu_check.json")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for the whole check")
     args = ap.parse_args(argv)
+    if not args.smoke and not torch.cuda.is_available():
+        sys.exit(
+            f"gpu-check: no CUDA device (torch {torch.__version__}); run it on a GPU with a "
+            "CUDA build of torch (make gpu-check GPU_PYTHON=...), or pass --smoke for the CPU run"
+        )
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS's first use
-    result = gpu_check(args.smoke, args.json)
-    print(table(result))
-    return result
+    print(
+        f"gpu-check on {'cpu (SMOKE)' if args.smoke else torch.cuda.get_device_name()}", flush=True
+    )
+    return gpu_check(args.smoke, args.out, args.budget)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,25 @@
-"""Device selection shared by training and evaluation."""
+"""Device selection shared by training and evaluation, and the chunk sizes each device gets.
+
+Chunk sizes follow the device (DESIGN, "Sized for the study"). On a CPU they come from the
+cache (LEV's `LEVConfig.chunk_elems`, the loss's `DEFAULT_CHUNK_ELEMS`: today's values, so
+CPU figures and the native kernel's path do not move). On a GPU they come from its memory:
+one chunk buffer may hold `GPU_CHUNK_FRACTION` of the device's memory (fp32), so a 400m
+step runs LEV in one chunk and the loss in a few, each a handful of large kernels instead of
+hundreds of small ones. `forced_policy("gpu")` applies the GPU rule on any device (tests).
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
+
+GPU_CHUNK_FRACTION = 1 / 64  # of the device's memory, per fp32 chunk buffer (H200: 2.2 GB)
+REFERENCE_GPU_BYTES = 80 * 2**30  # an H100's memory: the GPU rule where no GPU is present
+POLICIES = ("auto", "cpu", "gpu")
+_forced = "auto"
 
 
 def resolve_device(spec: str | torch.device | None, local_rank: int = 0) -> torch.device:
@@ -16,3 +33,40 @@ def resolve_device(spec: str | torch.device | None, local_rank: int = 0) -> torc
     if device.type == "cuda" and device.index is None:
         device = torch.device(f"cuda:{local_rank}")
     return device
+
+
+def set_deterministic() -> None:
+    """Deterministic kernels everywhere (LEV's backward then sums rows by a sort-based
+    segment reduction instead of index_add_'s atomics); cuBLAS needs a fixed workspace,
+    set before its first use."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+
+
+@contextmanager
+def forced_policy(policy: str) -> Iterator[None]:
+    """Within the block, chunk sizes follow `policy` ("cpu", "gpu" or "auto") on any device."""
+    global _forced
+    if policy not in POLICIES:
+        raise ValueError(f"chunk policy {policy!r}: use one of {POLICIES}")
+    before, _forced = _forced, policy
+    try:
+        yield
+    finally:
+        _forced = before
+
+
+def uses_gpu_policy(device: torch.device) -> bool:
+    return _forced == "gpu" or (_forced == "auto" and device.type == "cuda")
+
+
+def chunk_elems(device: torch.device, cpu_elems: int) -> int:
+    """Elements one fp32 chunk buffer may hold on `device`: `cpu_elems` (cache-sized) under
+    the CPU rule; `GPU_CHUNK_FRACTION` of the device's memory under the GPU rule."""
+    if not uses_gpu_policy(device):
+        return cpu_elems
+    if device.type == "cuda":
+        memory = torch.cuda.get_device_properties(device).total_memory
+    else:
+        memory = REFERENCE_GPU_BYTES
+    return max(cpu_elems, int(memory * GPU_CHUNK_FRACTION) // 4)

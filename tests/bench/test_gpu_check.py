@@ -1,9 +1,14 @@
-"""bench/gpu_check.py --smoke: the GPU check's own code at micro shapes on CPU, so it cannot rot."""
+"""bench/gpu_check.py: its own code at micro shapes on CPU (--smoke, so it cannot rot), and
+the guards that keep a scarce GPU run from being wasted: a stock GPU environment imports it,
+it refuses to run without CUDA, a failed or timed-out measurement leaves the others on disk."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -12,6 +17,16 @@ import pytest
 from leviathan.model import VARIANTS
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
+ORDER = [
+    "step_ratio",
+    "materialize_ms",
+    "eval_tokens_s",
+    "bf16_vs_fp32",
+    "deterministic_overhead",
+    "deterministic_repeat",
+    "step_ratio_compiled",
+    "throughput_1.2b",
+]
 
 
 def _script() -> ModuleType:
@@ -24,15 +39,14 @@ def _script() -> ModuleType:
 
 @pytest.mark.slow
 def test_gpu_check_smoke_runs_and_writes_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "gpu_check.json"
-    _script().main(["--smoke", "--json", str(out)])
-    r = json.loads(out.read_text())
-    assert r["smoke"] and r["device"]
-    measured = set(r["seconds"])
-    assert not [k for k in measured if isinstance(r[k], dict) and "error" in r[k]]
+    _script().main(["--smoke", "--out", str(tmp_path)])
+    r = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert r["smoke"] and r["device"] == "cpu"
+    assert list(r["seconds"]) == ORDER  # eager first, compiled last
+    assert not [k for k in ORDER if isinstance(r[k], dict) and "error" in r[k]]
     for key in ("step_ratio", "step_ratio_compiled"):
-        assert r[key]["ratio"] > 0
-    assert r["throughput"]["micro"]["tokens_s"] > 0
+        assert r[key]["ratio"] > 0 and r[key]["tokens_s"] > 0
+    assert r["throughput_1.2b"]["tokens_s"] > 0
     assert r["materialize_ms"] > 0 and r["eval_tokens_s"] > 0 and r["deterministic_overhead"] > 0
     assert r["bf16_vs_fp32"] == 0.0  # no bf16 on CPU: the same fp32 computation twice
     # every variant reruns and resumes bitwise under deterministic mode (here on CPU; the
@@ -40,48 +54,108 @@ def test_gpu_check_smoke_runs_and_writes_every_figure(tmp_path: Path) -> None:
     assert r["deterministic_repeat"] == dict.fromkeys(VARIANTS, True)
 
 
+def test_imports_without_the_data_layer_dependencies() -> None:
+    """A stock GPU PyTorch environment has no zstandard: the script must import without it
+    (and without the data layer that needs it)."""
+    code = (
+        "import sys, importlib.util\n"
+        "sys.modules['zstandard'] = None\n"  # `import zstandard` now raises ImportError
+        f"spec = importlib.util.spec_from_file_location('gpu_check', {str(SCRIPT)!r})\n"
+        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "assert 'leviathan.data' not in sys.modules, sorted(sys.modules)\n"
+        "assert callable(mod.main)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_refuses_to_run_without_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = _script()
+    monkeypatch.setattr(mod.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="no CUDA device.*--smoke"):
+        mod.main(["--out", str(tmp_path)])
+    assert not (tmp_path / "gpu_check.json").exists()
+
+
+def _fake(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, slow: str, action: object) -> list[str]:
+    """Every measurement replaced by a cheap one that records its call; `slow` by `action`."""
+    calls: list[str] = []
+    ratio = {"tied_s": 1.0, "leviathan_s": 1.0, "ratio": 1.0}
+
+    def fake(name: str, value: object) -> object:
+        def run(*args: object, **kwargs: object) -> object:
+            calls.append(name)
+            return value
+
+        return run
+
+    monkeypatch.setattr(mod, "step_ratio", fake("step_ratio", ratio))
+    monkeypatch.setattr(mod, "_training", fake("training", {"tokens_s": 1.0}))
+    for name in ("materialize_ms", "eval_tokens_s", "bf16_vs_fp32", "deterministic_overhead"):
+        monkeypatch.setattr(mod, name, fake(name, 1.0))
+    monkeypatch.setattr(mod, "deterministic_repeat", fake("deterministic_repeat", {"tied": True}))
+    monkeypatch.setattr(mod, slow, action)
+    monkeypatch.setattr(mod, "SMOKE_SLACK", 1)  # the limits as on a GPU
+    return calls
+
+
 def test_a_failed_measurement_is_recorded_and_the_others_still_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """GPU time is scarce: an OOM in one measurement must not cost the others, and the JSON
-    on disk must hold what was measured before a time limit stops the run."""
+    """GPU time is scarce: an OOM in one measurement must not cost the others."""
     mod = _script()
-    calls: list[str] = []
 
     def oom(*args: object) -> float:
-        calls.append("materialize")
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    def after(*args: object) -> float:
-        calls.append("after")
-        # the JSON already holds the failure, written before this measurement started
-        assert "CUDA out of memory" in json.loads(out.read_text())["materialize_ms"]["error"]
+    calls = _fake(mod, monkeypatch, "materialize_ms", oom)
+    result = mod.main(["--smoke", "--out", str(tmp_path)])
+    assert "bf16_vs_fp32" in calls and "training" in calls
+    assert result["materialize_ms"] == {"error": "RuntimeError: CUDA out of memory (simulated)"}
+    assert json.loads((tmp_path / "gpu_check.json").read_text()) == result
+    printed = capsys.readouterr()
+    assert "materialize_ms: error RuntimeError: CUDA out of memory" in printed.out
+    assert "eval_tokens_s: 1" in printed.out  # each figure printed as measured
+    assert "Traceback" in printed.err
+    assert list(result["seconds"]) == ORDER
+
+
+def test_a_timed_out_measurement_leaves_the_earlier_figures_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A measurement over its limit is stopped and recorded; what was measured before it is
+    on disk already, and the measurements after it still run."""
+    mod = _script()
+    on_disk: dict[str, object] = {}
+
+    def hangs(*args: object) -> float:
+        time.sleep(30)
         return 1.0
 
-    ratio = {"tied_s": 1.0, "leviathan_s": 1.0, "ratio": 1.0}
-    monkeypatch.setattr(mod, "step_ratio", lambda *a, **k: ratio)
-    monkeypatch.setattr(
-        mod, "throughput", lambda *a: {"micro_batch": 4, "tokens_s": 1.0, "mfu": None}
-    )
-    monkeypatch.setattr(mod, "materialize_ms", oom)
-    for name in ("bf16_vs_fp32", "deterministic_overhead", "eval_tokens_s"):
-        monkeypatch.setattr(mod, name, after)
-    monkeypatch.setattr(mod, "deterministic_repeat", lambda *a: {"tied": True})
-    out = tmp_path / "gpu_check.json"
-    result = mod.main(["--smoke", "--json", str(out)])
-    assert calls == ["materialize", "after", "after", "after"]
-    assert result["materialize_ms"] == {"error": "RuntimeError: CUDA out of memory (simulated)"}
-    assert json.loads(out.read_text()) == result
-    printed = capsys.readouterr()
-    assert "ERROR RuntimeError: CUDA out of memory" in printed.out
-    assert "Traceback" in printed.err
-    assert set(result["seconds"]) == {
-        "step_ratio",
-        "step_ratio_compiled",
-        "throughput",
-        "materialize_ms",
-        "bf16_vs_fp32",
-        "deterministic_overhead",
-        "deterministic_repeat",
-        "eval_tokens_s",
-    }
+    def after(*args: object) -> float:
+        on_disk.update(json.loads((tmp_path / "gpu_check.json").read_text()))
+        return 2.0
+
+    _fake(mod, monkeypatch, "eval_tokens_s", hangs)
+    monkeypatch.setattr(mod, "bf16_vs_fp32", after)
+    monkeypatch.setitem(mod.LIMITS_S, "eval_tokens_s", 0.2)
+    t0 = time.perf_counter()
+    result = mod.main(["--smoke", "--out", str(tmp_path)])
+    assert time.perf_counter() - t0 < 10
+    assert on_disk["step_ratio"]["ratio"] == 1.0 and on_disk["materialize_ms"] == 1.0  # type: ignore[index]
+    assert "MeasurementTimeout: over its time limit" in on_disk["eval_tokens_s"]["error"]  # type: ignore[index]
+    assert result["bf16_vs_fp32"] == 2.0 and "throughput_1.2b" in result
+
+
+def test_the_budget_bounds_the_whole_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = _script()
+
+    def slow(*args: object) -> float:
+        time.sleep(30)
+        return 1.0
+
+    _fake(mod, monkeypatch, "materialize_ms", slow)
+    t0 = time.perf_counter()
+    result = mod.main(["--smoke", "--out", str(tmp_path), "--budget", "0.5"])
+    assert time.perf_counter() - t0 < 10
+    assert result["step_ratio"]["ratio"] == 1.0
+    assert "budget" in result["throughput_1.2b"]["error"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from leviathan.device import resolve_device
 
@@ -54,3 +57,21 @@ def barrier(info: DistInfo) -> None:
 def shutdown(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def wrap_model(
+    model: nn.Module, info: DistInfo, compile: bool, stepping: bool = True
+) -> tuple[DistributedDataParallel | None, Any]:
+    """(the DDP wrapper or None, the module a training step calls). DDP wraps the model first
+    and torch.compile then compiles the DDP-wrapped module, as PyTorch's DDP + compile guidance
+    says: Dynamo's DDP optimizer then splits the graph at DDP's bucket boundaries, so each
+    bucket's all-reduce overlaps the rest of backward (a compiled model inside DDP leaves one
+    opaque backward, all-reduce after it). A finished run (`stepping` False) is neither."""
+    if not stepping:
+        return None, model
+    ddp = None
+    if info.enabled:
+        cuda = info.device.type == "cuda"
+        ddp = DistributedDataParallel(model, device_ids=[info.device] if cuda else None)
+    step_model: Any = ddp or model
+    return ddp, torch.compile(step_model) if compile else step_model

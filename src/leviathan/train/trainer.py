@@ -21,7 +21,6 @@ Run directory:
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -29,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from leviathan import layout
 from leviathan.data.loader import TrainLoader
+from leviathan.device import set_deterministic
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
 from leviathan.model.accounting import account_model
@@ -45,6 +44,7 @@ from leviathan.train.distributed import (
     barrier,
     init_distributed,
     shutdown,
+    wrap_model,
 )
 from leviathan.train.errors import ConfigMismatch, NonFiniteLoss, check_grad_norm, check_loss
 from leviathan.train.preemption import Preempted, PreemptionWatch
@@ -75,14 +75,6 @@ class TrainResult:
     start_step: int
     final_train_loss: float | None
     final_val_loss: float | None
-
-
-def set_deterministic() -> None:
-    """Deterministic kernels everywhere (LEV's backward then sums rows by a sort-based
-    segment reduction instead of index_add_'s atomics); cuBLAS needs a fixed workspace,
-    set before its first use."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
 
 
 def cell_model_config(cfg: TrainConfig) -> ModelConfig:
@@ -200,14 +192,7 @@ class Trainer:
         self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
         self.accounting = account_model(self.model, cfg.context)
         stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
-        self.train_model: Any = self.model
-        if runtime.compile and stepping:
-            self.train_model = torch.compile(self.model)
-        self.ddp = None
-        if info.enabled and stepping:
-            self.ddp = DistributedDataParallel(
-                self.train_model, device_ids=[device] if device.type == "cuda" else None
-            )
+        self.ddp, self.train_model = wrap_model(self.model, info, runtime.compile, stepping)
         self.bf16 = runtime.bf16 and device.type == "cuda"
         self.n_micro = self.loader.local_batch // cfg.micro_batch
 
@@ -321,7 +306,7 @@ class Trainer:
         for i, (xm, ym) in enumerate(_micro_batches(x, y, self.cfg.micro_batch)):
             sync = self.ddp is None or i == n_micro - 1
             with contextlib.nullcontext() if sync else self.ddp.no_sync(), self._autocast():  # type: ignore[union-attr]
-                loss = (self.ddp or self.train_model)(xm, ym)  # through DDP's forward
+                loss = self.train_model(xm, ym)  # through DDP's forward
             (loss / n_micro).backward()
             total += loss.detach().double() / n_micro
         all_reduce_sum(total, self.info)
