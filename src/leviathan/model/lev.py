@@ -20,9 +20,10 @@ quadratic in f whose coefficients depend only on (l, p, c):
 (S[-1] = S[kappa] = 0: out-of-range taps weigh nothing; see `bspline.py` for the taps).
 So each coordinate costs one gather of a [3, r] coefficient block and two fused
 multiply-adds, never a dense [N, d_seed, kappa] basis. Ids are processed in chunks (memory
-bounded by `LEVConfig.chunk_elems`), only t and M are saved for backward (phi is
-recomputed), and the product is taken in fp32 log space with an exact gradient where a
-factor phi is ~0. `LEV.forward` evaluates each distinct id of a batch once (unique + gather).
+bounded by `LEVConfig.chunk_elems` on a CPU, by a share of the memory on a GPU:
+`leviathan.device.chunk_elems`; one chunk under torch.compile), only t and M are saved for
+backward (phi is recomputed), and the product is taken in fp32 log space with an exact
+gradient where a factor phi is ~0. `LEV.forward` evaluates each distinct id of a batch once (unique + gather).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from leviathan.device import chunk_elems as device_chunk_elems
 from leviathan.model import lev_native
 from leviathan.model.bspline import N_TAPS, basis_dense
 from leviathan.model.config import LEVConfig
@@ -42,6 +44,12 @@ from leviathan.model.generated import GeneratedInput
 
 
 def _chunks(n: int, per_item: int, budget: int) -> Iterator[slice]:
+    """Slices of [0, n) holding about `budget` elements each. Under torch.compile: one slice,
+    so the traced graph has no unrolled loop whatever n (inductor fuses the per-coordinate
+    work into its kernels, so the chunk buffers are not materialised)."""
+    if torch.compiler.is_compiling():
+        yield slice(0, n)
+        return
     step = max(1, budget // max(1, per_item))
     for start in range(0, n, step):
         yield slice(start, min(n, start + step))
@@ -174,6 +182,7 @@ class SplineProduct(torch.autograd.Function):
     ) -> torch.Tensor:
         dtype = torch.promote_types(t.dtype, torch.float32)
         t32, coef32 = t.to(dtype), coef.to(dtype)
+        chunk_elems = device_chunk_elems(t.device, chunk_elems)  # cache- or memory-sized
         N, h, P = t.shape
         r = coef.shape[-1]
         if _use_native(t, kernel):
