@@ -94,7 +94,24 @@ def run_show(args: argparse.Namespace) -> int:
         )
     )
     print(render_plan(config, mfu))
+    print(roofline_section(config))
     return 0
+
+
+def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
+    """The roofline (`leviathan.model.roofline`) of each scale/vocab/variant of the studies."""
+    from leviathan.model.roofline import render
+    from leviathan.train.trainer import cell_model_config
+    from leviathan.workflow.grid import cells
+    from leviathan.workflow.plan import cell_train_config
+
+    rows = {}
+    for cell in cells(config["studies"]):
+        label = f"{cell.scale}/{cell.vocab}/{cell.variant}"
+        if label not in rows:
+            tc = cell_train_config(config, cell)
+            rows[label] = (label, cell_model_config(tc), tc.micro_batch, tc.global_batch)
+    return render(list(rows.values()))
 
 
 def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore[type-arg]

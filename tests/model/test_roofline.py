@@ -1,0 +1,69 @@
+"""The roofline's FLOPs re-derived by hand from the model's shapes, its bound and MFU
+arithmetic, and `leviathan config show` printing it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from leviathan.model import model_config
+from leviathan.model.roofline import (
+    BANDWIDTH_EFFICIENCY,
+    GEMM_EFFICIENCY,
+    GPUS,
+    LOGIT_BYTES,
+    roofline,
+)
+
+
+def test_400m_parts_rederived_from_the_shapes() -> None:
+    cfg = model_config("400m", "o200k_base", "leviathan")
+    r = roofline(cfg, micro_batch=32, global_batch=512)
+    parts = {p.name: p for p in r.parts}
+    N, D, L, F, T = 32 * 512, cfg.d_model, cfg.n_layers, cfg.ffn_hidden, cfg.max_seq_len
+    v_pad = math.ceil(cfg.vocab_size / 128) * 128
+    assert v_pad % 128 == 0 and 0 <= v_pad - cfg.vocab_size < 128
+    # per token forward: q, k, v, o (4 D^2) and SwiGLU (3 D F) multiply-adds, dense T x T attention
+    assert parts["backbone"].flops == 3 * N * (2 * L * (4 * D * D + 3 * D * F) + 4 * T * D * L)
+    assert parts["head+loss"].flops == 3 * 2 * N * v_pad * D
+    assert parts["head+loss"].bytes >= N * v_pad * LOGIT_BYTES
+    assert parts["optimizer"].flops == 0
+
+
+def test_bound_and_mfu_follow_the_stated_efficiencies() -> None:
+    cfg = model_config("1.2b", "o200k_base", "tied")
+    r = roofline(cfg, micro_batch=16, global_batch=512)
+    peak, bandwidth = GPUS["H200"]
+    expected = 0.0
+    for p in r.parts:
+        compute, memory = (
+            p.flops / (peak * GEMM_EFFICIENCY),
+            p.bytes / (bandwidth * BANDWIDTH_EFFICIENCY),
+        )
+        assert p.seconds("H200") == max(compute, memory)
+        assert p.bound("H200") == ("compute" if compute >= memory else "memory")
+        expected += max(compute, memory)
+    assert r.mfu("H200") == pytest.approx(r.model_flops / (expected * peak))
+    assert r.mfu("H200") <= GEMM_EFFICIENCY + 1e-9
+
+
+def test_fusing_the_loss_only_removes_loss_traffic() -> None:
+    cfg = model_config("400m", "o200k_base", "tied")
+    eager, fused = (roofline(cfg, 32, 512, fused=f) for f in (False, True))
+    for a, b in zip(eager.parts, fused.parts, strict=True):
+        assert a.flops == b.flops
+        assert (a.bytes > b.bytes) if a.name == "head+loss" else (a.bytes == b.bytes)
+    assert eager.parts[1].bound("H100") == "memory" and fused.mfu("H100") > eager.mfu("H100")
+
+
+def test_config_show_prints_the_studys_roofline() -> None:
+    from leviathan.commands.config import roofline_section
+    from leviathan.workflow.config import resolve
+
+    root = Path(__file__).resolve().parents[2]
+    text = roofline_section(resolve([root / "config" / "paper.yaml"], root=root))
+    for label in ("200m/o200k_base/tied", "1.2b/o200k_base/leviathan", "1.2b/o200k_base/tied"):
+        assert f"{label:<34} MFU <=" in text
+    assert "1.2b/o200k_base/leviathan          input" in text
