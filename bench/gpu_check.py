@@ -67,7 +67,7 @@ LIMITS_S = {
     "step_ratio_compiled": 100,
     "throughput_1.2b": 70,
 }
-BUDGET_S = 300  # the whole check
+BUDGET_S = 285  # the whole check, measurements only (start-up: ~15 s more)
 SMOKE_SLACK = 30  # --smoke on a shared CPU: limits and budget this many times longer
 
 

@@ -4,6 +4,7 @@ import torch.nn.functional as F
 
 from leviathan.device import forced_policy
 from leviathan.model import build_model, model_config
+from leviathan.model import loss as loss_module
 from leviathan.model.loss import linear_cross_entropy, matmul_weight, token_losses
 
 
@@ -65,20 +66,29 @@ def test_residual_stream_is_fp32_under_bf16_autocast_for_every_variant(variant: 
     assert seen == [torch.float32]
 
 
-@pytest.mark.parametrize("policy", ["cpu", "gpu"])
-def test_head_gradient_accumulated_once_matches_float64_reference(policy: str) -> None:
-    """Both ways of forming d weight (one G^T H product under the GPU rule, in-place addmm_
-    per chunk under the CPU rule) give the float64 cross-entropy's gradients within fp32
-    rounding (rtol 1e-5: sums of a few hundred fp32 terms reassociated)."""
+@pytest.mark.parametrize("policy", ["cpu", "gpu", "gpu-groups"])
+def test_head_gradient_matches_float64_reference(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every way of forming d weight gives the float64 cross-entropy's gradients within fp32
+    rounding (rtol 1e-5: sums of a few hundred fp32 terms reassociated): the CPU rule (in-place
+    addmm_ per chunk of 10 rows), the GPU rule (one G^T H product, head padded 300 -> 384)
+    and the GPU rule where G does not fit (a chunk budget of 3,000 logits: groups of 56 rows,
+    one product each)."""
+    if policy == "gpu-groups":
+        monkeypatch.setattr(loss_module, "device_chunk_elems", lambda device, elems: elems)
     torch.manual_seed(0)
     h64 = torch.randn(200, 16, dtype=torch.float64)
     w64 = torch.randn(300, 16, dtype=torch.float64) * 0.3
     t = torch.randint(0, 300, (200,))
     t[::7] = -100
     h, w = h64.float().requires_grad_(), w64.float().requires_grad_()
-    with forced_policy(policy):
-        ours = linear_cross_entropy(h, w, t, chunk_elems=3000)  # 10 rows per CPU chunk
-    g_ours = torch.autograd.grad(ours, (h, w))
+    with forced_policy(policy.removesuffix("-groups")):
+        if policy == "gpu-groups":
+            step = 3000 // 384
+            assert loss_module._head_grad_rows(h.device, 3000, matmul_weight(w), step, 200) == 56
+        ours = linear_cross_entropy(h, w, t, chunk_elems=3000)
+        g_ours = torch.autograd.grad(ours, (h, w))
     h64.requires_grad_(), w64.requires_grad_()
     ref = F.cross_entropy(h64 @ w64.t(), t, ignore_index=-100)
     g_ref = torch.autograd.grad(ref, (h64, w64))

@@ -13,10 +13,11 @@ chunk (cache-sized), each chunk adds its share of d weight in place (`addmm_`, n
 temporary). Under the GPU rule:
   * a chunk holds a fixed share of the GPU's memory (a few chunks per step);
   * d weight is formed once per step, not rewritten chunk by chunk: every chunk's softmax
-    gradient G is kept in the matmul dtype (N x V: 3.3 GB in bf16 for the 400m micro-batch of
-    8,192 tokens at o200k; at most `HEAD_GRAD_SHARE` chunk buffers, else per-chunk adds) and
-    d weight = G^T hidden is one matmul at the end, accumulated in fp32 inside the GEMM (the
-    product a plain Linear's backward computes);
+    gradient G is kept in the matmul dtype (N x V: 6.6 GB in bf16 for the paper's 400m
+    micro-batch of 32 x 512 tokens at o200k; at most `HEAD_GRAD_SHARE` chunk buffers' bytes,
+    1/8 of the memory, else one product per group of chunks that fits) and d weight =
+    G^T hidden is one matmul at the end, accumulated in fp32 inside the GEMM (the product a
+    plain Linear's backward computes);
   * the weight enters the matmuls with its rows zero-padded to a multiple of
     `HEAD_ROWS_MULTIPLE` (V = 200,019 -> 200,064: tensor-core-aligned GEMMs). The copy is the
     one autocast makes anyway (fp32 -> bf16); the padded logits are masked to -inf, so they
@@ -35,7 +36,7 @@ from leviathan.device import uses_gpu_policy
 
 IGNORE_INDEX = -100
 DEFAULT_CHUNK_ELEMS = 1 << 25  # logits held at once on a CPU: 128 MiB in fp32
-HEAD_GRAD_SHARE = 4  # G (all chunks' softmax gradients) may hold this many chunk buffers
+HEAD_GRAD_SHARE = 8  # GPU rule: G may hold this many chunk buffers' bytes (1/8 of memory)
 HEAD_ROWS_MULTIPLE = 128  # GPU rule: the head's rows padded to a multiple of this
 
 
@@ -81,10 +82,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_h = torch.zeros_like(hidden)
         budget = device_chunk_elems(hidden.device, chunk_elems)
         step = _rows_per_chunk(w.shape[0], budget)
-        # d weight: one product at the end from the kept G, or added chunk by chunk
-        keep_g = uses_gpu_policy(hidden.device) and N * w.shape[0] <= HEAD_GRAD_SHARE * budget
-        G = torch.empty(N, w.shape[0], dtype=w.dtype, device=hidden.device) if keep_g else None
-        grad_w = None if keep_g else torch.zeros(w.shape, dtype=torch.float32, device=w.device)
+        # d weight: G^T H over groups of `group` rows (one group, one product, where G fits)
+        group = _head_grad_rows(hidden.device, budget, w, step, N)
+        G = torch.empty(group, w.shape[0], dtype=w.dtype, device=w.device) if group > step else None
+        grad_w: torch.Tensor | None = None  # fp32, from the first product on
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         for start in range(0, N, step):
             rows = slice(start, start + step)
@@ -99,13 +100,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
             probs.mul_(v.unsqueeze(1).to(probs.dtype))
             g = probs.to(w.dtype)
             grad_h[rows] = (g @ w).to(hidden.dtype)
-            if G is not None:
-                G[rows] = g
-            else:
-                _add_head_grad(grad_w, g, h)  # type: ignore[arg-type]
-        if G is not None:
-            grad_w = (G.t() @ hidden.to(G.dtype)).float()
-        ctx.save_for_backward(grad_h.div_(denom), grad_w[:V].div_(denom))  # type: ignore[index]
+            if G is None:
+                grad_w = _add_head_grad(grad_w, g, h)
+                continue
+            first = start - start % group  # this chunk's group: rows [first, first + group)
+            G[start - first : start - first + len(t)] = g
+            if start + len(t) in (N, first + group):  # the group is complete: one product
+                rows = slice(first, start + len(t))
+                grad_w = _add_head_grad(grad_w, G[: rows.stop - first], hidden[rows])
+        if grad_w is None:  # no rows
+            grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device)
+        ctx.save_for_backward(grad_h.div_(denom), grad_w[:V].div_(denom))
         ctx.weight_dtype = weight.dtype  # type: ignore[attr-defined]
         return total / denom
 
@@ -123,13 +128,24 @@ class _LinearCrossEntropy(torch.autograd.Function):
         )
 
 
-def _add_head_grad(grad_w: torch.Tensor, g: torch.Tensor, h: torch.Tensor) -> None:
-    """grad_w (fp32) += g^T h: accumulated in place by the matmul where both are fp32 (the
-    CPU rule), else through the matmul dtype's product."""
+def _head_grad_rows(device: torch.device, budget: int, w: torch.Tensor, step: int, N: int) -> int:
+    """Rows of G (softmax gradients, in w's dtype) per head-gradient product: one chunk under
+    the CPU rule; under the GPU rule as many whole chunks as fit `HEAD_GRAD_SHARE` chunk
+    buffers' bytes (all N rows at the study's micro-batches: one product per step)."""
+    if not uses_gpu_policy(device):
+        return step
+    fit = HEAD_GRAD_SHARE * budget * 4 // (w.shape[0] * w.element_size())
+    return min(N, max(step, fit // step * step))
+
+
+def _add_head_grad(grad_w: torch.Tensor | None, g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """grad_w (fp32) + g^T h: the product itself where grad_w is None (the first); else added
+    in place by the matmul where both are fp32 (the CPU rule), or through the matmul dtype."""
+    if grad_w is None:
+        return (g.t() @ h.to(g.dtype)).float()
     if g.dtype == h.dtype == torch.float32:
-        grad_w.addmm_(g.t(), h)
-    else:
-        grad_w += (g.t() @ h.to(g.dtype)).float()
+        return grad_w.addmm_(g.t(), h)
+    return grad_w.add_((g.t() @ h.to(g.dtype)).float())
 
 
 def linear_cross_entropy(
