@@ -45,8 +45,8 @@ from leviathan.model.generated import GeneratedInput
 
 def _chunks(n: int, per_item: int, budget: int) -> Iterator[slice]:
     """Slices of [0, n) holding about `budget` elements each. Under torch.compile: one slice,
-    so the traced graph has no unrolled loop whatever n (inductor fuses the per-coordinate
-    work into its kernels, so the chunk buffers are not materialised)."""
+    so the traced graph has no unrolled loop whatever n; inductor fuses the forward's
+    per-factor work."""
     if torch.compiler.is_compiling():
         yield slice(0, n)
         return
