@@ -4,6 +4,30 @@ EVALS = steps.enabled_evals(config)
 SE_GROUPS = steps.sample_efficiency_groups(CELLS)
 SE_DIR = layout.sample_efficiency_dir("{scale}", "{vocab}")
 LM_EVAL_OUT = layout.eval_output(WILDCARDS, "lm_eval")
+for _scale in sorted({c.scale for c in CELLS}):
+    steps.eval_resources(config, _scale)  # a GPU scale without eval_resources fails here
+
+
+def eval_res(key):
+    """An evaluation job's resource, by the cell's scale (config.eval_resources)."""
+    return lambda wildcards: steps.eval_resources(config, wildcards.scale)[key]
+
+
+def eval_slurm(key):
+    """An evaluation job's SLURM setting, by the cell's scale (as train_slurm)."""
+    defaults = workflow.resource_settings.default_resources
+    fallback = steps.default_resource(getattr(defaults, "args", None), key)
+    return lambda wildcards: steps.eval_resources(config, wildcards.scale).get(key, fallback)
+
+
+EVAL_RESOURCES = dict(
+    gpu=eval_res("gpu"),
+    gpu_model=eval_res("gpu_model"),
+    cpus_per_gpu=eval_res("cpus_per_gpu"),
+    mem_mb=eval_res("mem_mb"),
+    runtime=eval_res("runtime"),
+    **{key: eval_slurm(key) for key in steps.eval_slurm_keys(config)},
+)
 
 
 rule word_counts:
@@ -39,8 +63,9 @@ rule eval_val:
         log_file("eval", layout.cell_key(WILDCARDS), "val"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_val")
+    threads: lambda wc: steps.eval_resources(config, wc.scale)["threads"]
     resources:
-        **steps.rule_resources(config, "eval_val"),
+        **EVAL_RESOURCES,
     script:
         "../scripts/evaluate.py"
 
@@ -60,8 +85,9 @@ rule eval_wikitext:
         log_file("eval", layout.cell_key(WILDCARDS), "wikitext"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_wikitext")
+    threads: lambda wc: steps.eval_resources(config, wc.scale)["threads"]
     resources:
-        **steps.rule_resources(config, "eval_wikitext"),
+        **EVAL_RESOURCES,
     script:
         "../scripts/evaluate.py"
 
@@ -84,8 +110,9 @@ rule eval_lm_eval:
         log_file("eval", layout.cell_key(WILDCARDS), "lm_eval"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_lm_eval")
+    threads: lambda wc: steps.eval_resources(config, wc.scale)["threads"]
     resources:
-        **steps.rule_resources(config, "eval_lm_eval"),
+        **EVAL_RESOURCES,
     script:
         "../scripts/evaluate.py"
 
