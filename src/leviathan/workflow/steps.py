@@ -314,15 +314,17 @@ def evaluate(
     Work in progress survives a kill: `val` keeps its running sums in `layout.eval_partial`
     and lm-eval (tasks and WikiText) its request cache in `layout.lm_eval_cache`, both beside
     the output; a rerun continues from them and removes them once the output is written."""
-    from leviathan.eval.checkpoint import open_checkpoint, read_checkpoint
+    from leviathan.eval.checkpoint import open_checkpoint, resolve_checkpoint
     from leviathan.eval.results import write_result
+    from leviathan.io import read_json
     from leviathan.provenance import utc_now
 
     started = utc_now()
     cfg = eval_config(config)
     if kind not in EVAL_KINDS:
         raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(EVAL_KINDS)}")
-    scale = read_checkpoint(run_dir).train_config.get("scale")
+    state = read_json(resolve_checkpoint(run_dir) / layout.STATE)  # no weights read yet
+    scale = (state.get("train_config") or {}).get("scale")
     device = eval_device(config, str(scale)) if scale else eval_sections(config).get("device")
     ckpt, model = open_checkpoint(run_dir, device=device or "auto")
     partial = layout.eval_partial(out)
