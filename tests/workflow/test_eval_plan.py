@@ -115,3 +115,21 @@ def _numbers(line: str) -> list[str]:
     import re
 
     return re.findall(r"[\d,]+\.\d", line)
+
+
+def test_eval_rule_resources_follow_the_scale_and_keep_the_profiles_default(
+    paper: dict[str, Any],
+) -> None:
+    from types import SimpleNamespace
+
+    from leviathan.workflow.steps import eval_rule_resources
+
+    config = copy.deepcopy(paper)
+    config["eval_resources"]["1.2b"]["slurm_partition"] = "gpu-big"
+    rules = eval_rule_resources(config, ["slurm_partition='everyday'", "mem_mb=1000"])
+    big, small = SimpleNamespace(scale="1.2b"), SimpleNamespace(scale="200m")
+    assert rules["mem_mb"](big) == 64000 and rules["mem_mb"](small) == 32000
+    assert rules["gpu"](big) == rules["gpu"](small) == 1
+    assert rules["slurm_partition"](big) == "gpu-big"
+    assert rules["slurm_partition"](small) == "everyday"
+    assert "slurm_partition" not in eval_rule_resources(paper, None)

@@ -6,29 +6,10 @@ SE_DIR = layout.sample_efficiency_dir("{scale}", "{vocab}")
 LM_EVAL_OUT = layout.eval_output(WILDCARDS, "lm_eval")
 for _scale in sorted({c.scale for c in CELLS}):
     steps.eval_resources(config, _scale)  # a GPU scale without eval_resources fails here
-
-
-def eval_res(key):
-    """An evaluation job's resource, by the cell's scale (config.eval_resources)."""
-    return lambda wildcards: steps.eval_resources(config, wildcards.scale)[key]
-
-
-def eval_slurm(key):
-    """An evaluation job's SLURM setting, by the cell's scale (as train_slurm)."""
-    defaults = workflow.resource_settings.default_resources
-    fallback = steps.default_resource(getattr(defaults, "args", None), key)
-    return lambda wildcards: steps.eval_resources(config, wildcards.scale).get(key, fallback)
-
-
-EVAL_RESOURCES = dict(
-    gpu=eval_res("gpu"),
-    gpu_model=eval_res("gpu_model"),
-    cpus_per_gpu=eval_res("cpus_per_gpu"),
-    mem_mb=eval_res("mem_mb"),
-    runtime=eval_res("runtime"),
-    **{key: eval_slurm(key) for key in steps.eval_slurm_keys(config)},
+# an evaluation job's resources and SLURM settings, by the cell's scale (config.eval_resources)
+EVAL_RESOURCES = steps.eval_rule_resources(
+    config, getattr(workflow.resource_settings.default_resources, "args", None)
 )
-
 
 rule word_counts:
     """Training-corpus counts of the validation text's words (word-level frequency buckets)."""

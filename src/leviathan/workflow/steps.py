@@ -280,6 +280,27 @@ def eval_resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
     return job_resources(spec)
 
 
+def eval_rule_resources(
+    config: Mapping[str, Any], default_args: Sequence[str] | None
+) -> dict[str, Any]:
+    """The evaluation rules' `resources:`, each a function of the job's wildcards (its scale).
+    A SLURM setting that some scale's eval_resources sets falls back, for the other scales, to
+    the profile's default-resources value (`default_args`), as training's do."""
+
+    def pick(key: str, fallback: Any = None, required: bool = True) -> Any:
+        def value(wildcards: Any) -> Any:
+            job = eval_resources(config, wildcards.scale)
+            return job[key] if required else job.get(key, fallback)
+
+        return value
+
+    keys = ("gpu", "gpu_model", "cpus_per_gpu", "mem_mb", "runtime")
+    out = {key: pick(key) for key in keys}
+    for key in eval_slurm_keys(config):
+        out[key] = pick(key, default_resource(default_args, key), required=False)
+    return out
+
+
 def eval_device(config: Mapping[str, Any], scale: str) -> str:
     """The device an evaluation job uses: config.evaluate.device, except that a job given GPUs
     must find one (checked before anything is loaded), and never silently runs on the CPU."""
