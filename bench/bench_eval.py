@@ -9,6 +9,9 @@ count, alternating batch by batch so machine noise hits both:
     autograd), the per-token losses every evaluation is built on;
   * evaluation end to end: `evaluate_shard` over the validation shard (window loading, the
     kernel, per-id accumulation), the `leviathan eval val` pass;
+  * the lm-eval adapter: `LeviathanLM._loglikelihood_tokens` on one request per window (the
+    first half as context, the rest as continuation: the same T tokens through the model;
+    logits only for the continuation), what lm-eval's tasks run through our model;
   * for reference, the trainer's own validation path: `model.token_losses(x, y)` under
     no_grad on the training model (LEV run per batch, the training loss's chunk size).
 Ratio = evaluation tokens/s / training-forward tokens/s (target >= 1.0). The one-off cost of
@@ -33,7 +36,8 @@ from pathlib import Path
 import torch
 
 from leviathan.data.loader import TrainLoader
-from leviathan.eval.checkpoint import EvalModel
+from leviathan.eval.checkpoint import Checkpoint, EvalModel
+from leviathan.eval.lm_eval_adapter import LeviathanLM
 from leviathan.eval.perplexity import evaluate_shard
 from leviathan.train.config import train_config
 from leviathan.train.trainer import build_cell_model
@@ -53,6 +57,23 @@ def shards(path: str | None, vocab: str) -> Path:
     return tmp / "tokens"
 
 
+def adapter(em: EvalModel, vocab: str, context: int, batch: int) -> LeviathanLM:
+    """The lm-eval model around an EvalModel, as `leviathan eval lm-eval` builds it."""
+    state = {"train_config": {"vocab": vocab, "context": context}}
+    ckpt = Checkpoint(Path("untrained"), "", state, em.cfg)
+    return LeviathanLM(loaded=(ckpt, em), batch_size=batch)
+
+
+def requests(x: torch.Tensor, y: torch.Tensor) -> list[tuple[None, list[int], list[int]]]:
+    """One lm-eval loglikelihood request per row: the first half of the window as context,
+    the rest as the continuation (the model sees the same T tokens as the other paths)."""
+    half = x.shape[1] // 2
+    return [
+        (None, r[:half].tolist(), [*r[half:].tolist(), int(t[-1])])
+        for r, t in zip(x, y, strict=True)
+    ]
+
+
 def measure(
     preset: str, vocab: str, variant: str, data: Path, repeats: int, val_windows: int
 ) -> dict:
@@ -64,7 +85,8 @@ def measure(
     t0 = time.perf_counter()
     em = EvalModel(model, precision="fp32")
     materialize_s = time.perf_counter() - t0
-    train_s, eval_s, trainer_val_s = [], [], []
+    lm = adapter(em, vocab, T, B)
+    train_s, eval_s, trainer_val_s, lm_s = [], [], [], []
     for i, (x, y) in enumerate(batches):
         model.train()
         t0 = time.perf_counter()
@@ -76,13 +98,17 @@ def measure(
         model.eval()
         model.token_losses(x, y)
         t3 = time.perf_counter()
+        lm._loglikelihood_tokens(requests(x, y), disable_tqdm=True)
+        t4 = time.perf_counter()
         if i:  # the first batch is warm-up
             train_s.append(t1 - t0)
             eval_s.append(t2 - t1)
             trainer_val_s.append(t3 - t2)
+            lm_s.append(t4 - t3)
     tokens = B * T
     train_tok_s = tokens / statistics.median(train_s)
     kernel_tok_s = tokens / statistics.median(eval_s)
+    lm_tok_s = tokens / statistics.median(lm_s)
     stats = evaluate_shard(
         em, data / "val.bin", vocab=vocab, context=T, batch_size=B, max_windows=val_windows
     )
@@ -97,6 +123,8 @@ def measure(
         "eval_end_to_end_tok_s": e2e_tok_s,
         "ratio_kernel": kernel_tok_s / train_tok_s,
         "ratio_end_to_end": e2e_tok_s / train_tok_s,
+        "lm_eval_adapter_tok_s": lm_tok_s,
+        "ratio_lm_eval_adapter": lm_tok_s / train_tok_s,
         "trainer_val_tok_s": tokens / statistics.median(trainer_val_s),
         "eval_tokens": stats.n_targets,
         "materialize_s": materialize_s,
@@ -145,7 +173,8 @@ def main() -> None:
             f"{r['preset']:>6} {r['variant']:<10} batch {r['batch'][0]}x{r['batch'][1]}: train fwd "
             f"{r['train_forward_tok_s']:,.0f} tok/s | eval kernel {r['eval_kernel_tok_s']:,.0f} tok/s "
             f"(x{r['ratio_kernel']:.2f}) | eval end to end {r['eval_end_to_end_tok_s']:,.0f} tok/s "
-            f"(x{r['ratio_end_to_end']:.2f}) | trainer val path {r['trainer_val_tok_s']:,.0f} tok/s "
+            f"(x{r['ratio_end_to_end']:.2f}) | lm-eval adapter {r['lm_eval_adapter_tok_s']:,.0f} "
+            f"tok/s (x{r['ratio_lm_eval_adapter']:.2f}) | trainer val path {r['trainer_val_tok_s']:,.0f} tok/s "
             f"| materialize {r['materialize_s'] * 1e3:.1f} ms"
         )
     if args.json:

@@ -231,6 +231,19 @@ def lm_eval_harness_dir(output: PathLike) -> Path:
     return Path(output).parent / LM_EVAL_HARNESS
 
 
+def eval_partial(output: PathLike) -> Path:
+    """The running sums of an unfinished evaluation beside its output (removed when it is done)."""
+    out = Path(output)
+    return out.with_name(f".{out.stem}.partial.npz")
+
+
+def lm_eval_cache(output: PathLike, key: str) -> Path:
+    """lm-eval's request cache (its `use_cache` prefix) of an unfinished evaluation beside its
+    output: one per checkpoint and settings (`key`), removed when the evaluation is done."""
+    out = Path(output)
+    return out.with_name(f".{out.stem}.cache-{key[:16]}")
+
+
 SAMPLE_EFFICIENCY_PREFIX = "sample_efficiency_"
 
 

@@ -26,6 +26,10 @@ def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
     # (o200k shared with main): 6 + 4 + 4 = 14 cells
     assert counts["fetch_corpus"] == 1 and counts["tokenize"] == 3 and counts["train"] == 14
     assert counts["eval_val"] == counts["eval_wikitext"] == counts["eval_lm_eval"] == 14
+    jobs = _job_resources(out.stdout + out.stderr)
+    for rule in ("eval_val", "eval_wikitext", "eval_lm_eval"):  # evaluation runs on GPUs too
+        assert len(jobs[rule]) == 14
+        assert all("gpu=1" in r and "gpu_model=h100" in r for r in jobs[rule]), jobs[rule]
     assert counts["word_counts"] == 3
     # tied baseline + others per (scale, vocab, seed): 200m/400m/1.2b o200k, 200m gpt2, 200m cl100k
     assert counts["sample_efficiency"] == 5
@@ -159,6 +163,6 @@ def test_slurm_settings_per_scale_and_the_users_set_resources_reach_the_jobs(
     assert all("qos=long" in r and "slurm_extra=--exclusive" in r for r in micro)
     assert not any("qos=" in r or "slurm_extra" in r for r in tiny)
     assert all(
-        "slurm_partition=evalq" in r and "mem_mb=8000" in r for r in jobs["eval_val"]
-    )  # rule_resources kept
+        "slurm_partition=evalq" in r and "mem_mb=4000" in r for r in jobs["eval_val"]
+    )  # CPU scales without eval_resources evaluate with their training job's resources
     assert all("slurm_partition=everyday" in r and "mem_mb=4000" in r for r in jobs["tokenize"])

@@ -4,7 +4,12 @@ EVALS = steps.enabled_evals(config)
 SE_GROUPS = steps.sample_efficiency_groups(CELLS)
 SE_DIR = layout.sample_efficiency_dir("{scale}", "{vocab}")
 LM_EVAL_OUT = layout.eval_output(WILDCARDS, "lm_eval")
-
+for _scale in sorted({c.scale for c in CELLS}):
+    steps.eval_resources(config, _scale)  # a GPU scale without eval_resources fails here
+# an evaluation job's resources and SLURM settings, by the cell's scale (config.eval_resources)
+EVAL_RESOURCES = steps.eval_rule_resources(
+    config, getattr(workflow.resource_settings.default_resources, "args", None)
+)
 
 rule word_counts:
     """Training-corpus counts of the validation text's words (word-level frequency buckets)."""
@@ -39,8 +44,9 @@ rule eval_val:
         log_file("eval", layout.cell_key(WILDCARDS), "val"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_val")
+    threads: lambda wc: steps.eval_resources(config, wc.scale)["threads"]
     resources:
-        **steps.rule_resources(config, "eval_val"),
+        **EVAL_RESOURCES,
     script:
         "../scripts/evaluate.py"
 
@@ -60,8 +66,9 @@ rule eval_wikitext:
         log_file("eval", layout.cell_key(WILDCARDS), "wikitext"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_wikitext")
+    threads: lambda wc: steps.eval_resources(config, wc.scale)["threads"]
     resources:
-        **steps.rule_resources(config, "eval_wikitext"),
+        **EVAL_RESOURCES,
     script:
         "../scripts/evaluate.py"
 
@@ -84,8 +91,9 @@ rule eval_lm_eval:
         log_file("eval", layout.cell_key(WILDCARDS), "lm_eval"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_lm_eval")
+    threads: lambda wc: steps.eval_resources(config, wc.scale)["threads"]
     resources:
-        **steps.rule_resources(config, "eval_lm_eval"),
+        **EVAL_RESOURCES,
     script:
         "../scripts/evaluate.py"
 

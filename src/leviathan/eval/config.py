@@ -5,9 +5,10 @@ A config file (YAML) or the workflow's `eval:` section may hold three sections:
     val:        # validation loss / perplexity / bits per byte / frequency buckets
       context: null          # null: the checkpoint's training context
       batch_size: 16
-      max_windows: null      # null: the whole split
+      max_windows: null      # the first windows of the split only (null: all of them)
       quantile_bins: 10
       max_decade: 6          # log10 bins up to ">= 10^6"
+      persist_seconds: 60    # running sums saved this often (a killed job continues)
     wikitext:   # WikiText-103 zero-shot perplexity through HF `datasets`
       dataset: Salesforce/wikitext
       name: wikitext-103-raw-v1
@@ -42,6 +43,10 @@ PAPER_TASKS: tuple[str, ...] = (
     "winogrande",
     "lambada_openai",
 )
+
+# how often an evaluation's running sums are saved: a kill loses at most this much work, and
+# the save (2 x V x 8 bytes plus 4 bytes per kept token loss) stays a small share of the time
+PERSIST_SECONDS = 60.0
 
 BUILDERS = {
     ".json": "json",
@@ -106,8 +111,13 @@ class ValConfig:
     max_windows: int | None = None
     quantile_bins: int = 10
     max_decade: int = 6
+    persist_seconds: float = PERSIST_SECONDS
 
     def __post_init__(self) -> None:
+        if not isinstance(self.persist_seconds, (int, float)) or self.persist_seconds < 0:
+            raise EvalInputError(
+                f"val.persist_seconds={self.persist_seconds!r} must be a number >= 0"
+            )
         _positive(
             "val",
             context=self.context,

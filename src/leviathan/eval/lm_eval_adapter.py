@@ -23,6 +23,7 @@ or `max_gen_toks`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,24 @@ def _int(value: Any, name: str, default: int | None) -> int | None:
     return out
 
 
+def lm_device(device: str | None) -> str:
+    """The device lm-eval's HF model would use: the one asked for, except that a CUDA device
+    this machine does not have (lm-eval's CLI passes `cuda:0` when `--device` is not given)
+    means auto: the GPU if there is one, else the CPU, as HFLM falls back."""
+    if not device or device == "auto":
+        return "auto"
+    if device.startswith("cuda:"):
+        index = device.partition(":")[2]
+        if not index.isdigit() or int(index) >= torch.cuda.device_count():
+            warnings.warn(
+                f"device {device!r} is not on this machine: using "
+                + ("cuda" if torch.cuda.is_available() else "the CPU"),
+                stacklevel=2,
+            )
+            return "auto"
+    return device
+
+
 @register_model("leviathan")
 class LeviathanLM(TemplateLM):  # type: ignore[misc]
     """A Leviathan-pipeline checkpoint as an lm-eval language model."""
@@ -85,7 +104,7 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
                 raise EvalInputError(
                     "the leviathan lm-eval model needs pretrained=<run or checkpoint dir>"
                 )
-            loaded = open_checkpoint(path, device or "auto", precision)
+            loaded = open_checkpoint(path, lm_device(device), precision)
         self.ckpt, self.model = loaded
         self.tok: Tokenizer = load_tokenizer(self.ckpt.vocab.name)
         self.batch_size = _int(batch_size, "batch_size", 16) or 16
@@ -178,10 +197,12 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
                 logits.gather(1, t[:, None])[:, 0] - torch.logsumexp(logits, -1)
             ).double()
             greedy[s : s + step] = logits.argmax(-1) == t
-        own = torch.as_tensor(owners, dtype=torch.int64, device=dev)
-        sums = torch.zeros(len(seqs), dtype=torch.float64, device=dev).index_add_(0, own, logp)
-        misses = torch.zeros(len(seqs), dtype=torch.int64, device=dev).index_add_(
-            0, own, (~greedy).long()
+        # summed on the CPU, one token after the other: a float64 index_add_ on CUDA adds
+        # in no fixed order (atomics), so the same request could score differently per run
+        own = torch.as_tensor(owners, dtype=torch.int64)
+        sums = torch.zeros(len(seqs), dtype=torch.float64).index_add_(0, own, logp.cpu())
+        misses = torch.zeros(len(seqs), dtype=torch.int64).index_add_(
+            0, own, (~greedy).long().cpu()
         )
         return [
             (float(s), bool(m == 0)) for s, m in zip(sums.tolist(), misses.tolist(), strict=True)

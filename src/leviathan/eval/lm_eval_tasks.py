@@ -290,9 +290,12 @@ def evaluate_tasks(
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     hub_fix: str | None = None,
     tracker: Any = None,
+    cache: str | None = None,
 ) -> TaskRun:
     """Run lm-eval's own `simple_evaluate` on the configured tasks through our model
-    (`tracker`: an lm-eval EvaluationTracker that records the run, as its CLI does)."""
+    (`tracker`: an lm-eval EvaluationTracker that records the run, as its CLI does; `cache`:
+    lm-eval's request cache, its `use_cache` prefix: every answered request is stored as it
+    comes, so a rerun after a kill computes only the requests it lacks)."""
     import lm_eval
 
     from leviathan.eval.lm_eval_adapter import LeviathanLM
@@ -317,6 +320,7 @@ def evaluate_tasks(
         fewshot_random_seed=cfg.seed,
         task_manager=tm,
         evaluation_tracker=tracker,
+        use_cache=cache,
     )
     if raw is None:
         raise RuntimeError("lm-eval returned no results (not rank 0?)")
@@ -396,6 +400,7 @@ def run_lm_eval(
     samples_out: str | os.PathLike[str] | None = None,
     started: _dt.datetime | None = None,
     harness_dir: str | os.PathLike[str] | None = None,
+    cache: str | None = None,
 ) -> dict[str, Any]:
     """Run lm-eval on the configured tasks; the `lm_eval` evaluation output.
 
@@ -404,11 +409,12 @@ def run_lm_eval(
     layout too (what `--output_path DIR --log_samples` writes: results_<date>.json and
     samples_<task>_<date>.jsonl, read by lm-eval's tooling), recorded with their sha256.
     `started`: when the evaluation began, checkpoint loading included (default: now).
+    `cache`: lm-eval's request cache (see `evaluate_tasks`).
     """
     started = started or utc_now()
     t0 = time.perf_counter()
     tracker = harness_tracker(harness_dir) if harness_dir is not None else None
-    run = evaluate_tasks(ckpt, model, cfg, tracker=tracker)
+    run = evaluate_tasks(ckpt, model, cfg, tracker=tracker, cache=cache)
     results: dict[str, Any] = {
         "lm_eval_version": lm_eval_version(),
         "tasks": run.per_task,

@@ -17,20 +17,27 @@ context), used for WikiText-103.
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from leviathan.data.loader import IGNORE_INDEX, val_batches
+from leviathan.data.loader import IGNORE_INDEX, ValWindows, val_batches
+from leviathan.data.shards import open_shard
 from leviathan.eval.checkpoint import EvalModel
+from leviathan.eval.config import PERSIST_SECONDS
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.results import perplexity
 from leviathan.eval.token_bytes import token_bytes
+from leviathan.io import atomic_path
 
 LN2 = math.log(2.0)
 
@@ -44,6 +51,9 @@ class TokenStats:
     count: np.ndarray[Any, np.dtype[np.int64]]  # [V] number of targets with this id
     token_losses: np.ndarray[Any, np.dtype[np.float32]] | None  # [n_targets], shard order
     seconds: float
+    windows: int = 0  # windows evaluated (the first ones of the split)
+    split_windows: int = 0  # windows of the whole split
+    resumed_windows: int = 0  # windows a previous, interrupted pass had done
 
     @property
     def n_targets(self) -> int:
@@ -75,6 +85,9 @@ class TokenStats:
             "bits_per_byte": self.total_loss / LN2 / n_bytes if n_bytes else None,
             "tokens_per_byte": self.n_targets / n_bytes if n_bytes else None,
             "total_nats": self.total_loss,
+            "windows": self.windows,
+            "split_windows": self.split_windows,
+            "resumed_windows": self.resumed_windows,
             "seconds": round(self.seconds, 3),
             "tokens_per_s": self.n_targets / self.seconds if self.seconds > 0 else None,
         }
@@ -95,6 +108,65 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def add_token_sums(
+    loss_sum: torch.Tensor, count: torch.Tensor, ids: torch.Tensor, losses: torch.Tensor
+) -> None:
+    """loss_sum[id] += loss, count[id] += 1 for each (id, loss), in the given order, on the CPU.
+
+    A float64 `index_add_` on CUDA adds with atomics in no fixed order, so the sums (and the
+    reported loss) would change in their last bits from run to run; on the CPU it adds one
+    element after the other. The per-token losses of a batch are a few KB, so moving them to
+    the CPU costs nothing next to the forward pass, and every device gives the same sums as
+    the CPU path always did."""
+    ids, losses = ids.cpu(), losses.cpu()
+    loss_sum.index_add_(0, ids, losses.double())
+    count.index_add_(0, ids, torch.ones_like(ids))
+
+
+@dataclass
+class _Partial:
+    """The running sums of an interrupted `evaluate_shard`, persisted between batches."""
+
+    key: str  # what was evaluated (checkpoint, shard, settings): a different key starts over
+    windows_done: int
+    loss_sum: torch.Tensor
+    count: torch.Tensor
+    kept: list[torch.Tensor]
+    seconds: float
+
+    def save(self, path: Path) -> None:
+        kept = torch.cat(self.kept) if self.kept else torch.zeros(0)
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            np.savez(
+                fh,
+                key=np.array(self.key),
+                windows_done=np.int64(self.windows_done),
+                loss_sum=self.loss_sum.numpy(),
+                count=self.count.numpy(),
+                kept=kept.numpy().astype(np.float32),
+                seconds=np.float64(self.seconds),
+            )
+
+    @classmethod
+    def load(cls, path: Path, key: str) -> _Partial | None:
+        """The saved state if it is of this evaluation (else None: start over)."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if str(z["key"]) != key:
+                    return None
+                kept = torch.from_numpy(z["kept"].copy())
+                return cls(
+                    key,
+                    int(z["windows_done"]),
+                    torch.from_numpy(z["loss_sum"].copy()),
+                    torch.from_numpy(z["count"].copy()),
+                    [kept] if kept.numel() else [],
+                    float(z["seconds"]),
+                )
+        except (OSError, ValueError, KeyError):  # missing or unreadable: start over
+            return None
+
+
 def evaluate_shard(
     model: EvalModel,
     shard: str | os.PathLike[str],
@@ -104,8 +176,17 @@ def evaluate_shard(
     batch_size: int,
     max_windows: int | None = None,
     keep_token_losses: bool = False,
+    partial: str | os.PathLike[str] | None = None,
+    partial_key: str = "",
+    persist_seconds: float = PERSIST_SECONDS,
+    progress: bool = False,
 ) -> TokenStats:
-    """One pass over the shard's validation windows; see the module docstring."""
+    """One pass over the shard's validation windows; see the module docstring.
+
+    `partial`: a file that holds the running sums, rewritten (atomically) at most every
+    `persist_seconds` between batches; a rerun whose `partial_key` (what is evaluated: the
+    caller names checkpoint and settings) matches continues after its last saved batch, and
+    gives the same numbers as an uninterrupted pass (sums are added in the same order)."""
     if context > model.max_seq_len:
         raise EvalInputError(
             f"context={context} exceeds the model's max_seq_len={model.max_seq_len}: "
@@ -113,32 +194,68 @@ def evaluate_shard(
         )
     dev = model.device
     V = model.vocab_size
-    loss_sum = torch.zeros(V, dtype=torch.float64, device=dev)
-    count = torch.zeros(V, dtype=torch.int64, device=dev)
-    kept: list[torch.Tensor] = []
+    n_windows = ValWindows(open_shard(shard, vocab), context).n_windows
+    total = n_windows if max_windows is None else min(max_windows, n_windows)
+    key = json.dumps(
+        {
+            "key": partial_key,
+            "shard": str(shard),
+            "context": context,
+            "batch_size": batch_size,
+            "windows": total,
+            "V": V,
+            "keep": keep_token_losses,
+        },
+        sort_keys=True,
+    )
+    path = Path(partial) if partial is not None else None
+    state = (_Partial.load(path, key) if path is not None and path.is_file() else None) or (
+        _Partial(
+            key,
+            0,
+            torch.zeros(V, dtype=torch.float64),
+            torch.zeros(V, dtype=torch.int64),
+            [],
+            0.0,
+        )
+    )
+    resumed = state.windows_done
+    batches = val_batches(
+        shard, context=context, batch_size=batch_size, max_windows=total, vocab=vocab
+    )
+    bar = tqdm(total=total, initial=resumed, disable=not progress, desc="val windows", unit="win")
     _sync(dev)
     t0 = time.perf_counter()
-    for x, y in val_batches(
-        shard, context=context, batch_size=batch_size, max_windows=max_windows, vocab=vocab
-    ):
-        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-        losses = model.token_losses(x, y)
+    saved = t0
+    for x, y in itertools.islice(batches, resumed // batch_size, None):
+        losses = model.token_losses(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
+        losses = losses.cpu()
         valid = y != IGNORE_INDEX
-        ids, vals = y[valid], losses[valid]  # row-major: shard order
-        loss_sum.index_add_(0, ids, vals.double())
-        count.index_add_(0, ids, torch.ones_like(ids))
+        vals = losses[valid]  # row-major: shard order
+        add_token_sums(state.loss_sum, state.count, y[valid], vals)
         if keep_token_losses:
-            kept.append(vals.float().cpu())
+            state.kept.append(vals.float())
+        state.windows_done += len(x)
+        bar.update(len(x))
+        now = time.perf_counter()
+        if path is not None and now - saved >= persist_seconds and state.windows_done < total:
+            state.seconds += now - t0
+            t0 = saved = now
+            state.save(path)
+    bar.close()
     _sync(dev)
-    seconds = time.perf_counter() - t0
+    seconds = state.seconds + time.perf_counter() - t0
     return TokenStats(
         vocab=vocab,
-        loss_sum=loss_sum.cpu().numpy(),
-        count=count.cpu().numpy(),
-        token_losses=torch.cat(kept).numpy()
-        if keep_token_losses and kept
+        loss_sum=state.loss_sum.numpy(),
+        count=state.count.numpy(),
+        token_losses=torch.cat(state.kept).numpy()
+        if keep_token_losses and state.kept
         else (np.zeros(0, np.float32) if keep_token_losses else None),
         seconds=seconds,
+        windows=total,
+        split_windows=n_windows,
+        resumed_windows=resumed,
     )
 
 

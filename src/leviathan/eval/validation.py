@@ -120,10 +120,14 @@ def evaluate_val(
     word_counts: PathLike | None = None,
     cfg: ValConfig = ValConfig(),
     started: _dt.datetime | None = None,
+    partial: PathLike | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """The `val` evaluation output (see the module docstring and `leviathan.eval.results`).
 
-    `started`: when the evaluation began, checkpoint loading included (default: now)."""
+    `started`: when the evaluation began, checkpoint loading included (default: now).
+    `partial`: where the pass keeps its running sums, so that a killed evaluation continues
+    (`perplexity.evaluate_shard`); the caller removes it once the output is written."""
     started = started or utc_now()
     t0 = time.perf_counter()
     shard = open_val_shard(ckpt, val)
@@ -138,6 +142,10 @@ def evaluate_val(
         batch_size=cfg.batch_size,
         max_windows=cfg.max_windows,
         keep_token_losses=wc is not None,
+        partial=partial,
+        partial_key=f"{ckpt.sha256} {shard.sha256} {model.device.type} {model.precision}",
+        persist_seconds=cfg.persist_seconds,
+        progress=progress,
     )
     summary = stats.summary()
     check_finite_loss(summary["loss"], ckpt)

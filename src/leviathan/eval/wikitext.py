@@ -89,13 +89,16 @@ def evaluate_wikitext(
     cfg: WikitextConfig = WikitextConfig(),
     started: _dt.datetime | None = None,
     samples_out: str | None = None,
+    cache: str | None = None,
 ) -> dict[str, Any]:
     """The `wikitext` evaluation output of a checkpoint (see `leviathan.eval.results`).
 
     results: word_perplexity, byte_perplexity, bits_per_byte (lm-eval's), `lm_eval` (its
     version, task hash, document count, data source and task config) and `stream` (the
     secondary token-level figure; `token_perplexity` repeats it at the top level).
-    `started`: when the evaluation began, checkpoint loading included (default: now)."""
+    `started`: when the evaluation began, checkpoint loading included (default: now).
+    `cache`: lm-eval's request cache (leviathan.eval.lm_eval_tasks.evaluate_tasks); the
+    secondary stream figure is recomputed (WikiText-103's test split is ~0.3M tokens)."""
     started = started or utc_now()
     t0 = time.perf_counter()
     context = cfg.context or ckpt.context
@@ -112,7 +115,7 @@ def evaluate_wikitext(
     )
     try:
         run = evaluate_tasks(
-            ckpt, model, lm_eval_config(cfg, context), task_overrides(cfg), hub_fix=fix
+            ckpt, model, lm_eval_config(cfg, context), task_overrides(cfg), hub_fix=fix, cache=cache
         )
     except KeyError as exc:
         if exc.args != ("page",):

@@ -89,8 +89,9 @@ def check_names(config: Mapping[str, Any]) -> None:
             raise ValueError(f"config train.{key}: {parts[3]!r} is not seed<k> (e.g. seed0)")
         for name in values or {}:
             _check_name(f"train.{key}", name, "training key", recipe)
-    for key in config.get("resources") or {}:
-        _check_name("resources", key, "scale", registries["scale"])
+    for section in ("resources", "eval_resources"):
+        for key in config.get(section) or {}:
+            _check_name(section, key, "scale", registries["scale"])
 
 
 def _data_files(section: Any) -> Iterator[str]:

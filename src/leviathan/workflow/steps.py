@@ -109,7 +109,12 @@ def resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
     only take effect on GPU jobs (gpu_model "" and cpus_per_gpu 0 are "unset" to the plugin).
     SLURM settings (SLURM_KEYS) are present only where the scale sets them.
     """
-    r = {**RESOURCE_DEFAULTS, **(config.get("resources", {}).get(scale) or {})}
+    return job_resources(config.get("resources", {}).get(scale) or {})
+
+
+def job_resources(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """`resources` of one job spec (config.resources.<scale> or config.eval_resources.<scale>)."""
+    r = {**RESOURCE_DEFAULTS, **spec}
     gpu_job = r["gpus"] > 0
     return {
         "gpu": r["gpus"],
@@ -121,10 +126,15 @@ def resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
     } | {key: r[key] for key in SLURM_KEYS if r.get(key) is not None}
 
 
-def train_slurm_keys(config: Mapping[str, Any]) -> list[str]:
+def train_slurm_keys(config: Mapping[str, Any], section: str = "resources") -> list[str]:
     """The SLURM settings some scale's training jobs set (the train rule declares these)."""
-    scales = (config.get("resources") or {}).values()
+    scales = (config.get(section) or {}).values()
     return [key for key in SLURM_KEYS if any((r or {}).get(key) is not None for r in scales)]
+
+
+def eval_slurm_keys(config: Mapping[str, Any]) -> list[str]:
+    """The SLURM settings some scale's evaluation jobs set (the evaluation rules declare these)."""
+    return train_slurm_keys(config, "eval_resources")
 
 
 def default_resource(args: Sequence[str] | None, name: str) -> Any:
@@ -252,18 +262,95 @@ def enabled_evals(config: Mapping[str, Any]) -> list[str]:
     return [k for k in EVAL_KINDS if k == "val" or sections.get(k) is not None]
 
 
+def eval_resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
+    """An evaluation job's resources for a scale (config.eval_resources.<scale>), in the terms
+    of `resources`. Evaluation runs where training ran: a scale that trains on GPUs must say
+    what its evaluation jobs get; a CPU-trained scale without an entry evaluates with its
+    training job's resources."""
+    spec = (config.get("eval_resources") or {}).get(scale)
+    if spec is None:
+        train = resources(config, scale)
+        if train["gpu"]:
+            raise ValueError(
+                f"config.eval_resources has no entry for scale {scale!r}, which trains on "
+                f"{train['gpu']} GPU(s): add eval_resources: {{{scale}: {{gpus: 1, gpu_model: "
+                f"{train['gpu_model'] or 'h100'}, cpus_per_gpu: 8, mem_mb: 64000, runtime: 240}}}}"
+            )
+        return train
+    return job_resources(spec)
+
+
+def eval_rule_resources(
+    config: Mapping[str, Any], default_args: Sequence[str] | None
+) -> dict[str, Any]:
+    """The evaluation rules' `resources:`, each a function of the job's wildcards (its scale).
+    A SLURM setting that some scale's eval_resources sets falls back, for the other scales, to
+    the profile's default-resources value (`default_args`), as training's do."""
+
+    def pick(key: str, fallback: Any = None, required: bool = True) -> Any:
+        def value(wildcards: Any) -> Any:
+            job = eval_resources(config, wildcards.scale)
+            return job[key] if required else job.get(key, fallback)
+
+        return value
+
+    keys = ("gpu", "gpu_model", "cpus_per_gpu", "mem_mb", "runtime")
+    out = {key: pick(key) for key in keys}
+    for key in eval_slurm_keys(config):
+        out[key] = pick(key, default_resource(default_args, key), required=False)
+    return out
+
+
+def eval_device(config: Mapping[str, Any], scale: str) -> str:
+    """The device an evaluation job uses: config.evaluate.device, except that a job given GPUs
+    must find one (checked before anything is loaded), and never silently runs on the CPU."""
+    import torch
+
+    device = str(eval_sections(config).get("device", "auto"))
+    gpus = eval_resources(config, scale)["gpu"]
+    if gpus and device in ("auto", "cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"this {scale} evaluation job was given {gpus} GPU(s) (config.eval_resources.{scale}) "
+            "but CUDA sees none here: run it on a GPU node (check the SLURM profile's gres), or "
+            f"set eval_resources.{scale}.gpus: 0 to evaluate on the CPU"
+        )
+    return device
+
+
+def settings_key(*parts: Any) -> str:
+    """A hash naming what an evaluation computes (checkpoint, precision, settings)."""
+    import hashlib
+    import json
+    from dataclasses import asdict, is_dataclass
+
+    plain = [asdict(p) if is_dataclass(p) and not isinstance(p, type) else p for p in parts]
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def evaluate(
     kind: str, run_dir: str | Path, out: str | Path, config: Mapping[str, Any], **inputs: Any
 ) -> None:
-    """Run one evaluation of a trained cell and write its JSON (atomically)."""
-    from leviathan.eval.checkpoint import open_checkpoint
+    """Run one evaluation of a trained cell and write its JSON (atomically).
+
+    Work in progress survives a kill: `val` keeps its running sums in `layout.eval_partial`
+    and lm-eval (tasks and WikiText) its request cache in `layout.lm_eval_cache`, both beside
+    the output; a rerun continues from them and removes them once the output is written."""
+    from leviathan.eval.checkpoint import open_checkpoint, resolve_checkpoint
     from leviathan.eval.results import write_result
+    from leviathan.io import read_json
     from leviathan.provenance import utc_now
 
     started = utc_now()
     cfg = eval_config(config)
-    device = eval_sections(config).get("device", "auto")
-    ckpt, model = open_checkpoint(run_dir, device=device)
+    if kind not in EVAL_KINDS:
+        raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(EVAL_KINDS)}")
+    state = read_json(resolve_checkpoint(run_dir) / layout.STATE)  # no weights read yet
+    scale = (state.get("train_config") or {}).get("scale")
+    device = eval_device(config, str(scale)) if scale else eval_sections(config).get("device")
+    ckpt, model = open_checkpoint(run_dir, device=device or "auto")
+    partial = layout.eval_partial(out)
+    section = getattr(cfg, kind)
+    cache = str(layout.lm_eval_cache(out, settings_key(ckpt.sha256, model.precision, section)))
     if kind == "val":
         from leviathan.eval.validation import evaluate_val
 
@@ -275,12 +362,13 @@ def evaluate(
             word_counts=inputs.get("word_counts"),
             cfg=cfg.val,
             started=started,
+            partial=partial,
         )
     elif kind == "wikitext":
         from leviathan.eval.wikitext import evaluate_wikitext
 
-        result = evaluate_wikitext(ckpt, model, cfg.wikitext, started=started)
-    elif kind == "lm_eval":
+        result = evaluate_wikitext(ckpt, model, cfg.wikitext, started=started, cache=cache)
+    else:
         from leviathan.eval.lm_eval_tasks import run_lm_eval
 
         result = run_lm_eval(
@@ -290,10 +378,12 @@ def evaluate(
             samples_out=layout.lm_eval_samples(out),
             harness_dir=layout.lm_eval_harness_dir(out),
             started=started,
+            cache=cache,
         )
-    else:
-        raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(EVAL_KINDS)}")
     write_result(out, result)
+    partial.unlink(missing_ok=True)
+    for db in Path(cache).parent.glob(Path(cache).name + "*"):
+        db.unlink()
 
 
 def word_counts(

@@ -1,0 +1,135 @@
+"""The evaluation jobs of a study: their resources per scale, the device check before any data,
+and what the plan predicts for them (tokens, FLOPs, GPU-hours) and for the study's disk."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+import torch
+from workflow_helpers import ROOT
+
+from leviathan.train.trainer import cell_model_config
+from leviathan.workflow.config import resolve
+from leviathan.workflow.grid import Cell, cells
+from leviathan.workflow.plan import (
+    DEFAULT_MFU,
+    EVAL_MFU_SHARE,
+    LM_EVAL_TASK_SIZES,
+    WIKITEXT_TOKENS,
+    cell_train_config,
+    plan_cell,
+    plan_evals,
+    render_plan,
+    study_disk,
+)
+from leviathan.workflow.steps import eval_device, eval_resources
+
+PAPER = ROOT / "config" / "paper.yaml"
+
+
+@pytest.fixture(scope="module")
+def paper() -> dict[str, Any]:
+    return resolve([PAPER], root=ROOT)
+
+
+def test_every_paper_evaluation_job_gets_one_gpu(paper: dict[str, Any]) -> None:
+    for scale in ("200m", "400m", "1.2b"):
+        job = eval_resources(paper, scale)
+        assert job["gpu"] == 1 and job["gpu_model"] == "h100" and job["threads"] == 8
+
+
+def test_a_gpu_scale_without_eval_resources_names_the_fix(paper: dict[str, Any]) -> None:
+    config = copy.deepcopy(paper)
+    del config["eval_resources"]["400m"]
+    with pytest.raises(ValueError, match=r"eval_resources has no entry for scale '400m'.*add "):
+        eval_resources(config, "400m")
+    # a CPU-trained scale evaluates with its training job's resources
+    cpu = {"resources": {"micro": {"gpus": 0, "cpus": 3, "mem_mb": 1234, "runtime": 7}}}
+    assert eval_resources(cpu, "micro")["mem_mb"] == 1234
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_a_gpu_job_without_a_gpu_stops_before_loading_anything(paper: dict[str, Any]) -> None:
+    with pytest.raises(RuntimeError, match="eval_resources.1.2b.gpus: 0"):
+        eval_device(paper, "1.2b")
+    cpu = copy.deepcopy(paper)
+    cpu["eval_resources"]["1.2b"]["gpus"] = 0
+    assert eval_device(cpu, "1.2b") == "auto"
+
+
+def test_evaluation_plan_re_derived(paper: dict[str, Any]) -> None:
+    """Tokens from the configured sample and the stated task sizes; FLOPs per token the
+    forward pass without the input generator (the table is materialised), re-derived here
+    from the layer shapes: 2 x (block weights + head) + attention's 4 T D per layer."""
+    cell = Cell("1.2b", "o200k_base", "leviathan", 0)
+    evals = {e.kind: e for e in plan_evals(paper, cell)}
+    tc = cell_train_config(paper, cell)
+    cfg = cell_model_config(tc)
+    D, L, T, V, F = cfg.d_model, cfg.n_layers, tc.context, cfg.vocab_size, cfg.ffn_hidden
+    per_token = 2 * L * (4 * D * D + 3 * D * F) + 4 * T * D * L + 2 * V * D
+    assert evals["val"].tokens == 65_536 * 512
+    assert evals["wikitext"].tokens == WIKITEXT_TOKENS
+    assert evals["lm_eval"].tokens == sum(d * r * t for d, r, t in LM_EVAL_TASK_SIZES.values())
+    for e in evals.values():
+        assert e.flops is not None and e.tokens is not None
+        assert math.isclose(e.flops, per_token * e.tokens, rel_tol=1e-12)
+        hours = e.flops / (989e12 * DEFAULT_MFU * EVAL_MFU_SHARE) / 3600
+        assert e.gpu_hours is not None and math.isclose(e.gpu_hours, hours, rel_tol=1e-9)
+        assert e.runtime_hours == 4.0 and e.fits
+
+
+def test_study_disk_re_derived(paper: dict[str, Any]) -> None:
+    plans = [plan_cell(paper, c) for c in cells(paper["studies"])]
+    disk = study_disk(paper, plans)
+    step = 262_144
+    o200k = math.ceil(24.1e9 / step) * step  # 1.2b's budget in whole steps
+    assert disk.corpus_text == math.ceil(o200k * 5.0 * 1.1)
+    small = math.ceil(4.2e9 / step) * step  # 200m's budget (gpt2: uint16, cl100k: uint32)
+    assert disk.shards == math.ceil(o200k * 1.1) * 4 + math.ceil(small * 1.1) * (2 + 4)
+    # keep_last: 2 step checkpoints per cell, besides the final one
+    assert disk.step_checkpoints == 2 * disk.final_checkpoints
+    assert disk.final_checkpoints == sum(p.params * 4 * 3 for p in plans)
+    assert disk.dvc_cache == disk.corpus_text + disk.shards + disk.final_checkpoints
+    assert (
+        disk.total
+        == sum((disk.corpus_text, disk.shards, disk.step_checkpoints, disk.final_checkpoints))
+        + disk.dvc_cache
+    )
+
+
+def test_the_plan_prints_training_and_evaluation_gpu_hours_and_the_disk(
+    paper: dict[str, Any],
+) -> None:
+    text = render_plan(paper)
+    totals = [line for line in text.splitlines() if line.startswith("total GPU-hours: training")]
+    assert len(totals) == 1
+    train, evaluation, total = (float(x.replace(",", "")) for x in _numbers(totals[0]))
+    assert math.isclose(train + evaluation, total, abs_tol=0.06) and 0 < evaluation < train
+    assert "disk at most" in text and "WARNING" not in text
+
+
+def _numbers(line: str) -> list[str]:
+    import re
+
+    return re.findall(r"[\d,]+\.\d", line)
+
+
+def test_eval_rule_resources_follow_the_scale_and_keep_the_profiles_default(
+    paper: dict[str, Any],
+) -> None:
+    from types import SimpleNamespace
+
+    from leviathan.workflow.steps import eval_rule_resources
+
+    config = copy.deepcopy(paper)
+    config["eval_resources"]["1.2b"]["slurm_partition"] = "gpu-big"
+    rules = eval_rule_resources(config, ["slurm_partition='everyday'", "mem_mb=1000"])
+    big, small = SimpleNamespace(scale="1.2b"), SimpleNamespace(scale="200m")
+    assert rules["mem_mb"](big) == 64000 and rules["mem_mb"](small) == 32000
+    assert rules["gpu"](big) == rules["gpu"](small) == 1
+    assert rules["slurm_partition"](big) == "gpu-big"
+    assert rules["slurm_partition"](small) == "everyday"
+    assert "slurm_partition" not in eval_rule_resources(paper, None)
