@@ -6,7 +6,7 @@ import os
 from snakemake.utils import min_version, validate
 
 from leviathan import layout
-from leviathan.workflow.config import check_names
+from leviathan.workflow.config import check_config
 
 min_version("9.0")
 
@@ -25,7 +25,7 @@ if not workflow.overwrite_configfiles:
 
 
 validate(config, layout.CONFIG_SCHEMA)
-check_names(config)  # scales, vocabs, variants, train keys: the code's registries, not the schema's
+check_config(config)  # names, value types and each cell's recipe: the code's own, not the schema's
 
 
 report: "workflow/report/workflow.rst"
