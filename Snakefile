@@ -1,6 +1,6 @@
 # Leviathan reproduction workflow (arXiv 2601.22040).
 #   snakemake --profile profiles/local all                       # default: embedded corpus, CPU
-#   snakemake --profile profiles/slurm --configfile config/paper.yaml all
+#   snakemake all --profile profiles/slurm --configfile config/paper.yaml  # target first: --configfile takes several files
 import os
 
 from snakemake.utils import min_version, validate

@@ -41,10 +41,25 @@ def shards(tmp_path: Path, make_shard: Callable[..., Path]) -> tuple[Path, Path]
 def _train_args(shards: tuple[Path, Path], run_dir: Path, *extra: str) -> list[str]:
     train, val = shards
     return [
-        "train", "--scale", "micro", "--vocab", "gpt2", "--variant", "tied",
-        "--train", str(train), "--val", str(val), "--run-dir", str(run_dir),
-        "--set", f"total_tokens={8 * 64 * 2}", "--runtime", "progress=false", *extra,
-    ]  # fmt: skip
+        "train",
+        "--scale",
+        "micro",
+        "--vocab",
+        "gpt2",
+        "--variant",
+        "tied",
+        "--train",
+        str(train),
+        "--val",
+        str(val),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        f"total_tokens={8 * 64 * 2}",
+        "--runtime",
+        "progress=false",
+        *extra,
+    ]
 
 
 def test_train_reads_3e_minus_4_as_the_number(
