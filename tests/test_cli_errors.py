@@ -7,10 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from leviathan.cli import main
@@ -30,43 +28,26 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], args: list[str], text: s
     return lines[0]
 
 
-@pytest.fixture
-def shards(tmp_path: Path, make_shard: Callable[..., Path]) -> tuple[Path, Path]:
-    rng = np.random.default_rng(0)
-    train = make_shard(tmp_path / "train.bin", rng.integers(0, 50_000, 8 * 65 * 4))
-    val = make_shard(tmp_path / "val.bin", rng.integers(0, 50_000, 65 * 8))
-    return train, val
-
-
-def _train_args(shards: tuple[Path, Path], run_dir: Path, *extra: str) -> list[str]:
+def train_args(
+    shards: tuple[Path, Path], run_dir: Path, *extra: str, variant: str = "tied"
+) -> list[str]:
+    """`leviathan train` arguments of a 2-step micro run on `shards` (later --set/--runtime
+    items in `extra` win)."""
     train, val = shards
-    return [
-        "train",
-        "--scale",
-        "micro",
-        "--vocab",
-        "gpt2",
-        "--variant",
-        "tied",
-        "--train",
-        str(train),
-        "--val",
-        str(val),
-        "--run-dir",
-        str(run_dir),
-        "--set",
-        f"total_tokens={8 * 64 * 2}",
-        "--runtime",
-        "progress=false",
-        *extra,
-    ]
+    cell = ["--scale", "micro", "--vocab", "gpt2", "--variant", variant]
+    files = ["--train", str(train), "--val", str(val), "--run-dir", str(run_dir)]
+    quiet = ["--set", f"total_tokens={8 * 64 * 2}", "--runtime", "progress=false"]
+    return ["train", *cell, *files, *quiet, *extra]
 
 
 def test_train_reads_3e_minus_4_as_the_number(
-    tmp_path: Path, shards: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, random_shards: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
-    assert main(_train_args(shards, run_dir, "--set", "lr=3e-4", "--runtime", "val_every=1")) == 0
+    assert (
+        main(train_args(random_shards, run_dir, "--set", "lr=3e-4", "--runtime", "val_every=1"))
+        == 0
+    )
     import json
 
     start = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
@@ -86,26 +67,29 @@ def test_train_reads_3e_minus_4_as_the_number(
 )
 def test_train_refuses_bad_values_before_anything_runs(
     tmp_path: Path,
-    shards: tuple[Path, Path],
+    random_shards: tuple[Path, Path],
     capsys: pytest.CaptureFixture[str],
     extra: tuple[str, ...],
     message: str,
 ) -> None:
     run_dir = tmp_path / "run"
-    assert main(_train_args(shards, run_dir, *extra)) == 2
+    assert main(train_args(random_shards, run_dir, *extra)) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not run_dir.exists()  # nothing started, nothing written
 
 
 def test_train_config_file_errors(
-    tmp_path: Path, shards: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, random_shards: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("train: {lr: 1e-3\n")
-    assert main(_train_args(shards, tmp_path / "run", "--config", str(cfg))) == 2
+    assert main(train_args(random_shards, tmp_path / "run", "--config", str(cfg))) == 2
     assert f"{cfg}: not valid YAML (line 2" in capsys.readouterr().err
-    assert main(_train_args(shards, tmp_path / "run", "--config", str(tmp_path / "no.yaml"))) == 2
+    assert (
+        main(train_args(random_shards, tmp_path / "run", "--config", str(tmp_path / "no.yaml")))
+        == 2
+    )
     assert "no.yaml: no such file" in capsys.readouterr().err
 
 
