@@ -45,6 +45,8 @@ test-fast: $(STAMP)
 ## profile $(PROFILE): `make repro PROFILE=profiles/slurm`, or export SNAKEMAKE_PROFILE.
 PROFILE   ?= $(or $(SNAKEMAKE_PROFILE),profiles/local)
 TOOLS_ENV := PATH="$(abspath $(BIN)):$$PATH" SNAKEMAKE_PROFILE="$(PROFILE)"
+## the study's config file, as dvc.yaml's stages read it (params.yaml `study`; expanded when used)
+STUDY = $(shell $(BIN)/python -c 'import yaml; print(yaml.safe_load(open("params.yaml"))["study"])')
 
 ## rebuild what changed (Snakemake decides what inside a stage) and record it in dvc.lock
 repro: $(STAMP)
@@ -65,8 +67,8 @@ pull: $(STAMP)
 	  echo "make pull: the checkout differs from dvc.lock (above), so nothing was marked up to date."; \
 	  echo "Run 'make pull' on the commit dvc.lock was made with (git stash your edits first), then come back:"; \
 	  echo "Snakemake then reruns exactly what your changes affect."; exit 1; }
-	$(TOOLS_ENV) $(BIN)/snakemake --profile "$(PROFILE)" --touch --forceall all
-	@$(TOOLS_ENV) $(BIN)/snakemake --profile "$(PROFILE)" --dry-run all 2>&1 | grep -q "Nothing to be done" || { \
+	$(TOOLS_ENV) $(BIN)/snakemake all --profile "$(PROFILE)" --configfile "$(STUDY)" --touch --forceall
+	@$(TOOLS_ENV) $(BIN)/snakemake all --profile "$(PROFILE)" --configfile "$(STUDY)" --dry-run 2>&1 | grep -q "Nothing to be done" || { \
 	  echo "make pull: Snakemake still has work to do ('snakemake -n all' shows what)"; exit 1; }
 	@echo "make pull: all outputs present and up to date; nothing will be retrained"
 

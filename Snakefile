@@ -1,12 +1,12 @@
 # Leviathan reproduction workflow (arXiv 2601.22040).
 #   snakemake --profile profiles/local all                       # default: embedded corpus, CPU
-#   snakemake --profile profiles/slurm --configfile config/paper.yaml all
+#   snakemake all --profile profiles/slurm --configfile config/paper.yaml  # target first: --configfile takes several files
 import os
 
 from snakemake.utils import min_version, validate
 
 from leviathan import layout
-from leviathan.workflow.config import check_names
+from leviathan.workflow.config import check_config
 
 min_version("9.0")
 
@@ -25,7 +25,7 @@ if not workflow.overwrite_configfiles:
 
 
 validate(config, layout.CONFIG_SCHEMA)
-check_names(config)  # scales, vocabs, variants, train keys: the code's registries, not the schema's
+check_config(config)  # names, value types and each cell's recipe: the code's own, not the schema's
 
 
 report: "workflow/report/workflow.rst"

@@ -53,3 +53,12 @@ def _make_shard(path: Path, tokens: np.ndarray[Any, Any], vocab: str = "gpt2") -
 def make_shard() -> Callable[..., Path]:
     """make_shard(path, tokens, vocab="gpt2"): a synthetic shard with a real manifest."""
     return _make_shard
+
+
+@pytest.fixture
+def random_shards(tmp_path: Path) -> tuple[Path, Path]:
+    """(train, val): shards of uniform random gpt2 ids with real manifests, for CLI runs."""
+    rng = np.random.default_rng(0)
+    train = _make_shard(tmp_path / "train.bin", rng.integers(0, 50_000, 8 * 65 * 8))
+    val = _make_shard(tmp_path / "val.bin", rng.integers(0, 50_000, 65 * 8))
+    return train, val

@@ -1,9 +1,17 @@
-"""The README's map of concepts to files names files that exist, and its links resolve."""
+"""The README's map of concepts to files names files that exist, its links resolve, and the
+commands of README.md, config/README.md and docs/*.md work as written."""
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
 from pathlib import Path
+
+import pytest
+
+from leviathan import layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,3 +38,188 @@ def test_readme_links_to_docs_resolve() -> None:
     links = re.findall(r"\]\((docs/[^)]+)\)", (ROOT / "README.md").read_text())
     assert {"docs/dvc.md", "docs/slurm.md", "docs/gpu.md"} <= set(links)
     assert all((ROOT / link).is_file() for link in links)
+
+
+# ----------------------------------------------------------------------------- the docs' commands
+# Every shell command of README.md, config/README.md and docs/*.md (```bash blocks), checked by
+# the tool's own parser (leviathan, snakemake, dvc, make), the cheap ones run, and the Snakemake
+# ones dry-run in a copy of the workflow (slow). A command here that no rule covers fails.
+DOCS = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# programs whose commands need what a test cannot have (a cluster, a remote, a finished run, an
+# editor, the network), each with why; anything else must be one of the checked ones below
+UNCHECKED = {
+    "pip": "installs packages",
+    "mkdir": "plain shell",
+    "cp": "plain shell",
+    "$EDITOR": "an editor",
+    "tail": "follows a running job's files",
+    "tensorboard": "a server (tensorboard is not a dependency)",
+    "torchrun": "several processes; its leviathan arguments are checked below",
+    "lm_eval": "lm-eval's own CLI on an export",
+    "leviathan-lm-eval": "lm-eval's CLI (its flags are lm-eval's)",
+}
+CHECKED = {"leviathan", "snakemake", "dvc", "make"}
+# files a document defines in a YAML block just before using them (name -> the doc holding it)
+EXAMPLE_FILES = {"my_study.yaml": ROOT / "README.md"}
+
+
+def doc_commands() -> list[tuple[str, str]]:
+    """(document, command) for each command line of the documents' bash blocks, continuation
+    lines joined and comments dropped."""
+    out = []
+    for doc in DOCS:
+        for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", doc.read_text(), re.S):
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+                line = line.split(" #")[0].strip() if not line.lstrip().startswith("#") else ""
+                if line:
+                    out.append((str(doc.relative_to(ROOT)), " ".join(line.split())))
+    return out
+
+
+def example_file(name: str) -> str:
+    """The YAML block that follows `name` in its document (e.g. the own-text study)."""
+    text = EXAMPLE_FILES[name].read_text()
+    return re.search(rf"`{re.escape(name)}`:\s*```yaml\n(.*?)```", text, re.S).group(1)
+
+
+def _of(program: str) -> list[tuple[str, str]]:
+    return [(d, c) for d, c in doc_commands() if c.split()[0] == program]
+
+
+def _leviathan_commands() -> list[tuple[str, str]]:
+    """`leviathan ...` lines, `torchrun ... -m leviathan.cli ...` lines and `$(leviathan ...)`."""
+    nested = [(d, m) for d, c in doc_commands() for m in re.findall(r"\$\((leviathan [^)]*)\)", c)]
+    return _of("leviathan") + _of("torchrun") + nested
+
+
+def _leviathan_argv(command: str) -> list[str]:
+    """The leviathan arguments of a command (`leviathan ...` or `torchrun ... -m leviathan.cli
+    ...`), optional parts written `[--flag value]` left out."""
+    argv = shlex.split(re.sub(r"\[[^\]]*\]", "", command))
+    return argv[argv.index("leviathan.cli") + 1 :] if "leviathan.cli" in argv else argv[1:]
+
+
+def _targets_substituted(command: str) -> str:
+    """`$(leviathan target ...)` replaced by what it prints (run here, in this process)."""
+    import contextlib
+    import io
+
+    from leviathan.cli import main
+
+    def run(match: re.Match[str]) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(shlex.split(match.group(1))[1:]) == 0, match.group(0)
+        return out.getvalue().strip()
+
+    return re.sub(r"\$\((leviathan [^)]*)\)", run, command)
+
+
+def test_every_command_is_checked_or_says_why_not() -> None:
+    commands = doc_commands()
+    assert len(commands) > 40
+    programs = {c.split()[0] for _, c in commands}
+    assert programs <= CHECKED | set(UNCHECKED), programs - CHECKED - set(UNCHECKED)
+    assert CHECKED <= programs
+
+
+def test_leviathan_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    from leviathan.cli import build_parser
+
+    monkeypatch.chdir(ROOT)
+    commands = _of("leviathan") + _of("torchrun")
+    nested = [(d, m) for d, c in doc_commands() for m in re.findall(r"\$\((leviathan [^)]*)\)", c)]
+    for doc, command in commands + nested:
+        try:
+            build_parser().parse_args(_leviathan_argv(command))
+        except SystemExit:
+            pytest.fail(f"{doc}: `{command}` does not parse")
+
+
+@pytest.mark.parametrize("command", ["params", "config", "target"])
+def test_cheap_leviathan_commands_run(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Those that need no outputs of a run (the paper's plan included) run here, exit 0."""
+    from leviathan.cli import main
+
+    monkeypatch.chdir(ROOT)
+    runs = [c for _, c in _leviathan_commands() if _leviathan_argv(c)[0] == command]
+    assert runs
+    for line in runs:
+        assert main(_leviathan_argv(line)) == 0, line
+    assert capsys.readouterr().out
+
+
+def _snakemake_rules() -> set[str]:
+    files = [ROOT / "Snakefile", *(ROOT / "workflow" / "rules").glob("*.smk")]
+    return {m for f in files for m in re.findall(r"^rule (\w+):", f.read_text(), re.M)}
+
+
+def test_snakemake_commands_parse_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By Snakemake's own parser: every --configfile value an existing config (a target written
+    after --configfile would be read as one more file), every target a rule or a file path."""
+    from snakemake.cli import get_argument_parser
+
+    monkeypatch.chdir(ROOT)
+    rules = _snakemake_rules()
+    for doc, command in _of("snakemake"):
+        args = get_argument_parser().parse_args(shlex.split(_targets_substituted(command))[1:])
+        for path in args.configfile or []:
+            assert Path(path).is_file() or str(path) in EXAMPLE_FILES, f"{doc}: `{command}`: {path}"
+        assert args.targets or args.report, f"{doc}: `{command}` names no target"
+        for target in args.targets:
+            assert target in rules or "/" in target, f"{doc}: `{command}`: target {target}"
+
+
+def test_make_targets_and_dvc_commands_exist() -> None:
+    from dvc.cli import parse_args
+
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    for doc, command in _of("make"):
+        assert set(command.split()[1:]) <= targets, f"{doc}: `{command}`"
+    for doc, command in _of("dvc"):
+        try:
+            parse_args(shlex.split(command)[1:])
+        except SystemExit:
+            pytest.fail(f"{doc}: `{command}` is not a dvc command")
+
+
+def test_data_and_result_paths_are_the_layout_s() -> None:
+    """A path under data/ or results/ that a command names is one the pipeline writes."""
+    roots = (layout.TOKENS_ROOT, layout.CORPUS_ROOT, layout.RUNS_ROOT, layout.REPORT_DIR)
+    roots += ("results/export", "results/lm_eval", layout.EVAL_ROOT)
+    for doc, command in doc_commands():
+        for path in re.findall(r"(?:^|[\s=])((?:data|results)/\S+)", command):
+            assert path.startswith(roots), f"{doc}: `{command}` names {path}, not a layout path"
+    shards = layout.shards(layout.tokens_dir("embedded", "gpt2"))
+    assert any(shards["train"] in c for _, c in _of("leviathan"))  # the training example's
+
+
+@pytest.mark.slow
+def test_snakemake_commands_dry_run(tmp_path: Path) -> None:
+    """Each Snakemake command, in the documents' order, dry-runs (`-n`) in a copy of the
+    workflow. Skipped: a user profile (`--profile slurm`, installed by the doc's own steps) and
+    `--report` (needs a finished run)."""
+    import subprocess
+    import sys
+
+    for name in ("Snakefile", "workflow", "profiles", "config"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    for name in EXAMPLE_FILES:
+        (tmp_path / name).write_text(example_file(name))
+    (tmp_path / "my_texts").mkdir()
+    (tmp_path / "my_texts" / "a.txt").write_text("Some text of my own.\n")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    ran = 0
+    for doc, command in _of("snakemake"):
+        if "--profile slurm" in command or "--report" in command:
+            continue
+        line = re.sub(r"<(\w+)>", r"\1", command)  # <account> placeholders: any value dry-runs
+        run = subprocess.run(
+            ["bash", "-c", f"{line} -n"], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, f"{doc}: `{command}`:\n{run.stderr[-3000:]}"
+        ran += 1
+    assert ran >= 6

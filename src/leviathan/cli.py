@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -31,10 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command. A user error (a bad value, key or file: ValueError, FileNotFoundError) is
+    one line on stderr and exit status 2; a reader that closes the pipe early
+    (`leviathan params --json | head`) ends the command quietly, as `cat` does."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # the reader is gone: send what is still buffered nowhere (else Python reports the
+        # pipe again at exit) and stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, FileNotFoundError) as exc:  # user errors: message, no traceback
         print(f"leviathan {args.command}: error: {exc}", file=sys.stderr)
         return 2

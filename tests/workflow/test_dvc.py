@@ -104,6 +104,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     )
     for name in (
         "dvc.yaml",
+        "params.yaml",
         ".dvcignore",
         ".gitignore",
         "Makefile",
@@ -299,6 +300,7 @@ def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Pat
 
     params = ok([DVC, "params", "diff", "--all"], repo, env).stdout
     assert "config/config.yaml" in params and "train.micro.total_tokens" in params
+    assert "params.yaml" in params and "study" in params  # the study's file is the param
 
 
 def test_exp_run_set_param_reruns_one_cell_and_diffs_show_it(built: Built) -> None:

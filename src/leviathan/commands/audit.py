@@ -5,20 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from leviathan import layout
-
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     audit = sub.add_parser(
         "audit",
         help="trace report numbers back to data and code, re-verifying every hash",
-        description="Trace the numbers of a report table (CSV, Markdown or LaTeX) back through the "
+        description="Trace the numbers of a report table (CSV, Markdown, LaTeX, or DVC's metrics.json) back through the "
         "evaluation outputs, checkpoints, token shards and raw corpus, re-verifying every recorded "
         "sha256 and git commit. Exit status 1 on any mismatch.",
     )
     audit.add_argument(
         "table",
-        help="a table file, e.g. results/report/tables/main.csv, or an artifact with a "
+        help="a table file (CSV, Markdown, LaTeX or the metrics JSON), e.g. "
+        "results/report/tables/main.csv, or an artifact with a "
         "manifest, e.g. an export directory results/export/micro/gpt2/leviathan/seed0",
     )
     which = audit.add_mutually_exclusive_group()
@@ -51,20 +50,17 @@ def run_audit(args: argparse.Namespace) -> int:
             )
         cell = (row, col)
     auditor = Auditor(Path(args.root).resolve())
-    table_suffixes = tuple(f".{fmt}" for fmt in layout.TABLE_FORMATS)
-    if cell is None and Path(args.table).suffix not in table_suffixes:  # not a table: an artifact
-        auditor.audit_artifact(args.table)
-    else:
-        auditor.audit_table(args.table, cell)
+    what = auditor.audit(args.table, cell)
     for f in auditor.findings:
         if not (args.quiet and f.ok):
             print(f.line())
     failures = auditor.failures
-    cells = sum(1 for f in auditor.findings if f.depth == 0 and "[" in f.what)
+    # a number's verdict is "<table> [<row>, <column>]" at depth 0
+    numbers = sum(1 for f in auditor.findings if f.depth == 0 and ", " in f.what and "[" in f.what)
     checked = len(auditor._sha)
     if failures:
         print(
-            f"audit FAILED: {len(failures)} problem(s) ({checked} files hashed, {cells} number(s))",
+            f"audit FAILED: {len(failures)} problem(s) ({checked} files hashed, {numbers} number(s))",
             file=sys.stderr,
         )
         for f in failures:
@@ -72,7 +68,14 @@ def run_audit(args: argparse.Namespace) -> int:
         return 1
     unverified = auditor.unverified
     note = f"; {len(unverified)} link(s) not verifiable here (n/v above)" if unverified else ""
+    if what == "artifact":
+        checked_what = f"{args.table} (an artifact, not a table: no numbers to trace)"
+    elif numbers:
+        checked_what = f"{numbers} number(s) of {args.table} recomputed from their sources"
+    else:
+        checked_what = f"{args.table} has no number with a recorded source (its cells are empty)"
     print(
-        f"audit passed: {cells} number(s), {checked} files re-hashed, every recorded hash and commit matches{note}"
+        f"audit passed: {checked_what}; {checked} files re-hashed, every recorded hash and "
+        f"commit matches{note}"
     )
     return 0

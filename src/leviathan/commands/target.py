@@ -17,9 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "target",
         help="print the workflow target of one cell (snakemake <target> reruns just that cell)",
-        description="Print a cell's target path(s). `snakemake --profile profiles/local $(leviathan "
-        "target --scale micro --vocab gpt2 --variant leviathan)` trains (and with --eval, evaluates) "
-        "that cell and nothing else it does not depend on.",
+        description="Print a cell's target path(s), checking that the config's studies have the "
+        "cell. `snakemake --profile profiles/local $(leviathan target --scale micro --vocab gpt2 "
+        "--variant leviathan)` trains (and with --eval, evaluates) that cell and nothing else it "
+        "does not depend on; with --configfile F, give snakemake the same --configfile F.",
     )
     p.add_argument("--scale", required=True, choices=list(SCALES))
     p.add_argument("--vocab", required=True)
@@ -35,14 +36,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.grid import cells
+    from leviathan.workflow.steps import enabled_evals
+
     cell = Cell(args.scale, get_vocab(args.vocab).name, args.variant, args.seed)
+    config = resolve(args.configfile)
+    if cell not in cells(config["studies"]):
+        files = " ".join(args.configfile) or layout.DEFAULT_CONFIG
+        raise ValueError(
+            f"{cell.key} is in no study of {files} (studies: {', '.join(config['studies'])}), so "
+            "no rule makes it: add it to a study, or give the config that has it"
+            + (
+                " (--configfile config/tiny.yaml: the tiny CPU demo)"
+                if cell.scale == "tiny"
+                else ""
+            )
+            + "; then pass the same --configfile to snakemake"
+        )
     if not args.eval:
         print(layout.final_marker(cell))
         return 0
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.steps import enabled_evals
-
-    config = resolve(args.configfile)
     for kind in enabled_evals(config):
         print(layout.eval_output(cell, kind))
     return 0

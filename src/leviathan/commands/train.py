@@ -9,21 +9,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from leviathan.model.variants import VARIANTS
 from leviathan.scales import SCALES
 from leviathan.train.config import RuntimeConfig, train_config
-
-
-def _parse_set(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE (e.g. --set lr=3e-4)")
-        out[key] = yaml.safe_load(value)
-    return out
+from leviathan.values import load_yaml, parse_assignments
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -61,21 +50,39 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
+def _config_file(path: Path) -> dict[str, dict[str, Any]]:
+    """A `--config` file's `train:` and `runtime:` sections."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--config {path}: no such file")
+    content = load_yaml(path.read_text(), str(path)) or {}
+    if not isinstance(content, dict):
+        raise ValueError(f"{path}: expected a mapping with train: and/or runtime: sections")
+    if unknown := sorted(set(content) - {"train", "runtime"}):
+        raise ValueError(f"{path}: unknown section(s) {unknown}: use train: and runtime:")
+    for section in ("train", "runtime"):
+        if not isinstance(content.get(section) or {}, dict):
+            raise ValueError(f"{path}: {section}: must be a mapping of KEY: VALUE")
+    return {section: dict(content.get(section) or {}) for section in ("train", "runtime")}
+
+
+def _world_size() -> int:
+    """Ranks of this launch (torchrun's WORLD_SIZE), 1 otherwise: checked before any work."""
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def run(args: argparse.Namespace) -> int:
     from leviathan.train.trainer import NonFiniteLoss, Preempted, train
 
-    file_cfg: dict[str, Any] = yaml.safe_load(args.config.read_text()) if args.config else {}
-    unknown = sorted(set(file_cfg) - {"train", "runtime"})
-    if unknown:
-        raise ValueError(f"{args.config}: unknown section(s) {unknown}: use train: and runtime:")
-    train_values = {**(file_cfg.get("train") or {}), **_parse_set(args.set)}
-    cfg = train_config(args.scale, args.vocab, args.variant, seed=args.seed, **train_values)
-    runtime_values = {**(file_cfg.get("runtime") or {}), **_parse_set(args.runtime)}
-    known = {f.name for f in fields(RuntimeConfig)}
-    bad = sorted(set(runtime_values) - known)
-    if bad:
-        raise ValueError(f"unknown runtime key(s) {bad}: valid keys are {sorted(known)}")
-    runtime = RuntimeConfig(**runtime_values)
+    file_cfg = _config_file(args.config) if args.config else {}
+    train_values = {**file_cfg.get("train", {}), **parse_assignments(args.set, "--set")}
+    where = f"{args.config} train: / --set" if args.config else "--set"
+    cfg = train_config(args.scale, args.vocab, args.variant, where, seed=args.seed, **train_values)
+    runtime_values = {**file_cfg.get("runtime", {}), **parse_assignments(args.runtime, "--runtime")}
+    where = f"{args.config} runtime: / --runtime" if args.config else "--runtime"
+    runtime = RuntimeConfig.from_dict(runtime_values, where)
+    cfg.validate(world_size=_world_size())
     try:
         result = train(
             cfg, train_bins=args.train, val_bin=args.val, run_dir=args.run_dir, runtime=runtime

@@ -38,6 +38,7 @@ from leviathan.provenance import git
 from leviathan.report.cellmap import CellSpec, DocumentCache, compute, same_number
 
 EVAL_KINDS = {"val", "wikitext", "lm_eval", "sample_efficiency", "word_counts"}
+TABLE_KINDS = {"table", "table_rendering"}  # manifest kinds of a table and its renderings
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,23 @@ class Auditor:
             )
         else:
             self.note(True, depth, what, f"sha256 {self.sha(bpe)[:12]}")
+
+    # ------------------------------------------------------------ entry
+    def audit(self, p: str | os.PathLike[str], cell: tuple[str, str] | None = None) -> str:
+        """Audit a report table (any of its renderings: CSV, Markdown, LaTeX, the metrics JSON)
+        or another artifact with a manifest, chosen by its manifest's kind; return which
+        ("table" or "artifact"). A path that does not exist raises FileNotFoundError."""
+        path = self.path(p)
+        if not path.exists():
+            raise FileNotFoundError(f"{p}: no such file (relative to {self.root})")
+        mpath = manifest_path(path)
+        kind = read_json(mpath).get("kind") if path.is_file() and mpath.is_file() else None
+        suffixes = tuple(f".{fmt}" for fmt in layout.TABLE_FORMATS)
+        if cell is not None or kind in TABLE_KINDS or (kind is None and path.suffix in suffixes):
+            self.audit_table(p, cell)
+            return "table"
+        self.audit_artifact(p)
+        return "artifact"
 
     # ------------------------------------------------------------ artifacts
     def audit_artifact(self, p: str | os.PathLike[str]) -> None:

@@ -13,11 +13,13 @@ peak learning rate) is the scale's (`leviathan.scales`). The paper gives no warm
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from leviathan.provenance import config_sha256
 from leviathan.scales import get_scale
+from leviathan.values import coerce
 
 
 @dataclass(frozen=True)
@@ -90,17 +92,10 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown train config key(s) {unknown}: valid keys are {sorted(known)}"
-            )
-        d = dict(d)
-        if "betas" in d:
-            d["betas"] = tuple(d["betas"])
-        return cls(**d)
+    def from_dict(cls, d: Mapping[str, Any], where: str = "train config") -> TrainConfig:
+        """From values as written (checked against the fields' types: `lr: 3e-4` is a float,
+        `lr: fast` a one-line error naming `where`)."""
+        return cls(**coerce(cls, d, where))
 
     def fingerprint(self) -> str:
         """sha256 of the canonical JSON of the config (what a resume must match)."""
@@ -135,6 +130,11 @@ class RuntimeConfig:
     # only reruns a finished cell when its config or inputs changed).
     restart_on_mismatch: bool = False
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "runtime") -> RuntimeConfig:
+        """From values as written, checked against the fields' types (see TrainConfig)."""
+        return cls(**coerce(cls, d, where))
+
 
 # How the workflow runs training where config.runtime is silent (the one home of these
 # choices; the schema carries no runtime defaults): no progress bars in job logs, and a cell
@@ -149,13 +149,15 @@ def workflow_runtime(config_runtime: dict[str, Any] | None) -> RuntimeConfig:
         **WORKFLOW_RUNTIME,
         **{k: v for k, v in (config_runtime or {}).items() if v is not None},
     }
-    known = {f.name for f in fields(RuntimeConfig)}
-    if bad := sorted(set(values) - known):
-        raise ValueError(f"unknown runtime key(s) {bad}: valid keys are {sorted(known)}")
-    return RuntimeConfig(**values)
+    return RuntimeConfig.from_dict(values, "config runtime")
 
 
-def train_config(scale: str, vocab: str, variant: str, **overrides: Any) -> TrainConfig:
-    """The cell's training config: the scale's recipe (`leviathan.scales`), then overrides."""
+def train_config(
+    scale: str, vocab: str, variant: str, where: str = "train config", **overrides: Any
+) -> TrainConfig:
+    """The cell's training config: the scale's recipe (`leviathan.scales`), then overrides
+    (`where` names their source in errors)."""
     values = {**get_scale(scale).recipe(), **overrides}
-    return TrainConfig.from_dict({"scale": scale, "vocab": vocab, "variant": variant, **values})
+    return TrainConfig.from_dict(
+        {"scale": scale, "vocab": vocab, "variant": variant, **values}, where
+    )

@@ -6,7 +6,8 @@ file leaves out get the schema's defaults (Snakemake's `validate`), and the runt
 resources get theirs from the code (leviathan.train.config.workflow_runtime,
 leviathan.workflow.steps.RESOURCE_DEFAULTS). The schema checks the config's shape; the names
 in it (scales, vocabularies, variants, training keys) are checked against the code's own
-registries by `check_names`, so the schema is no second registry. `resolve` does the same
+registries by `check_names`, so the schema is no second registry; their values against the
+code's own types, and each cell's whole training config, by `check_config`. `resolve` does the same
 steps with Snakemake's own functions, so `leviathan config show` prints what the workflow
 will use.
 """
@@ -21,8 +22,9 @@ from typing import Any
 
 from leviathan.eval.standin import STAND_IN_DIR, is_stand_in
 from leviathan.layout import CONFIG_SCHEMA, DEFAULT_CONFIG
+from leviathan.values import load_yaml
 
-__all__ = ["STAND_IN_DIR", "check_names", "resolve", "stand_in_files"]
+__all__ = ["STAND_IN_DIR", "check_config", "check_names", "resolve", "stand_in_files"]
 
 
 def resolve(
@@ -33,6 +35,7 @@ def resolve(
     """The config a `snakemake [--configfile F ...] [--config k=v ...]` run in `root` uses."""
     from snakemake.common.configfile import load_configfile
     from snakemake.utils import update_config, validate
+    from snakemake_interface_common.exceptions import WorkflowError
 
     root = Path(root)
     schema = root / CONFIG_SCHEMA
@@ -43,13 +46,75 @@ def resolve(
     config: dict[str, Any] = {}
     for path in configfiles or [root / DEFAULT_CONFIG]:
         if not Path(path).is_file():
-            raise FileNotFoundError(f"{path}: config file not found")
+            raise FileNotFoundError(f"{path}: no such config file")
+        load_yaml(Path(path).read_text(), str(path))  # a syntax error: its line, in one line
         update_config(config, load_configfile(str(path)))
     if overrides:
         update_config(config, dict(overrides))
-    validate(config, str(schema.resolve()))
-    check_names(config)
+    try:
+        validate(config, str(schema.resolve()))
+    except WorkflowError as exc:
+        raise ValueError(schema_error(exc, configfiles or [root / DEFAULT_CONFIG])) from None
+    check_config(config)
     return config
+
+
+def schema_error(exc: Exception, configfiles: Sequence[str | Path]) -> str:
+    """Snakemake's schema failure (a WorkflowError wrapping jsonschema's, dozens of lines) as
+    one line: the config file(s), the key's path, what is wrong, where the keys are described."""
+    from jsonschema.exceptions import ValidationError
+
+    cause = exc.__context__  # Snakemake raises its error while handling jsonschema's
+    files = ", ".join(str(f) for f in configfiles)
+    if not isinstance(cause, ValidationError):
+        return f"{files}: {str(exc).splitlines()[0]}"
+    where = ".".join(str(p) for p in cause.absolute_path) or "(top level)"
+    return (
+        f"{files}: config {where}: {cause.message}: the keys and their types are in {CONFIG_SCHEMA}"
+    )
+
+
+def check_config(config: dict[str, Any]) -> None:
+    """Everything about the config the schema cannot say, before any job starts; the Snakefile
+    calls it right after the schema's `validate`. The names (`check_names`); config.train's and
+    config.runtime's values, checked against TrainConfig's and RuntimeConfig's own field types
+    and converted in place (`lr: 3e-4`, which Snakemake's YAML 1.1 reader leaves a string, is
+    the float 0.0003; `lr: fast` is an error); a per-cell key for a cell in no study; and every
+    cell's whole training config (e.g. a micro_batch that does not divide the per-GPU batch).
+    Raise a one-line ValueError naming the value and the fix."""
+    from leviathan.train.config import RuntimeConfig, TrainConfig
+    from leviathan.values import coerce
+    from leviathan.workflow.grid import cells
+
+    check_names(config)
+    train = config.get("train") or {}
+    for key, values in train.items():
+        train[key] = coerce(TrainConfig, values or {}, f"config train.{key}")
+    runtime = {k: v for k, v in (config.get("runtime") or {}).items() if v is not None}
+    config.get("runtime", {}).update(coerce(RuntimeConfig, runtime, "config runtime"))
+    study_cells = cells(config.get("studies") or {})
+    keys = {c.key for c in study_cells}
+    for key in train:
+        if "/" in str(key) and key not in keys:
+            raise ValueError(
+                f"config train.{key}: this cell is in no study (studies: "
+                f"{', '.join(config.get('studies') or {}) or 'none'}): add it to a study's "
+                "scales/vocabs/variants/seeds, or remove the override"
+            )
+    _check_cells(config, study_cells)
+
+
+def _check_cells(config: Mapping[str, Any], study_cells: Sequence[Any]) -> None:
+    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.steps import resources
+
+    for cell in study_cells:
+        try:
+            cell_train_config(config, cell).validate(
+                max(1, int(resources(config, cell.scale)["gpu"]))
+            )
+        except ValueError as exc:
+            raise ValueError(f"config, cell {cell.key}: {exc}") from None
 
 
 def _check_name(where: str, name: Any, kind: str, valid: Sequence[str]) -> None:

@@ -1,0 +1,171 @@
+"""Values as a user writes them: `KEY=VALUE` overrides, YAML files, and their types.
+
+One reader for every place a setting comes from (`leviathan train --set/--runtime/--config`,
+the workflow's config through Snakemake and `leviathan config`):
+
+* `load_yaml` reads YAML with YAML 1.2's numbers, so `3e-4` is a float (PyYAML follows YAML
+  1.1, where a float needs a dot: `3e-4` would be the string '3e-4');
+* `parse_assignments` reads `KEY=VALUE` items, each value through `load_yaml`;
+* `coerce` checks values against a dataclass's own field types (no second list of types) and
+  converts what is a number written as text (`'1e-3'` from a YAML 1.1 reader such as
+  Snakemake's) to that number. A value of the wrong type raises a one-line ValueError naming
+  the key, the expected type and an example.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+__all__ = ["coerce", "load_yaml", "parse_assignments", "parse_number"]
+
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+# YAML 1.2 (core schema) floats, with YAML 1.1's underscores: 3e-4, 1E9, .5, 2.5e-3, .inf, .nan
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's float syntax."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _FLOAT_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
+
+
+def load_yaml(text: str, where: str = "YAML") -> Any:
+    """`text` as YAML with YAML 1.2 numbers; a syntax error is a one-line ValueError."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{where}: not valid YAML{at}: {problem}") from None
+
+
+def parse_assignments(items: Iterable[str], option: str) -> dict[str, Any]:
+    """`KEY=VALUE` items (e.g. `--set lr=3e-4`) as {key: value}, each value read as YAML."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{option} {item!r}: expected KEY=VALUE (e.g. {option} lr=3e-4)")
+        out[key.strip()] = load_yaml(value, f"{option} {item!r}")
+    return out
+
+
+def parse_number(value: Any) -> int | float | None:
+    """`value` as a number if it is one or is one written as text ('3e-4', '1_000'), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        if re.fullmatch(r"[-+]?[0-9]+", text):
+            return int(text)
+        if _FLOAT.match(text):
+            return float(text)
+    return None
+
+
+def _kind(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    """`value` as type `tp`; raise TypeError when it is not one."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(arg, value)
+            except TypeError:
+                continue
+        raise TypeError(" or ".join(_kind(a) for a in args))
+    if origin is tuple:
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            raise TypeError(f"a list of {len(args)} ({', '.join(_kind(a) for a in args)})")
+        return tuple(_convert(a, v) for a, v in zip(args, value, strict=True))
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise TypeError("a mapping {key: value}")
+        return dict(value)
+    if tp not in _SCALARS:
+        raise TypeError(_kind(tp))
+    name, convert = _SCALARS[tp]
+    converted = convert(value)
+    if converted is None:
+        raise TypeError(name)
+    return converted
+
+
+def _as_int(value: Any) -> int | None:
+    number = parse_number(value)
+    return int(number) if number is not None and float(number).is_integer() else None
+
+
+def _as_float(value: Any) -> float | None:
+    number = parse_number(value)
+    return None if number is None else float(number)
+
+
+# scalar field types: their name in errors, and value -> the value as that type (None: not one)
+_SCALARS: dict[Any, tuple[str, Any]] = {
+    bool: ("true or false", lambda v: v if isinstance(v, bool) else None),
+    str: ("a string", lambda v: v if isinstance(v, str) else None),
+    int: ("an integer", _as_int),
+    float: ("a number", _as_float),
+}
+
+
+def coerce(cls: type, values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`values` checked against the dataclass `cls`'s fields and converted to their types.
+
+    `where` names the source in errors (e.g. "config train.micro", "--set"). Unknown keys and
+    values of the wrong type raise a one-line ValueError naming the fix."""
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in hints or key not in known:
+            raise ValueError(f"{where}: unknown key {key!r}: valid keys are {', '.join(known)}")
+        try:
+            out[key] = _convert(hints[key], value)
+        except TypeError as exc:
+            example = _example(hints[key], key)
+            raise ValueError(
+                f"{where}: {key}={value!r} is not {exc}: give {exc}, e.g. {example}"
+            ) from None
+    return out
+
+
+def _example(tp: Any, key: str) -> str:
+    for arg in (tp, *typing.get_args(tp)):
+        if arg is float:
+            return f"{key}=3e-4"
+        if arg is int:
+            return f"{key}=100"
+        if arg is bool:
+            return f"{key}=true"
+    return f"{key}=..."

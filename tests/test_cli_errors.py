@@ -1,0 +1,151 @@
+"""The `leviathan` command as a new user meets it: numbers as written (`--set lr=3e-4`), user
+errors in one line with no traceback (exit status 2), a closed pipe ends it quietly, and a cell
+no config runs is named as such."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leviathan.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], args: list[str], text: str) -> str:
+    """`leviathan ARGS` (in this process: an uncaught exception would fail the test) exits 2
+    with exactly one line on stderr, `leviathan <command>: error: ...` holding `text`."""
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"leviathan {args[0]}: error: "), err
+    assert text in lines[0]
+    return lines[0]
+
+
+def train_args(
+    shards: tuple[Path, Path], run_dir: Path, *extra: str, variant: str = "tied"
+) -> list[str]:
+    """`leviathan train` arguments of a 2-step micro run on `shards` (later --set/--runtime
+    items in `extra` win)."""
+    train, val = shards
+    cell = ["--scale", "micro", "--vocab", "gpt2", "--variant", variant]
+    files = ["--train", str(train), "--val", str(val), "--run-dir", str(run_dir)]
+    quiet = ["--set", f"total_tokens={8 * 64 * 2}", "--runtime", "progress=false"]
+    return ["train", *cell, *files, *quiet, *extra]
+
+
+def test_train_reads_3e_minus_4_as_the_number(
+    tmp_path: Path, random_shards: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    assert (
+        main(train_args(random_shards, run_dir, "--set", "lr=3e-4", "--runtime", "val_every=1"))
+        == 0
+    )
+    import json
+
+    start = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert start["kind"] == "start"
+    assert json.dumps(start).count("0.0003") >= 1  # the recorded config holds the float
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--runtime", "val_every=often"), "--runtime: val_every='often' is not an integer"),
+        (("--set", "lr=fast"), "--set: lr='fast' is not a number: give a number, e.g. lr=3e-4"),
+        (("--set", "speed=3"), "--set: unknown key 'speed'"),
+        (("--set", "micro_batch=3"), "train.micro_batch=3 does not divide the per-rank batch 8"),
+        (("--set", "lr"), "--set 'lr': expected KEY=VALUE"),
+    ],
+)
+def test_train_refuses_bad_values_before_anything_runs(
+    tmp_path: Path,
+    random_shards: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    extra: tuple[str, ...],
+    message: str,
+) -> None:
+    run_dir = tmp_path / "run"
+    assert main(train_args(random_shards, run_dir, *extra)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not run_dir.exists()  # nothing started, nothing written
+
+
+def test_train_config_file_errors(
+    tmp_path: Path, random_shards: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("train: {lr: 1e-3\n")
+    assert main(train_args(random_shards, tmp_path / "run", "--config", str(cfg))) == 2
+    assert f"{cfg}: not valid YAML (line 2" in capsys.readouterr().err
+    assert (
+        main(train_args(random_shards, tmp_path / "run", "--config", str(tmp_path / "no.yaml")))
+        == 2
+    )
+    assert "no.yaml: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("studies: {main: {scales: [micro]\n", "not valid YAML (line 2, column 1)"),
+        ("speed: 3\n", "config (top level): Additional properties are not allowed ('speed'"),
+        (
+            "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
+            "train: {micro: {lr: fast}}\n",
+            "config train.micro: lr='fast' is not a number",
+        ),
+    ],
+)
+def test_config_show_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    path = tmp_path / "study.yaml"
+    path.write_text(content)
+    _one_line_error(capsys, ["config", "show", "--configfile", str(path)], message)
+
+
+def test_config_show_on_a_missing_file(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    args = ["config", "show", "--configfile", "config/nope.yaml"]
+    _one_line_error(capsys, args, "config/nope.yaml: no such config file")
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """`leviathan params --json | head -c 1`: no BrokenPipeError, exit status 0. (The output,
+    about 6 kB, outgrows what `head` reads before it closes the pipe.)"""
+    run = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"set -o pipefail; {BIN / 'leviathan'} params --json --variant all | head -c 1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONUNBUFFERED": "0"},
+    )
+    assert run.returncode == 0 and run.stderr == "" and run.stdout == "{"
+
+
+def test_target_of_a_cell_in_no_study_names_the_config_that_runs_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    args = ["target", "--scale", "tiny", "--vocab", "gpt2", "--variant", "leviathan"]
+    line = _one_line_error(capsys, args, "--configfile config/tiny.yaml")
+    assert "tiny/gpt2/leviathan/seed0 is in no study of config/config.yaml" in line
+    assert main([*args, "--configfile", "config/tiny.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == "results/runs/tiny/gpt2/leviathan/seed0/checkpoints/final/state.json"

@@ -1,0 +1,97 @@
+"""Config values are read as written and type-checked where the config is resolved (the
+Snakefile and `leviathan config` share `check_config`): `lr: 1e-3` is a float, a bad type, a
+micro_batch that does not divide the batch, or an override of a cell in no study is a one-line
+error naming the fix, before any job starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from snakemake.common.configfile import load_configfile
+from workflow_helpers import ROOT, snakemake, workflow_copy
+
+from leviathan.workflow.config import resolve
+from leviathan.workflow.grid import Cell
+from leviathan.workflow.plan import cell_train_config
+from leviathan.workflow.steps import cell_args
+
+STUDY = {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"]}}
+CELL = "micro/gpt2/leviathan/seed0"
+
+
+def _file(tmp_path: Path, **sections: Any) -> Path:
+    path = tmp_path / "config" / "study.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(yaml.safe_dump({"studies": STUDY, **sections}).replace("'1e-3'", "1e-3"))
+    return path
+
+
+def test_exponent_numbers_are_floats_in_the_resolved_config(tmp_path: Path) -> None:
+    study = _file(tmp_path, train={CELL: {"lr": "1e-3"}, "micro": {"total_tokens": "3e4"}})
+    assert "lr: 1e-3" in study.read_text()  # unquoted, as a user writes it
+    assert load_configfile(str(study))["train"][CELL]["lr"] == "1e-3"  # Snakemake's reader
+    config = resolve([study], root=ROOT)
+    assert config["train"][CELL] == {"lr": 1e-3}
+    cell = Cell("micro", "gpt2", "leviathan", 0)
+    assert cell_train_config(config, cell).lr == 1e-3
+    assert cell_train_config(config, cell).total_tokens == 30_000
+    assert "lr=0.001" in cell_args(cell, config, "data/tokens", "results/runs/x")
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        (
+            {"train": {"micro": {"lr": "fast"}}},
+            "config train.micro: lr='fast' is not a number: give a number, e.g. lr=3e-4",
+        ),
+        (
+            {"train": {"micro": {"micro_batch": 3}}},
+            "train.micro_batch=3 does not divide the per-rank batch 8 (= global_batch 8 / 1 "
+            "ranks): choose a divisor of it",
+        ),
+        (
+            {"train": {"micro/gpt2/untied/seed0": {"lr": 0.01}}},
+            "config train.micro/gpt2/untied/seed0: this cell is in no study (studies: main): "
+            "add it to a study's",
+        ),
+        (
+            {"runtime": {"val_every": "often"}},
+            "config runtime.val_every: 'often' is not of type 'integer': the keys and their "
+            "types are in workflow/schemas/config.schema.yaml",
+        ),
+        (
+            {"speed": 3},
+            "config (top level): Additional properties are not allowed ('speed' was unexpected)",
+        ),
+    ],
+)
+def test_bad_values_fail_at_resolution_in_one_line(
+    tmp_path: Path, sections: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError) as e:
+        resolve([_file(tmp_path, **sections)], root=ROOT)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_yaml_syntax_error_names_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("studies:\n  main: {scales: [micro]\n")
+    with pytest.raises(ValueError, match=rf"^{bad}: not valid YAML \(line 3, column 1\)"):
+        resolve([bad], root=ROOT)
+
+
+@pytest.mark.slow
+def test_snakemake_refuses_a_bad_value_before_any_job(tmp_path: Path) -> None:
+    """The Snakefile runs the same check: `snakemake -n` fails naming the key; `1e-3` passes."""
+    work = workflow_copy(tmp_path)
+    bad = _file(tmp_path, train={"micro": {"lr": "fast"}})
+    run = snakemake(work, "all", "-n", "--configfile", str(bad))
+    assert run.returncode != 0
+    assert "config train.micro: lr='fast' is not a number" in run.stdout + run.stderr
+    good = _file(tmp_path, train={CELL: {"lr": "1e-3"}})
+    run = snakemake(work, "all", "-n", "--configfile", str(good))
+    assert run.returncode == 0, run.stderr[-2000:]
