@@ -27,7 +27,7 @@ TOKENS = 4_200_000_000  # the paper's 200M budget: a full run
 CURVES = {"tied": [3.5, 3.2, 3.1], "leviathan": [3.4, 3.05, 3.0]}
 
 
-def _write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
+def write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
     loss = LOSS[cell.variant]
     results = {
         "overall": {"loss": loss, "bits_per_byte": loss / 4},
@@ -53,7 +53,7 @@ def _write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
     )
 
 
-def _write_sample_efficiency(scale: str, vocab: str, seed: int = 0) -> None:
+def write_sample_efficiency(scale: str, vocab: str, seed: int = 0) -> None:
     """The sample-efficiency evaluation of the cells' curves (its own code)."""
     from leviathan.eval.results import write_result
     from leviathan.eval.sample_efficiency import sample_efficiency
@@ -72,8 +72,8 @@ def at_200m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReportInputs:
         "seeds": [0],
     }
     for variant in ("tied", "leviathan"):
-        _write_cell(Cell("200m", "o200k_base", variant, 0))
-    _write_sample_efficiency("200m", "o200k_base")
+        write_cell(Cell("200m", "o200k_base", variant, 0))
+    write_sample_efficiency("200m", "o200k_base")
     return ReportInputs({"main": study}, ["val"], str(reported_path()))
 
 
