@@ -116,14 +116,32 @@ def _markdown(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> s
     return f"{head}{text.to_markdown(index=False, disable_numparse=True)}\n\n{note}\n"
 
 
-def _json(table: Table, frame: pd.DataFrame) -> str:
-    """{row: {column: value}} in the CSV's column order (empty cells left out: JSON has no NaN)."""
+STAND_IN_KEY = "stand_in"  # DVC metrics computed on offline stand-in data sit under this key
+
+
+def dvc_metrics(table: Table, frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """The metrics table as one document per cell (row id -> document), each one row of
+    `dvc metrics show`: what it rests on (`evidence`: smoke test or full run, `train_tokens`), then
+    its numbers; those computed on offline stand-in data under `stand_in.` (so the column says
+    so), empty cells left out."""
     columns = [c for c in frame.columns if c in table.columns]  # (manifests sort their keys)
-    doc = {
-        str(record["row"]): {c: float(record[c]) for c in columns if not missing(record[c])}
-        for record in frame.to_dict("records")
-    }
-    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    out: dict[str, dict[str, Any]] = {}
+    for record, stand_in in zip(frame.to_dict("records"), stand_in_rows(frame), strict=True):
+        doc: dict[str, Any] = {
+            "evidence": record["evidence"],
+            "train_tokens": int(str(record["train_tokens"]).replace(",", "")),
+        }
+        for col in columns:
+            if not missing(record[col]):
+                where = doc.setdefault(STAND_IN_KEY, {}) if col in stand_in else doc
+                where[col] = float(record[col])
+        out[str(record["row"])] = doc
+    return out
+
+
+def _json(table: Table, frame: pd.DataFrame) -> str:
+    """{row: its DVC metrics document} (`dvc_metrics`): the per-cell files, in one file."""
+    return json.dumps(dvc_metrics(table, frame), indent=2, sort_keys=False) + "\n"
 
 
 def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
@@ -186,28 +204,6 @@ def write_table(
             fields={"table": table.name, "rendering_of": display_path(paths["csv"])},
         )
     return paths
-
-
-STAND_IN_KEY = "stand_in"  # DVC metrics computed on offline stand-in data sit under this key
-
-
-def dvc_metrics(table: Table, frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """The metrics table as one document per cell (row id -> document), each one row of
-    `dvc metrics show`: what it rests on (`evidence`: smoke test or full run, `train_tokens`), then
-    its numbers; those computed on offline stand-in data under `stand_in.` (so the column says
-    so), empty cells left out."""
-    out: dict[str, dict[str, Any]] = {}
-    for record, stand_in in zip(frame.to_dict("records"), stand_in_rows(frame), strict=True):
-        doc: dict[str, Any] = {
-            "evidence": record["evidence"],
-            "train_tokens": int(str(record["train_tokens"]).replace(",", "")),
-        }
-        for col in table.columns:
-            if not missing(record[col]):
-                where = doc.setdefault(STAND_IN_KEY, {}) if col in stand_in else doc
-                where[col] = float(record[col])
-        out[str(record["row"])] = doc
-    return out
 
 
 def write_dvc_metrics(

@@ -725,10 +725,13 @@ def _se_pairs(
 
 def _se_sources(docs: DocumentCache, cells: Sequence[Cell], field_: str) -> tuple[Source, ...]:
     """A field of each seed's run record in its sample-efficiency output (`baseline/...` for the
-    tied baseline's)."""
+    tied baseline's); none where that output was not made (the workflow always makes it; a report
+    built by hand from runs without periodic validation has none: its cells stay empty)."""
     out = []
     for c in cells:
         path = layout.sample_efficiency_path(c.scale, c.vocab, c.seed)
+        if not docs.path(path).is_file():
+            return ()
         if field_.startswith("baseline/"):
             out.append(Source(path, f"/results/{field_}"))
             continue
