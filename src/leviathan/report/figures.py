@@ -67,6 +67,7 @@ def _title(fig: Any, title: str, smoke: bool, policy: SmokePolicy) -> None:
             "checks that the pipeline runs, not evidence"
         )
     fig.suptitle(title, color="firebrick" if smoke else "black")
+    fig.tight_layout()  # room for the title's lines above the panels' own titles
 
 
 def _basis(rows: pd.DataFrame) -> str:
@@ -185,7 +186,6 @@ def frequency(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePo
             for ax in (top, bottom):
                 ax.tick_params(axis="x", rotation=30)
     _title(fig, "Validation loss by training-frequency bucket", _smoke(frame), policy)
-    fig.tight_layout()
     return _save(fig, out_dir, "frequency", [csv] if csv else [])
 
 
