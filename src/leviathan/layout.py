@@ -283,6 +283,7 @@ REPORT_DIR = "results/report"
 TABLES_DIR = f"{REPORT_DIR}/tables"
 FIGURES_DIR = f"{REPORT_DIR}/figures"
 PLOTS_DIR = f"{REPORT_DIR}/plots"
+DVC_METRICS_DIR = f"{REPORT_DIR}/metrics"  # one JSON per cell: a row of `dvc metrics show`
 TABLE_FORMATS = ("csv", "md", "tex")
 PLAIN_TABLE_FORMATS = ("csv", "md")  # tables without a LaTeX rendering (paper_check, resources)
 FIGURE_FORMATS = ("png", "pdf")
@@ -297,6 +298,11 @@ def table_files(
 
 def figure_files(out_dir: PathLike, name: str) -> dict[str, Path]:
     return table_files(out_dir, name, FIGURE_FORMATS)
+
+
+def dvc_metrics_file(out_dir: PathLike, cell_key: str) -> Path:
+    """A cell's DVC metrics file: `<out_dir>/<scale>/<vocab>/<variant>/seed<k>.json`."""
+    return Path(out_dir) / f"{cell_key}.json"
 
 
 def plot_file(out_dir: PathLike, name: str) -> Path:

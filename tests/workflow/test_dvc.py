@@ -250,13 +250,17 @@ def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(
 
 # ----------------------------------------------------------------------------- params, metrics, plots, experiments
 METRICS = "results/report/tables/metrics.json"
+DVC_METRICS = "results/report/metrics/"  # one file per cell
 LEV, TIED = "micro/gpt2/leviathan/seed0", "micro/gpt2/tied/seed0"
 
 
 def metrics_of(repo: Path, env: dict[str, str]) -> dict[str, dict[str, float]]:
-    """`dvc metrics show --json` of the workspace: the per-cell metrics file's content."""
+    """`dvc metrics show --json` of the workspace: cell -> its metrics file's content."""
     (workspace,) = json.loads(ok([DVC, "metrics", "show", "--json"], repo, env).stdout).values()
-    return workspace["data"][METRICS]["data"]
+    return {
+        path.removeprefix(DVC_METRICS).removesuffix(".json"): found["data"]
+        for path, found in workspace["data"].items()
+    }
 
 
 def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Path) -> None:
@@ -266,21 +270,19 @@ def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Pat
     # the numbers are the report's metrics table (the CSV the audit checks), not a copy made elsewhere
     table = pd.read_csv(repo / "results/report/tables/metrics.csv").set_index("row")
     assert cells[LEV]["val_loss"] == pytest.approx(table.loc[LEV, "val_loss"], rel=1e-12)
-    assert {
-        "val_loss",
-        "val_ppl",
-        "val_bpb",
+    assert {"val_loss", "val_ppl", "val_bpb", "val_loss_gain", "val_ppl_gain"} <= set(cells[LEV])
+    assert {  # the offline stand-in data's numbers, under `stand_in.`
         "wikitext_ppl",
         "lambada_ppl",
         "downstream_mean_acc",
-        "val_loss_gain",
         "wikitext_ppl_gain",
         "lambada_ppl_gain",
         "downstream_gain_points",
-    } <= set(cells[LEV])
+    } <= set(cells[LEV]["stand_in"])
     assert "val_loss_gain" not in cells[TIED]
+    assert cells[LEV]["evidence"] == "smoke test"  # 60 steps: below report.smoke_test.below_tokens
     text = ok([DVC, "metrics", "show"], repo, env).stdout
-    assert METRICS in text and "val_loss" in text
+    assert DVC_METRICS + LEV in text and "val_loss" in text
     audit = ok([str(BIN / "leviathan"), "audit", METRICS, "-q"], repo, env)
     assert "audit passed" in audit.stdout
 
@@ -326,11 +328,11 @@ def test_exp_run_set_param_reruns_one_cell_and_diffs_show_it(built: Built) -> No
     params = ok([DVC, "params", "diff"], repo, env).stdout
     assert f"train.{LEV}.lr" in params and "0.0123" in params
     metrics = ok([DVC, "metrics", "diff"], repo, env).stdout
-    assert f"{LEV}.val_loss" in metrics and f"{TIED}.val_loss" not in metrics  # only what changed
+    assert f"{DVC_METRICS}{LEV}.json" in metrics and f"{TIED}.json" not in metrics  # what changed
     shown = ok([DVC, "exp", "show", "--csv"], repo, env).stdout
     header = shown.splitlines()[0].split(",")
     assert (
         f"train.{LEV}.lr" in header
-        and f"{LEV}.val_loss" in header
+        and f"{DVC_METRICS}{LEV}.json:val_loss" in header
         and "train.micro.total_tokens" in header
     )

@@ -31,8 +31,7 @@ def test_stage_outputs_are_the_layout_roots() -> None:
 
 def test_metrics_and_plots_are_layout_files() -> None:
     dvc = _dvc()
-    metrics_json = layout.table_files(layout.TABLES_DIR, "metrics", ("json",))["json"]
-    assert [Path(m) for m in dvc["metrics"]] == [metrics_json]
+    assert [Path(m) for m in dvc["metrics"]] == [Path(layout.DVC_METRICS_DIR)]
     for entry in dvc["plots"]:
         path = Path(next(iter(entry)) if isinstance(entry, dict) else entry)
         name = path.stem

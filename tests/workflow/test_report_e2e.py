@@ -21,6 +21,7 @@ TABLES = [
     "ablation",
     "vocabulary",
     "frequency",
+    "sample_efficiency",
     "cost",
     "paper_vs_ours",
     "metrics",
@@ -69,13 +70,17 @@ def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
     cell = next(
         c
         for c in manifest["cells"]
-        if (c["row"], c["column"]) == ("micro/gpt2/leviathan", "val_ppl_change")
+        if (c["row"], c["column"]) == ("micro/gpt2/leviathan", "val_ppl_gain")
     )
-    assert cell["op"] == "exp_change" and {s["group"] for s in cell["sources"]} == {"a", "b"}
+    assert cell["op"] == "exp_gain" and {s["group"] for s in cell["sources"]} == {"a", "b"}
     # the cost table's counter agrees with the parameter count the trainer logged at start
     cost = pd.read_csv(tables / "cost.csv").set_index("row")
     start = json.loads((work / LEV / "metrics.jsonl").read_text().splitlines()[0])
     assert cost.loc["micro/gpt2/leviathan", "params"] == start["params"]
+    # what the numbers rest on: the run's own token count, below the smoke-test size
+    state = json.loads((work / LEV / "checkpoints/final/state.json").read_text())
+    assert main.loc["micro/gpt2/leviathan", "train_tokens"] == f"{state['tokens']:,}"
+    assert main.loc["micro/gpt2/leviathan", "evidence"] == "smoke test"
     assert "\\begin{tabular}" in (tables / "ablation.tex").read_text()
     paper = pd.read_csv(tables / "paper_vs_ours.csv")
     assert (

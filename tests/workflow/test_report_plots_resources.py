@@ -51,9 +51,10 @@ def test_plot_data_is_long_per_cell_with_manifests(
     _cell_files(CELLS[1], [4.5, 3.5])
     curves, freq = write_plot_data(CELLS, "plots")
     frame = pd.read_csv(curves)
-    assert list(frame.columns) == ["cell", "tokens", "val_loss"]
+    assert list(frame.columns) == ["cell", "tokens", "periodic_val_loss"]  # not the eval's val_loss
     lev = frame[frame["cell"] == "micro/gpt2/leviathan/seed0"]
-    assert lev["tokens"].tolist() == [1024, 2048] and lev["val_loss"].tolist() == [4.5, 3.5]
+    assert lev["tokens"].tolist() == [1024, 2048]
+    assert lev["periodic_val_loss"].tolist() == [4.5, 3.5]
     buckets = pd.read_csv(freq)
     assert buckets[buckets["cell"] == "micro/gpt2/tied/seed0"]["bucket"].astype(str).tolist() == [
         "0",

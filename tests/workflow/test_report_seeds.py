@@ -107,9 +107,9 @@ def test_main_table_gives_means_with_student_t_intervals(seeded: Path) -> None:
     assert row["seeds"] == 3
     assert math.isclose(row["val_loss"], sum(lev) / 3, rel_tol=1e-12)
     assert math.isclose(row["val_loss_ci95"], _half_width(lev), rel_tol=1e-9)
-    # paired by seed (same seed = same data order): the per-seed perplexity changes
-    paired = [math.exp(b) / math.exp(a) - 1 for a, b in zip(tied, lev, strict=True)]
-    assert math.isclose(row["val_ppl_change_ci95"], _half_width(paired), rel_tol=1e-9)
+    # paired by seed (same seed = same data order): the per-seed perplexity gains
+    paired = [1 - math.exp(b) / math.exp(a) for a, b in zip(tied, lev, strict=True)]
+    assert math.isclose(row["val_ppl_gain_ci95"], _half_width(paired), rel_tol=1e-9)
     assert math.isclose(stats.t.ppf(0.975, 2), 4.302652729749464, rel_tol=1e-9)  # the textbook t(2)
     md = (seeded / "results/report/tables/main.md").read_text()
     assert "val_loss_ci95" in md and "±" in md

@@ -65,6 +65,9 @@ def _layout_paths(config: dict) -> set[str]:
         files += layout.table_files(layout.TABLES_DIR, name, layout.PLAIN_TABLE_FORMATS).values()
     for name in FIGURE_NAMES:
         files += layout.figure_files(layout.FIGURES_DIR, name).values()
+    files += [
+        layout.dvc_metrics_file(layout.DVC_METRICS_DIR, layout.cell_key(c)) for c in all_cells
+    ]
     return paths | {str(p) for p in [*files, *plot_paths().values()]}
 
 

@@ -33,10 +33,12 @@ rule report:
         tables=table_outputs(),
         figures=figure_outputs(),
         plots=[str(p) for p in plot_paths().values()],
+        metrics=[str(layout.dvc_metrics_file(layout.DVC_METRICS_DIR, c.key)) for c in CELLS],
     params:
         tables_dir=lambda wc, output: layout.dir_of(output.tables[0]),
         figures_dir=lambda wc, output: layout.dir_of(output.figures[0]),
         plots_dir=lambda wc, output: layout.dir_of(output.plots[0]),
+        metrics_dir=layout.DVC_METRICS_DIR,
         sample_efficiency=lambda wc, input: [p for p in input.evals if layout.is_sample_efficiency(p)],
     conda:
         "../envs/leviathan.yaml"

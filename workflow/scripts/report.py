@@ -7,6 +7,6 @@ from leviathan.workflow.grid import cells
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 p = sm.params
-write_report(sm.config, p.tables_dir, p.figures_dir, p.sample_efficiency)
+write_report(sm.config, p.tables_dir, p.figures_dir, p.sample_efficiency, p.metrics_dir)
 write_plot_data(cells(sm.config["studies"]), p.plots_dir)
 write_resources(sm.input.benchmarks, p.tables_dir)

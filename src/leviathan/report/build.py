@@ -17,8 +17,15 @@ from typing import Any
 import pandas as pd
 
 from leviathan.io import atomic_path
-from leviathan.layout import FIGURES_DIR, PLAIN_TABLE_FORMATS, TABLES_DIR, table_files
-from leviathan.manifest import display_path, input_record, write_manifest
+from leviathan.layout import (
+    DVC_METRICS_DIR,
+    FIGURES_DIR,
+    PLAIN_TABLE_FORMATS,
+    TABLES_DIR,
+    dvc_metrics_file,
+    table_files,
+)
+from leviathan.manifest import display_path, input_record, read_manifest, write_manifest
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.tables import (
     STAND_IN_COLUMN,
@@ -28,6 +35,7 @@ from leviathan.report.tables import (
     build_tables,
     missing,
     rendered,
+    smoke_rows,
     stand_in_rows,
     table_paths,
 )
@@ -40,12 +48,14 @@ def report_inputs(
 ) -> ReportInputs:
     """What the report reads, from the workflow config (studies, enabled evaluations)."""
     from leviathan.paper import reported_path
+    from leviathan.report.basis import SmokePolicy
     from leviathan.workflow.steps import enabled_evals
 
     return ReportInputs(
         studies=config["studies"],
         evals=enabled_evals(config),
         paper_path=display_path(paper_path or reported_path()),
+        smoke=SmokePolicy.from_config(config) if "report" in config else SmokePolicy.default(),
     )
 
 
@@ -74,14 +84,23 @@ def tex_escape(text: str) -> str:
     )
 
 
-def _latex(table: Table, text: pd.DataFrame, stand_in: bool) -> str:
+def _smoke_banner(table: Table, frame: pd.DataFrame) -> str:
+    """The smoke-test statement of a table with smoke-test rows ("" if none)."""
+    n = sum(smoke_rows(frame))
+    if not n:
+        return ""
+    return f"SMOKE TEST: {n} of {len(frame)} row(s) are not evidence. {table.smoke_note}"
+
+
+def _latex(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> str:
     escaped = text.map(tex_escape).rename(columns=tex_escape)
     body = escaped.to_latex(
         index=False,
         escape=False,
         column_format="l" * len(table.label_columns) + "r" * len(table.columns),
     )
-    caption = tex_escape(table.title) + (" " + tex_escape(STAND_IN_NOTE) if stand_in else "")
+    caption = tex_escape(" ".join(filter(None, [smoke, table.title])))
+    caption += " " + tex_escape(STAND_IN_NOTE) if stand_in else ""
     return (
         "\\begin{table}[t]\n\\centering\n\\small\n"
         f"\\caption{{{caption}}}\n\\label{{tab:{table.name.replace('_', '-')}}}\n"
@@ -89,21 +108,40 @@ def _latex(table: Table, text: pd.DataFrame, stand_in: bool) -> str:
     )
 
 
-def _markdown(table: Table, text: pd.DataFrame, stand_in: bool) -> str:
+def _markdown(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> str:
     note = "Values from the evaluation outputs; `-`: not applicable or not run. Full precision: the CSV."
     if stand_in:
         note = f"**{STAND_IN_NOTE}**\n\n{note}"
-    return f"# {table.title}\n\n{text.to_markdown(index=False, disable_numparse=True)}\n\n{note}\n"
+    head = f"# {table.title}\n\n" + (f"**{smoke}**\n\n" if smoke else "")
+    return f"{head}{text.to_markdown(index=False, disable_numparse=True)}\n\n{note}\n"
+
+
+STAND_IN_KEY = "stand_in"  # DVC metrics computed on offline stand-in data sit under this key
+
+
+def dvc_metrics(table: Table, frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """The metrics table as one document per cell (row id -> document), each one row of
+    `dvc metrics show`: what it rests on (`evidence`: smoke test or full run, `train_tokens`), then
+    its numbers; those computed on offline stand-in data under `stand_in.` (so the column says
+    so), empty cells left out."""
+    columns = [c for c in frame.columns if c in table.columns]  # (manifests sort their keys)
+    out: dict[str, dict[str, Any]] = {}
+    for record, stand_in in zip(frame.to_dict("records"), stand_in_rows(frame), strict=True):
+        doc: dict[str, Any] = {
+            "evidence": record["evidence"],
+            "train_tokens": int(str(record["train_tokens"]).replace(",", "")),
+        }
+        for col in columns:
+            if not missing(record[col]):
+                where = doc.setdefault(STAND_IN_KEY, {}) if col in stand_in else doc
+                where[col] = float(record[col])
+        out[str(record["row"])] = doc
+    return out
 
 
 def _json(table: Table, frame: pd.DataFrame) -> str:
-    """{row: {column: value}} in the CSV's column order (empty cells left out: JSON has no NaN)."""
-    columns = [c for c in frame.columns if c in table.columns]  # (manifests sort their keys)
-    doc = {
-        str(record["row"]): {c: float(record[c]) for c in columns if not missing(record[c])}
-        for record in frame.to_dict("records")
-    }
-    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    """{row: its DVC metrics document} (`dvc_metrics`): the per-cell files, in one file."""
+    return json.dumps(dvc_metrics(table, frame), indent=2, sort_keys=False) + "\n"
 
 
 def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
@@ -113,7 +151,8 @@ def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
         return _json(table, frame)
     text = rendered(table, frame)
     stand_in = any(stand_in_rows(frame))
-    return _markdown(table, text, stand_in) if fmt == "md" else _latex(table, text, stand_in)
+    smoke = _smoke_banner(table, frame)
+    return (_markdown if fmt == "md" else _latex)(table, text, stand_in, smoke)
 
 
 def table_from_csv(
@@ -125,7 +164,9 @@ def table_from_csv(
     labels = [
         c for c in frame.columns if c not in ("row", STAND_IN_COLUMN) and c not in config["columns"]
     ]
-    return Table(config["table"], config["title"], labels, dict(config["columns"])), frame
+    table = Table(config["table"], config["title"], labels, dict(config["columns"]))
+    table.smoke_note = config.get("smoke_note", "")
+    return table, frame
 
 
 def write_table(
@@ -143,7 +184,12 @@ def write_table(
         paths["csv"],
         kind="table",
         inputs=[input_record(docs.path(p)) for p in table.sources()],
-        config={"table": table.name, "title": table.title, "columns": table.columns},
+        config={
+            "table": table.name,
+            "title": table.title,
+            "columns": table.columns,
+            "smoke_note": table.smoke_note,
+        },
         fields={"table": table.name, "cells": table.cell_map(), "row_column": "row"},
         started=started,
     )
@@ -158,6 +204,23 @@ def write_table(
             fields={"table": table.name, "rendering_of": display_path(paths["csv"])},
         )
     return paths
+
+
+def write_dvc_metrics(
+    table: Table, csv: Path, out_dir: str | os.PathLike[str] = DVC_METRICS_DIR
+) -> list[Path]:
+    """The per-cell DVC metrics files of the metrics table (renderings of its CSV; the manifest of
+    the CSV traces their numbers); files of cells no longer in the study are removed."""
+    written = []
+    for row, doc in dvc_metrics(table, table_from_csv(csv, read_manifest(csv))[1]).items():
+        path = dvc_metrics_file(out_dir, row)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        written.append(path)
+    for stale in set(Path(out_dir).rglob("*.json")) - set(written):
+        stale.unlink()
+    return written
 
 
 def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[Path]:
@@ -194,8 +257,10 @@ def write_report(
     tables_dir: str | os.PathLike[str] = TABLES_DIR,
     figures_dir: str | os.PathLike[str] | None = FIGURES_DIR,
     sample_efficiency: Sequence[str | os.PathLike[str]] = (),
+    metrics_dir: str | os.PathLike[str] = DVC_METRICS_DIR,
 ) -> list[Path]:
-    """Every table (and, unless figures_dir is None, every figure) of the configured studies."""
+    """Every table (and, unless figures_dir is None, every figure) of the configured studies,
+    and the per-cell DVC metrics files."""
     started = _dt.datetime.now(_dt.UTC)
     inp = report_inputs(config)
     docs = DocumentCache()
@@ -206,9 +271,12 @@ def write_report(
         paths = write_table(table, docs, tables_dir, started)
         csvs[table.name] = paths["csv"]
         written.extend(paths.values())
+    written.extend(write_dvc_metrics(tables["metrics"], csvs["metrics"], metrics_dir))
     written.extend(write_paper_check(tables_dir, inp.paper_path))
     if figures_dir is not None:
         from leviathan.report.figures import write_figures
 
-        written.extend(write_figures(csvs, [Path(p) for p in sample_efficiency], figures_dir))
+        written.extend(
+            write_figures(csvs, [Path(p) for p in sample_efficiency], figures_dir, inp.smoke)
+        )
     return written

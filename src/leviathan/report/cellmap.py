@@ -150,6 +150,7 @@ SINGLE: dict[str, Callable[[float], float]] = {
     "mean": lambda v: v,  # a reported value (mean over seeds)
     "pct": lambda v: 100.0 * v,  # a fraction shown in percent (accuracy)
     "exp": _exp,  # perplexity of a mean loss
+    "neg": lambda v: -v,  # a reported change (negative = better) as a gain (positive = better)
 }
 PAIRED: dict[str, Callable[[float, float], float]] = {
     "gain": lambda x, y: (x - y) / x,  # relative improvement of b over a (lower is better)

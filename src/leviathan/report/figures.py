@@ -1,13 +1,18 @@
 """The report's figures (seaborn), each as PNG and PDF with a manifest naming its inputs.
 
-    loss_curves   validation loss vs training tokens per (scale, vocab, seed), every variant,
-                  the tied final loss as a dashed line and where each variant reaches it
-    frequency     loss per training-frequency bucket, tied vs leviathan, and the perplexity gain
-    vocabulary    relative loss gain of leviathan over tied vs vocabulary size (paper's range shaded)
-    ablation      relative loss gain over tied per input variant, ours beside the paper's (400M)
+    loss_curves   periodic in-training validation loss vs training tokens per (scale, vocab,
+                  seed), every variant, tied's final one dashed and where each variant reaches it
+    frequency     loss per training-frequency bucket (token and word level), tied vs leviathan,
+                  and the perplexity gain, one column per (scale, vocab)
+    vocabulary    relative loss gain of leviathan over tied vs vocabulary size; the paper's range
+                  in its own panel (it states no scale)
+    ablation      relative loss gain over tied per input variant; the paper's (400M) beside ours
+                  only at the same scale and vocabulary, otherwise in its own panel
 
-Figures are drawn from the report tables (the same numbers) and the sample-efficiency outputs.
-A figure whose study is not in the config says so on its canvas instead of being omitted.
+Figures are drawn from the report tables (the same numbers, with the scale, training tokens,
+seeds and smoke-test label of each row) and the sample-efficiency outputs. Every panel says what
+its numbers rest on; a figure with smoke-test numbers says so in its title. A figure whose study
+is not in the config says so on its canvas instead of being omitted.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from leviathan.io import atomic_path, read_json  # noqa: E402
 from leviathan.layout import figure_files, sample_efficiency_group  # noqa: E402
 from leviathan.manifest import input_record, write_manifest  # noqa: E402
 from leviathan.paper import Paper  # noqa: E402
+from leviathan.report.basis import SMOKE, SmokePolicy, caption  # noqa: E402
 
 FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation"]
 from leviathan.report.tables import variant_order  # noqa: E402
@@ -53,6 +59,26 @@ def _save(
     return list(paths.values())
 
 
+def _title(fig: Any, title: str, smoke: bool, policy: SmokePolicy) -> None:
+    """The figure's title; with smoke-test numbers, a second line that says so."""
+    if smoke:
+        title += (
+            f"\nSMOKE TEST (runs below {policy.below_tokens:,} training tokens): "
+            "checks that the pipeline runs, not evidence"
+        )
+    fig.suptitle(title, color="firebrick" if smoke else "black")
+    fig.tight_layout()  # room for the title's lines above the panels' own titles
+
+
+def _basis(rows: pd.DataFrame) -> str:
+    """A panel's basis from its table rows: `micro / gpt2: 30,720 tokens, 1 seed(s), smoke test`."""
+    first = rows.iloc[0]
+    return (
+        f"{first['scale']} / {first['vocab']}: {first['train_tokens']} tokens, "
+        f"{int(first['seeds'])} seed(s), {first['evidence']}"
+    )
+
+
 def _grid(n: int, width: float = 5.0, height: float = 3.6) -> tuple[Any, list[Any]]:
     cols = min(n, 3) or 1
     rows = max(1, -(-n // cols))
@@ -63,8 +89,11 @@ def _grid(n: int, width: float = 5.0, height: float = 3.6) -> tuple[Any, list[An
     return fig, flat
 
 
-def loss_curves(sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[str]) -> list[Path]:
+def loss_curves(
+    sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[str], policy: SmokePolicy
+) -> list[Path]:
     groups = [(p, read_json(p)) for p in sorted(sample_efficiency)]
+    smoke = False
     fig, axes = _grid(max(1, len(groups)))
     if not groups:
         _empty(axes[0], "no (scale, vocab, seed) group with a tied baseline and another variant")
@@ -93,60 +122,95 @@ def loss_curves(sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[st
                     color=palette.get(run["variant"]),
                     markeredgecolor="black",
                 )
-        ax.axhline(base["target_val_loss"], ls="--", lw=1, color="grey", label="tied final loss")
-        ax.set_title(" / ".join(sample_efficiency_group(path)))
+        ax.axhline(
+            base["target_val_loss"], ls="--", lw=1, color="grey", label="tied final periodic loss"
+        )
+        scale, vocab, seed = sample_efficiency_group(path)
+        tokens = [base["tokens"], *(run["final_tokens"] for run in r["runs"])]
+        smoke = smoke or policy.is_smoke(tokens)
+        ax.set_title(
+            f"{vocab}: {caption(scale, tokens, [int(seed.removeprefix('seed'))], policy)}",
+            fontsize=9,
+        )
         ax.set_xlabel("training tokens")
-        ax.set_ylabel("validation loss (nats/token)")
-        ax.legend(fontsize=7, title="▼ reaches tied final loss", title_fontsize=7)
-    fig.suptitle("Validation loss vs training tokens")
+        ax.set_ylabel("periodic val loss (in training, nats/token)")
+        ax.legend(fontsize=7, title="▼ reaches tied final periodic loss", title_fontsize=7)
+    _title(
+        fig,
+        "Periodic in-training validation loss (a fixed subset of windows; not the evaluation's "
+        "val_loss) vs training tokens",
+        smoke,
+        policy,
+    )
     return _save(fig, out_dir, "loss_curves", sample_efficiency)
 
 
-def frequency(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
+def _smoke(frame: pd.DataFrame) -> bool:
+    return bool(len(frame)) and bool((frame["evidence"] == SMOKE).any())
+
+
+def frequency(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy) -> list[Path]:
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
-    pairs = list(frame.groupby(["scale", "vocab"], sort=True)) if len(frame) else []
+    pairs = list(frame.groupby(["scale", "vocab"], sort=False)) if len(frame) else []
+    levels = list(dict.fromkeys(frame["level"])) if len(frame) else ["token"]
+    ncols = max(1, len(pairs))
     fig, axes = plt.subplots(
-        2, max(1, len(pairs)), figsize=(6 * max(1, len(pairs)), 7), squeeze=False
+        2 * len(levels), ncols, figsize=(6 * ncols, 3.6 * 2 * len(levels)), squeeze=False
     )
     if not pairs:
-        _empty(axes[0][0], "no tied/leviathan pair in the main study")
+        _empty(axes[0][0], "no tied/leviathan pair in the studies")
         axes[1][0].set_axis_off()
-    for i, ((scale, vocab), g) in enumerate(pairs):
-        g = g.dropna(subset=["tied_loss", "leviathan_loss"])
-        long = g.melt(
-            id_vars=["bucket"],
-            value_vars=["tied_loss", "leviathan_loss"],
-            var_name="variant",
-            value_name="loss",
-        )
-        long["variant"] = long["variant"].str.removesuffix("_loss")
-        sns.barplot(long, x="bucket", y="loss", hue="variant", ax=axes[0][i], palette="colorblind")
-        axes[0][i].set_title(f"{scale} / {vocab}")
-        axes[0][i].set_xlabel("")
-        axes[0][i].set_ylabel("mean validation loss (nats)")
-        sns.barplot(x=g["bucket"], y=100 * g["ppl_gain"], ax=axes[1][i], color="C2")
-        axes[1][i].axhline(0, color="black", lw=0.8)
-        axes[1][i].set_xlabel("training-set count of the target token")
-        axes[1][i].set_ylabel("perplexity gain of leviathan (%)")
-        for ax in axes[:, i]:
-            ax.tick_params(axis="x", rotation=30)
-    fig.suptitle("Loss by token frequency bucket")
-    fig.tight_layout()
+    for i, ((_scale, _vocab), pair) in enumerate(pairs):
+        for k, level in enumerate(levels):
+            g = pair[pair["level"] == level].dropna(subset=["tied_loss", "leviathan_loss"])
+            top, bottom = axes[2 * k][i], axes[2 * k + 1][i]
+            if not len(g):
+                _empty(top, f"no {level}-level buckets")
+                bottom.set_axis_off()
+                continue
+            long = g.melt(
+                id_vars=["bucket"],
+                value_vars=["tied_loss", "leviathan_loss"],
+                var_name="variant",
+                value_name="loss",
+            )
+            long["variant"] = long["variant"].str.removesuffix("_loss")
+            sns.barplot(long, x="bucket", y="loss", hue="variant", ax=top, palette="colorblind")
+            top.set_title(f"{level} level, {_basis(g)}", fontsize=9)
+            top.set_xlabel("")
+            top.set_ylabel("mean val loss (nats)")
+            sns.barplot(x=g["bucket"], y=100 * g["ppl_gain"], ax=bottom, color="C2")
+            bottom.axhline(0, color="black", lw=0.8)
+            bottom.set_xlabel(f"training-set count of the target {level}")
+            bottom.set_ylabel("ppl gain of leviathan (%, + = better)")
+            for ax in (top, bottom):
+                ax.tick_params(axis="x", rotation=30)
+    _title(fig, "Validation loss by training-frequency bucket", _smoke(frame), policy)
     return _save(fig, out_dir, "frequency", [csv] if csv else [])
 
 
-def vocabulary(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
+def vocabulary(
+    csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy
+) -> list[Path]:
+    """Ours (one line per scale) and, in its own panel, the paper's range (it states no scale)."""
+    from leviathan.vocab import get_vocab
+
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    if not len(frame):
+    ours = frame[frame["source"] == "ours"] if len(frame) else frame
+    paper = frame[frame["source"] == "paper"] if len(frame) else frame
+    fig, (ax, pax) = plt.subplots(1, 2, figsize=(11, 4))
+    if not len(ours):
         _empty(ax, "no vocabulary study in this config")
+        pax.set_axis_off()
     else:
-        lo, hi = frame["paper_gain_min"].iloc[0], frame["paper_gain_max"].iloc[0]
-        ax.axhspan(
-            100 * lo, 100 * hi, color="grey", alpha=0.25, label="paper (range; scale not stated)"
+        ours = ours.assign(
+            basis=[
+                f"{r['scale']}, {r['train_tokens']} tokens, {int(r['seeds'])} seed(s), {r['evidence']}"
+                for _, r in ours.iterrows()
+            ]
         )
-        sns.lineplot(frame, x="n_vocab", y=100 * frame["gain"], hue="scale", marker="o", ax=ax)
-        for _, r in frame.iterrows():
+        sns.lineplot(ours, x="n_vocab", y=100 * ours["gain"], hue="basis", marker="o", ax=ax)
+        for _, r in ours.iterrows():
             ax.annotate(
                 r["vocab"],
                 (r["n_vocab"], 100 * r["gain"]),
@@ -157,55 +221,86 @@ def vocabulary(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
         ax.set_xscale("log")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xlabel("vocabulary size (tokens)")
-        ax.set_ylabel("loss gain of leviathan over tied (%)")
-        ax.legend(fontsize=8)
-    ax.set_title("Relative gain vs vocabulary size")
+        ax.set_ylabel("loss gain of leviathan over tied (%, + = better)")
+        ax.legend(fontsize=7)
+        ax.set_title("ours")
+        for _, r in paper.iterrows():
+            sizes = [get_vocab(v).n_vocab for v in str(r["vocab"]).split(";")]
+            pax.fill_between(
+                sizes, 100 * r["gain_min"], 100 * r["gain_max"], color="grey", alpha=0.4
+            )
+            pax.set_xscale("log")
+            pax.set_xlabel("vocabulary size (tokens)")
+            pax.set_ylabel("loss gain of leviathan over tied (%)")
+        pax.set_title(f"THE PAPER's reported range (scale: {paper['scale'].iloc[0]})")
+    _title(fig, "Relative gain vs vocabulary size", _smoke(ours), policy)
     return _save(fig, out_dir, "vocabulary", [csv] if csv else [])
 
 
-def ablation(csv: Path | None, out_dir: str | os.PathLike[str]) -> list[Path]:
+def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy) -> list[Path]:
+    """Ours per (scale, vocab); the paper's figures in the same panel only at its scale and
+    vocabulary, otherwise in a panel of their own."""
+    from leviathan.report.tables import PAPER_MAIN_VOCAB
+
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
     inputs = [csv] if csv else []
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if not len(frame):
-        _empty(ax, "no ablation study in this config")
-    else:
-        rows = []
+    panels: dict[str, list[dict[str, Any]]] = {}
+    if len(frame):
         paper = Paper.load()
         inputs.append(Path(paper.path))
-        for _, r in frame.iterrows():
-            rows.append(
-                {
-                    "variant": r["variant"],
-                    "gain": 100 * r["gain"],
-                    "source": f"ours ({r['scale']}/{r['vocab']})",
-                }
-            )
+        for _key, g in frame.groupby(["scale", "vocab"], sort=False):
+            panels[f"ours: {_basis(g)}"] = [
+                {"variant": r["variant"], "gain": 100 * r["gain"], "source": "ours"}
+                for _, r in g.iterrows()
+            ]
         for scale in paper.scales("ablation"):
-            for variant, fig_ in paper.ablation(scale).items():
-                rows.append(
-                    {"variant": variant, "gain": 100 * fig_["gain"], "source": f"paper ({scale})"}
-                )
+            tokens = paper.main(scale).get("tokens")
+            label = f"{scale} / {PAPER_MAIN_VOCAB}" + (f", {tokens:,} tokens" if tokens else "")
+            rows = [
+                {"variant": v, "gain": 100 * f["gain"], "source": "paper"}
+                for v, f in paper.ablation(scale).items()
+            ]
+            same = next(
+                (k for k in panels if k.startswith(f"ours: {scale} / {PAPER_MAIN_VOCAB}:")), None
+            )
+            if same:
+                panels[same] += rows
+            else:
+                panels[f"THE PAPER's reported figures: {label}"] = rows
+    fig, axes = _grid(max(1, len(panels)), width=6.0, height=4.0)
+    if not panels:
+        _empty(axes[0], "no ablation study in this config")
+    order = variant_order()
+    for ax, (title, rows) in zip(axes, panels.items(), strict=False):
         long = pd.DataFrame(rows)
-        order = [v for v in variant_order() if v in set(long["variant"])]
         sns.barplot(
-            long, x="variant", y="gain", hue="source", order=order, ax=ax, palette="colorblind"
+            long,
+            x="variant",
+            y="gain",
+            hue="source",
+            order=[v for v in order if v in set(long["variant"])],
+            ax=ax,
+            palette="colorblind",
         )
         ax.axhline(0, color="black", lw=0.8)
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("input layer")
-        ax.set_ylabel("validation loss gain over tied (%)")
+        ax.set_ylabel("val loss gain over tied (%, + = better)")
         ax.tick_params(axis="x", rotation=20)
-    ax.set_title("Ablation: relative gain over tied")
+    _title(fig, "Ablation: relative gain over tied", _smoke(frame), policy)
     return _save(fig, out_dir, "ablation", inputs)
 
 
 def write_figures(
-    tables: Mapping[str, Path], sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[str]
+    tables: Mapping[str, Path],
+    sample_efficiency: Sequence[Path],
+    out_dir: str | os.PathLike[str],
+    policy: SmokePolicy,
 ) -> list[Path]:
     sns.set_theme(context="paper", style="whitegrid")
     out: list[Path] = []
-    out += loss_curves(sample_efficiency, out_dir)
-    out += frequency(tables.get("frequency"), out_dir)
-    out += vocabulary(tables.get("vocabulary"), out_dir)
-    out += ablation(tables.get("ablation"), out_dir)
+    out += loss_curves(sample_efficiency, out_dir, policy)
+    out += frequency(tables.get("frequency"), out_dir, policy)
+    out += vocabulary(tables.get("vocabulary"), out_dir, policy)
+    out += ablation(tables.get("ablation"), out_dir, policy)
     return out

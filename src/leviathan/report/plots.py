@@ -1,6 +1,8 @@
 """Plot data for `dvc plots show` (long CSVs, one row per point, a `cell` column to colour by):
 
-    loss_curves.csv   validation loss vs training tokens of every cell (its metrics.jsonl)
+    loss_curves.csv   periodic in-training validation loss (the trainer's evaluation on a fixed
+                      subset of windows, not the evaluation's val_loss) vs training tokens of
+                      every cell (its metrics.jsonl)
     frequency.csv     mean validation loss per training-frequency bucket of every cell (val.json)
 
 Each file has a manifest naming the files its rows were read from; the seaborn figures
@@ -24,6 +26,8 @@ from leviathan.manifest import input_record, write_manifest
 from leviathan.workflow.grid import Cell
 
 PLOT_NAMES = ("loss_curves", "frequency")
+# the in-training evaluation's loss, named apart from the evaluation's `val_loss` everywhere
+PERIODIC_LOSS = "periodic_val_loss"
 
 
 def plot_paths(out_dir: str | os.PathLike[str] = PLOTS_DIR) -> dict[str, Path]:
@@ -35,10 +39,10 @@ def loss_curves(cells: Iterable[Cell]) -> pd.DataFrame:
     for cell in cells:
         curve = read_curve(layout.run_dir(cell))
         rows += [
-            {"cell": cell.key, "tokens": t, "val_loss": loss}
+            {"cell": cell.key, "tokens": t, PERIODIC_LOSS: loss}
             for t, loss in zip(curve.tokens, curve.losses, strict=True)
         ]
-    return pd.DataFrame(rows, columns=["cell", "tokens", "val_loss"])
+    return pd.DataFrame(rows, columns=["cell", "tokens", PERIODIC_LOSS])
 
 
 def frequency(cells: Iterable[Cell]) -> pd.DataFrame:

@@ -25,6 +25,14 @@ import pandas as pd
 
 from leviathan import layout
 from leviathan.paper import Paper
+from leviathan.report.basis import (
+    BASIS_COLUMNS,
+    FULL,
+    GAIN_CONVENTION,
+    SMOKE,
+    SmokePolicy,
+    basis_labels,
+)
 from leviathan.report.cellmap import (
     CI_SUFFIX,
     CellSpec,
@@ -43,12 +51,14 @@ WIKITEXT_PPL = "/results/word_perplexity"
 LOSS = "/results/overall/loss"
 LAMBADA_PPL = "/results/tasks/lambada_openai/metrics/perplexity,none"
 # main-table column -> the paper's key for it under `main.<scale>.<variant>` (paper_reported.yaml)
+# and the op that gives our column's quantity: the paper states its val PPL change (negative =
+# better); our val_ppl_gain is its negative (GAIN_CONVENTION: positive = better)
 MAIN_PAPER_FIGURES = {
-    "val_loss": "val_loss",
-    "val_ppl": "val_ppl",
-    "val_ppl_change": "val_ppl_change",
-    "wikitext_ppl_gain": "wikitext103_ppl_gain",
-    "lambada_ppl_gain": "lambada_ppl_gain",
+    "val_loss": ("val_loss", "mean"),
+    "val_ppl": ("val_ppl", "mean"),
+    "val_ppl_gain": ("val_ppl_change", "neg"),
+    "wikitext_ppl_gain": ("wikitext103_ppl_gain", "mean"),
+    "lambada_ppl_gain": ("lambada_ppl_gain", "mean"),
 }
 
 # column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals, "pct" a fraction in %,
@@ -91,6 +101,7 @@ class Table:
     label_columns: list[str]
     columns: dict[str, str]  # numeric column -> format kind (FORMATS)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # row id -> labels
+    smoke_note: str = ""  # what a row whose `evidence` is SMOKE means (SmokePolicy.note)
     cells: dict[tuple[str, str], CellSpec] = field(default_factory=dict)
 
     def add_row(self, row: str, **labels: Any) -> str:
@@ -156,6 +167,18 @@ def _fmt(value: Any, kind: str) -> str:
     return fmt.format(100.0 * value if base == "pct" else value)
 
 
+def smoke_rows(frame: pd.DataFrame) -> list[bool]:
+    """Per row: whether it rests on a smoke test (its `evidence` label; see leviathan.report.basis)."""
+    col = frame["evidence"] if "evidence" in frame else [FULL] * len(frame)
+    return [v == SMOKE for v in col]
+
+
+def _label(value: Any) -> Any:
+    if missing(value):
+        return "-"
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def stand_in_rows(frame: pd.DataFrame) -> list[set[str]]:
     """Per row: the columns computed on offline stand-in data."""
     col = frame[STAND_IN_COLUMN] if STAND_IN_COLUMN in frame else [""] * len(frame)
@@ -166,6 +189,8 @@ def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
     """The frame as text for Markdown/LaTeX (the CSV keeps full precision); values computed on
     stand-in data carry STAND_IN_MARK."""
     out = frame.drop(columns=["row", STAND_IN_COLUMN], errors="ignore").copy().astype(object)
+    for col in table.label_columns:  # an empty label (e.g. the paper's row) as "-", counts as ints
+        out[col] = [_label(v) for v in out[col]]
     marked = stand_in_rows(frame)
     for col, kind in table.columns.items():
         out[col] = [
@@ -223,10 +248,21 @@ def _groups(cells: Iterable[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
     return dict(out)
 
 
-def _config_row(t: Table, scale: str, vocab: str, variant: str, cells: Sequence[Cell]) -> str:
-    """The row of one configuration, its seeds averaged: `<scale>/<vocab>/<variant>`."""
+CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", *BASIS_COLUMNS]
+
+
+def _config_row(
+    ctx: Context, t: Table, scale: str, vocab: str, variant: str, cells: Sequence[Cell]
+) -> str:
+    """The row of one configuration, its seeds averaged: `<scale>/<vocab>/<variant>`, with
+    what its numbers rest on (training tokens, smoke test or not)."""
     return t.add_row(
-        f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant, seeds=len(cells)
+        f"{scale}/{vocab}/{variant}",
+        scale=scale,
+        vocab=vocab,
+        variant=variant,
+        seeds=len(cells),
+        **ctx.basis(cells),
     )
 
 
@@ -240,6 +276,7 @@ class ReportInputs:
     studies: Mapping[str, Mapping[str, Any]]
     evals: Sequence[str]  # enabled evaluation kinds (val always)
     paper_path: str  # config/paper_reported.yaml as recorded
+    smoke: SmokePolicy = field(default_factory=SmokePolicy.default)  # report.smoke_test
 
     def study(self, name: str) -> dict[tuple[str, str, str], list[Cell]]:
         return _groups(study_cells(self.studies[name])) if name in self.studies else {}
@@ -251,11 +288,11 @@ class ReportInputs:
 # ---------------------------------------------------------------- the paper's figures
 
 
-def _paper_cell(paper: Paper, *keys: str | int) -> CellSpec | None:
+def _paper_cell(paper: Paper, *keys: str | int, op: str = "mean") -> CellSpec | None:
     """A reported figure as a cell (config/paper_reported.yaml is recorded and hashed like any
     input); None where the paper does not report it."""
     pointer = paper.pointer(*keys)
-    return CellSpec("mean", (Source(paper.path, pointer),)) if pointer else None
+    return CellSpec(op, (Source(paper.path, pointer),)) if pointer else None
 
 
 @dataclass(frozen=True)
@@ -292,8 +329,8 @@ def paper_figures(paper: Paper) -> list[PaperFigure]:
     vocabularies, not a point: the vocabulary table shows it on every row.)"""
     out: list[PaperFigure] = []
 
-    def add(table: str, scale: str, key: str, quantity: str, *path: str) -> None:
-        spec = _paper_cell(paper, table, scale, *path)
+    def add(table: str, scale: str, key: str, quantity: str, *path: str, op: str = "mean") -> None:
+        spec = _paper_cell(paper, table, scale, *path, op=op)
         if spec is not None:
             out.append(PaperFigure(table, scale, key, quantity, spec))
 
@@ -301,8 +338,8 @@ def paper_figures(paper: Paper) -> list[PaperFigure]:
         for variant, figs in paper.main(scale).items():
             if not isinstance(figs, Mapping):
                 continue  # the scale's training tokens
-            for col, key in MAIN_PAPER_FIGURES.items():
-                add("main", scale, variant, col, variant, key)
+            for col, (key, op) in MAIN_PAPER_FIGURES.items():
+                add("main", scale, variant, col, variant, key, op=op)
     for scale in paper.scales("ablation"):
         for variant in paper.ablation(scale):
             for col in ABLATION_PAPER_FIGURES:
@@ -340,6 +377,10 @@ class Context:
     figures: list[PaperFigure]
     tables: dict[str, Table] = field(default_factory=dict)
 
+    def basis(self, cells: Sequence[Cell]) -> dict[str, str]:
+        """The BASIS_COLUMNS labels of a row read from `cells`."""
+        return basis_labels(cells, self.docs, self.inp.smoke)
+
     def set_paper(self, t: Table, row: str) -> None:
         """The paper's figures for one of our rows, in its `paper_*` columns."""
         for fig in self.figures:
@@ -366,7 +407,7 @@ def _has_lambada_ppl(tasks: Mapping[str, Any]) -> bool:
 
 def main_table(ctx: Context, name: str) -> Table:
     inp = ctx.inp
-    cols = {"tokens": "int", "val_loss": "loss", "val_ppl": "ppl", "val_ppl_change": "pct"}
+    cols = {"val_loss": "loss", "val_ppl": "ppl", "val_ppl_gain": "pct"}
     if "wikitext" in inp.evals:
         cols |= {"wikitext_ppl": "ppl", "wikitext_ppl_gain": "pct"}
     if _has_lambada_ppl(_lm_eval_tasks(inp, ctx.docs)):
@@ -374,24 +415,24 @@ def main_table(ctx: Context, name: str) -> Table:
     cols |= {f"paper_{col}": cols.get(col, "pct") for col in MAIN_PAPER_FIGURES}
     t = Table(
         name,
-        "Main results: validation loss and perplexity, zero-shot perplexity gains over tied",
-        ["scale", "vocab", "variant", "seeds"],
+        "Main results: validation loss (the evaluation's, over the whole held-out split) and "
+        f"perplexity, zero-shot perplexity gains over tied; {GAIN_CONVENTION}",
+        CONFIG_LABELS,
         cols,
     )
     groups = inp.study("main")
     if _seeded(groups):
         t.with_ci(
             "val_loss",
-            "val_ppl_change",
+            "val_ppl_gain",
             "wikitext_ppl",
             "wikitext_ppl_gain",
             "lambada_ppl",
             "lambada_ppl_gain",
         )
     for (scale, vocab, variant), cells in groups.items():
-        row = _config_row(t, scale, vocab, variant, cells)
+        row = _config_row(ctx, t, scale, vocab, variant, cells)
         tied = groups.get((scale, vocab, "tied"))
-        t.set(row, "tokens", CellSpec("mean", _src(cells, "val", "/checkpoint/tokens")))
         t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", LOSS)))
         t.set(row, "val_ppl", CellSpec("exp", _src(cells, "val", LOSS)))
         if "wikitext_ppl" in cols:
@@ -399,7 +440,7 @@ def main_table(ctx: Context, name: str) -> Table:
         if "lambada_ppl" in cols:
             t.set(row, "lambada_ppl", CellSpec("mean", _src(cells, "lm_eval", LAMBADA_PPL)))
         if tied and variant != "tied":
-            t.set(row, "val_ppl_change", _pair("exp_change", tied, cells, "val", LOSS))
+            t.set(row, "val_ppl_gain", _pair("exp_gain", tied, cells, "val", LOSS))
             if "wikitext_ppl" in cols:
                 t.set(
                     row, "wikitext_ppl_gain", _pair("gain", tied, cells, "wikitext", WIKITEXT_PPL)
@@ -452,8 +493,9 @@ def downstream_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         f"Zero-shot accuracy (%, lm-eval's acc) per task; mean over {over} and its gain "
-        "over tied (points); mean_norm: the same mean with acc_norm where a task has it",
-        ["scale", "vocab", "variant", "seeds"],
+        "over tied (points); mean_norm: the same mean with acc_norm where a task has it; "
+        + GAIN_CONVENTION,
+        CONFIG_LABELS,
         cols,
     )
 
@@ -461,7 +503,7 @@ def downstream_table(ctx: Context, name: str) -> Table:
         return "acc_norm,none" if "acc_norm,none" in metrics.get(task, {}) else "acc,none"
 
     for (scale, vocab, variant), cells in groups.items():
-        row = _config_row(t, scale, vocab, variant, cells)
+        row = _config_row(ctx, t, scale, vocab, variant, cells)
         for task in tasks:
             t.set(
                 row,
@@ -494,14 +536,15 @@ def ablation_table(ctx: Context, name: str) -> Table:
     }
     t = Table(
         name,
-        "Input-layer ablation: validation loss and relative gain over tied",
-        ["scale", "vocab", "variant", "seeds"],
+        "Input-layer ablation: validation loss (the evaluation's) and relative gain over tied; "
+        + GAIN_CONVENTION,
+        CONFIG_LABELS,
         cols,
     )
     if _seeded(groups):
         t.with_ci("val_loss", "gain")
     for (scale, vocab, variant), cells in groups.items():
-        row = _config_row(t, scale, vocab, variant, cells)
+        row = _config_row(ctx, t, scale, vocab, variant, cells)
         t.set(row, "params", CellSpec("params", _state(cells[:1])))
         t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", LOSS)))
         tied = groups.get((scale, vocab, "tied"))
@@ -527,13 +570,15 @@ def vocabulary_table(ctx: Context, name: str) -> Table:
         "tied_loss": "loss",
         "leviathan_loss": "loss",
         "gain": "pct",
-        "paper_gain_min": "pct",
-        "paper_gain_max": "pct",
+        "gain_min": "pct",
+        "gain_max": "pct",
     }
     t = Table(
         name,
-        "Vocabulary study: relative loss gain of leviathan over tied",
-        ["scale", "vocab", "n_vocab", "seeds"],
+        "Vocabulary study: relative loss gain of leviathan over tied (the evaluation's validation "
+        f"loss); {GAIN_CONVENTION}. The paper's row (a range over its vocabularies, at a scale "
+        "it does not state) is its own, not beside any of ours",
+        ["source", "scale", "vocab", "n_vocab", "seeds", *BASIS_COLUMNS],
         cols,
     )
     if _seeded(groups):
@@ -542,23 +587,39 @@ def vocabulary_table(ctx: Context, name: str) -> Table:
         tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
         row = t.add_row(
             f"{scale}/{vocab}",
+            source="ours",
             scale=scale,
             vocab=vocab,
             n_vocab=get_vocab(vocab).n_vocab,
             seeds=len(lev),
+            **ctx.basis([*tied, *lev]),
         )
         t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", LOSS)))
         t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", LOSS)))
         t.set(row, "gain", _pair("gain", tied, lev, "val", LOSS))
-        t.set(row, "paper_gain_min", _paper_cell(ctx.paper, "vocabulary", "gain_range", 0))
-        t.set(row, "paper_gain_max", _paper_cell(ctx.paper, "vocabulary", "gain_range", 1))
+    if pairs:
+        row = t.add_row(
+            "paper",
+            source="paper",
+            scale="not stated",
+            vocab=";".join(ctx.paper.doc.get("vocabulary", {}).get("vocabs", [])),
+        )
+        t.set(row, "gain_min", _paper_cell(ctx.paper, "vocabulary", "gain_range", 0))
+        t.set(row, "gain_max", _paper_cell(ctx.paper, "vocabulary", "gain_range", 1))
     return t
 
 
+# frequency levels: the val evaluation's result key -> the table's `level` label and row-id part
+FREQUENCY_LEVELS = {"frequency_tokens": ("token", ""), "frequency_words": ("word", "words/")}
+
+
 def frequency_table(ctx: Context, name: str) -> Table:
-    groups = ctx.inp.study("main")
+    """Every (scale, vocabulary) of the studies with tied and leviathan, token-level buckets (the
+    target id's training count) and, where the evaluation counted words, word-level buckets
+    (the word's training count; its loss the sum over its tokens)."""
+    groups = ctx.inp.all_cells()
     cols = {
-        "tokens": "int",
+        "targets": "int",
         "tied_loss": "loss",
         "leviathan_loss": "loss",
         "loss_gain_nats": "loss",
@@ -570,28 +631,51 @@ def frequency_table(ctx: Context, name: str) -> Table:
     }
     t = Table(
         name,
-        "Validation loss by training-set frequency of the target token (tied vs leviathan)",
-        ["scale", "vocab", "bucket"],
+        "Validation loss (the evaluation's) by training-set frequency of the target token "
+        "(level token) or word (level word), tied vs leviathan, every vocabulary of the "
+        f"studies; targets: evaluated tokens (words) in the bucket; {GAIN_CONVENTION}",
+        ["scale", "vocab", "seeds", *BASIS_COLUMNS, "level", "bucket"],
         cols,
     )
     for scale, vocab in _pairs(groups):
         tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
-        buckets = ctx.docs.get(_eval(tied[0], "val"))["results"]["frequency_tokens"]["log10"]
-        for i, bucket in enumerate(buckets):
-            label = bucket["label"]
-            row = t.add_row(f"{scale}/{vocab}/{label}", scale=scale, vocab=vocab, bucket=label)
-            ptr = f"/results/frequency_tokens/log10/{i}"
-            t.set(row, "tokens", CellSpec("mean", _src(tied[:1], "val", f"{ptr}/n")))
-            if not bucket["n"]:
-                continue
-            t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", f"{ptr}/mean_loss")))
-            t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", f"{ptr}/mean_loss")))
-            t.set(row, "loss_gain_nats", _pair("reduction", tied, lev, "val", f"{ptr}/mean_loss"))
-            t.set(row, "tied_ppl", CellSpec("exp", _src(tied, "val", f"{ptr}/mean_loss")))
-            t.set(row, "leviathan_ppl", CellSpec("exp", _src(lev, "val", f"{ptr}/mean_loss")))
-            t.set(row, "ppl_gain", _pair("exp_gain", tied, lev, "val", f"{ptr}/mean_loss"))
-            ctx.set_paper(t, row)
+        basis = {"seeds": len(lev), **ctx.basis([*tied, *lev])}
+        results = ctx.docs.get(_eval(tied[0], "val"))["results"]
+        for key, (level, part) in FREQUENCY_LEVELS.items():
+            for i, bucket in enumerate(results.get(key, {}).get("log10", [])):
+                label = bucket["label"]
+                row = t.add_row(
+                    f"{scale}/{vocab}/{part}{label}",
+                    scale=scale,
+                    vocab=vocab,
+                    **basis,
+                    level=level,
+                    bucket=label,
+                )
+                _frequency_row(ctx, t, row, tied, lev, f"/results/{key}/log10/{i}", bucket)
     return t
+
+
+def _frequency_row(
+    ctx: Context,
+    t: Table,
+    row: str,
+    tied: Sequence[Cell],
+    lev: Sequence[Cell],
+    ptr: str,
+    bucket: Mapping[str, Any],
+) -> None:
+    """One bucket's cells (an empty bucket: its count only)."""
+    t.set(row, "targets", CellSpec("mean", _src(tied[:1], "val", f"{ptr}/n")))
+    if not bucket["n"]:
+        return
+    t.set(row, "tied_loss", CellSpec("mean", _src(tied, "val", f"{ptr}/mean_loss")))
+    t.set(row, "leviathan_loss", CellSpec("mean", _src(lev, "val", f"{ptr}/mean_loss")))
+    t.set(row, "loss_gain_nats", _pair("reduction", tied, lev, "val", f"{ptr}/mean_loss"))
+    t.set(row, "tied_ppl", CellSpec("exp", _src(tied, "val", f"{ptr}/mean_loss")))
+    t.set(row, "leviathan_ppl", CellSpec("exp", _src(lev, "val", f"{ptr}/mean_loss")))
+    t.set(row, "ppl_gain", _pair("exp_gain", tied, lev, "val", f"{ptr}/mean_loss"))
+    ctx.set_paper(t, row)
 
 
 def cost_table(ctx: Context, name: str) -> Table:
@@ -605,7 +689,8 @@ def cost_table(ctx: Context, name: str) -> Table:
     }
     t = Table(
         name,
-        "Cost by the model's own counter: parameters, forward FLOPs per token, overhead vs tied",
+        "Cost by the model's own counter (from the model config alone, no training): parameters, "
+        "forward FLOPs per token, overhead vs tied (positive = more than tied)",
         ["scale", "vocab", "variant"],
         cols,
     )
@@ -623,23 +708,87 @@ def cost_table(ctx: Context, name: str) -> Table:
     return t
 
 
-def _sample_efficiency_spec(inp: ReportInputs, docs: DocumentCache, scale: str) -> CellSpec | None:
-    """Ours: the tokens ratio at which leviathan reaches tied's final loss (mean over seeds)."""
-    lev = inp.all_cells().get((scale, PAPER_MAIN_VOCAB, "leviathan"), [])
-    tied = {c.seed for c in inp.all_cells().get((scale, PAPER_MAIN_VOCAB, "tied"), [])}
-    sources = []
-    for c in lev:
-        if c.seed not in tied:
+def _se_pairs(
+    inp: ReportInputs,
+) -> list[tuple[str, str, str, list[Cell], list[Cell]]]:
+    """(scale, vocab, variant, its cells, tied's cells of the same seeds) for every variant other
+    than tied with a tied baseline: the groups the sample-efficiency evaluation compares."""
+    groups = inp.all_cells()
+    out = []
+    for (scale, vocab, variant), cells in groups.items():
+        tied = {c.seed: c for c in groups.get((scale, vocab, "tied"), [])}
+        paired = [c for c in cells if c.seed in tied]
+        if variant != "tied" and paired:
+            out.append((scale, vocab, variant, paired, [tied[c.seed] for c in paired]))
+    return out
+
+
+def _se_sources(docs: DocumentCache, cells: Sequence[Cell], field_: str) -> tuple[Source, ...]:
+    """A field of each seed's run record in its sample-efficiency output (`baseline/...` for the
+    tied baseline's); none where that output was not made (the workflow always makes it; a report
+    built by hand from runs without periodic validation has none: its cells stay empty)."""
+    out = []
+    for c in cells:
+        path = layout.sample_efficiency_path(c.scale, c.vocab, c.seed)
+        if not docs.path(path).is_file():
+            return ()
+        if field_.startswith("baseline/"):
+            out.append(Source(path, f"/results/{field_}"))
             continue
-        path = layout.sample_efficiency_path(scale, PAPER_MAIN_VOCAB, c.seed)
         runs = docs.get(path)["results"]["runs"]
-        i = next((i for i, r in enumerate(runs) if r.get("variant") == "leviathan"), None)
+        i = next((i for i, r in enumerate(runs) if r.get("variant") == c.variant), None)
         if i is None:
             raise ValueError(
-                f"{path}: has no leviathan run (was its metrics.jsonl written by the trainer?)"
+                f"{path}: has no {c.variant} run: rerun its sample_efficiency rule "
+                "(`snakemake --forcerun sample_efficiency all`)"
             )
-        sources.append(Source(path, f"/results/runs/{i}/ratio_interpolated"))
-    return CellSpec("mean", tuple(sources)) if sources else None
+        out.append(Source(path, f"/results/runs/{i}/{field_}"))
+    return tuple(out)
+
+
+def sample_efficiency_table(ctx: Context, name: str) -> Table:
+    """Ours: per variant, the training tokens at which its periodic in-training validation loss
+    first reaches tied's final one (interpolated between evaluations), and tied's tokens over
+    those (the paper's "2.1x fewer tokens"); empty where it never does (reached < 1: not in
+    every seed)."""
+    cols = {
+        "tied_tokens": "int",
+        "target_periodic_loss": "loss",
+        "final_periodic_loss": "loss",
+        "reached": "num",
+        "tokens_to_target": "int",
+        "tokens_ratio": "num",
+        "paper_tokens_ratio": "num",
+    }
+    t = Table(
+        name,
+        "Sample efficiency: training tokens to reach tied's final periodic validation loss (the "
+        "in-training evaluation on a fixed subset of validation windows, not the evaluation's "
+        "val_loss); reached: fraction of seeds that reach it; tokens_ratio: tied's tokens over "
+        "the variant's (> 1 = fewer tokens than tied, better)",
+        CONFIG_LABELS,
+        cols,
+    )
+    for scale, vocab, variant, cells, tied in _se_pairs(ctx.inp):
+        row = t.add_row(
+            f"{scale}/{vocab}/{variant}",
+            scale=scale,
+            vocab=vocab,
+            variant=variant,
+            seeds=len(cells),
+            **ctx.basis([*tied, *cells]),
+        )
+        for col, field_ in (
+            ("tied_tokens", "baseline/tokens"),
+            ("target_periodic_loss", "baseline/target_val_loss"),
+            ("final_periodic_loss", "final_val_loss"),
+            ("reached", "reached"),
+            ("tokens_to_target", "tokens_interpolated"),
+            ("tokens_ratio", "ratio_interpolated"),
+        ):
+            t.set(row, col, CellSpec("mean", _se_sources(ctx.docs, cells, field_)))
+        ctx.set_paper(t, row)
+    return t
 
 
 def paper_vs_ours(ctx: Context, name: str) -> Table:
@@ -647,25 +796,23 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
     beside ours: the same table's cell, empty where that scale was not run."""
     t = Table(
         name,
-        "The paper's reported figures beside ours (ours empty where not trained)",
-        ["table", "scale", "variant", "quantity"],
+        "The paper's reported figures beside ours at the same scale (ours empty where that scale "
+        f"was not trained); train_tokens and evidence: what ours rests on; {GAIN_CONVENTION}",
+        ["table", "scale", "variant", "quantity", *BASIS_COLUMNS],
         {"paper": "num", "ours": "num", "difference": "num"},
     )
     for fig in ctx.figures:
-        if fig.table == "sample_efficiency":  # no table of ours: the sample-efficiency outputs
-            ours = _sample_efficiency_spec(ctx.inp, ctx.docs, fig.scale)
-        else:
-            ours = (
-                ctx.tables[fig.table].cells.get((fig.row, fig.quantity))
-                if fig.table in ctx.tables
-                else None
-            )
+        ours, basis = None, {}
+        if fig.table in ctx.tables and fig.row in ctx.tables[fig.table].rows:
+            ours = ctx.tables[fig.table].cells.get((fig.row, fig.quantity))
+            basis = {c: ctx.tables[fig.table].rows[fig.row].get(c) for c in BASIS_COLUMNS}
         row = t.add_row(
             f"{fig.table}/{fig.scale}/{fig.key}/{fig.quantity}",
             table=fig.table,
             scale=fig.scale,
             variant=fig.key,
             quantity=fig.quantity,
+            **(basis if ours is not None else {}),
         )
         t.set(row, "paper", fig.spec)
         t.set(row, "ours", ours)
@@ -689,15 +836,15 @@ def metrics_table(ctx: Context, name: str) -> Table:
     cols |= {"wikitext_ppl": "ppl"} if wikitext else {}
     cols |= {"lambada_ppl": "ppl"} if lambada else {}
     cols |= {"downstream_mean_acc": "points"} if averaged else {}
-    cols |= {"val_loss_gain": "pct", "val_ppl_change": "pct"}
+    cols |= {"val_loss_gain": "pct", "val_ppl_gain": "pct"}
     cols |= {"wikitext_ppl_gain": "pct"} if wikitext else {}
     cols |= {"lambada_ppl_gain": "pct"} if lambada else {}
     cols |= {"downstream_gain_points": "dpoints"} if averaged else {}
     t = Table(
         name,
         "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
-        "scale, vocabulary and seed",
-        ["scale", "vocab", "variant", "seed"],
+        f"scale, vocabulary and seed; {GAIN_CONVENTION}",
+        ["scale", "vocab", "variant", "seed", *BASIS_COLUMNS],
         cols,
     )
     groups = inp.all_cells()
@@ -711,6 +858,7 @@ def metrics_table(ctx: Context, name: str) -> Table:
                 vocab=vocab,
                 variant=variant,
                 seed=cell.seed,
+                **ctx.basis(one),
             )
             t.set(row, "val_loss", CellSpec("mean", _src(one, "val", LOSS)))
             t.set(row, "val_ppl", CellSpec("exp", _src(one, "val", LOSS)))
@@ -727,7 +875,7 @@ def metrics_table(ctx: Context, name: str) -> Table:
             if tied is None or variant == "tied":
                 continue
             t.set(row, "val_loss_gain", _pair("gain", [tied], one, "val", LOSS))
-            t.set(row, "val_ppl_change", _pair("exp_change", [tied], one, "val", LOSS))
+            t.set(row, "val_ppl_gain", _pair("exp_gain", [tied], one, "val", LOSS))
             if wikitext:
                 t.set(
                     row, "wikitext_ppl_gain", _pair("gain", [tied], one, "wikitext", WIKITEXT_PPL)
@@ -772,7 +920,8 @@ TABLES: dict[str, TableDef] = {
         ),
         TableDef("ablation", lambda inp: bool(inp.study("ablation")), ablation_table),
         TableDef("vocabulary", lambda inp: bool(_pairs(inp.study("vocabulary"))), vocabulary_table),
-        TableDef("frequency", lambda inp: bool(_pairs(inp.study("main"))), frequency_table),
+        TableDef("frequency", lambda inp: bool(_pairs(inp.all_cells())), frequency_table),
+        TableDef("sample_efficiency", lambda inp: bool(_se_pairs(inp)), sample_efficiency_table),
         TableDef("cost", _always, cost_table),
         TableDef("paper_vs_ours", _always, paper_vs_ours),
         # per cell and seed, flat; also JSON for DVC's `metrics:` (leviathan.report.build.render)
@@ -792,6 +941,7 @@ def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
     ctx = Context(inp, docs, paper, paper_figures(paper))
     for name in table_names(inp):
         ctx.tables[name] = TABLES[name].build(ctx, name)
+        ctx.tables[name].smoke_note = inp.smoke.note()
     return ctx.tables
 
 

@@ -1,0 +1,93 @@
+"""What a reported number rests on: its scale, training tokens and seeds, and whether it is a smoke test.
+
+Every row of a report table and every panel of a figure carries these labels, read from the
+runs' own records (each cell's final checkpoint state: `tokens`), never written by hand. A
+cell trained on fewer tokens than the config's `report.smoke_test.below_tokens` is a smoke
+test: its numbers check that the pipeline runs and are labelled so wherever they appear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from leviathan import layout
+from leviathan.report.cellmap import DocumentCache
+from leviathan.workflow.grid import Cell
+
+SMOKE = "smoke test"
+FULL = "full run"
+# the label columns every table of trained cells carries (after its own labels)
+BASIS_COLUMNS = ("train_tokens", "evidence")
+# the sign convention of every gain column of the report (relative to tied, or in points/nats)
+GAIN_CONVENTION = (
+    "every *_gain column: positive = better than tied (lower loss or perplexity, higher accuracy)"
+)
+
+
+@dataclass(frozen=True)
+class SmokePolicy:
+    """`report.smoke_test` of the config: the size below which a run is a smoke test, and why."""
+
+    below_tokens: int
+    reason: str
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> SmokePolicy:
+        """From a validated config (the schema fills the defaults)."""
+        section = (config.get("report") or {}).get("smoke_test")
+        if not section or "below_tokens" not in section or "reason" not in section:
+            raise ValueError(
+                "config has no report.smoke_test.below_tokens/reason: resolve it with "
+                "leviathan.workflow.config.resolve (the schema fills the defaults)"
+            )
+        return cls(int(section["below_tokens"]), str(section["reason"]))
+
+    @classmethod
+    def default(cls) -> SmokePolicy:
+        """The schema's defaults (workflow/schemas/config.schema.yaml)."""
+        import yaml
+
+        from leviathan.layout import CONFIG_SCHEMA
+        from leviathan.paper import repo_root
+
+        schema = yaml.safe_load((repo_root() / CONFIG_SCHEMA).read_text())
+        props = schema["properties"]["report"]["properties"]["smoke_test"]["properties"]
+        return cls(int(props["below_tokens"]["default"]), str(props["reason"]["default"]))
+
+    def is_smoke(self, tokens: Iterable[int]) -> bool:
+        return any(int(t) < self.below_tokens for t in tokens)
+
+    def note(self) -> str:
+        return (
+            f"A row or panel marked '{SMOKE}' rests on runs of fewer than {self.below_tokens:,} "
+            f"training tokens (report.smoke_test.below_tokens): {self.reason}."
+        )
+
+
+def trained_tokens(cells: Sequence[Cell], docs: DocumentCache) -> list[int]:
+    """The tokens each cell was trained on, from its final checkpoint's own state."""
+    return [int(docs.get(layout.final_marker(c))["tokens"]) for c in cells]
+
+
+def tokens_label(tokens: Sequence[int]) -> str:
+    """`30,720`, or `30,720-40,960` where the seeds' runs differ."""
+    lo, hi = min(tokens), max(tokens)
+    return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+
+
+def basis_labels(cells: Sequence[Cell], docs: DocumentCache, policy: SmokePolicy) -> dict[str, str]:
+    """The BASIS_COLUMNS labels of a row computed from `cells` (all the cells it reads)."""
+    tokens = trained_tokens(cells, docs)
+    return {
+        "train_tokens": tokens_label(tokens),
+        "evidence": SMOKE if policy.is_smoke(tokens) else FULL,
+    }
+
+
+def caption(scale: str, tokens: Sequence[int], seeds: Sequence[int], policy: SmokePolicy) -> str:
+    """A figure panel's basis: `micro, 30,720 tokens, seed 0 (smoke test)`."""
+    seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {','.join(map(str, seeds))}"
+    smoke = f" ({SMOKE.upper()})" if policy.is_smoke(tokens) else ""
+    return f"{scale}, {tokens_label(tokens)} tokens, {seed_text}{smoke}"

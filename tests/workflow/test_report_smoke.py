@@ -1,0 +1,138 @@
+"""A run below report.smoke_test.below_tokens is labelled a smoke test wherever its numbers appear
+(tables in every format, figures, paper_vs_ours, DVC metrics), and the paper's figures sit beside
+ours only at the same scale."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from test_report_tables import write_cell, write_sample_efficiency
+from workflow_helpers import BIN
+
+from leviathan import layout
+from leviathan.report import figures
+from leviathan.report.basis import SmokePolicy
+from leviathan.report.build import write_report
+from leviathan.workflow.grid import Cell
+
+SMOKE_TOKENS = 30_720  # the default config's micro runs: 60 steps of 8 x 64 tokens
+STUDY = {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}
+STUDIES = {"main": STUDY, "ablation": STUDY, "vocabulary": STUDY}
+
+
+def _config(below_tokens: int | None = None) -> dict[str, Any]:
+    config: dict[str, Any] = {"studies": STUDIES, "evaluate": {"val": {}}}
+    if below_tokens is not None:
+        reason = "a stated reason"
+        config["report"] = {"smoke_test": {"below_tokens": below_tokens, "reason": reason}}
+    return config
+
+
+@pytest.fixture
+def micro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    for variant in ("tied", "leviathan"):
+        write_cell(Cell("micro", "gpt2", variant, 0), tokens=SMOKE_TOKENS)
+    write_sample_efficiency("micro", "gpt2")
+    return tmp_path
+
+
+def test_every_table_labels_a_small_run_a_smoke_test(micro: Path) -> None:
+    write_report(_config(), "tables", None, metrics_dir="metrics")
+    policy = SmokePolicy.default()
+    assert policy.below_tokens > SMOKE_TOKENS and policy.reason  # the schema's default, stated
+    names = ["main", "ablation", "vocabulary", "frequency", "sample_efficiency", "metrics"]
+    for name in names:
+        frame = pd.read_csv(f"tables/{name}.csv")
+        ours = frame[frame["source"] == "ours"] if "source" in frame else frame
+        assert set(ours["evidence"]) == {"smoke test"}, name
+        assert set(ours["train_tokens"]) == {f"{SMOKE_TOKENS:,}"}, name
+        md, tex = (Path(f"tables/{name}.{fmt}").read_text() for fmt in ("md", "tex"))
+        assert "SMOKE TEST" in md and policy.reason.split()[0] in md, name
+        assert "SMOKE TEST" in tex, name
+    # the vocabulary range of the paper (scale not stated) is its own row, not beside ours
+    vocab = pd.read_csv("tables/vocabulary.csv").set_index("source")
+    assert pd.isna(vocab.loc["ours", "gain_min"]) and pd.notna(vocab.loc["ours", "gain"])
+    assert vocab.loc["paper", "scale"] == "not stated" and pd.isna(vocab.loc["paper", "gain"])
+    # paper_vs_ours: the paper's scales only; micro is none of them, so no row holds ours
+    pvo = pd.read_csv("tables/paper_vs_ours.csv")
+    assert pvo["ours"].isna().all() and pvo["evidence"].isna().all()
+    # DVC metrics: one file per cell, its basis first
+    lev = json.loads(Path("metrics/micro/gpt2/leviathan/seed0.json").read_text())
+    assert lev["evidence"] == "smoke test" and lev["train_tokens"] == SMOKE_TOKENS
+    assert lev["val_loss_gain"] == pytest.approx((3.1 - 3.0) / 3.1)
+    assert sorted(p.name for p in Path("metrics").rglob("*.json")) == ["seed0.json"] * 2
+
+
+def test_the_size_is_the_configs_value(micro: Path) -> None:
+    write_report(_config(below_tokens=SMOKE_TOKENS), "tables", None, metrics_dir="metrics")
+    assert set(pd.read_csv("tables/main.csv")["evidence"]) == {"full run"}
+    assert "SMOKE" not in Path("tables/main.md").read_text()
+    write_report(_config(below_tokens=SMOKE_TOKENS + 1), "tables", None, metrics_dir="metrics")
+    assert "a stated reason" in Path("tables/main.md").read_text()
+
+
+def test_stale_cells_leave_the_dvc_metrics(micro: Path) -> None:
+    stale = layout.dvc_metrics_file("metrics", "micro/gpt2/albert/seed0")
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    write_report(_config(), "tables", None, metrics_dir="metrics")
+    assert not stale.exists()
+
+
+@pytest.mark.skipif(not (BIN / "dvc").exists(), reason="dvc is not installed in the environment")
+def test_dvc_metrics_show_prints_one_row_per_cell(micro: Path) -> None:
+    write_report(_config(), "tables", None, metrics_dir="results/report/metrics")
+    shutil.copy(Path(__file__).parents[2] / "dvc.yaml", "dvc.yaml")
+    subprocess.run([str(BIN / "dvc"), "init", "--no-scm", "-q"], check=True)
+    shown = subprocess.run(
+        [str(BIN / "dvc"), "metrics", "show"], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    header, *rows = [line for line in shown if line.strip()]
+    assert "evidence" in header and "train_tokens" in header and "val_loss" in header
+    assert len(rows) == 2 and all("smoke test" in r for r in rows)
+    assert all(r.startswith("results/report/metrics/micro/gpt2/") for r in rows)  # a row per cell
+
+
+def _figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The figures as drawn (titles readable), saved nowhere."""
+    drawn: dict[str, Any] = {}
+
+    def keep(fig: Any, out_dir: Any, name: str, inputs: Any) -> list[Path]:
+        drawn[name] = fig
+        return []
+
+    monkeypatch.setattr(figures, "_save", keep)
+    csvs = {n: Path(f"tables/{n}.csv") for n in ("frequency", "vocabulary", "ablation")}
+    se = [Path(layout.sample_efficiency_path("micro", "gpt2", 0))]
+    figures.write_figures(csvs, se, "figures", SmokePolicy.default())
+    return drawn
+
+
+def _titles(fig: Any) -> list[str]:
+    return [ax.get_title() for ax in fig.axes if ax.get_title()]
+
+
+def test_figures_say_smoke_test_and_keep_the_paper_apart(
+    micro: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_report(_config(), "tables", None, metrics_dir="metrics")
+    drawn = _figures(monkeypatch)
+    assert set(drawn) == {"loss_curves", "frequency", "vocabulary", "ablation"}
+    for name, fig in drawn.items():
+        assert "SMOKE TEST" in fig._suptitle.get_text(), name
+    (curves,) = _titles(drawn["loss_curves"])
+    assert f"micro, {SMOKE_TOKENS:,} tokens, seed 0" in curves
+    assert "periodic" in drawn["loss_curves"].axes[0].get_ylabel()  # not the evaluation's loss
+    # the paper's 400m ablation is not micro: its own panel, marked as the paper's
+    ours, paper = _titles(drawn["ablation"])
+    assert ours.startswith(f"ours: micro / gpt2: {SMOKE_TOKENS:,} tokens") and "smoke test" in ours
+    assert paper.startswith("THE PAPER") and "400m" in paper
+    assert [t.startswith("THE PAPER") for t in _titles(drawn["vocabulary"])] == [False, True]
+    assert all(f"{SMOKE_TOKENS:,} tokens" in t for t in _titles(drawn["frequency"]))
