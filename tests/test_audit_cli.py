@@ -36,8 +36,18 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             "results": {"overall": {"loss": 2.5}},
         },
     )
-    table = Table("metrics", "Metrics", ["cell"], {"val_loss": "loss", "val_ppl": "ppl"})
-    row = table.add_row("micro/gpt2/leviathan/seed0", cell="micro/gpt2/leviathan/seed0")
+    table = Table(
+        "metrics",
+        "Metrics",
+        ["cell", "train_tokens", "evidence"],
+        {"val_loss": "loss", "val_ppl": "ppl"},
+    )
+    row = table.add_row(
+        "micro/gpt2/leviathan/seed0",
+        cell="micro/gpt2/leviathan/seed0",
+        train_tokens="30,720",
+        evidence="smoke test",
+    )
     source = (Source("val.json", "/results/overall/loss"),)
     table.set(row, "val_loss", CellSpec("mean", source))
     table.set(row, "val_ppl", CellSpec("exp", source))
@@ -48,7 +58,12 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_metrics_json_numbers_are_traced(report: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads((report / "metrics.json").read_text()) == {
-        "micro/gpt2/leviathan/seed0": {"val_loss": 2.5, "val_ppl": pytest.approx(math.exp(2.5))}
+        "micro/gpt2/leviathan/seed0": {
+            "evidence": "smoke test",
+            "train_tokens": 30720,
+            "val_loss": 2.5,
+            "val_ppl": pytest.approx(math.exp(2.5)),
+        }
     }
     assert main(["audit", "tables/metrics.json"]) == 0
     out = capsys.readouterr().out

@@ -89,7 +89,10 @@ def test_stale_cells_leave_the_dvc_metrics(micro: Path) -> None:
 @pytest.mark.skipif(not (BIN / "dvc").exists(), reason="dvc is not installed in the environment")
 def test_dvc_metrics_show_prints_one_row_per_cell(micro: Path) -> None:
     write_report(_config(), "tables", None, metrics_dir="results/report/metrics")
-    shutil.copy(Path(__file__).parents[2] / "dvc.yaml", "dvc.yaml")
+    root = Path(__file__).parents[2]
+    for name in ("dvc.yaml", "params.yaml", "config/config.yaml"):  # dvc.yaml reads the study
+        Path(name).parent.mkdir(exist_ok=True)
+        shutil.copy(root / name, name)
     subprocess.run([str(BIN / "dvc"), "init", "--no-scm", "-q"], check=True)
     shown = subprocess.run(
         [str(BIN / "dvc"), "metrics", "show"], check=True, capture_output=True, text=True
