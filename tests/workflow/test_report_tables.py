@@ -20,6 +20,7 @@ from leviathan.report.tables import ReportInputs, build_tables, table_names
 from leviathan.workflow.grid import Cell
 
 LOSS = {"tied": 3.10, "leviathan": 3.00}
+VAL_TARGETS = {"tied": 65_536 * 512, "leviathan": 65_536 * 512 - 7}  # the sample each rests on
 BUCKETS = [{"label": "1-9", "n": 10}, {"label": "10-99", "n": 0}]
 WORD_BUCKETS = [{"label": "0", "n": 4}]
 TOKENS = 4_200_000_000  # the paper's 200M budget: a full run
@@ -30,7 +31,7 @@ CURVES = {"tied": [3.5, 3.2, 3.1], "leviathan": [3.4, 3.05, 3.0]}
 def write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
     loss = LOSS[cell.variant]
     results = {
-        "overall": {"loss": loss, "bits_per_byte": loss / 4},
+        "overall": {"loss": loss, "bits_per_byte": loss / 4, "targets": VAL_TARGETS[cell.variant]},
         "frequency_tokens": {"log10": [{**b, "mean_loss": loss + 1.0} for b in BUCKETS]},
     }
     if words:
@@ -88,6 +89,7 @@ def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
     assert list(main.index) == ["200m/o200k_base/tied", "200m/o200k_base/leviathan"]  # tied first
     lev = main.loc["200m/o200k_base/leviathan"]
     assert lev["val_ppl"] == pytest.approx(math.exp(3.0))
+    assert lev["val_targets"] == VAL_TARGETS["leviathan"]  # the tokens the loss rests on
     # one sign convention: a gain is positive when leviathan is better, the paper's PPL change
     # (negative = better) shown as that gain
     assert (
@@ -159,6 +161,7 @@ def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(
         and lev["val_bpb"] == 0.75
     )
     assert lev["val_loss_gain"] == pytest.approx((3.1 - 3.0) / 3.1)
+    assert lev["val_targets"] == VAL_TARGETS["leviathan"]
     assert "wikitext_ppl" not in frame.columns  # WikiText did not run in this config
     # every number traces to its file and field, like any table's
     assert {c["column"] for c in metrics.cell_map() if c["row"].endswith("leviathan/seed0")} >= {

@@ -49,6 +49,7 @@ PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
 # so vocabularies and the paper compare; token-level perplexity is in the evaluation JSON too
 WIKITEXT_PPL = "/results/word_perplexity"
 LOSS = "/results/overall/loss"
+VAL_TARGETS = "/results/overall/targets"  # the validation tokens a loss rests on (its sample)
 LAMBADA_PPL = "/results/tasks/lambada_openai/metrics/perplexity,none"
 # main-table column -> the paper's key for it under `main.<scale>.<variant>` (paper_reported.yaml)
 # and the op that gives our column's quantity: the paper states its val PPL change (negative =
@@ -407,7 +408,7 @@ def _has_lambada_ppl(tasks: Mapping[str, Any]) -> bool:
 
 def main_table(ctx: Context, name: str) -> Table:
     inp = ctx.inp
-    cols = {"val_loss": "loss", "val_ppl": "ppl", "val_ppl_gain": "pct"}
+    cols = {"val_loss": "loss", "val_ppl": "ppl", "val_targets": "int", "val_ppl_gain": "pct"}
     if "wikitext" in inp.evals:
         cols |= {"wikitext_ppl": "ppl", "wikitext_ppl_gain": "pct"}
     if _has_lambada_ppl(_lm_eval_tasks(inp, ctx.docs)):
@@ -415,8 +416,9 @@ def main_table(ctx: Context, name: str) -> Table:
     cols |= {f"paper_{col}": cols.get(col, "pct") for col in MAIN_PAPER_FIGURES}
     t = Table(
         name,
-        "Main results: validation loss (the evaluation's, over the whole held-out split) and "
-        f"perplexity, zero-shot perplexity gains over tied; {GAIN_CONVENTION}",
+        "Main results: validation loss (the evaluation's, over its configured sample of the "
+        "held-out split: val_targets tokens) and perplexity, zero-shot perplexity gains over "
+        f"tied; {GAIN_CONVENTION}",
         CONFIG_LABELS,
         cols,
     )
@@ -435,6 +437,7 @@ def main_table(ctx: Context, name: str) -> Table:
         tied = groups.get((scale, vocab, "tied"))
         t.set(row, "val_loss", CellSpec("mean", _src(cells, "val", LOSS)))
         t.set(row, "val_ppl", CellSpec("exp", _src(cells, "val", LOSS)))
+        t.set(row, "val_targets", CellSpec("mean", _src(cells, "val", VAL_TARGETS)))
         if "wikitext_ppl" in cols:
             t.set(row, "wikitext_ppl", CellSpec("mean", _src(cells, "wikitext", WIKITEXT_PPL)))
         if "lambada_ppl" in cols:
@@ -832,7 +835,7 @@ def metrics_table(ctx: Context, name: str) -> Table:
     wikitext = "wikitext" in inp.evals
     lambada = _has_lambada_ppl(tasks)
     averaged = _accuracy_tasks(inp, ctx.docs)[2] if tasks else []
-    cols = {"val_loss": "loss", "val_ppl": "ppl", "val_bpb": "loss"}
+    cols = {"val_loss": "loss", "val_ppl": "ppl", "val_bpb": "loss", "val_targets": "int"}
     cols |= {"wikitext_ppl": "ppl"} if wikitext else {}
     cols |= {"lambada_ppl": "ppl"} if lambada else {}
     cols |= {"downstream_mean_acc": "points"} if averaged else {}
@@ -862,6 +865,7 @@ def metrics_table(ctx: Context, name: str) -> Table:
             )
             t.set(row, "val_loss", CellSpec("mean", _src(one, "val", LOSS)))
             t.set(row, "val_ppl", CellSpec("exp", _src(one, "val", LOSS)))
+            t.set(row, "val_targets", CellSpec("mean", _src(one, "val", VAL_TARGETS)))
             t.set(
                 row, "val_bpb", CellSpec("mean", _src(one, "val", "/results/overall/bits_per_byte"))
             )
