@@ -26,9 +26,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import IO
 
-import zstandard
-
-from leviathan.data.corpus import CorpusError
+from leviathan.data.corpus import CorpusError, open_zstd
 from leviathan.data.tokenizers import Tokenizer, load_tokenizer
 
 DEFAULT_BATCH_BYTES = 4 << 20  # text per task: small enough to keep every worker busy
@@ -63,7 +61,7 @@ def line_batches(path: Path, batch_bytes: int) -> Iterator[list[bytes]]:
     with open(path, "rb") as raw:
         reader: IO[bytes] = raw
         if path.name.endswith(".zst"):
-            zstd = zstandard.ZstdDecompressor().stream_reader(raw, read_size=1 << 20)
+            zstd = open_zstd(raw)
             reader = io.BufferedReader(zstd, buffer_size=1 << 20)
         batch: list[bytes] = []
         size = 0

@@ -29,8 +29,9 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
 
     kind = corpus["kind"]
     limits = (corpus.get("max_docs"), corpus.get("max_bytes"))
+    parts = {"part_bytes": corpus["part_bytes"]} if corpus.get("part_bytes") else {}
     if kind == "embedded":
-        return fetch.fetch_embedded(out, val_fraction=corpus["val_fraction"])
+        return fetch.fetch_embedded(out, val_fraction=corpus["val_fraction"], **parts)
     if kind == "text":
         if not corpus.get("paths"):
             raise ValueError("corpus.kind=text needs corpus.paths (files, directories or globs)")
@@ -40,6 +41,7 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
             val_fraction=corpus["val_fraction"],
             text_field=corpus["text_field"],
             limits=limits,
+            **parts,
         )
     if kind == "hf":
         if not corpus.get("dataset"):
@@ -59,9 +61,13 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
         train_split = corpus.get("train_split") or "train"
         if corpus.get("val_split"):
             specs = {"train": spec(train_split), "val": spec(corpus["val_split"])}
-            return fetch.fetch_hf(out, specs, limits=limits)
+            return fetch.fetch_hf(out, specs, limits=limits, **parts)
         return fetch.fetch_hf(
-            out, {"train": spec(train_split)}, val_fraction=corpus["val_fraction"], limits=limits
+            out,
+            {"train": spec(train_split)},
+            val_fraction=corpus["val_fraction"],
+            limits=limits,
+            **parts,
         )
     if kind == "pile":
         options = {
@@ -69,7 +75,7 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
             for k in ("dataset", "config", "revision", "train_split", "val_split", "local_dir")
             if corpus.get(k)
         }
-        return fetch.fetch_pile(out, train_limits=limits, val_limits=limits, **options)
+        return fetch.fetch_pile(out, train_limits=limits, val_limits=limits, **options, **parts)
     raise ValueError(f"corpus.kind={kind!r}: use embedded, text, hf or pile")
 
 
