@@ -109,49 +109,37 @@ def test_sigkilled_fetch_resumes_to_the_same_bytes(
     assert _stats(out)["train"]["replaced_chars"] + _stats(out)["val"]["replaced_chars"] == 1
 
 
-def test_a_fetch_of_other_settings_does_not_resume(tmp_path: Path) -> None:
-    """A leftover state of a different fetch is discarded, not continued."""
+def test_a_fetch_of_other_settings_does_not_resume(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leftover state of a different fetch is discarded, not continued; one of the same
+    settings resumes from a plain iterable too (re-reading the consumed documents)."""
     docs = [Document(f"d{i}", f"text {i} " * 50) for i in range(200)]
 
-    def broken(n: int) -> object:
+    def broken() -> object:
         for i, item in enumerate(hash_split(docs, 0.3)):
             if i == 150:
                 raise KeyboardInterrupt
             yield item
 
-    with pytest.raises(KeyboardInterrupt):
-        write_corpus(tmp_path, broken(0), splits=("train", "val"), source={"v": 1}, part_bytes=2000)
-    assert fetch_state(tmp_path).is_file()
-    other = write_corpus(
-        tmp_path, hash_split(docs, 0.3), splits=("train", "val"), source={"v": 2}, part_bytes=2000
-    )
-    ref = write_corpus(
-        tmp_path / "ref",
-        hash_split(docs, 0.3),
-        splits=("train", "val"),
-        source={"v": 2},
-        part_bytes=2000,
-    )
-    assert other["train"]["content_sha256"] == ref["train"]["content_sha256"]
-    assert other["train"]["documents"] + other["val"]["documents"] == 200
-    # an interrupted fetch of the same settings resumes from a plain iterable too
-    with pytest.raises(KeyboardInterrupt):
-        write_corpus(
-            tmp_path / "again", broken(0), splits=("train", "val"), source={"v": 1}, part_bytes=2000
-        )
-    resumed = write_corpus(
-        tmp_path / "again",
-        hash_split(docs, 0.3),
-        splits=("train", "val"),
-        source={"v": 1},
-        part_bytes=2000,
-    )
-    whole = write_corpus(
-        tmp_path / "whole",
-        hash_split(docs, 0.3),
-        splits=("train", "val"),
-        source={"v": 1},
-        part_bytes=2000,
-    )
-    assert _files(tmp_path / "again") == _files(tmp_path / "whole")
-    assert resumed["val"]["content_sha256"] == whole["val"]["content_sha256"]
+    def write(out: Path, version: int, interrupted: bool = False) -> dict[str, dict[str, object]]:
+        routed = broken() if interrupted else hash_split(docs, 0.3)
+        source = {"v": version}
+        return write_corpus(out, routed, splits=("train", "val"), source=source, part_bytes=2000)
+
+    for out in (tmp_path / "other", tmp_path / "again"):
+        with pytest.raises(KeyboardInterrupt):
+            write(out, 1, interrupted=True)
+        assert fetch_state(out).is_file()
+    with caplog.at_level(logging.INFO, logger="leviathan.data.corpus"):
+        write(tmp_path / "other", 2)  # the state of version 1 is dropped: a fresh fetch
+        assert "resuming" not in caplog.text
+        write(tmp_path / "again", 1)
+        assert "resuming" in caplog.text
+    write(tmp_path / "ref2", 2)
+    write(tmp_path / "ref1", 1)
+    assert _files(tmp_path / "other") == _files(tmp_path / "ref2")
+    assert _stats(tmp_path / "other") == _stats(tmp_path / "ref2")
+    assert _files(tmp_path / "again") == _files(tmp_path / "ref1")
+    assert _stats(tmp_path / "again") == _stats(tmp_path / "ref1")
+    assert sum(s["documents"] for s in _stats(tmp_path / "ref1").values()) == 200
