@@ -79,6 +79,18 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
     raise ValueError(f"corpus.kind={kind!r}: use embedded, text, hf or pile")
 
 
+def tokenize_options(config: Mapping[str, Any], vocab: str) -> dict[str, Any]:
+    """config.tokenize for one vocabulary, `max_bytes: auto` replaced by the training text its
+    largest budget needs (budget x corpus.bytes_per_token x (1 + corpus.size_margin),
+    leviathan.workflow.plan.corpus_bytes), so a larger budget retokenizes."""
+    from leviathan.workflow.plan import corpus_bytes
+
+    options = dict(config.get("tokenize") or {})
+    if options.get("max_bytes") == "auto":
+        options["max_bytes"] = corpus_bytes(config).get(vocab)
+    return options
+
+
 def tokenize(
     corpus_dir: str | Path, vocab: str, out: str | Path, options: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -91,6 +103,7 @@ def tokenize(
         threads=options.get("threads"),
         processes=options.get("processes"),
         progress=False,
+        max_train_bytes=options.get("max_bytes"),
     )
 
 
