@@ -53,6 +53,32 @@ class ShardError(ValueError):
     """A token shard disagrees with its manifest, its dtype or the expected vocabulary."""
 
 
+# The sampled fingerprint: sha256 of the size and of blocks spread evenly over the file, first
+# and last included. 64 x 64 KiB = 4 MiB read, so every run start checks it (milliseconds, where
+# the full hash of a 100 GB shard is minutes); tokenization records it beside the full sha256.
+FINGERPRINT_BLOCKS = 64
+FINGERPRINT_BLOCK_BYTES = 1 << 16
+
+
+def sampled_fingerprint(
+    path: str | os.PathLike[str],
+    blocks: int = FINGERPRINT_BLOCKS,
+    block_bytes: int = FINGERPRINT_BLOCK_BYTES,
+) -> dict[str, Any]:
+    """The sampled fingerprint of a file, with the parameters that reproduce it."""
+    size = os.path.getsize(path)
+    if size <= blocks * block_bytes:
+        offsets: list[int] = list(range(0, size, block_bytes))
+    else:
+        offsets = [i * (size - block_bytes) // (blocks - 1) for i in range(blocks)]
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as fh:
+        for offset in offsets:
+            fh.seek(offset)
+            digest.update(fh.read(block_bytes))
+    return {"sha256": digest.hexdigest(), "blocks": blocks, "block_bytes": block_bytes}
+
+
 @dataclass
 class TokenizeResult:
     """What one tokenization pass produced."""
@@ -213,6 +239,7 @@ def tokenize_split(
         invalidate_manifest(out)
     result.path = out
     result.started = started
+    fingerprint = sampled_fingerprint(out, FINGERPRINT_BLOCKS, FINGERPRINT_BLOCK_BYTES)
     config = {
         "step": "tokenize",
         "corpus": display_path(corpus_dir),
@@ -237,6 +264,7 @@ def tokenize_split(
             "text_bytes": result.text_bytes,
             "eot_between_documents": True,
             "truncated": result.truncated,
+            "fingerprint": fingerprint,
             "bpe_source": tokenizer.bpe_source,
             "source_manifest": corpus_manifest,
             "throughput_mb_per_s": round(result.mb_per_s, 3),
@@ -290,7 +318,9 @@ def open_shard(
 
     Checks: the manifest exists; its dtype is the one its vocabulary needs; the file size
     is a whole number of tokens and equals tokens x itemsize; the vocabulary matches
-    `vocab` when given; and, with `verify_sha256`, the content hash (`progress`: a bar).
+    `vocab` when given; the sampled fingerprint (`sampled_fingerprint`, milliseconds) where
+    the manifest records one; and, with `verify_sha256`, the content hash (a pass over the
+    whole file; `progress`: a bar).
     """
     p = Path(path)
     if not p.is_file():
@@ -316,6 +346,12 @@ def open_shard(
             f"{dtype.name} = {expected} bytes; the file is truncated or not this manifest's; "
             f"re-run `leviathan data tokenize`"
         )
+    recorded = manifest.get("fingerprint")
+    if recorded and sampled_fingerprint(p, recorded["blocks"], recorded["block_bytes"]) != recorded:
+        raise ShardError(
+            f"{p}: sampled blocks differ from those its manifest records; the file changed "
+            f"after tokenization; re-run `leviathan data tokenize`"
+        )
     if verify_sha256:
         from leviathan.io import sha256_file
 
@@ -327,3 +363,10 @@ def open_shard(
             )
     tokens: np.memmap[Any, np.dtype[Any]] = np.memmap(p, dtype=dtype.newbyteorder("<"), mode="r")
     return Shard(path=p, tokens=tokens, manifest=manifest)
+
+
+def verify_shards(paths: list[Path], progress: bool = False) -> None:
+    """The full check of shards (size, fingerprint and whole-file sha256 against their
+    manifests): what a run start asks for with `runtime.verify_shards: full`."""
+    for path in paths:
+        open_shard(path, verify_sha256=True, progress=progress)

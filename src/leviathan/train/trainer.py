@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from leviathan import layout
 from leviathan.data.loader import TrainLoader
+from leviathan.data.shards import verify_shards
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
 from leviathan.model.accounting import account_model
@@ -125,7 +126,13 @@ def train(
     runtime: RuntimeConfig = RuntimeConfig(),
 ) -> TrainResult:
     run_dir = Path(run_dir)
-    info = init_distributed(runtime.device)
+    if runtime.verify_shards not in ("sampled", "full"):
+        raise ValueError(f"runtime.verify_shards={runtime.verify_shards!r}: use sampled or full")
+    if runtime.verify_shards == "full" and int(os.environ.get("RANK", "0")) == 0:
+        # before the process group exists: no collective waits on this pass over the data
+        shards = [Path(p) for p in [*train_bins, *([val_bin] if val_bin else [])]]
+        verify_shards(shards, progress=runtime.progress)
+    info = init_distributed(runtime.device, runtime.dist_timeout_s)
     try:
         trainer = Trainer(
             cfg,
@@ -164,10 +171,8 @@ class Trainer:
         self.val_bin, self.run_dir = val_bin, run_dir
         device = info.device
         self.model = build_cell_model(cfg).to(device)
-        # Every run start (fresh or resumed) hashes the shards in full against their manifests, so
-        # a shard edited in place (same size) is caught before a step reads it: one sequential read
-        # per run, on the main rank (BENCHMARKS.md: "Shard verification"); the others wait at the
-        # barrier.
+        # Every rank checks size and sampled fingerprint against the manifests (milliseconds);
+        # the full hash is runtime.verify_shards=full, done in `train` before the group exists.
         self.loader = TrainLoader(
             train_bins,
             context=cfg.context,
@@ -176,7 +181,7 @@ class Trainer:
             rank=info.rank,
             world_size=info.world_size,
             vocab=cfg.vocab,
-            verify_sha256=info.is_main,
+            verify_sha256=False,
             progress=runtime.progress,
         )
         barrier(info)
