@@ -19,8 +19,9 @@ the real trainer, which writes its final checkpoint); that checkpoint's load and
 evaluation batches at the 200m shape.
 
 Predictions at the study (config/paper.yaml): CPU steps scale with their work (bytes or tokens:
-all are linear) from the measured rate, times the job's CPUs over this machine's for the
-tokenizer (it runs one process per CPU); their memory is what was measured (streaming: it does
+all are linear) from the measured rate per CPU-second (process time, children included: on a
+shared machine wall time counts the other users' load), on one CPU, or on the job's CPUs for
+the tokenizer (it runs one process per CPU); their memory is what was measured (streaming: it does
 not grow with the data), the tokenizer's scaled by its process count. GPU steps (training,
 evaluation) come from the plan's FLOPs (leviathan.workflow.plan) at the stated MFU on the
 configured GPU model. Checkpoint save/load at the 1.2b state size is the measured GB/s on the
@@ -114,6 +115,31 @@ def _rss_mb() -> float:
     return (self_kb + child_kb) / 1024
 
 
+class Clock:
+    """Wall and CPU seconds of a block, CPU of finished child processes included: on a shared
+    machine the CPU seconds are what a dedicated one would spend (wall time there = CPU
+    seconds / CPUs used), where the wall time here counts the other users' load too."""
+
+    @staticmethod
+    def _cpu() -> float:
+        me, kids = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+    def __enter__(self) -> Clock:
+        self._wall, self._cpu0 = time.perf_counter(), self._cpu()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._wall
+        self.cpu_s = self._cpu() - self._cpu0
+
+    def record(self) -> dict[str, float]:
+        return {"seconds": self.seconds, "cpu_s": self.cpu_s}
+
+
 def _timed(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     """Run a step; its own "seconds" (the work, imports left out) where it gives them."""
     t0 = time.perf_counter()
@@ -126,10 +152,9 @@ def _timed(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
 def step_fetch(src: str, out: str) -> dict[str, Any]:
     from leviathan.data.fetch import fetch_text
 
-    t0 = time.perf_counter()
-    manifests = fetch_text(out, [src])
-    seconds = time.perf_counter() - t0
-    return {"bytes": sum(m["text_bytes"] for m in manifests.values()), "seconds": seconds}
+    with Clock() as clock:
+        manifests = fetch_text(out, [src])
+    return {"bytes": sum(m["text_bytes"] for m in manifests.values()), **clock.record()}
 
 
 def step_tokenize(corpus: str, vocab: str, out: str) -> dict[str, Any]:
@@ -137,16 +162,15 @@ def step_tokenize(corpus: str, vocab: str, out: str) -> dict[str, Any]:
     from leviathan.data.prepare import tokenize_corpus
     from leviathan.manifest import read_manifest
 
-    t0 = time.perf_counter()
-    summary = tokenize_corpus(corpus, vocab, out, progress=False)
-    seconds = time.perf_counter() - t0
+    with Clock() as clock:
+        summary = tokenize_corpus(corpus, vocab, out, progress=False)
     text = sum(read_manifest(Path(out) / f"{s}.bin")["text_bytes"] for s in summary["splits"])
     tokens = sum(s["tokens"] for s in summary["splits"].values())
     return {
         "bytes": text,
         "tokens": tokens,
         "processes": default_parallelism()[1],
-        "seconds": seconds,
+        **clock.record(),
     }
 
 
@@ -155,18 +179,17 @@ def step_counts(shard: str) -> dict[str, Any]:
     from leviathan.data.shards import open_shard
 
     s = open_shard(shard)
-    t0 = time.perf_counter()
-    count_shard(s)
-    return {"tokens": len(s), "seconds": time.perf_counter() - t0}
+    with Clock() as clock:
+        count_shard(s)
+    return {"tokens": len(s), **clock.record()}
 
 
 def step_word_counts(train: str, val: str, vocab: str) -> dict[str, Any]:
     from leviathan.eval.words import count_val_words
 
-    t0 = time.perf_counter()
-    wc = count_val_words(train, val, vocab=vocab)
-    seconds = time.perf_counter() - t0
-    return {"tokens": wc.train_tokens, "val_word_types": len(wc.counts), "seconds": seconds}
+    with Clock() as clock:
+        wc = count_val_words(train, val, vocab=vocab)
+    return {"tokens": wc.train_tokens, "val_word_types": len(wc.counts), **clock.record()}
 
 
 def step_loader(train: str, context: int, global_batch: int) -> dict[str, Any]:
@@ -174,22 +197,25 @@ def step_loader(train: str, context: int, global_batch: int) -> dict[str, Any]:
 
     loader = TrainLoader(train, context=context, global_batch=global_batch, seed=0)
     loader.batch(0)
-    t0 = time.perf_counter()
-    for step in range(1, LOADER_BATCHES + 1):
-        loader.batch(step)
-    return {"seconds": (time.perf_counter() - t0) / LOADER_BATCHES}
+    with Clock() as clock:
+        for step in range(1, LOADER_BATCHES + 1):
+            loader.batch(step)
+    return {k: v / LOADER_BATCHES for k, v in clock.record().items()}
 
 
 def step_run_start(train: str) -> dict[str, Any]:
     from leviathan.data.shards import open_shard, verify_shards
 
-    t0 = time.perf_counter()
-    open_shard(train)
-    sampled = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    verify_shards([Path(train)])
-    full = time.perf_counter() - t0
-    return {"sampled_s": sampled, "full_s": full, "bytes": Path(train).stat().st_size}
+    with Clock() as sampled:
+        open_shard(train)
+    with Clock() as full:
+        verify_shards([Path(train)])
+    return {
+        "sampled_s": sampled.seconds,
+        "full_s": full.seconds,
+        "full_cpu_s": full.cpu_s,
+        "bytes": Path(train).stat().st_size,
+    }
 
 
 def step_train(train: str, val: str, run_dir: str) -> dict[str, Any]:
@@ -373,7 +399,7 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
     t = Table()
     rules = s["rules"]
     f = m["fetch"]
-    rate = f["bytes"] / f["seconds"]
+    rate = f["bytes"] / f["cpu_s"]  # one CPU: the fetch is one process
     t.add(
         "fetch (local files, resumable parts)",
         f"{rate / 1e6:.1f} MB/s, {_mb(f['rss_mb'])}",
@@ -386,14 +412,13 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
     job_cpus = rules["tokenize"]["threads"]
     for v in VOCABS:
         tk = m["tokenize"][v]
-        rate = tk["bytes"] / tk["seconds"]
-        scale = job_cpus / s["cpus_here"]
+        rate = tk["bytes"] / tk["cpu_s"]  # per CPU; the job runs one process per CPU
         procs = s["tokenize_processes"] or job_cpus
         t.add(
             f"tokenize {v} (+ counts)",
-            f"{rate / 1e6:.2f} MB/s on {s['cpus_here']} CPUs, {_mb(tk['rss_mb'])}, "
+            f"{rate / 1e6:.2f} MB/s per CPU, {_mb(tk['rss_mb'])}, "
             f"{tk['bytes'] / tk['tokens']:.2f} B/token",
-            s["tokenize_bytes"][v] / (rate * scale),
+            s["tokenize_bytes"][v] / (rate * job_cpus),
             rules["tokenize"]["runtime"] * 60,
             tk["rss_mb"] * procs / tk["processes"],
             rules["tokenize"]["mem_mb"],
@@ -401,7 +426,7 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
         )
     for v in VOCABS:
         c = m["counts"][v]
-        rate = c["tokens"] / c["seconds"]
+        rate = c["tokens"] / c["cpu_s"]
         t.add(
             f"counts {v} (from a shard)",
             f"{rate / 1e6:.0f} M tokens/s, {_mb(c['rss_mb'])}",
@@ -412,7 +437,7 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
         )
     for v in VOCABS:
         w = m["word_counts"][v]
-        rate = w["tokens"] / w["seconds"]
+        rate = w["tokens"] / w["cpu_s"]
         n = min(s["word_count_tokens"] or s["tokens"][v], s["tokens"][v])
         t.add(
             f"word counts {v}",
@@ -428,8 +453,8 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
     lo = m["loader"]
     t.add(
         "loader, global batch 512 x 512",
-        f"{_t(lo['seconds'])}/batch, {_mb(lo['rss_mb'])}",
-        lo["seconds"],
+        f"{_t(lo['cpu_s'])}/batch, {_mb(lo['rss_mb'])}",
+        lo["cpu_s"],
         step_s[fastest],
         note=f"per step, against the {fastest} GPU step",
     )
@@ -443,7 +468,7 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
         timeout,
         note="constant in the shard size",
     )
-    rate = rs["bytes"] / rs["full_s"]
+    rate = rs["bytes"] / rs["full_cpu_s"]
     t.add(
         "run start: full sha256 (verify_shards=full)",
         f"{rate / 1e9:.2f} GB/s",

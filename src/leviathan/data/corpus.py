@@ -101,7 +101,8 @@ def limit(
         if max_bytes is not None and n_bytes >= max_bytes:
             return
         yield doc
-        n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
+        if max_bytes is not None:  # an encode per document costs a pass over the text
+            n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
 
 
 @dataclass
@@ -164,7 +165,7 @@ class _SplitWriter:
         doc_id, _ = clean_text(doc.id)
         self.stats.replaced_chars += n_bad
         self.stats.consumed += 1
-        if not text.strip():
+        if not text or text.isspace():  # = not text.strip(), without copying the text
             self.stats.empty_skipped += 1
             raw = len(doc.text.encode("utf-8", "surrogatepass"))
         else:
@@ -172,7 +173,8 @@ class _SplitWriter:
             raw = len(doc.text.encode("utf-8", "surrogatepass")) if n_bad else len(data)
             self.stats.documents += 1
             self.stats.text_bytes += len(data)
-            self.stats.content.update(doc_id.encode() + b"\0" + data + b"\0")
+            for piece in (doc_id.encode(), b"\0", data, b"\0"):  # no concatenated copy
+                self.stats.content.update(piece)
             line = json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n"
             self._zw.write(line.encode("utf-8"))
         self.stats.raw_bytes += raw
