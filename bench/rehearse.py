@@ -393,13 +393,18 @@ def disk_line(config: dict[str, Any]) -> str | None:
     return None
 
 
+def _cpu(step: dict[str, Any], key: str = "cpu_s") -> float:
+    """A step's CPU seconds, at least the clock's resolution (a tiny rehearsal may read 0)."""
+    return max(float(step[key]), 1e-6)
+
+
 def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) -> Table:
     from leviathan.workflow.plan import DEFAULT_MFU
 
     t = Table()
     rules = s["rules"]
     f = m["fetch"]
-    rate = f["bytes"] / f["cpu_s"]  # one CPU: the fetch is one process
+    rate = f["bytes"] / _cpu(f)  # one CPU: the fetch is one process
     t.add(
         "fetch (local files, resumable parts)",
         f"{rate / 1e6:.1f} MB/s, {_mb(f['rss_mb'])}",
@@ -412,7 +417,7 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
     job_cpus = rules["tokenize"]["threads"]
     for v in VOCABS:
         tk = m["tokenize"][v]
-        rate = tk["bytes"] / tk["cpu_s"]  # per CPU; the job runs one process per CPU
+        rate = tk["bytes"] / _cpu(tk)  # per CPU; the job runs one process per CPU
         procs = s["tokenize_processes"] or job_cpus
         t.add(
             f"tokenize {v} (+ counts)",
@@ -426,7 +431,7 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
         )
     for v in VOCABS:
         c = m["counts"][v]
-        rate = c["tokens"] / c["cpu_s"]
+        rate = c["tokens"] / _cpu(c)
         t.add(
             f"counts {v} (from a shard)",
             f"{rate / 1e6:.0f} M tokens/s, {_mb(c['rss_mb'])}",
@@ -437,7 +442,7 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
         )
     for v in VOCABS:
         w = m["word_counts"][v]
-        rate = w["tokens"] / w["cpu_s"]
+        rate = w["tokens"] / _cpu(w)
         n = min(s["word_count_tokens"] or s["tokens"][v], s["tokens"][v])
         t.add(
             f"word counts {v}",
@@ -468,7 +473,7 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
         timeout,
         note="constant in the shard size",
     )
-    rate = rs["bytes"] / rs["full_cpu_s"]
+    rate = rs["bytes"] / _cpu(rs, "full_cpu_s")
     t.add(
         "run start: full sha256 (verify_shards=full)",
         f"{rate / 1e9:.2f} GB/s",
