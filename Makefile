@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TORCH           := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' constraints-cpu.txt)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: venv run test test-fast fmt bench gpu-check clean-venv repro push pull env-pins
+.PHONY: venv run test test-fast fmt bench rehearse gpu-check clean-venv repro push pull env-pins
 
 # torch: first a wheel pip already has on this machine (its configured --find-links; no
 # network), else the PyTorch CPU index (one retry, short timeout), then its dependencies.
@@ -81,6 +81,13 @@ env-pins: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_model.py
+
+## the paper's study rehearsed on this CPU (bench/rehearse.py): SIZE of text built and run through
+## every step; one table of measured, predicted at the study and the config's limits; fails (exit 1)
+## when a prediction exceeds its limit
+SIZE ?= 2G
+rehearse: $(STAMP)
+	$(BIN)/python bench/rehearse.py --size $(SIZE)
 
 ## the GPU check (bench/gpu_check.py, <= 5 min on one H200; docs/gpu.md). It needs a CUDA build of
 ## torch, so it does not use the CPU set-up: GPU_PYTHON (default: .venv's python if there is one,

@@ -83,6 +83,20 @@ def corpus_file(directory: PathLike, split: str) -> Path:
     return Path(directory) / f"{split}{CORPUS_SUFFIX}"
 
 
+FETCH_STATE = ".fetch-state.json"  # a fetch in progress: its completed parts (resume point)
+PARTIAL_SUFFIX = ".partial"  # a split being fetched: `.<split>.jsonl.zst.partial`
+
+
+def fetch_state(directory: PathLike) -> Path:
+    """Where an unfinished fetch records its last complete part (removed once done)."""
+    return Path(directory) / FETCH_STATE
+
+
+def partial_corpus_file(directory: PathLike, split: str) -> Path:
+    """A split while it is fetched (whole parts up to the length its fetch state records)."""
+    return Path(directory) / f".{split}{CORPUS_SUFFIX}{PARTIAL_SUFFIX}"
+
+
 def tokens_dir(corpus: str, vocab: str) -> str:
     return f"{TOKENS_ROOT}/{corpus}/{vocab}"
 

@@ -339,7 +339,8 @@ def test_rewind_metrics_keeps_the_records_up_to_the_checkpoint(tmp_path: Path) -
 def test_resume_refuses_a_shard_edited_in_place(
     gpt2_shards: Path, reference_run: Path, tmp_path: Path
 ) -> None:
-    """Same size, same manifest, other bytes: caught by the full hash at the run's start."""
+    """Same size, same manifest, other bytes: caught at the run's start by the sampled
+    fingerprint (which covers the whole of a shard this small)."""
     import shutil
 
     from leviathan.data.shards import ShardError

@@ -18,6 +18,7 @@ from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
 
 from leviathan.workflow.config import STAND_IN_DIR, resolve, stand_in_files
 from leviathan.workflow.plan import corpus_bytes, fetch_max_bytes
+from leviathan.workflow.steps import tokenize_options
 
 PAPER = ROOT / "config" / "paper.yaml"
 DEFAULT = ROOT / "config" / "config.yaml"
@@ -151,6 +152,10 @@ def test_the_paper_download_is_sized_from_the_largest_budget() -> None:
     assert math.isclose(need["gpt2"], need["cl100k_base"]) and need["gpt2"] < o200k  # 200m's 4.2B
     assert fetch_max_bytes(config) == o200k
     assert fetch_max_bytes(resolve(root=ROOT)) is None  # the embedded corpus: all of it
+    # each vocabulary tokenizes only its own share: gpt2 and cl100k the 200m budget's text
+    for vocab in need:
+        assert tokenize_options(config, vocab)["max_bytes"] == need[vocab]
+    assert tokenize_options(resolve(root=ROOT), "gpt2")["max_bytes"] is None  # default: whole
 
 
 def test_target_eval_prints_paths_a_rule_produces(tmp_path: Path) -> None:

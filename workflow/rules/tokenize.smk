@@ -5,7 +5,7 @@ rule tokenize:
     output:
         **layout.token_files(TOKENS_DIR),
     params:
-        options=config["tokenize"],
+        options=lambda wc: steps.tokenize_options(config, wc.vocab),
         corpus_dir=lambda wc, input: layout.dir_of(input.train),
         out_dir=lambda wc, output: layout.dir_of(output.train),
     threads: steps.rule_threads(config, "tokenize")

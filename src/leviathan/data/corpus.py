@@ -13,15 +13,15 @@ moves another document between train and val.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -29,13 +29,22 @@ from typing import IO, Any, NamedTuple
 import zstandard
 
 from leviathan.io import atomic_path
-from leviathan.layout import CORPUS_SUFFIX, corpus_file, manifest_path
+from leviathan.layout import (
+    CORPUS_SUFFIX,
+    corpus_file,
+    fetch_state,
+    manifest_path,
+    partial_corpus_file,
+)
 from leviathan.manifest import invalidate_manifest, read_manifest, write_manifest
 from leviathan.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
 ZSTD_LEVEL = 3
+# Source text per part of a fetch: a kill loses at most one part (seconds of work at the
+# tens of MB/s a fetch reads; BENCHMARKS.md, "Rehearsal").
+DEFAULT_PART_BYTES = 64 << 20
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -92,17 +101,20 @@ def limit(
         if max_bytes is not None and n_bytes >= max_bytes:
             return
         yield doc
-        n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
+        if max_bytes is not None:  # an encode per document costs a pass over the text
+            n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
 
 
 @dataclass
 class SplitStats:
-    """What was written to one split."""
+    """What was written to one split, and how far its source was read (the resume point)."""
 
     documents: int = 0
     text_bytes: int = 0
     replaced_chars: int = 0
     empty_skipped: int = 0
+    consumed: int = 0  # documents read for this split, empty ones included
+    raw_bytes: int = 0  # their UTF-8 bytes as read (what `limit` counts)
     content: Any = field(default_factory=hashlib.sha256, repr=False)
 
     def record(self) -> dict[str, Any]:
@@ -114,42 +126,122 @@ class SplitStats:
             "content_sha256": self.content.hexdigest(),
         }
 
+    def state(self) -> dict[str, Any]:
+        return {**self.record(), "consumed": self.consumed, "raw_bytes": self.raw_bytes}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> SplitStats:
+        fields = ("documents", "text_bytes", "replaced_chars", "empty_skipped", "consumed")
+        stats = cls(**{k: int(state[k]) for k in fields}, raw_bytes=int(state["raw_bytes"]))
+        stats.content = _chained(state["content_sha256"])
+        return stats
+
+
+def _chained(previous_hex: str) -> Any:
+    """The content hash of the next part: sha256 seeded with the previous parts' digest, so a
+    resumed fetch (hashlib states cannot be saved) ends on the same digest as an unbroken one."""
+    return hashlib.sha256(previous_hex.encode("ascii"))
+
 
 class _SplitWriter:
-    """Streams documents of one split into a zstd-compressed JSONL temp file."""
+    """Streams documents of one split into a zstd-compressed JSONL file, one zstd frame per
+    part; `end_part` makes everything written so far durable and returns the file's length."""
 
-    def __init__(self, tmp: Path) -> None:
-        self._raw: IO[bytes] = open(tmp, "wb")  # noqa: SIM115 (closed in close())
-        self._zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(self._raw)
-        self.stats = SplitStats()
+    def __init__(self, path: Path, stats: SplitStats | None = None, length: int = 0) -> None:
+        self.path = path
+        self._raw: IO[bytes] = open(path, "r+b" if length else "wb")  # noqa: SIM115 (close())
+        if length:
+            self._raw.truncate(length)  # drop the tail of a part a kill interrupted
+            self._raw.seek(length)
+        self._zw = self._frame()
+        self.stats = stats or SplitStats()
 
-    def add(self, doc: Document) -> None:
+    def _frame(self) -> Any:
+        return zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(self._raw, closefd=False)
+
+    def add(self, doc: Document) -> int:
+        """Write one document; return its UTF-8 bytes as read (before cleaning)."""
         text, n_bad = clean_text(doc.text)
         doc_id, _ = clean_text(doc.id)
         self.stats.replaced_chars += n_bad
-        if not text.strip():
+        self.stats.consumed += 1
+        if not text or text.isspace():  # = not text.strip(), without copying the text
             self.stats.empty_skipped += 1
-            return
-        data = text.encode("utf-8")
-        self.stats.documents += 1
-        self.stats.text_bytes += len(data)
-        self.stats.content.update(doc_id.encode() + b"\0" + data + b"\0")
-        line = json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n"
-        self._zw.write(line.encode("utf-8"))
+            raw = len(doc.text.encode("utf-8", "surrogatepass"))
+        else:
+            data = text.encode("utf-8")
+            raw = len(doc.text.encode("utf-8", "surrogatepass")) if n_bad else len(data)
+            self.stats.documents += 1
+            self.stats.text_bytes += len(data)
+            for piece in (doc_id.encode(), b"\0", data, b"\0"):  # no concatenated copy
+                self.stats.content.update(piece)
+            line = json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n"
+            self._zw.write(line.encode("utf-8"))
+        self.stats.raw_bytes += raw
+        return raw
+
+    def end_part(self) -> int:
+        self._zw.close()  # type: ignore[no-untyped-call]  # ends the frame; the file stays open
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._zw = self._frame()
+        self.stats.content = _chained(self.stats.content.hexdigest())
+        return self._raw.tell()
 
     def close(self) -> None:
-        self._zw.close()  # type: ignore[no-untyped-call]  # closes the raw file too
+        self._zw.close()  # type: ignore[no-untyped-call]
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._raw.close()
+
+
+# What a resumable stream is told: split -> (documents consumed, their UTF-8 bytes as read).
+Progress = Mapping[str, tuple[int, int]]
+Routed = Iterable[tuple[str, Document]]
+
+
+def _load_state(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """The state of an unfinished fetch of the same corpus into `out`, or None (then any
+    leftover of another fetch is removed)."""
+    path = fetch_state(out)
+    try:
+        state = json.loads(path.read_text())
+        ok = state["identity"] == json.loads(json.dumps(identity)) and all(
+            partial_corpus_file(out, name).stat().st_size >= state["splits"][name]["length"]
+            for name in identity["splits"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        ok, state = False, None
+    if ok:
+        return state  # type: ignore[no-any-return]
+    _remove_partial(out, identity["splits"])
+    return None
+
+
+def _remove_partial(out: Path, names: Iterable[str]) -> None:
+    for p in (fetch_state(out), *(partial_corpus_file(out, n) for n in names)):
+        p.unlink(missing_ok=True)
+
+
+def _save_state(out: Path, identity: dict[str, Any], writers: dict[str, _SplitWriter]) -> None:
+    """Close the current part of every split (durably), then record them all atomically."""
+    # the state (content digest included) is taken before end_part starts the next part
+    splits = {name: {**w.stats.state(), "length": w.end_part()} for name, w in writers.items()}
+    state = {"identity": identity, "splits": splits}
+    with atomic_path(fetch_state(out)) as tmp:
+        tmp.write_text(json.dumps(state, sort_keys=True))
 
 
 def write_corpus(
     out_dir: str | os.PathLike[str],
-    routed: Iterable[tuple[str, Document]],
+    routed: Routed | Callable[[Progress], Routed],
     *,
     splits: Iterable[str],
     source: dict[str, Any],
     inputs: Sequence[dict[str, str]] | Callable[[], Sequence[dict[str, str]]] = (),
     config: dict[str, Any] | None = None,
     started: _dt.datetime | None = None,
+    part_bytes: int = DEFAULT_PART_BYTES,
 ) -> dict[str, dict[str, Any]]:
     """Write every (split, document) of `routed` and a manifest per split; return manifests.
 
@@ -160,26 +252,67 @@ def write_corpus(
     Nothing is renamed into place unless every split has at least one document.
     `config` (the fetch step's resolved settings) and `started` (when it began; default:
     now) go into every split's manifest.
+
+    Resumable: each split is written to `.<split>.jsonl.zst.partial` in parts, one zstd
+    frame per `part_bytes` of source text read; after each part every split is fsynced and
+    the fetch state (`.fetch-state.json`: lengths, counts, content hash) is saved. A rerun
+    of the same fetch (same splits, source and config) after an error or a kill truncates
+    the files to the last complete part and continues from there: `routed` is then called
+    with each split's progress (a source that can skip cheaply does so), or, for a plain
+    iterable, the documents already consumed are read again and dropped. The result is the
+    same, byte for byte, as an unbroken fetch. Complete files are renamed into place at the
+    end and the state removed.
     """
     started = started or utc_now()
     out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     names = list(dict.fromkeys(splits))
-    with contextlib.ExitStack() as stack:
-        writers: dict[str, _SplitWriter] = {}
+    identity = {"splits": names, "source": source, "config": config, "part_bytes": part_bytes}
+    state = _load_state(out, identity)
+    writers: dict[str, _SplitWriter] = {}
+    saved = state is not None
+    try:
         for name in names:
-            tmp = stack.enter_context(atomic_path(corpus_file(out, name)))
-            writers[name] = _SplitWriter(tmp)
-        try:
-            for split, doc in routed:
-                if split not in writers:
-                    raise CorpusError(f"document {doc.id!r} routed to unknown split {split!r}")
-                writers[split].add(doc)
-        finally:
-            for writer in writers.values():
-                writer.close()
+            split_state = state["splits"][name] if state else None
+            writers[name] = _SplitWriter(
+                partial_corpus_file(out, name),
+                SplitStats.from_state(split_state) if split_state else None,
+                split_state["length"] if split_state else 0,
+            )
+        progress = {n: (w.stats.consumed, w.stats.raw_bytes) for n, w in writers.items()}
+        if state:
+            log.info("%s: resuming the fetch after %s documents", out, progress)
+        if callable(routed):
+            stream: Routed = routed(progress)
+        else:
+            stream = itertools.islice(routed, sum(c for c, _ in progress.values()), None)
+        since = 0
+        for split, doc in stream:
+            if split not in writers:
+                raise CorpusError(f"document {doc.id!r} routed to unknown split {split!r}")
+            since += writers[split].add(doc)
+            if since >= part_bytes:
+                _save_state(out, identity, writers)
+                saved, since = True, 0
+    except BaseException:
+        for writer in writers.values():
+            writer.close()
+        if saved:
+            log.warning("%s: fetch interrupted; rerun it to resume from its last part", out)
+        else:
+            _remove_partial(out, names)
+        raise
+    for writer in writers.values():
+        writer.close()
+    try:
         _check_not_empty(out, source, writers)
-        for name in writers:  # replaced below: an old manifest must not pair with new data
-            invalidate_manifest(corpus_file(out, name))
+    except CorpusError:
+        _remove_partial(out, names)
+        raise
+    for name in writers:  # replaced below: an old manifest must not pair with new data
+        invalidate_manifest(corpus_file(out, name))
+        os.replace(partial_corpus_file(out, name), corpus_file(out, name))
+    fetch_state(out).unlink(missing_ok=True)
     input_records = list(inputs() if callable(inputs) else inputs)
     manifests = {}
     for name, writer in writers.items():
@@ -194,7 +327,7 @@ def write_corpus(
             corpus_file(out, name),
             kind="corpus",
             inputs=input_records,
-            fields={"split": name, "source": source, **stats.record()},
+            fields={"split": name, "source": source, **stats.record(), "part_bytes": part_bytes},
             config=config,
             started=started,
         )
@@ -219,6 +352,15 @@ def _check_not_empty(out: Path, source: dict[str, Any], writers: dict[str, _Spli
     )
 
 
+def open_zstd(raw: IO[bytes]) -> IO[bytes]:
+    """A decompressing reader of a zstd file, across all its frames (a fetch writes one
+    frame per part)."""
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        raw, read_size=1 << 20, read_across_frames=True
+    )
+    return reader  # type: ignore[no-any-return]
+
+
 def read_documents(path: str | os.PathLike[str]) -> Iterator[Document]:
     """Stream the documents of a `<split>.jsonl.zst` file (or any JSONL/JSONL.zst file)."""
     p = Path(path)
@@ -227,7 +369,7 @@ def read_documents(path: str | os.PathLike[str]) -> Iterator[Document]:
     with open(p, "rb") as raw:
         stream: IO[bytes] = raw
         if p.name.endswith(".zst"):
-            stream = zstandard.ZstdDecompressor().stream_reader(raw, read_size=1 << 20)
+            stream = open_zstd(raw)
         reader = io.BufferedReader(stream, buffer_size=1 << 20)  # type: ignore[type-var]
         for line in reader:
             if line.strip():

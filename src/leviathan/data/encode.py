@@ -26,9 +26,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import IO
 
-import zstandard
-
-from leviathan.data.corpus import CorpusError
+from leviathan.data.corpus import CorpusError, open_zstd
 from leviathan.data.tokenizers import Tokenizer, load_tokenizer
 
 DEFAULT_BATCH_BYTES = 4 << 20  # text per task: small enough to keep every worker busy
@@ -63,7 +61,7 @@ def line_batches(path: Path, batch_bytes: int) -> Iterator[list[bytes]]:
     with open(path, "rb") as raw:
         reader: IO[bytes] = raw
         if path.name.endswith(".zst"):
-            zstd = zstandard.ZstdDecompressor().stream_reader(raw, read_size=1 << 20)
+            zstd = open_zstd(raw)
             reader = io.BufferedReader(zstd, buffer_size=1 << 20)
         batch: list[bytes] = []
         size = 0
@@ -109,6 +107,7 @@ class Encoded:
     ids: bytes
     documents: int
     text_bytes: int
+    doc_bytes: tuple[int, ...] = ()  # UTF-8 bytes of each document (where a budget cuts)
 
 
 def encode_texts(tokenizer: Tokenizer, texts: list[str], threads: int) -> Encoded:
@@ -121,8 +120,8 @@ def encode_texts(tokenizer: Tokenizer, texts: list[str], threads: int) -> Encode
         packed.append(eot)
     if sys.byteorder != "little":
         packed.byteswap()
-    text_bytes = sum(len(t.encode("utf-8")) for t in texts)
-    return Encoded(packed.tobytes(), len(texts), text_bytes)
+    doc_bytes = tuple(len(t.encode("utf-8")) for t in texts)
+    return Encoded(packed.tobytes(), len(texts), sum(doc_bytes), doc_bytes)
 
 
 # Workers are forked on Linux: they start at once, share the parent's loaded tokenizer
@@ -146,13 +145,14 @@ def _worker_task(lines: list[bytes], threads: int) -> Encoded:
 def encode_file(
     path: Path,
     tokenizer: Tokenizer,
-    sink: Callable[[Encoded], None],
+    sink: Callable[[Encoded], bool],
     *,
     threads: int | None = None,
     processes: int | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> None:
-    """Encode every document of a JSONL(.zst) corpus file, handing batches to `sink` in order."""
+    """Encode the documents of a JSONL(.zst) corpus file, handing batches to `sink` in order
+    until it returns False (it has what it needs: the rest is not read)."""
     try:
         _encode_file(path, tokenizer, sink, threads, processes, batch_bytes)
     except MalformedLineError as exc:
@@ -164,7 +164,7 @@ def encode_file(
 def _encode_file(
     path: Path,
     tokenizer: Tokenizer,
-    sink: Callable[[Encoded], None],
+    sink: Callable[[Encoded], bool],
     threads: int | None,
     processes: int | None,
     batch_bytes: int,
@@ -173,7 +173,8 @@ def _encode_file(
     batches = line_batches(path, batch_bytes)
     if n_procs == 1:
         for lines in batches:
-            sink(encode_texts(tokenizer, batch_texts(lines), n_threads))
+            if not sink(encode_texts(tokenizer, batch_texts(lines), n_threads)):
+                return
         return
     ctx = get_context(_START_METHOD)
     init_args = (tokenizer.spec.name, str(tokenizer.bpe_path.parent))
@@ -184,10 +185,11 @@ def _encode_file(
         try:
             for lines in batches:
                 pending.append(pool.submit(_worker_task, lines, n_threads))
-                if len(pending) >= n_procs + 2:
-                    sink(pending.popleft().result())
+                if len(pending) >= n_procs + 2 and not sink(pending.popleft().result()):
+                    return
             while pending:
-                sink(pending.popleft().result())
+                if not sink(pending.popleft().result()):
+                    return
         finally:
             for future in pending:
                 future.cancel()

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from leviathan.data.corpus import Document, hash_split, limit, write_corpus
+from leviathan.data.corpus import (
+    DEFAULT_PART_BYTES,
+    Document,
+    Progress,
+    Routed,
+    hash_split,
+    limit,
+    write_corpus,
+)
 from leviathan.data.embedded import embedded_documents, embedded_source
 from leviathan.data.sources import (
     PILE_DATASET,
@@ -60,18 +68,69 @@ def _route(split: str, docs: Iterable[Document]) -> Iterator[tuple[str, Document
         yield split, doc
 
 
+# A document source that resumes: its documents after passing over the first n.
+Source = Callable[[int], Iterable[Document]]
+
+
+def _rereading(docs: Callable[[], Iterable[Document]]) -> Source:
+    """A source that can skip only by reading (a Hub stream, the embedded corpus)."""
+    return lambda n: itertools.islice(docs(), n, None)
+
+
+def _limited(source: Source, limits: Limits, done: tuple[int, int]) -> Iterator[Document]:
+    """`limit` of a source resumed after `done` = (documents, bytes) already read."""
+    (max_docs, max_bytes), (n, nbytes) = limits, done
+    return limit(
+        source(n),
+        None if max_docs is None else max_docs - n,
+        None if max_bytes is None else max_bytes - nbytes,
+    )
+
+
+def _hash_split_stream(
+    source: Source, limits: Limits, val_fraction: float
+) -> Callable[[Progress], Routed]:
+    """One source hash-split into train/val, resumable (write_corpus passes the progress)."""
+
+    def stream(progress: Progress) -> Routed:
+        done = tuple(sum(p[i] for p in progress.values()) for i in (0, 1))
+        return hash_split(_limited(source, limits, (done[0], done[1])), val_fraction)
+
+    return stream
+
+
+def _split_stream(
+    sources: Mapping[str, Source], limits: Mapping[str, Limits]
+) -> Callable[[Progress], Routed]:
+    """One source per split, read one after the other, resumable."""
+
+    def stream(progress: Progress) -> Routed:
+        return itertools.chain.from_iterable(
+            _route(name, _limited(source, limits[name], progress[name]))
+            for name, source in sources.items()
+        )
+
+    return stream
+
+
 def fetch_embedded(
     out: str | os.PathLike[str],
     val_fraction: float = DEFAULT_VAL_FRACTION,
     workers: int | None = None,
+    part_bytes: int = DEFAULT_PART_BYTES,
 ) -> Manifests:
     """The embedded stdlib corpus, split by document-id hash."""
     started = utc_now()
     source = {**embedded_source(), "val_fraction": val_fraction}
-    routed = hash_split(embedded_documents(workers=workers), val_fraction)
-    config = _config("embedded", val_fraction=val_fraction)
+    docs = _rereading(lambda: embedded_documents(workers=workers))
     return write_corpus(
-        out, routed, splits=("train", "val"), source=source, config=config, started=started
+        out,
+        _hash_split_stream(docs, (None, None), val_fraction),
+        splits=("train", "val"),
+        source=source,
+        config=_config("embedded", val_fraction=val_fraction),
+        started=started,
+        part_bytes=part_bytes,
     )
 
 
@@ -81,8 +140,10 @@ def fetch_text(
     val_fraction: float = DEFAULT_VAL_FRACTION,
     text_field: str = "text",
     limits: Limits = (None, None),
+    part_bytes: int = DEFAULT_PART_BYTES,
 ) -> Manifests:
-    """Local files/globs (one document per file, or per line of JSONL[.zst]), hash split."""
+    """Local files/globs (one document per file, or per line of JSONL[.zst]), hash split.
+    Resumable (write_corpus); a resumed fetch skips the documents it has without parsing them."""
     started = utc_now()
     config = _config(
         "text",
@@ -93,16 +154,16 @@ def fetch_text(
     )
     paths = expand_paths(patterns)
     source = {**text_source(paths), "val_fraction": val_fraction, "limits": _limits_record(limits)}
-    docs = limit(text_documents(paths, text_field), *limits)
     inputs = [input_record(p) for p in paths]
     return write_corpus(
         out,
-        hash_split(docs, val_fraction),
+        _hash_split_stream(lambda n: text_documents(paths, text_field, n), limits, val_fraction),
         splits=("train", "val"),
         source=source,
         inputs=inputs,
         config=config,
         started=started,
+        part_bytes=part_bytes,
     )
 
 
@@ -111,8 +172,10 @@ def fetch_hf(
     specs: Mapping[str, HFSpec],
     val_fraction: float | None = None,
     limits: Limits = (None, None),
+    part_bytes: int = DEFAULT_PART_BYTES,
 ) -> Manifests:
-    """Dataset splits through `datasets` streaming.
+    """Dataset splits through `datasets` streaming (resumable: a resumed fetch reads the
+    rows it has again, without writing them).
 
     `specs` maps each output split name to the dataset split it comes from. With
     `val_fraction`, exactly one spec is given and is hash-split into train/val.
@@ -137,32 +200,36 @@ def fetch_hf(
             "val_fraction": val_fraction,
             "splits": {"train+val": hf_source(spec, _limits_record(limits))},
         }
-        docs = limit(hf_documents(spec), *limits)
+        docs = _rereading(lambda: hf_documents(spec))
         return write_corpus(
             out,
-            hash_split(docs, val_fraction),
+            _hash_split_stream(docs, limits, val_fraction),
             splits=("train", "val"),
             source=source,
             inputs=inputs,
             config=config,
             started=started,
+            part_bytes=part_bytes,
         )
     source = {
         "kind": "hf",
         "splits": {name: hf_source(s, _limits_record(limits)) for name, s in specs.items()},
     }
-    routed = itertools.chain.from_iterable(
-        _route(name, limit(hf_documents(spec), *limits)) for name, spec in specs.items()
-    )
+    sources = {name: _hf_source(spec) for name, spec in specs.items()}
     return write_corpus(
         out,
-        routed,
+        _split_stream(sources, dict.fromkeys(specs, limits)),
         splits=specs.keys(),
         source=source,
         inputs=inputs,
         config=config,
         started=started,
+        part_bytes=part_bytes,
     )
+
+
+def _hf_source(spec: HFSpec) -> Source:
+    return _rereading(lambda: hf_documents(spec))
 
 
 def _local_files(spec: HFSpec) -> list[Path]:
@@ -182,11 +249,14 @@ def fetch_pile(
     val_glob: str = PILE_LOCAL_VAL_GLOB,
     train_limits: Limits = (None, None),
     val_limits: Limits = (None, None),
+    part_bytes: int = DEFAULT_PART_BYTES,
 ) -> Manifests:
     """The Pile: a Hub mirror through `datasets` streaming, or a local folder of its files.
 
     The Pile's own validation split is used as val. Limits allow partial downloads.
+    Resumable (write_corpus): local files skip what was fetched without parsing it.
     """
+    limits = {"train": train_limits, "val": val_limits}
     started = utc_now()
     settings: dict[str, Any] = {
         "train_limits": _limits_record(train_limits),
@@ -209,18 +279,19 @@ def fetch_pile(
             **settings,
         )
         opened: list[Path] = []
-        routed = itertools.chain(
-            _route("train", limit(pile_local_documents(root, train_glob, opened), *train_limits)),
-            _route("val", limit(pile_local_documents(root, val_glob, opened), *val_limits)),
-        )
+        local: dict[str, Source] = {
+            "train": lambda n: pile_local_documents(root, train_glob, opened, n),
+            "val": lambda n: pile_local_documents(root, val_glob, opened, n),
+        }
         return write_corpus(
             out,
-            routed,
+            _split_stream(local, limits),
             splits=("train", "val"),
             source=source,
             inputs=lambda: [input_record(p) for p in dict.fromkeys(opened)],
             config=config,
             started=started,
+            part_bytes=part_bytes,
         )
     base = HFSpec(dataset=dataset, split=train_split, config=config, revision=revision)
     val = replace(base, split=val_split)
@@ -240,15 +311,12 @@ def fetch_pile(
             "val": hf_source(val, _limits_record(val_limits)),
         },
     }
-    routed = itertools.chain(
-        _route("train", limit(hf_documents(base), *train_limits)),
-        _route("val", limit(hf_documents(val), *val_limits)),
-    )
     return write_corpus(
         out,
-        routed,
+        _split_stream({"train": _hf_source(base), "val": _hf_source(val)}, limits),
         splits=("train", "val"),
         source=source,
         config=step_config,
         started=started,
+        part_bytes=part_bytes,
     )

@@ -32,8 +32,13 @@ def tokenize_corpus(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     counts: bool = True,
     progress: bool = True,
+    max_train_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Tokenize every (or the given) split; write train counts. Returns a summary.
+
+    `max_train_bytes`: tokenize only the train documents that start within that much text
+    (what this vocabulary's largest token budget needs, `leviathan.workflow.plan`); the
+    other splits are tokenized whole.
 
     `threads` encoder threads run in each of `processes` processes (defaults: one worker
     process per usable CPU, at most 32; see `leviathan.data.encode.default_parallelism`).
@@ -60,12 +65,14 @@ def tokenize_corpus(
             batch_bytes=batch_bytes,
             with_counts=want_counts,
             progress=progress,
+            max_text_bytes=max_train_bytes if split == TRAIN_SPLIT else None,
         )
         summary["splits"][split] = {
             "path": str(result.path),
             "tokens": result.tokens,
             "documents": result.documents,
             "mb_per_s": round(result.mb_per_s, 2),
+            "truncated": result.truncated,
         }
         if want_counts and result.counts is not None:
             out = Path(out_dir) / COUNTS

@@ -53,6 +53,32 @@ class ShardError(ValueError):
     """A token shard disagrees with its manifest, its dtype or the expected vocabulary."""
 
 
+# The sampled fingerprint: sha256 of the size and of blocks spread evenly over the file, first
+# and last included. 64 x 64 KiB = 4 MiB read, so every run start checks it (milliseconds, where
+# the full hash of a 100 GB shard is minutes); tokenization records it beside the full sha256.
+FINGERPRINT_BLOCKS = 64
+FINGERPRINT_BLOCK_BYTES = 1 << 16
+
+
+def sampled_fingerprint(
+    path: str | os.PathLike[str],
+    blocks: int = FINGERPRINT_BLOCKS,
+    block_bytes: int = FINGERPRINT_BLOCK_BYTES,
+) -> dict[str, Any]:
+    """The sampled fingerprint of a file, with the parameters that reproduce it."""
+    size = os.path.getsize(path)
+    if size <= blocks * block_bytes:
+        offsets: list[int] = list(range(0, size, block_bytes))
+    else:
+        offsets = [i * (size - block_bytes) // (blocks - 1) for i in range(blocks)]
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as fh:
+        for offset in offsets:
+            fh.seek(offset)
+            digest.update(fh.read(block_bytes))
+    return {"sha256": digest.hexdigest(), "blocks": blocks, "block_bytes": block_bytes}
+
+
 @dataclass
 class TokenizeResult:
     """What one tokenization pass produced."""
@@ -65,6 +91,7 @@ class TokenizeResult:
     seconds: float
     counts: np.ndarray[Any, np.dtype[np.int64]] | None = None
     started: _dt.datetime | None = None  # when the tokenization of this split began
+    truncated: bool = False  # max_text_bytes stopped it before the split's end
 
     @property
     def mb_per_s(self) -> float:
@@ -72,10 +99,22 @@ class TokenizeResult:
 
 
 class _ShardSink:
-    """Receives encoded batches in order: writes, hashes, counts, reports progress."""
+    """Receives encoded batches in order: writes, hashes, counts, reports progress; with
+    `max_text_bytes`, keeps the documents that start before that many bytes of text (as
+    `leviathan.data.corpus.limit` does) and then asks for no more."""
 
-    def __init__(self, fh: BinaryIO, tokenizer: Tokenizer, with_counts: bool, bar: Any) -> None:
+    def __init__(
+        self,
+        fh: BinaryIO,
+        tokenizer: Tokenizer,
+        with_counts: bool,
+        bar: Any,
+        max_text_bytes: int | None = None,
+    ) -> None:
         self.fh = fh
+        self.eot = tokenizer.spec.eot_id
+        self.max_text_bytes = max_text_bytes
+        self.truncated = False
         self.dtype = np.dtype(tokenizer.dtype).newbyteorder("<")
         self.digest = hashlib.sha256()
         n_vocab = tokenizer.spec.n_vocab
@@ -83,7 +122,23 @@ class _ShardSink:
         self.bar = bar
         self.tokens = self.documents = self.text_bytes = 0
 
-    def __call__(self, batch: Encoded) -> None:
+    def _cut(self, batch: Encoded) -> Encoded:
+        """The documents of `batch` that start within the text budget."""
+        assert self.max_text_bytes is not None
+        before = self.text_bytes + np.cumsum((0, *batch.doc_bytes[:-1]))
+        keep = int(np.count_nonzero(before < self.max_text_bytes))
+        if keep == batch.documents:
+            return batch
+        self.truncated = True
+        ends = np.flatnonzero(np.frombuffer(batch.ids, dtype=self.dtype) == self.eot)
+        cut = int(ends[keep - 1]) + 1 if keep else 0
+        kept = batch.doc_bytes[:keep]
+        return Encoded(batch.ids[: cut * self.dtype.itemsize], keep, sum(kept), kept)
+
+    def __call__(self, batch: Encoded) -> bool:
+        """Take a batch; False once the text budget is spent."""
+        if self.max_text_bytes is not None:
+            batch = self._cut(batch)
         self.fh.write(batch.ids)
         self.digest.update(batch.ids)
         if self.counts is not None:
@@ -93,6 +148,9 @@ class _ShardSink:
         self.documents += batch.documents
         self.text_bytes += batch.text_bytes
         self.bar.update(batch.text_bytes)
+        return not self.truncated and (
+            self.max_text_bytes is None or self.text_bytes < self.max_text_bytes
+        )
 
 
 def tokenize_file(
@@ -106,11 +164,15 @@ def tokenize_file(
     with_counts: bool = False,
     progress_total: int | None = None,
     progress: bool = True,
+    max_text_bytes: int | None = None,
 ) -> TokenizeResult:
-    """Encode the documents of `src` (EOT after each) into `out_tmp`.
+    """Encode the documents of `src` (EOT after each) into `out_tmp`; with `max_text_bytes`,
+    only the documents that start within that many bytes of text (the rest is not read).
 
     The caller owns atomicity (pass a temp path from `atomic_path`).
     """
+    if max_text_bytes is not None and progress_total is not None:
+        progress_total = min(progress_total, max_text_bytes)
     label = out_tmp.name.lstrip(".").split(".")[0]
     bar = tqdm(
         total=progress_total,
@@ -124,7 +186,7 @@ def tokenize_file(
     )
     start = time.perf_counter()
     with open(out_tmp, "wb") as fh, bar:
-        sink = _ShardSink(fh, tokenizer, with_counts, bar)
+        sink = _ShardSink(fh, tokenizer, with_counts, bar, max_text_bytes)
         encode_file(
             src, tokenizer, sink, threads=threads, processes=processes, batch_bytes=batch_bytes
         )
@@ -136,6 +198,7 @@ def tokenize_file(
         sha256=sink.digest.hexdigest(),
         seconds=time.perf_counter() - start,
         counts=sink.counts,
+        truncated=sink.truncated,
     )
 
 
@@ -150,8 +213,10 @@ def tokenize_split(
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     with_counts: bool = False,
     progress: bool = True,
+    max_text_bytes: int | None = None,
 ) -> TokenizeResult:
-    """Tokenize `<corpus_dir>/<split>.jsonl.zst` into `<out_dir>/<split>.bin` + manifest."""
+    """Tokenize `<corpus_dir>/<split>.jsonl.zst` into `<out_dir>/<split>.bin` + manifest;
+    `max_text_bytes`: only the documents that start within that much text."""
     started = utc_now()
     corpus_manifest = read_corpus_manifest(corpus_dir, split)
     src = Path(corpus_dir) / corpus_manifest["artifact"]["name"]
@@ -167,18 +232,21 @@ def tokenize_split(
             with_counts=with_counts,
             progress_total=corpus_manifest.get("text_bytes"),
             progress=progress,
+            max_text_bytes=max_text_bytes,
         )
         if result.documents == 0:
             raise ShardError(f"{src}: corpus split {split!r} has no documents; refetch it")
         invalidate_manifest(out)
     result.path = out
     result.started = started
+    fingerprint = sampled_fingerprint(out, FINGERPRINT_BLOCKS, FINGERPRINT_BLOCK_BYTES)
     config = {
         "step": "tokenize",
         "corpus": display_path(corpus_dir),
         "split": split,
         "vocab": tokenizer.spec.name,
         "eot_between_documents": True,
+        "max_text_bytes": max_text_bytes,
     }
     write_manifest(
         out,
@@ -195,6 +263,8 @@ def tokenize_split(
             "documents": result.documents,
             "text_bytes": result.text_bytes,
             "eot_between_documents": True,
+            "truncated": result.truncated,
+            "fingerprint": fingerprint,
             "bpe_source": tokenizer.bpe_source,
             "source_manifest": corpus_manifest,
             "throughput_mb_per_s": round(result.mb_per_s, 3),
@@ -248,7 +318,9 @@ def open_shard(
 
     Checks: the manifest exists; its dtype is the one its vocabulary needs; the file size
     is a whole number of tokens and equals tokens x itemsize; the vocabulary matches
-    `vocab` when given; and, with `verify_sha256`, the content hash (`progress`: a bar).
+    `vocab` when given; the sampled fingerprint (`sampled_fingerprint`, milliseconds) where
+    the manifest records one; and, with `verify_sha256`, the content hash (a pass over the
+    whole file; `progress`: a bar).
     """
     p = Path(path)
     if not p.is_file():
@@ -274,6 +346,12 @@ def open_shard(
             f"{dtype.name} = {expected} bytes; the file is truncated or not this manifest's; "
             f"re-run `leviathan data tokenize`"
         )
+    recorded = manifest.get("fingerprint")
+    if recorded and sampled_fingerprint(p, recorded["blocks"], recorded["block_bytes"]) != recorded:
+        raise ShardError(
+            f"{p}: sampled blocks differ from those its manifest records; the file changed "
+            f"after tokenization; re-run `leviathan data tokenize`"
+        )
     if verify_sha256:
         from leviathan.io import sha256_file
 
@@ -285,3 +363,10 @@ def open_shard(
             )
     tokens: np.memmap[Any, np.dtype[Any]] = np.memmap(p, dtype=dtype.newbyteorder("<"), mode="r")
     return Shard(path=p, tokens=tokens, manifest=manifest)
+
+
+def verify_shards(paths: list[Path], progress: bool = False) -> None:
+    """The full check of shards (size, fingerprint and whole-file sha256 against their
+    manifests): what a run start asks for with `runtime.verify_shards: full`."""
+    for path in paths:
+        open_shard(path, verify_sha256=True, progress=progress)

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import zstandard
-
-from leviathan.data.corpus import CorpusError, Document, decode_bytes
+from leviathan.data.corpus import CorpusError, Document, decode_bytes, open_zstd
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.zst", ".json.zst", ".jsonl.zstd")
 
@@ -62,19 +60,35 @@ def _is_jsonl(path: Path) -> bool:
 def _open_maybe_zst(path: Path) -> Iterator[bytes]:
     with open(path, "rb") as raw:
         if path.name.endswith((".zst", ".zstd")):
-            reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=1 << 20)
+            reader = open_zstd(raw)
             yield from io.BufferedReader(reader, buffer_size=1 << 20)
         else:
             yield from raw
 
 
+class Skip:
+    """Documents still to pass over, unparsed, before a source yields (a resumed fetch)."""
+
+    def __init__(self, n: int = 0) -> None:
+        self.remaining = n
+
+    def take(self) -> bool:
+        """True (and one fewer left) while documents remain to be skipped."""
+        if self.remaining > 0:
+            self.remaining -= 1
+            return True
+        return False
+
+
 def jsonl_documents(
-    path: Path, text_field: str = "text", id_base: str | None = None
+    path: Path, text_field: str = "text", id_base: str | None = None, skip: Skip | None = None
 ) -> Iterator[Document]:
-    """One document per JSON line; id `<id_base or path>:<line number>`."""
+    """One document per JSON line; id `<id_base or path>:<line number>`. `skip`: lines
+    passed over without parsing them, as a resumed fetch asks."""
     base = id_base if id_base is not None else path.as_posix()
+    skip = skip or Skip()
     for lineno, line in enumerate(_open_maybe_zst(path), start=1):
-        if not line.strip():
+        if not line.strip() or skip.take():
             continue
         text_line = decode_bytes(line)  # bad bytes: replaced and counted by write_corpus
         try:
@@ -89,12 +103,16 @@ def jsonl_documents(
         yield Document(f"{base}:{lineno}", str(obj[text_field]))
 
 
-def text_documents(paths: Sequence[Path], text_field: str = "text") -> Iterator[Document]:
-    """Local files: JSONL(.zst) files give one document per line, others one per file."""
+def text_documents(
+    paths: Sequence[Path], text_field: str = "text", skip: int = 0
+) -> Iterator[Document]:
+    """Local files: JSONL(.zst) files give one document per line, others one per file.
+    The first `skip` documents are passed over without parsing or reading them."""
+    left = Skip(skip)
     for path in paths:
         if _is_jsonl(path):
-            yield from jsonl_documents(path, text_field)
-        else:
+            yield from jsonl_documents(path, text_field, skip=left)
+        elif not left.take():
             yield Document(path.as_posix(), decode_bytes(path.read_bytes()))
 
 
@@ -194,12 +212,13 @@ def hf_source(spec: HFSpec, limits: dict[str, Any]) -> dict[str, Any]:
 
 
 def pile_local_documents(
-    root: Path, pattern: str, opened: list[Path] | None = None
+    root: Path, pattern: str, opened: list[Path] | None = None, skip: int = 0
 ) -> Iterator[Document]:
     """Documents of the Pile's own `*.jsonl.zst` files under `root` matching `pattern`.
 
     Files are read in sorted order; each file is appended to `opened` when first read, so
-    a partial (limited) read records only the files it used.
+    a partial (limited) read records only the files it used. The first `skip` documents
+    are passed over without parsing them.
     """
     if not root.is_dir():
         raise CorpusError(
@@ -209,7 +228,8 @@ def pile_local_documents(
     files = sorted(root.glob(pattern))
     if not files:
         raise CorpusError(f"{root}: no files match {pattern!r}; check --local-dir and the globs")
+    left = Skip(skip)
     for path in files:
         if opened is not None:
             opened.append(path)
-        yield from jsonl_documents(path, "text", id_base=path.relative_to(root).as_posix())
+        yield from jsonl_documents(path, "text", path.relative_to(root).as_posix(), left)

@@ -23,7 +23,7 @@ from leviathan.eval.errors import EvalInputError
 from leviathan.eval.frequency import stratify, token_frequency
 from leviathan.eval.perplexity import LN2, check_finite_loss, evaluate_shard
 from leviathan.eval.results import envelope, file_record, perplexity, read_result
-from leviathan.eval.words import count_words, iter_words, word_key, word_losses
+from leviathan.eval.words import count_val_words, word_losses
 from leviathan.provenance import utc_now
 
 PathLike = str | os.PathLike[str]
@@ -74,19 +74,14 @@ def build_word_counts(
             f"{train} is tokenized with {train_shard.vocab} but {val} with {val_shard.vocab}"
         )
     vocab = val_shard.vocab
-    words: set[str] = set()
-    n_val_words = 0
-    for chunk in iter_words(val_shard.tokens, vocab):
-        n_val_words += len(chunk)
-        words.update(word_key(w) for w in chunk)
-    wc = count_words(train, words, vocab=vocab, max_tokens=max_train_tokens)
+    wc = count_val_words(train, val, vocab=vocab, max_tokens=max_train_tokens)
     results = {
-        "counts": dict(sorted(wc.counts.items())),
+        "counts": wc.counts,  # sorted by word
         "train_tokens_counted": wc.train_tokens,
         "train_tokens_total": len(train_shard),
         "train_words_counted": wc.train_words,
-        "val_words": n_val_words,
-        "val_word_types": len(words),
+        "val_words": wc.val_words,
+        "val_word_types": len(wc.counts),
         "definition": "maximal runs of non-ASCII-whitespace bytes of the UTF-8 text; each "
         "document end is the word ' <|endoftext|>' (leviathan.eval.words)",
     }

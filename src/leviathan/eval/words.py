@@ -14,17 +14,20 @@ its own (it then does not occur as an evaluated word). A word's loss is the sum 
 tokens' losses, so the word losses of a shard add up to its token losses. A word counts as
 evaluated only if every one of its tokens is a target (the shard's first token never is).
 
-Training-corpus word counts (`count_words`) use the same definition, counting only the
-words that occur in the evaluated text (the distribution's tail is what matters here and
-the full Pile vocabulary of words would not fit a JSON file).
+Training-corpus word counts (`count_words`, `count_val_words`) use the same definition,
+counting only the words that occur in the evaluated text (the distribution's tail is what
+matters here and the full Pile vocabulary of words would not fit a JSON file), in bounded
+memory: both sides go through hash-partitioned bucket files on disk.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -225,9 +228,89 @@ def iter_words(
 
 @dataclass
 class WordCounts:
-    counts: dict[str, int]  # word key -> training count (0 if absent)
+    counts: dict[str, int]  # word key -> training count (0 if absent), sorted by key
     train_tokens: int
     train_words: int
+    val_words: int = 0  # occurrences of words in the evaluated text (count_val_words)
+
+
+# Word counting in bounded memory: the evaluated text's words and the training words are
+# partitioned by hash into bucket files of about BUCKET_BYTES on disk, then counted one bucket
+# at a time. Memory: one chunk of words plus one bucket's distinct words, whatever the sizes;
+# disk: the training words counted once (about 5 bytes per token) while it runs.
+BUCKET_BYTES = 32 << 20
+MAX_BUCKETS = 512  # open files while partitioning (two per bucket at most)
+
+
+class _Buckets:
+    """Newline-separated words (words hold no ASCII whitespace) spread over bucket files."""
+
+    def __init__(self, root: Path, name: str, n: int) -> None:
+        self.paths = [root / f"{name}.{i}" for i in range(n)]
+        # unbuffered: `add` writes one joined block per bucket and chunk, so memory stays
+        # one chunk of words however many buckets are open
+        self._files = [open(p, "wb", buffering=0) for p in self.paths]  # noqa: SIM115
+
+    def add(self, words: list[bytes]) -> None:
+        n = len(self._files)
+        parts: list[list[bytes]] = [[] for _ in range(n)]
+        for w in words:
+            parts[hash(w) % n].append(w)
+        for fh, part in zip(self._files, parts, strict=True):
+            if part:
+                fh.write(b"\n".join(part) + b"\n")
+
+    def close(self) -> None:
+        for fh in self._files:
+            fh.close()
+
+
+def _read_bucket(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    path.unlink()
+    return data.split(b"\n")[:-1]
+
+
+def _count_buckets(
+    wanted: Iterator[list[bytes]],
+    train: Iterator[list[bytes]],
+    n_buckets: int,
+    tmp_dir: str | os.PathLike[str] | None,
+) -> tuple[dict[str, int], int, int]:
+    """(training count of every wanted word, sorted by key; training words; wanted words)."""
+    found: list[tuple[str, int]] = []
+    n_train = n_wanted = 0
+    with tempfile.TemporaryDirectory(prefix="word-counts-", dir=tmp_dir) as tmp:
+        sides = _Buckets(Path(tmp), "wanted", n_buckets), _Buckets(Path(tmp), "train", n_buckets)
+        for chunk in wanted:
+            n_wanted += len(chunk)
+            sides[0].add(chunk)
+        for chunk in train:
+            n_train += len(chunk)
+            sides[1].add(chunk)
+        for side in sides:
+            side.close()
+        for want_path, train_path in zip(sides[0].paths, sides[1].paths, strict=True):
+            keys = set(_read_bucket(want_path))
+            counts = Counter(w for w in _read_bucket(train_path) if w in keys)
+            found.extend((word_key(w), counts.get(w, 0)) for w in keys)
+    found.sort()
+    return dict(found), n_train, n_wanted
+
+
+def _n_buckets(n_tokens: int) -> int:
+    """Buckets for the training words of n_tokens tokens (about 5 bytes each with newlines)."""
+    return min(MAX_BUCKETS, max(1, -(-5 * n_tokens // BUCKET_BYTES)))
+
+
+def _train_words(
+    train: str | os.PathLike[str], vocab: str, max_tokens: int | None, chunk_tokens: int
+) -> tuple[Iterator[list[bytes]], int]:
+    shard = open_shard(train, vocab)
+    n = len(shard) if max_tokens is None else min(max_tokens, len(shard))
+    if n <= 0:
+        raise EvalInputError(f"{train}: no tokens to count (max_tokens={max_tokens})")
+    return iter_words(shard.tokens[:n], vocab, chunk_tokens), n
 
 
 def count_words(
@@ -237,18 +320,30 @@ def count_words(
     vocab: str,
     max_tokens: int | None = None,
     chunk_tokens: int = CHUNK_TOKENS,
+    tmp_dir: str | os.PathLike[str] | None = None,
 ) -> WordCounts:
-    """Training-corpus counts of `words` (keys as `word_key` gives them) in a train shard."""
-    shard = open_shard(train, vocab)
-    n = len(shard) if max_tokens is None else min(max_tokens, len(shard))
-    if n <= 0:
-        raise EvalInputError(f"{train}: no tokens to count (max_tokens={max_tokens})")
-    wanted = {w.encode("utf-8", errors="surrogateescape") for w in words}
-    total: Counter[bytes] = Counter()
-    n_words = 0
-    for chunk_words in iter_words(shard.tokens[:n], vocab, chunk_tokens):
-        n_words += len(chunk_words)
-        c = Counter(chunk_words)
-        for w in wanted.intersection(c):
-            total[w] += c[w]
-    return WordCounts({word_key(w): int(total.get(w, 0)) for w in wanted}, n, n_words)
+    """Training-corpus counts of `words` (keys as `word_key` gives them) in a train shard
+    (bounded memory besides `words` itself: see BUCKET_BYTES)."""
+    train_words, n = _train_words(train, vocab, max_tokens, chunk_tokens)
+    wanted = iter([[w.encode("utf-8", errors="surrogateescape") for w in words]])
+    counts, n_words, _ = _count_buckets(wanted, train_words, _n_buckets(n), tmp_dir)
+    return WordCounts(counts, n, n_words)
+
+
+def count_val_words(
+    train: str | os.PathLike[str],
+    val: str | os.PathLike[str],
+    *,
+    vocab: str,
+    max_tokens: int | None = None,
+    chunk_tokens: int = CHUNK_TOKENS,
+    tmp_dir: str | os.PathLike[str] | None = None,
+) -> WordCounts:
+    """Training-corpus counts of every word of the val shard, streamed from both shards
+    through bucket files (`tmp_dir`: where; default the system's): memory stays bounded by a
+    chunk and a bucket, plus the result (one entry per distinct val word)."""
+    val_shard = open_shard(val, vocab)
+    train_words, n = _train_words(train, vocab, max_tokens, chunk_tokens)
+    val_words = iter_words(val_shard.tokens, vocab, chunk_tokens)
+    counts, n_words, n_val = _count_buckets(val_words, train_words, _n_buckets(n), tmp_dir)
+    return WordCounts(counts, n, n_words, n_val)

@@ -129,6 +129,12 @@ class RuntimeConfig:
     # checkpoints.stale-<n>/ and start afresh (True; the workflow's choice, since Snakemake
     # only reruns a finished cell when its config or inputs changed).
     restart_on_mismatch: bool = False
+    # Run-start check of the shards: "sampled" (size + sampled fingerprint on every rank, in
+    # milliseconds) or "full" (also the whole sha256, on the main rank before it joins the
+    # process group: ~80 s per 100 GB at 1.3 GB/s, which the other ranks wait out in the
+    # rendezvous, so dist_timeout_s must cover it).
+    verify_shards: str = "sampled"
+    dist_timeout_s: int = 1800  # the process group's collective and rendezvous timeout
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "runtime") -> RuntimeConfig:

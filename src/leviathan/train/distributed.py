@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +31,9 @@ class DistInfo:
         return self.world_size > 1
 
 
-def init_distributed(device_spec: str) -> DistInfo:
-    """Join the torchrun process group if WORLD_SIZE > 1 (NCCL on GPU, gloo on CPU)."""
+def init_distributed(device_spec: str, timeout_s: int = 1800) -> DistInfo:
+    """Join the torchrun process group if WORLD_SIZE > 1 (NCCL on GPU, gloo on CPU), with an
+    explicit timeout for its rendezvous and collectives (not the backend's default)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -39,7 +41,10 @@ def init_distributed(device_spec: str) -> DistInfo:
     if world > 1 and not dist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(
+            backend="nccl" if device.type == "cuda" else "gloo",
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
     return DistInfo(rank, world, local_rank, device)
 
 

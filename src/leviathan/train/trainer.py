@@ -21,6 +21,7 @@ Run directory:
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import torch
 
 from leviathan import layout
 from leviathan.data.loader import TrainLoader
+from leviathan.data.shards import verify_shards
 from leviathan.device import set_deterministic
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
@@ -117,7 +119,13 @@ def train(
     runtime: RuntimeConfig = RuntimeConfig(),
 ) -> TrainResult:
     run_dir = Path(run_dir)
-    info = init_distributed(runtime.device)
+    if runtime.verify_shards not in ("sampled", "full"):
+        raise ValueError(f"runtime.verify_shards={runtime.verify_shards!r}: use sampled or full")
+    if runtime.verify_shards == "full" and int(os.environ.get("RANK", "0")) == 0:
+        # before the process group exists: no collective waits on this pass over the data
+        shards = [Path(p) for p in [*train_bins, *([val_bin] if val_bin else [])]]
+        verify_shards(shards, progress=runtime.progress)
+    info = init_distributed(runtime.device, runtime.dist_timeout_s)
     try:
         trainer = Trainer(
             cfg,
@@ -156,10 +164,8 @@ class Trainer:
         self.val_bin, self.run_dir = val_bin, run_dir
         device = info.device
         self.model = build_cell_model(cfg).to(device)
-        # Every run start (fresh or resumed) hashes the shards in full against their manifests, so
-        # a shard edited in place (same size) is caught before a step reads it: one sequential read
-        # per run, on the main rank (BENCHMARKS.md: "Shard verification"); the others wait at the
-        # barrier.
+        # Every rank checks size and sampled fingerprint against the manifests (milliseconds);
+        # the full hash is runtime.verify_shards=full, done in `train` before the group exists.
         self.loader = TrainLoader(
             train_bins,
             context=cfg.context,
@@ -168,7 +174,7 @@ class Trainer:
             rank=info.rank,
             world_size=info.world_size,
             vocab=cfg.vocab,
-            verify_sha256=info.is_main,
+            verify_sha256=False,
             progress=runtime.progress,
         )
         barrier(info)

@@ -267,6 +267,15 @@ class StudyDisk:
             + self.dvc_cache
         )
 
+    def line(self) -> str:
+        """One line for a plan or a rehearsal: the total and each part."""
+        return (
+            f"disk at most {_size(self.total)}: corpus text {_size(self.corpus_text)}, shards "
+            f"{_size(self.shards)}, step checkpoints {_size(self.step_checkpoints)}, final "
+            f"checkpoints {_size(self.final_checkpoints)}, DVC cache {_size(self.dvc_cache)} "
+            "(a copy of data/ and the final checkpoints; none where the filesystem has reflinks)"
+        )
+
 
 def study_disk(
     config: Mapping[str, Any], plans: list[CellPlan] | None = None, mfu: float = DEFAULT_MFU
@@ -337,13 +346,7 @@ def render_evaluation(
         f"{train + total_eval:,.1f}"
         + (" (val on a whole split not yet tokenized is not counted)" if unknown else "")
     )
-    disk = study_disk(config, plans, mfu)
-    lines.append(
-        f"disk at most {_size(disk.total)}: corpus text {_size(disk.corpus_text)}, shards "
-        f"{_size(disk.shards)}, step checkpoints {_size(disk.step_checkpoints)}, final "
-        f"checkpoints {_size(disk.final_checkpoints)}, DVC cache {_size(disk.dvc_cache)} "
-        "(a copy of data/ and the final checkpoints; none where the filesystem has reflinks)"
-    )
+    lines.append(study_disk(config, plans, mfu).line())
     return lines
 
 

@@ -29,8 +29,9 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
 
     kind = corpus["kind"]
     limits = (corpus.get("max_docs"), corpus.get("max_bytes"))
+    parts = {"part_bytes": corpus["part_bytes"]} if corpus.get("part_bytes") else {}
     if kind == "embedded":
-        return fetch.fetch_embedded(out, val_fraction=corpus["val_fraction"])
+        return fetch.fetch_embedded(out, val_fraction=corpus["val_fraction"], **parts)
     if kind == "text":
         if not corpus.get("paths"):
             raise ValueError("corpus.kind=text needs corpus.paths (files, directories or globs)")
@@ -40,6 +41,7 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
             val_fraction=corpus["val_fraction"],
             text_field=corpus["text_field"],
             limits=limits,
+            **parts,
         )
     if kind == "hf":
         if not corpus.get("dataset"):
@@ -59,9 +61,13 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
         train_split = corpus.get("train_split") or "train"
         if corpus.get("val_split"):
             specs = {"train": spec(train_split), "val": spec(corpus["val_split"])}
-            return fetch.fetch_hf(out, specs, limits=limits)
+            return fetch.fetch_hf(out, specs, limits=limits, **parts)
         return fetch.fetch_hf(
-            out, {"train": spec(train_split)}, val_fraction=corpus["val_fraction"], limits=limits
+            out,
+            {"train": spec(train_split)},
+            val_fraction=corpus["val_fraction"],
+            limits=limits,
+            **parts,
         )
     if kind == "pile":
         options = {
@@ -69,8 +75,20 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
             for k in ("dataset", "config", "revision", "train_split", "val_split", "local_dir")
             if corpus.get(k)
         }
-        return fetch.fetch_pile(out, train_limits=limits, val_limits=limits, **options)
+        return fetch.fetch_pile(out, train_limits=limits, val_limits=limits, **options, **parts)
     raise ValueError(f"corpus.kind={kind!r}: use embedded, text, hf or pile")
+
+
+def tokenize_options(config: Mapping[str, Any], vocab: str) -> dict[str, Any]:
+    """config.tokenize for one vocabulary, `max_bytes: auto` replaced by the training text its
+    largest budget needs (budget x corpus.bytes_per_token x (1 + corpus.size_margin),
+    leviathan.workflow.plan.corpus_bytes), so a larger budget retokenizes."""
+    from leviathan.workflow.plan import corpus_bytes
+
+    options = dict(config.get("tokenize") or {})
+    if options.get("max_bytes") == "auto":
+        options["max_bytes"] = corpus_bytes(config).get(vocab)
+    return options
 
 
 def tokenize(
@@ -85,6 +103,7 @@ def tokenize(
         threads=options.get("threads"),
         processes=options.get("processes"),
         progress=False,
+        max_train_bytes=options.get("max_bytes"),
     )
 
 
