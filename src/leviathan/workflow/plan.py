@@ -49,19 +49,32 @@ def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
     )
 
 
+def checkpoint_bytes(total_params: int) -> int:
+    """One checkpoint on disk: fp32 weights and AdamW's two fp32 moments per parameter."""
+    return total_params * WEIGHT_BYTES * (1 + OPTIMIZER_SLOTS)
+
+
+def cell_checkpoint_bytes(config: Mapping[str, Any], cell: Cell) -> int:
+    from leviathan.model.accounting import account
+    from leviathan.train.trainer import cell_model_config
+
+    tc = cell_train_config(config, cell)
+    return checkpoint_bytes(account(cell_model_config(tc), tc.context).total_params)
+
+
 def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -> CellPlan:
     from leviathan.model.accounting import account
     from leviathan.train.config import workflow_runtime
     from leviathan.train.telemetry import peak_flops
     from leviathan.train.trainer import cell_model_config
-    from leviathan.workflow.steps import resources
+    from leviathan.workflow.steps import scale_resources
 
     tc = cell_train_config(config, cell)
     acc = account(cell_model_config(tc), tc.context)
     tokens = tc.max_steps * tc.tokens_per_step
     flops = float(acc.train_flops) * tokens
-    res = resources(config, cell.scale)  # the training job's, as the train rule asks for them
-    gpus, model = int(res["gpu"]), res["gpu_model"] or None
+    res = scale_resources(config, cell.scale)  # the training job's, as the config asks for them
+    gpus, model = int(res["gpus"]) * int(res["nodes"]), res["gpu_model"] or None
     peak = peak_flops(str(model).upper()) if gpus and model else None
     hours = flops / (peak * mfu) / 3600 if peak else None
     runtime = workflow_runtime(config.get("runtime"))
@@ -71,7 +84,7 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -
         tokens=tokens,
         steps=tc.max_steps,
         train_flops=flops,
-        checkpoint_bytes=acc.total_params * WEIGHT_BYTES * (1 + OPTIMIZER_SLOTS),
+        checkpoint_bytes=checkpoint_bytes(acc.total_params),
         checkpoints_on_disk=runtime.keep_last + 1,
         gpus=gpus,
         gpu_model=model,
