@@ -236,3 +236,27 @@ def test_prefetch_refuses_steps_out_of_order_and_raises_a_reads_error(
             batches.get(step)
         with pytest.raises(ValueError, match="outside \\[0, 50257\\)"):
             batches.get(failing)
+
+
+def test_batch_rows_are_the_windows_read_from_the_files(
+    tmp_path: Path, make_shard: Callable[..., Path]
+) -> None:
+    """Against the files read directly (np.fromfile) and the module's window definition:
+    window w of a shard is tokens [w*T, w*T + T + 1), global ids running through the shards."""
+    rng = np.random.default_rng(1)
+    paths = [
+        make_shard(tmp_path / "a.bin", rng.integers(0, 50_000, 5000)),
+        make_shard(tmp_path / "b.bin", rng.integers(0, 50_000, 3001)),
+    ]
+    raw = [np.fromfile(p, dtype="<u2").astype(np.int64) for p in paths]
+    per_shard = [(len(r) - 1) // CTX for r in raw]
+    loader = TrainLoader(paths, context=CTX, global_batch=12, seed=3, rank=1, world_size=2)
+    for step in range(0, 200, 7):
+        want = []
+        for w in loader.window_ids(step).tolist():
+            shard = 0 if w < per_shard[0] else 1
+            start = (w - (0 if shard == 0 else per_shard[0])) * CTX
+            want.append(raw[shard][start : start + CTX + 1])
+        rows = np.stack(want)
+        x, y = loader.batch(step)
+        assert np.array_equal(x.numpy(), rows[:, :-1]) and np.array_equal(y.numpy(), rows[:, 1:])

@@ -178,14 +178,17 @@ class TrainLoader:
             out[mask] = self._perm(int(epoch))[within[mask]]
         return out
 
-    def _window(self, window: int) -> np.ndarray[Any, Any]:
-        shard = int(np.searchsorted(self._offsets, window, side="right")) - 1
-        start = (window - int(self._offsets[shard])) * self.context
-        return self.shards[shard].tokens[start : start + self.context + 1]
-
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs, targets) of this rank at `step`; a pure function of (seed, step, rank)."""
-        rows = np.stack([self._window(int(w)) for w in self.window_ids(step)]).astype(np.int64)
+        """(inputs, targets) of this rank at `step`; a pure function of (seed, step, rank).
+        One gather per shard of all the step's windows (no Python loop over windows)."""
+        windows = self.window_ids(step)
+        shard_of = np.searchsorted(self._offsets, windows, side="right") - 1
+        span = np.arange(self.context + 1, dtype=np.int64)
+        rows = np.empty((windows.size, self.context + 1), dtype=np.int64)
+        for shard in np.unique(shard_of):
+            mine = shard_of == shard
+            starts = (windows[mine] - self._offsets[shard]) * self.context
+            rows[mine] = self.shards[int(shard)].tokens[starts[:, None] + span]
         self.shards[0].check_ids(rows)  # all shards share one vocabulary (fingerprint)
         return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
 
