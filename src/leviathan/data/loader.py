@@ -193,14 +193,19 @@ class TrainLoader:
         return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
 
     def prefetch(
-        self, start: int, stop: int, *, depth: int = 2, pin_memory: bool = False
+        self, start: int, stop: int, *, depth: int = 2, pin_for: torch.device | None = None
     ) -> Prefetcher:
         """The batches of steps [start, stop), each read `depth` steps ahead in background
-        threads (`depth=0`: read when asked); `pin_memory` for asynchronous copies to a GPU."""
+        threads (`depth=0`: read when asked); `pin_for` (a CUDA device): pinned for asynchronous
+        copies to it (the thread selects that device first, as PyTorch's DataLoader does, so no
+        context is created on another GPU)."""
 
         def load(step: int) -> tuple[torch.Tensor, torch.Tensor]:
             x, y = self.batch(step)
-            return (x.pin_memory(), y.pin_memory()) if pin_memory else (x, y)
+            if pin_for is None:
+                return x, y
+            torch.cuda.set_device(pin_for)
+            return x.pin_memory(), y.pin_memory()
 
         return Prefetcher(load, start, stop, depth)
 

@@ -224,7 +224,7 @@ class Trainer:
             start,
             cfg.max_steps,
             depth=runtime.prefetch,
-            pin_memory=self.info.device.type == "cuda",
+            pin_for=self.info.device if self.info.device.type == "cuda" else None,
         )
         with self._begin() as telemetry, batches, contextlib.closing(self.checkpoints):
             self.train_model.train()
