@@ -202,3 +202,61 @@ def test_order_is_pinned(positions: Path) -> None:
         23,
         6,
     ]
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_prefetch_yields_the_same_batches_bitwise(positions: Path, depth: int) -> None:
+    """Read ahead in threads across epoch boundaries (25 windows, 7 per step), from a resume
+    step: the batches of a fresh loader's synchronous `batch(step)`, bit for bit, in order."""
+    reference = _loader(positions, global_batch=7)
+    loader = _loader(positions, global_batch=7)
+    with loader.prefetch(2, 14, depth=depth) as batches:
+        for step in range(2, 14):
+            x, y = batches.get(step)
+            want_x, want_y = reference.batch(step)
+            assert torch.equal(x, want_x) and torch.equal(y, want_y), step
+            assert x.dtype == torch.int64 and x.is_contiguous()
+        with pytest.raises(ValueError, match="expected 14"):
+            batches.get(14)  # past `stop`
+
+
+def test_prefetch_refuses_steps_out_of_order_and_raises_a_reads_error(
+    tmp_path: Path, make_shard: Callable[..., Path]
+) -> None:
+    # one token id outside gpt2's vocabulary: the step whose batch holds it fails, when asked
+    tokens = np.arange(CTX * 25 + 3) % 50_000
+    tokens[5 * CTX + 2] = 60_000
+    bad = make_shard(tmp_path / "bad.bin", tokens)
+    loader = _loader(bad, global_batch=5)
+    failing = next(s for s in range(5) if 5 in loader.window_ids(s).tolist())
+    with loader.prefetch(0, 5, depth=2) as batches:
+        with pytest.raises(ValueError, match="asked for step 3, expected 0"):
+            batches.get(3)
+        for step in range(failing):
+            batches.get(step)
+        with pytest.raises(ValueError, match="outside \\[0, 50257\\)"):
+            batches.get(failing)
+
+
+def test_batch_rows_are_the_windows_read_from_the_files(
+    tmp_path: Path, make_shard: Callable[..., Path]
+) -> None:
+    """Against the files read directly (np.fromfile) and the module's window definition:
+    window w of a shard is tokens [w*T, w*T + T + 1), global ids running through the shards."""
+    rng = np.random.default_rng(1)
+    paths = [
+        make_shard(tmp_path / "a.bin", rng.integers(0, 50_000, 5000)),
+        make_shard(tmp_path / "b.bin", rng.integers(0, 50_000, 3001)),
+    ]
+    raw = [np.fromfile(p, dtype="<u2").astype(np.int64) for p in paths]
+    per_shard = [(len(r) - 1) // CTX for r in raw]
+    loader = TrainLoader(paths, context=CTX, global_batch=12, seed=3, rank=1, world_size=2)
+    for step in range(0, 200, 7):
+        want = []
+        for w in loader.window_ids(step).tolist():
+            shard = 0 if w < per_shard[0] else 1
+            start = (w - (0 if shard == 0 else per_shard[0])) * CTX
+            want.append(raw[shard][start : start + CTX + 1])
+        rows = np.stack(want)
+        x, y = loader.batch(step)
+        assert np.array_equal(x.numpy(), rows[:, :-1]) and np.array_equal(y.numpy(), rows[:, 1:])

@@ -437,3 +437,64 @@ def test_ddp_two_ranks_match_one_rank(gpt2_shards: Path, tmp_path: Path) -> None
     assert len(a) == len(b) == 4
     assert b == pytest.approx(a, rel=1e-4)
     assert read_metrics(tmp_path / "two" / "metrics.jsonl", "start")[0]["world_size"] == 2
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_path: Path) -> None:
+    """Two torchrun launchers on one host (`--nnodes 2`, c10d rendezvous: the multi-node launch
+    of docs/slurm.md) against one launcher with the same two ranks: the same losses; SIGTERM to
+    one launcher stops both ranks at the same step with a checkpoint, and the relaunch resumes
+    to the same final weights, bit for bit."""
+    common = ["--set", "global_batch=8", "--set", "micro_batch=4"]
+    common += ["--runtime", "ckpt_every=0", "--runtime", "threads=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    one = cli(gpt2_shards, tmp_path / "one", *common)
+    subprocess.run(
+        [*torchrun, "--nproc-per-node", "2", "--master-port", str(_free_port())] + one[1:],
+        check=True,
+        env=env,
+    )
+
+    run_dir = tmp_path / "two"
+    port = _free_port()
+
+    def launch() -> list[subprocess.Popen[str]]:
+        node = [*torchrun, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+        node += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes"]
+        argv = node + cli(gpt2_shards, run_dir, *common)[1:]
+        return [subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True) for _ in "ab"]
+
+    nodes = launch()
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + 300
+    while (
+        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
+    ) and time.time() < deadline:
+        time.sleep(0.05)
+    nodes[0].send_signal(signal.SIGTERM)  # one node's launcher: torchrun forwards it
+    errs = [n.communicate(timeout=300)[1] for n in nodes]
+    assert all(n.returncode != 0 for n in nodes), errs
+    saved = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
+    assert len(saved) == 1 and not (run_dir / "checkpoints" / "final").exists(), errs
+    stopped_at = int(saved[0].split("_")[1])
+    assert 0 < stopped_at < STEPS
+
+    nodes = launch()  # the retried job: resumes on both nodes
+    errs = [n.communicate(timeout=600)[1] for n in nodes]
+    assert all(n.returncode == 0 for n in nodes), errs
+    start = read_metrics(metrics, "start")
+    assert start[-1]["step"] == stopped_at and start[-1]["world_size"] == 2
+    a = [r["loss"] for r in read_metrics(tmp_path / "one" / "metrics.jsonl", "train")]
+    b = [r["loss"] for r in read_metrics(metrics, "train")]
+    assert len(a) == len(b) == STEPS
+    assert b == pytest.approx(a, rel=1e-6)
+    assert_bitwise_equal(weights(run_dir), weights(tmp_path / "one"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,12 +93,24 @@ def test_study_disk_re_derived(paper: dict[str, Any]) -> None:
     # keep_last: 2 step checkpoints per cell, besides the final one
     assert disk.step_checkpoints == 2 * disk.final_checkpoints
     assert disk.final_checkpoints == sum(p.params * 4 * 3 for p in plans)
-    assert disk.dvc_cache == disk.corpus_text + disk.shards + disk.final_checkpoints
+    assert disk.dvc_cache == 0  # .dvc/config links (hardlink,symlink): no second copy
     assert (
         disk.total
         == sum((disk.corpus_text, disk.shards, disk.step_checkpoints, disk.final_checkpoints))
         + disk.dvc_cache
     )
+
+
+def test_the_dvc_cache_counts_a_copy_only_where_dvc_copies(tmp_path: Path) -> None:
+    from leviathan.workflow.plan import dvc_cache_copies
+
+    config = tmp_path / "config"
+    config.write_text('[cache]\n    type = "hardlink,symlink"\n')
+    assert not dvc_cache_copies(config)
+    config.write_text('[cache]\n    type = "reflink,copy"\n')
+    assert dvc_cache_copies(config)
+    config.write_text("[core]\n    analytics = false\n")  # DVC's default: reflink,copy
+    assert dvc_cache_copies(config)
 
 
 def test_the_plan_prints_training_and_evaluation_gpu_hours_and_the_disk(

@@ -8,6 +8,7 @@ from leviathan import layout
 from leviathan.workflow.grid import Cell, cells, wildcard_pattern
 from leviathan.workflow.steps import (
     default_resource,
+    preempt_grace_s,
     resources,
     rule_resources,
     train_command,
@@ -65,6 +66,7 @@ def test_resources_per_scale_in_the_plugins_terms() -> None:
         "threads": 32,
         "mem_mb": 1000,
         "runtime": 30,
+        "slurm_extra": f"--signal=TERM@{preempt_grace_s(config, '400m')}",
     }
     cpu = resources({"resources": {"micro": {"cpus": 2}}}, "micro")
     assert (

@@ -45,7 +45,7 @@ def train_slurm(key):
     declaration of the key would otherwise hide."""
     defaults = workflow.resource_settings.default_resources
     fallback = steps.default_resource(getattr(defaults, "args", None), key)
-    return lambda wildcards: steps.resources(config, wildcards.scale).get(key, fallback)
+    return lambda wildcards: steps.train_slurm_value(config, wildcards.scale, key, fallback)
 
 
 # the SLURM settings (partition, account, constraint, qos, extra flags) some scale sets

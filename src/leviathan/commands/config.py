@@ -118,7 +118,7 @@ def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore
     """One cell as the workflow trains it: train config, runtime, resources, command, plan."""
     from leviathan.train.config import workflow_runtime
     from leviathan.workflow.plan import cell_train_config, plan_cell
-    from leviathan.workflow.steps import resources, train_command
+    from leviathan.workflow.steps import launch_env, resources, train_command
 
     tc = cell_train_config(config, cell)
     plan = plan_cell(config, cell, mfu)
@@ -137,6 +137,7 @@ def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore
         "runtime": asdict(workflow_runtime(config.get("runtime"))),
         "resources": resources(config, cell.scale),
         "command": shlex.split(train_command(cell, config, tokens, run_dir, python="python")),
+        "command_env": launch_env(config, cell.scale),
         "plan": {
             "params": plan.params,
             "tokens": plan.tokens,

@@ -20,6 +20,12 @@ not `shuffle`'s algorithm across versions: resuming under another NumPy is accep
 it provably gives the same order (the same permutation digest), and refused otherwise.
 The world size may change between runs: the global order does not depend on it.
 
+Prefetch. `TrainLoader.prefetch(start, stop, depth=d)` reads the batches of the next d steps in
+background threads while the current step trains (memmap reads release the GIL, so file-system
+latency on a cold cache overlaps the step instead of adding to it); on CUDA they are pinned, so
+the trainer's `.to(device, non_blocking=True)` copies asynchronously. Each prefetched batch is
+`batch(step)` itself: the same tensors, bitwise, in the same order.
+
 Validation. `val_batches` walks one shard's windows in order, without overlap in targets,
 covering every target token exactly once; the last window is padded with target -100
 (PyTorch's cross-entropy ignore_index) so no token is dropped.
@@ -28,7 +34,10 @@ covering every target token exactly once; the last window is padded with target 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +129,7 @@ class TrainLoader:
         self.fingerprint = fingerprint(self.shards, context)
         self.step = 0
         self._perm_cache: dict[int, np.ndarray[Any, Any]] = {}
+        self._perm_lock = threading.Lock()  # prefetch threads share the permutation cache
         self._order_sha256: str | None = None
 
     @property
@@ -142,6 +152,10 @@ class TrainLoader:
         return step * self.global_batch / self.n_windows
 
     def _perm(self, epoch: int) -> np.ndarray[Any, Any]:
+        with self._perm_lock:
+            return self._perm_locked(epoch)
+
+    def _perm_locked(self, epoch: int) -> np.ndarray[Any, Any]:
         if epoch not in self._perm_cache:
             rng = np.random.Generator(np.random.PCG64([self.seed, epoch]))
             dtype = np.int32 if self.n_windows < 2**31 else np.int64
@@ -164,16 +178,36 @@ class TrainLoader:
             out[mask] = self._perm(int(epoch))[within[mask]]
         return out
 
-    def _window(self, window: int) -> np.ndarray[Any, Any]:
-        shard = int(np.searchsorted(self._offsets, window, side="right")) - 1
-        start = (window - int(self._offsets[shard])) * self.context
-        return self.shards[shard].tokens[start : start + self.context + 1]
-
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs, targets) of this rank at `step`; a pure function of (seed, step, rank)."""
-        rows = np.stack([self._window(int(w)) for w in self.window_ids(step)]).astype(np.int64)
+        """(inputs, targets) of this rank at `step`; a pure function of (seed, step, rank).
+        One gather per shard of all the step's windows (no Python loop over windows)."""
+        windows = self.window_ids(step)
+        shard_of = np.searchsorted(self._offsets, windows, side="right") - 1
+        span = np.arange(self.context + 1, dtype=np.int64)
+        rows = np.empty((windows.size, self.context + 1), dtype=np.int64)
+        for shard in np.unique(shard_of):
+            mine = shard_of == shard
+            starts = (windows[mine] - self._offsets[shard]) * self.context
+            rows[mine] = self.shards[int(shard)].tokens[starts[:, None] + span]
         self.shards[0].check_ids(rows)  # all shards share one vocabulary (fingerprint)
         return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
+
+    def prefetch(
+        self, start: int, stop: int, *, depth: int = 2, pin_for: torch.device | None = None
+    ) -> Prefetcher:
+        """The batches of steps [start, stop), each read `depth` steps ahead in background
+        threads (`depth=0`: read when asked); `pin_for` (a CUDA device): pinned for asynchronous
+        copies to it (the thread selects that device first, as PyTorch's DataLoader does, so no
+        context is created on another GPU)."""
+
+        def load(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+            x, y = self.batch(step)
+            if pin_for is None:
+                return x, y
+            torch.cuda.set_device(pin_for)
+            return x.pin_memory(), y.pin_memory()
+
+        return Prefetcher(load, start, stop, depth)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:
@@ -226,6 +260,57 @@ class TrainLoader:
                 "a new run"
             )
         self.step = int(state["step"])
+
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class Prefetcher:
+    """`get(step)` for steps start, start + 1, ... < stop in order, each loaded by `load(step)`
+    up to `depth` steps ahead in as many threads (so as many reads in flight on a slow file
+    system). An error of a load is raised by the `get` of its step. Use as a context manager:
+    leaving it cancels what was not started and waits for what was."""
+
+    def __init__(self, load: Callable[[int], Batch], start: int, stop: int, depth: int) -> None:
+        if depth < 0:
+            raise ValueError(f"prefetch depth={depth}: must be >= 0 (0: no prefetch)")
+        self._load, self._stop, self._depth = load, stop, depth
+        self._next = self._submitted = start
+        self._pending: deque[Future[Batch]] = deque()
+        self._pool = (
+            ThreadPoolExecutor(depth, thread_name_prefix="leviathan-prefetch") if depth else None
+        )
+
+    def _fill(self) -> None:
+        assert self._pool is not None
+        while len(self._pending) < self._depth and self._submitted < self._stop:
+            self._pending.append(self._pool.submit(self._load, self._submitted))
+            self._submitted += 1
+
+    def get(self, step: int) -> Batch:
+        if step != self._next or step >= self._stop:
+            raise ValueError(
+                f"prefetcher asked for step {step}, expected {self._next} (< {self._stop}): "
+                "steps are read in order; make a new prefetcher to jump"
+            )
+        self._next += 1
+        if self._pool is None:
+            return self._load(step)
+        self._fill()
+        batch = self._pending.popleft()
+        self._fill()  # the next read starts before this step trains
+        return batch.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pending.clear()
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,12 @@ class RuntimeConfig:
     val_batch: int = 16
     ckpt_every: int = 100  # steps between checkpoints (and at the end)
     keep_last: int = 2  # step checkpoints kept besides `final`
+    # periodic checkpoints copied to host memory at the step, written by a background thread
+    # while training goes on (the next save waits for the previous one); False: written in line
+    async_checkpoint: bool = True
+    # remove the step checkpoints once `final` is written (they only serve resuming)
+    drop_steps_at_final: bool = False
+    prefetch: int = 2  # training batches read ahead in background threads (0: none)
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False
     dvclive: bool = (

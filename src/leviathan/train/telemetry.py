@@ -245,6 +245,8 @@ def rewind_metrics(path: Path, step: int, aside: Path) -> int:
         aside.parent.mkdir(parents=True, exist_ok=True)
         with open(aside, "a") as fh:
             fh.writelines(line + "\n" for line in moved)
+    # a new file, never the old one edited: it may be a hard link into DVC's cache (docs/dvc.md)
+    if moved or path.stat().st_nlink > 1:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(line + "\n" for line in keep))
         tmp.replace(path)

@@ -194,6 +194,8 @@ class Trainer:
             cfg=cfg,
             info=info,
             keep_last=runtime.keep_last,
+            background=runtime.async_checkpoint,
+            drop_steps_at_final=runtime.drop_steps_at_final,
         )
         self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
         self.accounting = account_model(self.model, cfg.context)
@@ -209,13 +211,19 @@ class Trainer:
         if self.restored.finished:
             return self._finished()
         loss: float | None = None
-        with self._begin() as telemetry:
+        batches = self.loader.prefetch(
+            start,
+            cfg.max_steps,
+            depth=runtime.prefetch,
+            pin_for=self.info.device if self.info.device.type == "cuda" else None,
+        )
+        with self._begin() as telemetry, batches, contextlib.closing(self.checkpoints):
             self.train_model.train()
             with PreemptionWatch(self.info) as preemption:
                 for step in range(start, cfg.max_steps):
                     t0 = time.perf_counter()
                     lr = self._set_lr(step)
-                    x, y = self.loader.batch(step)
+                    x, y = batches.get(step)
                     loss = self._forward_backward(x, y)
                     last_good = self.checkpoints.last_good
                     check_loss(loss, step=step, lr=lr, last_good=last_good)
@@ -231,7 +239,7 @@ class Trainer:
                     if runtime.val_every and done % runtime.val_every == 0:
                         self._validate(done, telemetry)
                     if preemption.requested():  # every rank stops at the same step
-                        raise preemption.stop(self.checkpoints.save_step(done, loss))
+                        raise preemption.stop(self.checkpoints.save_step(done, loss, wait=True))
                     if runtime.ckpt_every and done % runtime.ckpt_every == 0:
                         self.checkpoints.save_step(done, loss)
             val_loss = self._validate(cfg.max_steps, telemetry)

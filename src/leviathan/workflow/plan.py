@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from leviathan.workflow.grid import Cell, cells
@@ -49,19 +50,32 @@ def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
     )
 
 
+def checkpoint_bytes(total_params: int) -> int:
+    """One checkpoint on disk: fp32 weights and AdamW's two fp32 moments per parameter."""
+    return total_params * WEIGHT_BYTES * (1 + OPTIMIZER_SLOTS)
+
+
+def cell_checkpoint_bytes(config: Mapping[str, Any], cell: Cell) -> int:
+    from leviathan.model.accounting import account
+    from leviathan.train.trainer import cell_model_config
+
+    tc = cell_train_config(config, cell)
+    return checkpoint_bytes(account(cell_model_config(tc), tc.context).total_params)
+
+
 def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -> CellPlan:
     from leviathan.model.accounting import account
     from leviathan.train.config import workflow_runtime
     from leviathan.train.telemetry import peak_flops
     from leviathan.train.trainer import cell_model_config
-    from leviathan.workflow.steps import resources
+    from leviathan.workflow.steps import scale_resources
 
     tc = cell_train_config(config, cell)
     acc = account(cell_model_config(tc), tc.context)
     tokens = tc.max_steps * tc.tokens_per_step
     flops = float(acc.train_flops) * tokens
-    res = resources(config, cell.scale)  # the training job's, as the train rule asks for them
-    gpus, model = int(res["gpu"]), res["gpu_model"] or None
+    res = scale_resources(config, cell.scale)  # the training job's, as the config asks for them
+    gpus, model = int(res["gpus"]) * int(res["nodes"]), res["gpu_model"] or None
     peak = peak_flops(str(model).upper()) if gpus and model else None
     hours = flops / (peak * mfu) / 3600 if peak else None
     runtime = workflow_runtime(config.get("runtime"))
@@ -71,7 +85,7 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -
         tokens=tokens,
         steps=tc.max_steps,
         train_flops=flops,
-        checkpoint_bytes=acc.total_params * WEIGHT_BYTES * (1 + OPTIMIZER_SLOTS),
+        checkpoint_bytes=checkpoint_bytes(acc.total_params),
         checkpoints_on_disk=runtime.keep_last + 1,
         gpus=gpus,
         gpu_model=model,
@@ -255,7 +269,7 @@ class StudyDisk:
     shards: int  # train.bin of every vocabulary (val.bin and counts are small beside them)
     step_checkpoints: int  # runtime.keep_last step checkpoints per cell, at most
     final_checkpoints: int  # checkpoints/final/ of every cell (weights + AdamW state)
-    dvc_cache: int  # DVC's copy of data/ and the final checkpoints (0 on reflink filesystems)
+    dvc_cache: int  # DVC's copy of data/ and the final checkpoints (0 where it links: .dvc/config)
 
     @property
     def total(self) -> int:
@@ -273,7 +287,11 @@ class StudyDisk:
             f"disk at most {_size(self.total)}: corpus text {_size(self.corpus_text)}, shards "
             f"{_size(self.shards)}, step checkpoints {_size(self.step_checkpoints)}, final "
             f"checkpoints {_size(self.final_checkpoints)}, DVC cache {_size(self.dvc_cache)} "
-            "(a copy of data/ and the final checkpoints; none where the filesystem has reflinks)"
+            + (
+                "(a copy of data/ and the final checkpoints: .dvc/config's cache.type copies)"
+                if self.dvc_cache
+                else "(linked into the workspace, no second copy: .dvc/config's cache.type)"
+            )
         )
 
 
@@ -300,7 +318,22 @@ def study_disk(
     )
     steps = sum(p.checkpoint_bytes * (p.checkpoints_on_disk - 1) for p in plans)
     final = sum(p.checkpoint_bytes for p in plans)
-    return StudyDisk(text, shards, steps, final, text + shards + final)
+    cache = text + shards + final if dvc_cache_copies() else 0
+    return StudyDisk(text, shards, steps, final, cache)
+
+
+def dvc_cache_copies(dvc_config: Path | None = None) -> bool:
+    """Whether DVC may copy outputs into its cache (a second copy on disk): its `cache.type`
+    (default the project's .dvc/config) is unset (DVC's default `reflink,copy`: a copy where
+    the filesystem has no reflinks) or names `copy`. Links (hardlink, symlink) never copy."""
+    import configparser
+
+    from leviathan.paper import repo_root
+
+    parser = configparser.ConfigParser()
+    parser.read(dvc_config or repo_root() / ".dvc" / "config")
+    kinds = parser.get("cache", "type", fallback="reflink,copy").strip('"').split(",")
+    return "copy" in {k.strip() for k in kinds}
 
 
 def render_evaluation(

@@ -4,9 +4,11 @@ the rule scripts only unpack `snakemake` and call these)."""
 from __future__ import annotations
 
 import ast
+import functools
+import math
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,30 +111,81 @@ def tokenize(
 
 # A training job's resources where config.resources[<scale>] is silent (their one home).
 RESOURCE_DEFAULTS: dict[str, Any] = {
-    "gpus": 0,
+    "gpus": 0,  # per node
     "gpu_model": None,
     "cpus_per_gpu": 8,
     "cpus": 2,
-    "mem_mb": 4000,
+    "mem_mb": 4000,  # per node
     "runtime": 60,
+    "nodes": 1,  # >1: one torchrun per node under srun, c10d rendezvous on the first node
+    "rdzv_port": 29500,  # the rendezvous' TCP port on the first node (nodes > 1)
+    # seconds between SLURM's early SIGTERM and the time limit (GPU jobs: --signal=TERM@<s>);
+    # None: sized from the scale's checkpoint (preempt_grace_s)
+    "signal_grace_s": None,
+    "checkpoint_write_mb_s": 200,  # the run directory's sustained write rate (sizes the grace)
 }
 # SLURM settings a job may carry (snakemake-executor-plugin-slurm resource names); unset ones
 # keep the profile's default-resources
 SLURM_KEYS = ("slurm_partition", "slurm_account", "constraint", "qos", "slurm_extra")
+# The grace covers a periodic save still being written, the preemption save and the end of the
+# step in progress: two checkpoints at the write rate plus this margin.
+GRACE_MARGIN_S = 60
+LARGEST = ("o200k_base", "untied")  # the largest checkpoint of a scale outside any study
 
 
-def resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
-    """A training job's Snakemake resources for a scale, in the SLURM executor plugin's terms.
+def scale_resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
+    """config.resources[<scale>] over RESOURCE_DEFAULTS (the config's own terms)."""
+    return {**RESOURCE_DEFAULTS, **((config.get("resources") or {}).get(scale) or {})}
 
-    threads: CPUs of the job (cpus_per_gpu x gpus on GPU jobs); gpu/gpu_model/cpus_per_gpu
-    only take effect on GPU jobs (gpu_model "" and cpus_per_gpu 0 are "unset" to the plugin).
-    SLURM settings (SLURM_KEYS) are present only where the scale sets them.
-    """
-    return job_resources(config.get("resources", {}).get(scale) or {})
+
+def _largest_checkpoint(config: Mapping[str, Any], scale: str) -> int:
+    """Bytes of the largest checkpoint of a cell of `scale` (the configured studies' cells, or
+    the scale's largest possible cell when no study has it)."""
+    import json
+
+    return _largest_checkpoint_cached(json.dumps(config, sort_keys=True, default=str), scale)
+
+
+@functools.lru_cache(maxsize=64)
+def _largest_checkpoint_cached(config_json: str, scale: str) -> int:
+    import json
+
+    from leviathan.workflow.grid import cells
+    from leviathan.workflow.plan import cell_checkpoint_bytes
+
+    config = json.loads(config_json)
+    mine = [c for c in cells(config.get("studies") or {}) if c.scale == scale]
+    return max(cell_checkpoint_bytes(config, c) for c in mine or [Cell(scale, *LARGEST, 0)])
+
+
+def preempt_grace_s(config: Mapping[str, Any], scale: str) -> int:
+    """Seconds a training job of `scale` needs between SLURM's early signal and its kill: two
+    checkpoint writes (one periodic save in flight, then the preemption save) at the configured
+    write rate, plus GRACE_MARGIN_S. A configured `signal_grace_s` below that is an error."""
+    r = scale_resources(config, scale)
+    mb_s = r["checkpoint_write_mb_s"]
+    if mb_s is None or mb_s <= 0:
+        raise ValueError(f"resources.{scale}.checkpoint_write_mb_s={mb_s!r}: must be > 0 (MB/s)")
+    size = _largest_checkpoint(config, scale)
+    needed = math.ceil(2 * size / (mb_s * 1e6)) + GRACE_MARGIN_S
+    grace = r["signal_grace_s"]
+    if grace is None:
+        return needed
+    if grace < needed:
+        raise ValueError(
+            f"resources.{scale}.signal_grace_s={grace} is shorter than the {needed} s needed to "
+            f"write two {size / 1e9:.1f} GB checkpoints at {mb_s} MB/s plus {GRACE_MARGIN_S} s: "
+            f"raise it, or leave it unset to size it from the checkpoint"
+        )
+    return int(grace)
 
 
 def job_resources(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """`resources` of one job spec (config.resources.<scale> or config.eval_resources.<scale>)."""
+    """One node's job resources from a spec in the config's terms (config.resources.<scale> or
+    config.eval_resources.<scale>), in the SLURM executor plugin's terms: threads are CPUs of
+    the job (cpus_per_gpu x gpus on GPU jobs); gpu/gpu_model/cpus_per_gpu only take effect on
+    GPU jobs (gpu_model "" and cpus_per_gpu 0 are "unset" to the plugin); SLURM settings
+    (SLURM_KEYS) are present only where the spec sets them."""
     r = {**RESOURCE_DEFAULTS, **spec}
     gpu_job = r["gpus"] > 0
     return {
@@ -145,15 +198,58 @@ def job_resources(spec: Mapping[str, Any]) -> dict[str, Any]:
     } | {key: r[key] for key in SLURM_KEYS if r.get(key) is not None}
 
 
-def train_slurm_keys(config: Mapping[str, Any], section: str = "resources") -> list[str]:
+def resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
+    """A training job's Snakemake resources for a scale: `job_resources` of
+    config.resources.<scale>, and slurm_extra on GPU or multi-node jobs: a GPU job asks for SIGTERM `preempt_grace_s` before its time limit
+    (`--signal=TERM@<s>`, to the job's steps, where the trainer and Snakemake handle it); a job
+    of several nodes asks for them in slurm_extra (`--nodes`, one task per node, the GPUs per
+    node), with the plugin's own gpu unset, and its threads, memory and GPUs count per node.
+    """
+    r = scale_resources(config, scale)
+    gpu_job, nodes = r["gpus"] > 0, r["nodes"]
+    out = job_resources(r)
+    extra: list[str] = []
+    if nodes > 1:
+        extra += [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
+        if gpu_job:
+            model = f"{r['gpu_model']}:" if r["gpu_model"] else ""
+            extra.append(f"--gpus-per-node={model}{r['gpus']}")
+        out |= {"gpu": 0, "gpu_model": "", "cpus_per_gpu": 0}
+    if gpu_job or nodes > 1:
+        extra.append(f"--signal=TERM@{preempt_grace_s(config, scale)}")
+    if extra:
+        out["slurm_extra"] = " ".join([*(r.get("slurm_extra") or "").split(), *extra])
+    return out
+
+
+def train_slurm_keys(config: Mapping[str, Any]) -> list[str]:
     """The SLURM settings some scale's training jobs set (the train rule declares these)."""
-    scales = (config.get(section) or {}).values()
-    return [key for key in SLURM_KEYS if any((r or {}).get(key) is not None for r in scales)]
+    return _slurm_keys(resources(config, scale) for scale in config.get("resources") or {})
+
+
+def _slurm_keys(jobs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The SLURM settings that some of `jobs` (their resources) carry."""
+    carried = {key for job in jobs for key in job}
+    return [key for key in SLURM_KEYS if key in carried]
+
+
+def train_slurm_value(config: Mapping[str, Any], scale: str, key: str, fallback: Any) -> Any:
+    """A training job's SLURM setting `key`; where the scale does not set it, `fallback` (the
+    profile's default-resources value, which the rule's own declaration would hide). Flags the
+    workflow adds to slurm_extra (signal, nodes) come after the fallback's."""
+    job = resources(config, scale)
+    if key not in job:
+        return fallback
+    own = scale_resources(config, scale).get(key)
+    if key == "slurm_extra" and own is None and fallback:
+        return f"{fallback} {job[key]}"
+    return job[key]
 
 
 def eval_slurm_keys(config: Mapping[str, Any]) -> list[str]:
     """The SLURM settings some scale's evaluation jobs set (the evaluation rules declare these)."""
-    return train_slurm_keys(config, "eval_resources")
+    scales = {*(config.get("resources") or {}), *(config.get("eval_resources") or {})}
+    return _slurm_keys(eval_resources(config, scale) for scale in sorted(scales))
 
 
 def default_resource(args: Sequence[str] | None, name: str) -> Any:
@@ -194,13 +290,48 @@ def train_overrides(config: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
 
 
 def launcher_args(config: Mapping[str, Any], scale: str) -> str:
-    """How `python` starts training: torchrun on one node when the job has several GPUs."""
-    gpus = resources(config, scale)["gpu"]
-    if gpus > 1:
+    """How a training job starts Python, up to `-m leviathan.cli train`: `{python}` alone;
+    torchrun on one node when the job has several GPUs; on several nodes, `srun` starting one
+    torchrun per node (one task per node, the node's GPUs and CPUs, `--overlap` with the job
+    step the rule runs in) that meet at a c10d rendezvous on the first node. `{python}`,
+    `{rdzv_host}` and `{rdzv_id}` are filled in by the job (`launch_argv`): the interpreter, the
+    host the rule runs on (the allocation's first node) and the SLURM job id. On one node the
+    words are those after the interpreter (unchanged from earlier versions: no cell reruns)."""
+    r = scale_resources(config, scale)
+    gpus, nodes = r["gpus"], r["nodes"]
+    if nodes > 1:
+        srun = ["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}"]
+        srun += ["--ntasks-per-node=1", "--kill-on-bad-exit=1", "--mem=0"]
+        cpus = r["cpus_per_gpu"] * gpus if gpus else r["cpus"]
+        srun += [f"--cpus-per-task={cpus}", *([f"--gpus-per-node={gpus}"] if gpus else [])]
+        torchrun = ["{python}", "-m", "torch.distributed.run", f"--nnodes={nodes}"]
+        torchrun += [f"--nproc-per-node={max(1, gpus)}", "--rdzv-backend=c10d"]
+        torchrun += [f"--rdzv-endpoint={{rdzv_host}}:{r['rdzv_port']}", "--rdzv-id={rdzv_id}"]
+        return shlex.join(srun + torchrun)
+    if gpus > 1:  # (one node: the interpreter comes first, so `{python}` is left implicit)
         return shlex.join(
             ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus)]
         )
     return ""
+
+
+def launch_argv(launch: str, *, python: str, rdzv_host: str, rdzv_id: str) -> list[str]:
+    """`launcher_args`' words with what only the running job knows filled in (the interpreter
+    first where the launcher does not place it)."""
+    values = {"python": python, "rdzv_host": rdzv_host, "rdzv_id": rdzv_id}
+    words = shlex.split(launch)
+    if "{python}" not in words:
+        words.insert(0, "{python}")
+    return [word.format(**values) for word in words]
+
+
+def launch_env(config: Mapping[str, Any], scale: str) -> dict[str, str]:
+    """Environment of a training job's launcher: torchrun, which forwards SLURM's SIGTERM to
+    its workers, waits the preemption grace for them before killing them (its default: 30 s)."""
+    r = scale_resources(config, scale)
+    if r["nodes"] > 1 or r["gpus"] > 1:
+        return {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(preempt_grace_s(config, scale))}
+    return {}
 
 
 def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
@@ -247,10 +378,16 @@ def runtime_args(config: Mapping[str, Any]) -> str:
 def train_command(
     cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str, python: str = sys.executable
 ) -> str:
-    """The whole command of a cell's training job (the train rule's script execs these pieces)."""
-    parts = [
-        shlex.quote(python),
+    """The whole command of a cell's training job (the train rule's script execs these pieces);
+    what only the running job knows is shown as <first node> and <job id>."""
+    launch = launch_argv(
         launcher_args(config, cell.scale),
+        python=python,
+        rdzv_host="<first node>",
+        rdzv_id="<job id>",
+    )
+    parts = [
+        shlex.join(launch),
         "-m leviathan.cli train",
         cell_args(cell, config, tokens, run_dir),
         runtime_args(config),
@@ -296,6 +433,11 @@ def eval_resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
                 f"{train['gpu_model'] or 'h100'}, cpus_per_gpu: 8, mem_mb: 64000, runtime: 240}}}}"
             )
         return train
+    if int(spec.get("nodes") or 1) > 1:
+        raise ValueError(
+            f"config.eval_resources.{scale}.nodes={spec['nodes']}: an evaluation job runs on one "
+            "node (one GPU is enough for the study's models): set nodes: 1 or leave it out"
+        )
     return job_resources(spec)
 
 
