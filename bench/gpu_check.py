@@ -7,8 +7,9 @@ Measurements, in this order (eager first, compiled last, so a time limit costs t
   step_ratio             leviathan / tied optimizer-step time at the 400m shape, bf16 autocast,
                          eager (target <= 1.02)
   materialize_ms         LEV materialize() of o200k at D = 2048 (target <= 20 ms)
-  eval_tokens_s          evaluation tokens/s through the evaluation path: EvalModel (the input
-                         table materialised once) and its token_losses, bf16 autocast
+  eval_tokens_s          evaluation tokens/s through the evaluation path at 400m: EvalModel
+                         (the input table materialised once) and its token_losses, bf16 autocast
+  eval_tokens_s_1.2b     the same at 1.2b (the study's evaluation GPU-hours rest on these two)
   bf16_vs_fp32           |loss_bf16 - loss_fp32| on one fixed batch (nats)
   deterministic_overhead step time under torch.use_deterministic_algorithms(True) / default
   deterministic_repeat   per variant, deterministic mode: a rerun of 4 optimizer steps, and a
@@ -61,6 +62,7 @@ LIMITS_S = {
     "step_ratio": 30,
     "materialize_ms": 15,
     "eval_tokens_s": 20,
+    "eval_tokens_s_1.2b": 25,
     "bf16_vs_fp32": 15,
     "deterministic_overhead": 20,
     "deterministic_repeat": 20,
@@ -188,11 +190,11 @@ def materialize_ms(setup: Setup) -> float:
     return 1e3 * _time(setup, lev.materialize, setup.steps)
 
 
-def eval_tokens_s(setup: Setup) -> float:
-    """Tokens/s of the evaluation path: EvalModel materialises the input table once, then
-    token_losses runs the backbone and the chunked loss (bf16 autocast on CUDA)."""
-    model = EvalModel(_model(setup, setup.scale, "leviathan"), precision="auto")
-    ids = _batch(setup, model, setup.micro_batch[setup.scale])  # type: ignore[arg-type]
+def eval_tokens_s(setup: Setup, scale: str) -> float:
+    """Tokens/s of the evaluation path at `scale`: EvalModel materialises the input table
+    once, then token_losses runs the backbone and the chunked loss (bf16 autocast on CUDA)."""
+    model = EvalModel(_model(setup, scale, "leviathan"), precision="auto")
+    ids = _batch(setup, model, setup.micro_batch[scale])  # type: ignore[arg-type]
     seconds = _time(setup, lambda: model.token_losses(ids[:, :-1], ids[:, 1:]), setup.steps)
     return ids.shape[0] * (ids.shape[1] - 1) / seconds
 
@@ -265,7 +267,8 @@ def measurements(setup: Setup) -> dict[str, Callable[[], Any]]:
     return {
         "step_ratio": lambda: step_ratio(setup, compile=False),
         "materialize_ms": lambda: materialize_ms(setup),
-        "eval_tokens_s": lambda: eval_tokens_s(setup),
+        "eval_tokens_s": lambda: eval_tokens_s(setup, setup.scale),
+        "eval_tokens_s_1.2b": lambda: eval_tokens_s(setup, setup.big),
         "bf16_vs_fp32": lambda: bf16_vs_fp32(setup),
         "deterministic_overhead": lambda: deterministic_overhead(setup),
         "deterministic_repeat": lambda: deterministic_repeat(setup),

@@ -21,6 +21,7 @@ ORDER = [
     "step_ratio",
     "materialize_ms",
     "eval_tokens_s",
+    "eval_tokens_s_1.2b",
     "bf16_vs_fp32",
     "deterministic_overhead",
     "deterministic_repeat",
@@ -48,6 +49,7 @@ def test_gpu_check_smoke_runs_and_writes_every_figure(tmp_path: Path) -> None:
         assert r[key]["ratio"] > 0 and r[key]["tokens_s"] > 0
     assert r["throughput_1.2b"]["tokens_s"] > 0
     assert r["materialize_ms"] > 0 and r["eval_tokens_s"] > 0 and r["deterministic_overhead"] > 0
+    assert r["eval_tokens_s_1.2b"] > 0
     assert r["bf16_vs_fp32"] == 0.0  # no bf16 on CPU: the same fp32 computation twice
     # every variant reruns and resumes bitwise under deterministic mode (here on CPU; the
     # same check is the CUDA proof when the script runs on a GPU)
@@ -137,12 +139,14 @@ def test_a_timed_out_measurement_leaves_the_earlier_figures_on_disk(
 
     _fake(mod, monkeypatch, "eval_tokens_s", hangs)
     monkeypatch.setattr(mod, "bf16_vs_fp32", after)
-    monkeypatch.setitem(mod.LIMITS_S, "eval_tokens_s", 0.2)
+    for name in ("eval_tokens_s", "eval_tokens_s_1.2b"):  # one function, two scales: both hang
+        monkeypatch.setitem(mod.LIMITS_S, name, 0.2)
     t0 = time.perf_counter()
     result = mod.main(["--smoke", "--out", str(tmp_path)])
     assert time.perf_counter() - t0 < 10
     assert on_disk["step_ratio"]["ratio"] == 1.0 and on_disk["materialize_ms"] == 1.0  # type: ignore[index]
     assert "MeasurementTimeout: over its time limit" in on_disk["eval_tokens_s"]["error"]  # type: ignore[index]
+    assert "MeasurementTimeout: over its time limit" in on_disk["eval_tokens_s_1.2b"]["error"]  # type: ignore[index]
     assert result["bf16_vs_fp32"] == 2.0 and "throughput_1.2b" in result
 
 
