@@ -306,7 +306,7 @@ def study(config: dict[str, Any]) -> dict[str, Any]:
         "word_count_tokens": (config["evaluate"].get("word_counts") or {}).get("max_train_tokens"),
         "rules": {
             r: {"threads": steps.rule_threads(config, r), **steps.rule_resources(config, r)}
-            for r in ("fetch_corpus", "tokenize", "word_counts", "eval_val")
+            for r in ("fetch_corpus", "tokenize", "word_counts")
         },
         "scales": per_scale,
         "resources": {s: steps.resources(config, s) for s in per_scale},
@@ -400,6 +400,7 @@ def _cpu(step: dict[str, Any], key: str = "cpu_s") -> float:
 
 
 def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) -> Table:
+    from leviathan.workflow import plan
     from leviathan.workflow.plan import DEFAULT_MFU
 
     t = Table()
@@ -509,17 +510,23 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
     ev = m["eval"]
     val_share = m["fetch"]["val_bytes"] / m["fetch"]["bytes"]
     for sc, p in s["scales"].items():
-        tokens = s["tokens"][p.cell.vocab] * val_share
-        fwd = p.train_flops / p.tokens / 3  # forward FLOPs per token
-        s_per_flop = p.gpu_hours * 3600 / p.train_flops  # one GPU at the plan's MFU
+        # the plan's own evaluation job: the configured sample, one GPU of eval_resources.<scale>
+        val = next(e for e in plan.plan_evals(config, p.cell) if e.kind == "val")
+        if val.gpu_hours is not None:
+            predicted, what = val.gpu_hours * 3600, f"{val.tokens / 1e9:.3f}B val tokens (sample)"
+        else:  # the whole split (size unknown before it is tokenized) or a CPU job
+            tokens = val.tokens or s["tokens"][p.cell.vocab] * val_share
+            fwd = p.train_flops / p.tokens / 3  # forward FLOPs per token
+            predicted = tokens * fwd * p.gpu_hours * 3600 / p.train_flops
+            what = f"{tokens / 1e9:.2f}B val tokens at the training MFU"
         t.add(
-            f"eval val {sc} (1 x {p.gpu_model})",
+            f"eval val {sc} (1 GPU, eval_resources.{sc})",
             f"200m on CPU: {_t(ev['seconds'])}/window of 512, {_mb(ev['rss_mb'])}"
             if sc == "200m"
             else "-",
-            tokens * fwd * s_per_flop,
-            rules["eval_val"]["runtime"] * 60,
-            note=f"{tokens / 1e9:.2f}B val tokens; the rule asks for no GPU",
+            predicted,
+            val.runtime_hours * 3600,
+            note=what,
         )
     return t
 

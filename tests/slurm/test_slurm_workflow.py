@@ -43,7 +43,9 @@ FAST_STATUS = ["--slurm-init-seconds-before-status-checks", "2"]  # default 40 s
 
 STEPS = 6  # training steps of a cell (8 sequences x 64 tokens each)
 GOOD = "micro/gpt2/tied/seed0"
-BROKEN = "micro/gpt2/leviathan/seed0"  # micro_batch 3 does not divide the batch of 8: clear error
+# a learning rate that diverges at once: a valid config (checked when it is resolved) whose
+# cell fails only in its job, with the trainer's one-line reason
+BROKEN = "micro/gpt2/leviathan/seed0"
 CANCELLED = "micro/gpt2/untied/seed0"  # added in the rerun, cancelled mid-run
 CANCELLED_STEPS = 16
 TRAIN_PARTITION = "gpu"  # ci/local_slurm.sh's second partition (SLURM_LOCAL_PARTITION2)
@@ -56,7 +58,7 @@ CONFIG: dict[str, Any] = {
             "seeds": [0],
         }
     },
-    "train": {"micro": {"total_tokens": 8 * 64 * STEPS}, BROKEN: {"micro_batch": 3}},
+    "train": {"micro": {"total_tokens": 8 * 64 * STEPS}, BROKEN: {"lr": 1e30}},
     # ckpt_every beyond any run's length: the only step checkpoint a run can have is the one
     # written on SIGTERM
     "runtime": {
@@ -77,6 +79,8 @@ CONFIG: dict[str, Any] = {
             "slurm_partition": TRAIN_PARTITION,
         }
     },
+    # evaluation runs where training ran, but these (fake) GPUs cannot run it: CPU jobs, said so
+    "eval_resources": {"micro": {"gpus": 0, "cpus": 1, "mem_mb": 2000, "runtime": 10}},
     # validation only (WikiText and lm-eval are the same job shape, just slower)
     "evaluate": {
         "val": {"batch_size": 16, "max_windows": 8},
@@ -462,7 +466,7 @@ def test_failed_cell_is_reported_with_its_slurm_log_and_the_rest_completes(
     assert "Error in rule train" in out
     train_log = Path("logs") / "train" / f"{BROKEN}.log"
     assert str(train_log) in out
-    assert "micro_batch=3" in (work / train_log).read_text()  # the trainer says what is wrong
+    assert "non-finite training loss" in (work / train_log).read_text()  # the trainer says why
     # --keep-going (in the profile): what does not need the broken cell finished
     assert final_state(work, GOOD).is_file() and not final_state(work, BROKEN).is_file()
     for p in first_run.plan:
