@@ -66,3 +66,10 @@ def test_trainer_checkpoints_are_what_the_workflow_and_the_evaluation_expect(
     assert resolve_checkpoint(run) == layout.final_dir(run)
     ref = latest_checkpoint(layout.checkpoints_dir(run))
     assert ref is not None and ref.path == layout.final_dir(run) and ref.step == 9
+
+
+def test_a_dvc_metrics_file_names_its_folder_back() -> None:
+    key = "micro/gpt2/leviathan/seed0"
+    path = layout.dvc_metrics_file(layout.DVC_METRICS_DIR, key)
+    assert path == Path("results/report/metrics/micro/gpt2/leviathan/seed0.json")
+    assert layout.dvc_metrics_dir(path, key) == Path(layout.DVC_METRICS_DIR)

@@ -319,6 +319,11 @@ def dvc_metrics_file(out_dir: PathLike, cell_key: str) -> Path:
     return Path(out_dir) / f"{cell_key}.json"
 
 
+def dvc_metrics_dir(metrics_file: PathLike, cell_key: str) -> Path:
+    """The `out_dir` that `dvc_metrics_file` put `metrics_file` (cell `cell_key`'s) in."""
+    return Path(metrics_file).parents[cell_key.count("/")]
+
+
 def plot_file(out_dir: PathLike, name: str) -> Path:
     return Path(out_dir) / f"{name}.csv"
 

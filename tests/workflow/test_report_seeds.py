@@ -127,7 +127,7 @@ def test_audit_covers_the_intervals(seeded: Path) -> None:
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     manifest = read_json(seeded / "results/report/tables/main.csv.json")
     ops = {c["op"] for c in manifest["cells"] if c["column"].endswith("_ci95")}
-    assert ops == {"mean_ci95", "exp_change_ci95"}
+    assert ops == {"mean_ci95", "exp_gain_ci95"}
     # an edited interval is caught
     csv = seeded / "results/report/tables/main.csv"
     frame = pd.read_csv(csv, dtype={"row": str, "stand_in_data": str})

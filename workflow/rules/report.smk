@@ -38,7 +38,7 @@ rule report:
         tables_dir=lambda wc, output: layout.dir_of(output.tables[0]),
         figures_dir=lambda wc, output: layout.dir_of(output.figures[0]),
         plots_dir=lambda wc, output: layout.dir_of(output.plots[0]),
-        metrics_dir=lambda wc, output: layout.dir_of(output.metrics[0]),
+        metrics_dir=lambda wc, output: layout.dvc_metrics_dir(output.metrics[0], CELLS[0].key),
         sample_efficiency=lambda wc, input: [p for p in input.evals if layout.is_sample_efficiency(p)],
     conda:
         "../envs/leviathan.yaml"
