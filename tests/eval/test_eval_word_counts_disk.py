@@ -33,11 +33,19 @@ def _reference_words(ids: np.ndarray) -> Counter[str]:
     return out
 
 
-@pytest.mark.parametrize("bucket_bytes", [1 << 30, 100_000])  # one bucket; dozens
+@pytest.mark.parametrize(
+    ("bucket_bytes", "read_bytes"),
+    [(1 << 30, 4 << 20), (100_000, 4 << 20), (100_000, 1000)],  # one bucket; dozens; read in
+)  # blocks that cut words
 def test_val_word_counts_match_a_plain_count(
-    gpt2_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bucket_bytes: int
+    gpt2_shards: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bucket_bytes: int,
+    read_bytes: int,
 ) -> None:
     monkeypatch.setattr(words_mod, "BUCKET_BYTES", bucket_bytes)
+    monkeypatch.setattr(words_mod, "READ_BYTES", read_bytes)
     max_tokens = 300_001  # cuts a document: its words so far count
     wc = count_val_words(
         gpt2_shards / "train.bin",
@@ -51,7 +59,8 @@ def test_val_word_counts_match_a_plain_count(
     val = _reference_words(np.asarray(open_shard(gpt2_shards / "val.bin").tokens))
     assert wc.counts == {w: train.get(w, 0) for w in sorted(val)}
     assert list(wc.counts) == sorted(val)
-    assert wc.train_words == sum(train.values()) and wc.val_words == sum(val.values())
+    assert wc.train_words == sum(train.values())
+    assert wc.val_words == sum(val.values())
     assert wc.train_tokens == max_tokens
     assert list(tmp_path.iterdir()) == []  # bucket files removed
 
@@ -59,18 +68,20 @@ def test_val_word_counts_match_a_plain_count(
 def test_memory_does_not_grow_with_the_training_text(
     gpt2_shards: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Peak Python memory counting 4x the training text stays about the same (bucket files
-    grow in number, not in size), where one in-memory bucket grows with it."""
+    """Peak Python memory counting 4x the training text stays about the same, with dozens of
+    buckets or one (bucket files grow in number or size, and are read back in blocks), while
+    the same measurement sees a larger chunk of words held at once."""
 
-    def peak(max_tokens: int, bucket_bytes: int) -> int:
+    def peak(max_tokens: int, bucket_bytes: int, chunk_tokens: int = 20_000) -> int:
         monkeypatch.setattr(words_mod, "BUCKET_BYTES", bucket_bytes)
+        monkeypatch.setattr(words_mod, "READ_BYTES", 64 << 10)
         tracemalloc.start()
         count_val_words(
             gpt2_shards / "train.bin",
             gpt2_shards / "val.bin",
             vocab="gpt2",
             max_tokens=max_tokens,
-            chunk_tokens=20_000,
+            chunk_tokens=chunk_tokens,
         )
         _, top = tracemalloc.get_traced_memory()
         tracemalloc.stop()
@@ -78,6 +89,38 @@ def test_memory_does_not_grow_with_the_training_text(
 
     n = len(open_shard(gpt2_shards / "train.bin"))
     assert n > 800_000
-    small, large = peak(n // 4, 50_000), peak(n, 50_000)
-    assert large < 1.25 * small
-    assert peak(n, 1 << 30) > 1.5 * peak(n // 4, 1 << 30)  # the unbounded way grows
+    assert peak(n, 50_000) < 1.25 * peak(n // 4, 50_000)
+    assert peak(n, 1 << 30) < 1.25 * peak(n // 4, 1 << 30)
+    assert peak(n, 50_000, chunk_tokens=200_000) > 1.5 * peak(n, 50_000)  # it can see growth
+
+
+def _resident_file_kb() -> int:
+    """File-backed resident memory of this process (Linux: RssFile in /proc/self/status)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    pytest.skip("no RssFile in /proc/self/status (not Linux)")
+
+
+def test_a_pass_over_a_shard_file_keeps_no_pages_resident(tmp_path: Path) -> None:
+    """Reading a shard slice by slice from its file (what word counts do) leaves its pages in
+    the page cache, not in the process's resident memory; a memory map of the same pass keeps
+    every page it touched (64 MB here, the whole shard at the study's size)."""
+    path = tmp_path / "tokens.bin"
+    n = 32 << 20  # uint16 tokens: 64 MB
+    rng = np.random.default_rng(0)
+    rng.integers(0, 50_000, size=n, dtype=np.uint16).tofile(path)
+
+    def grown_kb(tokens: object) -> int:
+        before = _resident_file_kb()
+        total = 0
+        for start, stop in words_mod._chunks(tokens, 50_000, 1 << 20):
+            total += int(np.asarray(tokens[start:stop]).sum())  # type: ignore[index]
+        assert total > 0
+        return _resident_file_kb() - before
+
+    from_file = grown_kb(words_mod._FileTokens(path, np.dtype(np.uint16), n))
+    mapped = np.memmap(path, dtype=np.uint16, mode="r")
+    from_map = grown_kb(mapped)
+    assert from_map > 48 << 10  # the map: most of the 64 MB resident
+    assert from_file < 8 << 10  # the file: about nothing

@@ -200,7 +200,7 @@ def word_losses(
 
 
 def iter_words(
-    tokens: np.ndarray[Any, Any], vocab: str, chunk_tokens: int = CHUNK_TOKENS
+    tokens: np.ndarray[Any, Any] | _FileTokens, vocab: str, chunk_tokens: int = CHUNK_TOKENS
 ) -> Iterator[list[bytes]]:
     """Words (bytes; EOT as EOT_WORD) of a token sequence, chunk by chunk, fast path.
 
@@ -236,7 +236,8 @@ class WordCounts:
 
 # Word counting in bounded memory: the evaluated text's words and the training words are
 # partitioned by hash into bucket files of about BUCKET_BYTES on disk, then counted one bucket
-# at a time. Memory: one chunk of words plus one bucket's distinct words, whatever the sizes;
+# at a time, read back in blocks. Memory: one chunk of words plus one bucket's distinct wanted
+# words, whatever the sizes (the shards are read, not mapped: see _FileTokens);
 # disk: the training words counted once (about 5 bytes per token) while it runs.
 BUCKET_BYTES = 32 << 20
 MAX_BUCKETS = 512  # open files while partitioning (two per bucket at most)
@@ -265,10 +266,37 @@ class _Buckets:
             fh.close()
 
 
-def _read_bucket(path: Path) -> list[bytes]:
-    data = path.read_bytes()
+READ_BYTES = 4 << 20  # a bucket is read back this many bytes at a time
+
+
+def _bucket_words(path: Path) -> Iterator[list[bytes]]:
+    """A bucket's words, READ_BYTES at a time (never the whole bucket as one list), then the
+    file is removed."""
+    with open(path, "rb") as fh:
+        rest = b""
+        while block := fh.read(READ_BYTES):
+            lines = (rest + block).split(b"\n")
+            rest = lines.pop()  # an incomplete last line waits for the next block
+            yield lines
     path.unlink()
-    return data.split(b"\n")[:-1]
+
+
+class _FileTokens:
+    """A shard's tokens read from its file one slice at a time (`np.fromfile`), not mapped:
+    pages read stay in the page cache, not in this process's resident memory, so a pass over a
+    100 GB shard keeps the memory of one chunk (a memory map keeps every page it touched)."""
+
+    def __init__(self, path: Path, dtype: np.dtype[Any], n: int) -> None:
+        self.path, self.dtype, self.n = path, dtype, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, window: slice) -> np.ndarray[Any, Any]:
+        start, stop, _ = window.indices(self.n)
+        count = max(0, stop - start)
+        offset = start * self.dtype.itemsize
+        return np.fromfile(self.path, dtype=self.dtype, count=count, offset=offset)
 
 
 def _count_buckets(
@@ -291,8 +319,10 @@ def _count_buckets(
         for side in sides:
             side.close()
         for want_path, train_path in zip(sides[0].paths, sides[1].paths, strict=True):
-            keys = set(_read_bucket(want_path))
-            counts = Counter(w for w in _read_bucket(train_path) if w in keys)
+            keys = {w for block in _bucket_words(want_path) for w in block}
+            counts: Counter[bytes] = Counter()
+            for block in _bucket_words(train_path):
+                counts.update(w for w in block if w in keys)
             found.extend((word_key(w), counts.get(w, 0)) for w in keys)
     found.sort()
     return dict(found), n_train, n_wanted
@@ -310,7 +340,7 @@ def _train_words(
     n = len(shard) if max_tokens is None else min(max_tokens, len(shard))
     if n <= 0:
         raise EvalInputError(f"{train}: no tokens to count (max_tokens={max_tokens})")
-    return iter_words(shard.tokens[:n], vocab, chunk_tokens), n
+    return iter_words(_FileTokens(shard.path, shard.tokens.dtype, n), vocab, chunk_tokens), n
 
 
 def count_words(
@@ -344,6 +374,7 @@ def count_val_words(
     chunk and a bucket, plus the result (one entry per distinct val word)."""
     val_shard = open_shard(val, vocab)
     train_words, n = _train_words(train, vocab, max_tokens, chunk_tokens)
-    val_words = iter_words(val_shard.tokens, vocab, chunk_tokens)
+    val_tokens = _FileTokens(val_shard.path, val_shard.tokens.dtype, len(val_shard))
+    val_words = iter_words(val_tokens, vocab, chunk_tokens)
     counts, n_words, n_val = _count_buckets(val_words, train_words, _n_buckets(n), tmp_dir)
     return WordCounts(counts, n, n_words, n_val)
