@@ -99,6 +99,13 @@ def test_study_disk_re_derived(paper: dict[str, Any]) -> None:
         == sum((disk.corpus_text, disk.shards, disk.step_checkpoints, disk.final_checkpoints))
         + disk.dvc_cache
     )
+    # the paper config drops a finished cell's step checkpoints: the peak keeps them, the end not
+    assert paper["runtime"]["drop_steps_at_final"] is True
+    assert disk.at_end == disk.total - disk.step_checkpoints
+    kept = study_disk({**paper, "runtime": {**paper["runtime"], "drop_steps_at_final": False}})
+    assert kept.at_end == kept.total == disk.total
+    assert "removed as each cell is final" in disk.line()
+    assert "kept after each cell is final" in kept.line()
 
 
 def test_the_dvc_cache_counts_a_copy_only_where_dvc_copies(tmp_path: Path) -> None:

@@ -263,16 +263,20 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) 
 
 @dataclass(frozen=True)
 class StudyDisk:
-    """Bytes on disk of a study at its largest (every cell trained, its evaluation done)."""
+    """Bytes on disk of a study at its peak (every cell trained, its evaluation done, each
+    cell's step checkpoints still there) and once every cell is final."""
 
     corpus_text: int  # training text fetched (UTF-8; stored zstd-compressed: an upper bound)
     shards: int  # train.bin of every vocabulary (val.bin and counts are small beside them)
     step_checkpoints: int  # runtime.keep_last step checkpoints per cell, at most
     final_checkpoints: int  # checkpoints/final/ of every cell (weights + AdamW state)
     dvc_cache: int  # DVC's copy of data/ and the final checkpoints (0 where it links: .dvc/config)
+    steps_dropped_at_final: bool = False  # runtime.drop_steps_at_final
 
     @property
     def total(self) -> int:
+        """The peak: a cell holds its step checkpoints until its final one is written, and
+        cells may train at once, so every cell's step checkpoints may be on disk together."""
         return (
             self.corpus_text
             + self.shards
@@ -281,12 +285,23 @@ class StudyDisk:
             + self.dvc_cache
         )
 
+    @property
+    def at_end(self) -> int:
+        """Once every cell is final: the step checkpoints gone where the config drops them."""
+        return self.total - (self.step_checkpoints if self.steps_dropped_at_final else 0)
+
     def line(self) -> str:
-        """One line for a plan or a rehearsal: the total and each part."""
+        """One line for a plan or a rehearsal: the peak, each part, and the end state."""
+        steps = (
+            "removed as each cell is final: runtime.drop_steps_at_final"
+            if self.steps_dropped_at_final
+            else "kept after each cell is final: runtime.drop_steps_at_final is off"
+        )
         return (
-            f"disk at most {_size(self.total)}: corpus text {_size(self.corpus_text)}, shards "
-            f"{_size(self.shards)}, step checkpoints {_size(self.step_checkpoints)}, final "
-            f"checkpoints {_size(self.final_checkpoints)}, DVC cache {_size(self.dvc_cache)} "
+            f"disk at most {_size(self.total)} (peak), {_size(self.at_end)} once every cell is "
+            f"final: corpus text {_size(self.corpus_text)}, shards {_size(self.shards)}, step "
+            f"checkpoints {_size(self.step_checkpoints)} ({steps}), final checkpoints "
+            f"{_size(self.final_checkpoints)}, DVC cache {_size(self.dvc_cache)} "
             + (
                 "(a copy of data/ and the final checkpoints: .dvc/config's cache.type copies)"
                 if self.dvc_cache
@@ -302,6 +317,7 @@ def study_disk(
     every cell, where the caller has them). Callable by any script that checks a machine
     before a study runs (e.g. a rehearsal)."""
     from leviathan.data.tokenizers import token_dtype
+    from leviathan.train.config import workflow_runtime
     from leviathan.vocab import get_vocab
 
     plans = (
@@ -319,7 +335,8 @@ def study_disk(
     steps = sum(p.checkpoint_bytes * (p.checkpoints_on_disk - 1) for p in plans)
     final = sum(p.checkpoint_bytes for p in plans)
     cache = text + shards + final if dvc_cache_copies() else 0
-    return StudyDisk(text, shards, steps, final, cache)
+    dropped = workflow_runtime(config.get("runtime")).drop_steps_at_final
+    return StudyDisk(text, shards, steps, final, cache, steps_dropped_at_final=dropped)
 
 
 def dvc_cache_copies(dvc_config: Path | None = None) -> bool:
