@@ -79,7 +79,7 @@ class _KnotIntervals:
         self.f = (x - c).unsqueeze(-1)  # [n, h, P, 1]
         base = torch.arange(h * P, device=t.device).view(h, P) * n_knots
         self.rows = (base + c.long()).view(-1)  # [n * h * P]
-        # gather from the 2-D view: index_select over rows of a 3-D tensor is ~10x slower
+        # gather from the 2-D view: index_select over the rows of a 3-D tensor is much slower
         self.A = coef.flatten(1).index_select(0, self.rows).view(n, h, P, 3, -1)
 
     def phi(self) -> torch.Tensor:
