@@ -53,7 +53,8 @@ def test_record_carries_the_weights_sha256_and_configs(
         "micro",
         64,
     )
-    assert rec["train_data"]["vocab"] == "gpt2" and rec["step"] == 4
+    assert rec["train_data"]["vocab"] == "gpt2"
+    assert rec["step"] == 4
     manifest = ckpt.path / "model.safetensors.json"
     assert rec["manifest"].endswith("checkpoints/final/model.safetensors.json")
     assert rec["manifest_sha256"] == sha256_file(manifest)

@@ -41,7 +41,8 @@ def test_val_with_word_counts(
         ],
         capsys,
     )
-    assert rc == 0 and summary["val_word_types"] > 0
+    assert rc == 0
+    assert summary["val_word_types"] > 0
     out = tmp_path / "val.json"
     rc, summary, _ = run(
         [
@@ -66,21 +67,23 @@ def test_val_with_word_counts(
     )
     assert rc == 0
     result = json.loads(out.read_text())
-    assert result["kind"] == "val" and result["checkpoint"]["variant"] == "tied"
+    assert result["kind"] == "val"
+    assert result["checkpoint"]["variant"] == "tied"
     assert summary["loss"] == result["results"]["overall"]["loss"]
-    assert (
-        len(result["results"]["frequency_tokens"]["quantile"]) <= 4
-        and "frequency_words" in result["results"]
-    )
+    assert len(result["results"]["frequency_tokens"]["quantile"]) <= 4
+    assert "frequency_words" in result["results"]
     # provenance: the same fields as every manifest, the command's start, the chain to the checkpoint's manifest
     for r in (result, json.loads(wc.read_text())):
         assert r["config_sha256"] == config_sha256(r["config"])
-        assert r["env"]["slurm_job_id"] == "31337" and r["env"]["packages"]["lm_eval"]
-        assert r["code"]["leviathan"] and "git_commit" in r["code"]
+        assert r["env"]["slurm_job_id"] == "31337"
+        assert r["env"]["packages"]["lm_eval"]
+        assert r["code"]["leviathan"]
+        assert "git_commit" in r["code"]
         started, finished = (
             dt.datetime.fromisoformat(r[k]) for k in ("started_utc", "finished_utc")
         )
-        assert before <= started <= finished and r["created_utc"] == r["finished_utc"]
+        assert before <= started <= finished
+        assert r["created_utc"] == r["finished_utc"]
     assert result["env"]["device"] == "cpu"
     manifest = json.loads(
         (runs["tied"] / "checkpoints" / "final" / "model.safetensors.json").read_text()
@@ -119,17 +122,17 @@ def test_wikitext_and_lm_eval_with_a_config_file(runs, task_files, tmp_path: Pat
 
     out = tmp_path / "wikitext.json"
     rc, summary, _ = with_config("wikitext", out)
-    assert (
-        rc == 0 and json.loads(out.read_text())["config"]["stride"] == 32 and summary["tokens"] > 0
-    )
-    assert summary["documents"] == 2 and summary["word_perplexity"] > 1
+    assert rc == 0
+    assert json.loads(out.read_text())["config"]["stride"] == 32
+    assert summary["tokens"] > 0
+    assert summary["documents"] == 2
+    assert summary["word_perplexity"] > 1
     out = tmp_path / "lm_eval.json"
     rc, summary, _ = with_config("lm-eval", out)
-    assert rc == 0 and set(summary["acc"]) == {"piqa"}
-    assert (
-        Path(summary["samples"]).is_file()
-        and json.loads(out.read_text())["results"]["samples"]["count"] == 3
-    )
+    assert rc == 0
+    assert set(summary["acc"]) == {"piqa"}
+    assert Path(summary["samples"]).is_file()
+    assert json.loads(out.read_text())["results"]["samples"]["count"] == 3
     # --task-data on the command line instead of the config file
     rc, summary, _ = run(
         [
@@ -150,7 +153,8 @@ def test_wikitext_and_lm_eval_with_a_config_file(runs, task_files, tmp_path: Pat
         ],
         capsys,
     )
-    assert rc == 0 and set(summary["acc"]) == {"winogrande"}
+    assert rc == 0
+    assert set(summary["acc"]) == {"winogrande"}
 
 
 def test_sample_efficiency(runs, tmp_path: Path, capsys) -> None:
@@ -169,8 +173,10 @@ def test_sample_efficiency(runs, tmp_path: Path, capsys) -> None:
         capsys,
     )
     result = json.loads(out.read_text())
-    assert rc == 0 and result["kind"] == "sample_efficiency"
-    assert result["started_utc"] <= result["finished_utc"] and result["config_sha256"]
+    assert rc == 0
+    assert result["kind"] == "sample_efficiency"
+    assert result["started_utc"] <= result["finished_utc"]
+    assert result["config_sha256"]
 
 
 def test_errors_are_messages_not_tracebacks(
@@ -189,7 +195,9 @@ def test_errors_are_messages_not_tracebacks(
         ],
         capsys,
     )
-    assert rc == 2 and "not a checkpoint" in err and "Traceback" not in err
+    assert rc == 2
+    assert "not a checkpoint" in err
+    assert "Traceback" not in err
     rc, _, err = run(
         [
             "eval",
@@ -205,7 +213,9 @@ def test_errors_are_messages_not_tracebacks(
         ],
         capsys,
     )
-    assert rc == 2 and "unreachable" in err and "--task-data" in err
+    assert rc == 2
+    assert "unreachable" in err
+    assert "--task-data" in err
     rc, _, err = run(
         [
             "eval",
@@ -219,7 +229,8 @@ def test_errors_are_messages_not_tracebacks(
         ],
         capsys,
     )
-    assert rc == 2 and "TASK:SPLIT=FILE" in err
+    assert rc == 2
+    assert "TASK:SPLIT=FILE" in err
     assert not (tmp_path / "x.json").exists()
 
 
@@ -232,7 +243,8 @@ def test_lm_eval_task_yamls_load_in_lm_eval_on_the_same_files(
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
     rc, summary, _ = run(["eval", "lm-eval-tasks", "--out", str(tmp_path)], capsys)
-    assert rc == 0 and set(summary["tasks"]) == {
+    assert rc == 0
+    assert set(summary["tasks"]) == {
         "hellaswag",
         "arc_easy",
         "arc_challenge",

@@ -21,7 +21,8 @@ from leviathan.eval.words import segment
 
 def test_log10_bins_cover_each_count_once() -> None:
     bins = log10_bins(6)
-    assert [b.label for b in bins][:3] == ["0", "1-9", "10-99"] and bins[-1].label == ">=1000000"
+    assert [b.label for b in bins][:3] == ["0", "1-9", "10-99"]
+    assert bins[-1].label == ">=1000000"
     counts = np.array([0, 1, 9, 10, 99, 100, 999_999, 1_000_000, 7_000_000_000], dtype=np.int64)
     member = np.stack([b.mask(counts) for b in bins])
     assert (member.sum(0) == 1).all()
@@ -37,7 +38,8 @@ def test_quantile_bins_have_equal_mass_without_ties() -> None:
     bins = quantile_bins(train, n, 10)
     assert len(bins) == 10
     rows = bucket_table(train, n, loss, bins)
-    assert sum(r["n"] for r in rows) == n.sum() and sum(r["types"] for r in rows) == 1000
+    assert sum(r["n"] for r in rows) == n.sum()
+    assert sum(r["types"] for r in rows) == 1000
     for r in rows:  # each bin holds 1/10 of the mass, give or take one type's weight
         assert abs(r["n"] - n.sum() / 10) <= n.max()
 
@@ -62,7 +64,8 @@ def _check_reconciles(strat: dict, total_n: int, total_loss: float) -> None:
             if r["n"]:
                 assert r["perplexity"] == pytest.approx(math.exp(r["mean_loss"]))
             else:
-                assert r["mean_loss"] is None and r["perplexity"] is None
+                assert r["mean_loss"] is None
+                assert r["perplexity"] is None
     assert strat["mean_loss"] == pytest.approx(total_loss / total_n, rel=1e-12)
 
 
@@ -171,7 +174,8 @@ def test_stratify_handles_empty_and_single_type() -> None:
     s = stratify(
         np.array([3], dtype=np.int64), np.array([2], dtype=np.int64), np.array([4.0]), quantiles=10
     )
-    assert [r["n"] for r in s["quantile"]] == [2] and s["mean_loss"] == 2.0
+    assert [r["n"] for r in s["quantile"]] == [2]
+    assert s["mean_loss"] == 2.0
     with pytest.raises(EvalInputError):
         quantile_bins(np.array([1]), np.array([1]), 0)
 

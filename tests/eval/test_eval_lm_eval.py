@@ -59,8 +59,11 @@ def test_paper_tasks_on_local_files_are_scored_by_lm_eval(
         t = r["tasks"][task]
         assert 0.0 <= t["metrics"]["acc,none"] <= 1.0
         assert t["n_samples"]["effective"] == n_docs[task]
-        assert t["version"] is not None and t["n_shot"] == 0 and len(t["task_hash"]) == 64
-        assert t["data"]["kind"] == "local" and t["config"]["dataset_path"] == "json"
+        assert t["version"] is not None
+        assert t["n_shot"] == 0
+        assert len(t["task_hash"]) == 64
+        assert t["data"]["kind"] == "local"
+        assert t["config"]["dataset_path"] == "json"
         assert t["config"]["metadata"]["official_config"].endswith(".yaml")
     assert "acc_norm,none" in r["tasks"]["hellaswag"]["metrics"]
     assert "perplexity,none" in r["tasks"]["lambada_openai"]["metrics"]
@@ -117,7 +120,8 @@ def test_pretrained_is_the_checkpoint_argument_and_auto_is_refused(runs, loaded)
     lm = LeviathanLM.create_from_arg_string(
         f"pretrained={runs['leviathan']},batch_size=4,device=cpu"
     )
-    assert lm.ckpt.sha256 == loaded[0].sha256 and lm.batch_size == 4
+    assert lm.ckpt.sha256 == loaded[0].sha256
+    assert lm.batch_size == 4
     with pytest.raises(EvalInputError, match="`auto` is not supported.*batch_size=32"):
         LeviathanLM.create_from_arg_string(
             f"pretrained={runs['leviathan']},batch_size=auto,device=cpu"
@@ -167,7 +171,8 @@ def test_lm_eval_s_own_cli_runs_our_checkpoint(runs, loaded, task_files, tmp_pat
     out = subprocess.run([*args, "--batch_size", "4"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     results = list((tmp_path / "out").rglob("results_*.json"))
-    assert len(results) == 1 and len(list((tmp_path / "out").rglob("samples_piqa_*.jsonl"))) == 1
+    assert len(results) == 1
+    assert len(list((tmp_path / "out").rglob("samples_piqa_*.jsonl"))) == 1
     theirs = json.loads(results[0].read_text())["results"]
     ours = run_lm_eval(*loaded, cfg, harness_dir=tmp_path / "harness")["results"]
     for task in ("piqa", "arc_easy"):
@@ -179,7 +184,8 @@ def test_lm_eval_s_own_cli_runs_our_checkpoint(runs, loaded, task_files, tmp_pat
     bad = subprocess.run(
         [*args, "--batch_size", "auto"], capture_output=True, text=True, timeout=600
     )
-    assert bad.returncode != 0 and "`auto` is not supported" in bad.stderr
+    assert bad.returncode != 0
+    assert "`auto` is not supported" in bad.stderr
 
 
 def test_batching_does_not_change_scores(loaded) -> None:
@@ -199,7 +205,8 @@ def test_batching_does_not_change_scores(loaded) -> None:
     ]
     a, b = lm1.loglikelihood(reqs, disable_tqdm=True), lm7.loglikelihood(reqs, disable_tqdm=True)
     for (la, ga), (lb, gb) in zip(a, b, strict=True):
-        assert la == pytest.approx(lb, abs=1e-4) and ga == gb
+        assert la == pytest.approx(lb, abs=1e-4)
+        assert ga == gb
 
 
 def test_loglikelihood_rolling_follows_lm_eval_windows(loaded) -> None:
@@ -264,7 +271,9 @@ def test_registered_as_leviathan_and_built_from_model_args(runs, task_files, loa
     lm = LeviathanLM.create_from_arg_string(
         f"checkpoint={runs['leviathan']},batch_size=4,device=cpu"
     )
-    assert lm.ckpt.sha256 == loaded[0].sha256 and lm.batch_size == 4 and lm.max_length == 64
+    assert lm.ckpt.sha256 == loaded[0].sha256
+    assert lm.batch_size == 4
+    assert lm.max_length == 64
     tasks, _, tm = build_tasks(data_cfg(task_files, ["piqa"]))
     by_name = lm_eval.simple_evaluate(
         model="leviathan",

@@ -49,7 +49,8 @@ def test_val_covers_every_target_once_and_matches_the_model(
     # provenance: the checkpoint's hash and the shard's manifest
     assert out["checkpoint"]["sha256"] == ckpt.sha256
     (val_input,) = out["inputs"]
-    assert val_input["role"] == "val_tokens" and val_input["manifest"]["kind"] == "tokens"
+    assert val_input["role"] == "val_tokens"
+    assert val_input["manifest"]["kind"] == "tokens"
     assert val_input["sha256"] == val_input["manifest"]["artifact"]["sha256"]
     path = write_result(tmp_path / "val.json", out)
     assert (
@@ -80,20 +81,24 @@ def test_envelope_carries_the_provenance_record(loaded, tmp_path: Path, monkeypa
         device="cpu",
         started=started,
     )
-    assert env["config"] == {"a": 1, "b": 2} and env["config_sha256"] == config_sha256(
-        {"b": 2, "a": 1}
-    )
+    assert env["config"] == {"a": 1, "b": 2}
+    assert env["config_sha256"] == config_sha256({"b": 2, "a": 1})
     assert env["started_utc"] == started.isoformat(timespec="seconds") <= env["finished_utc"]
-    assert env["env"]["slurm_job_id"] == "99" and env["env"]["device"] == "cpu"
-    assert set(PACKAGES) <= env["env"]["packages"].keys() and env["seconds"] == 1.235
-    assert env["checkpoint"]["manifest"] and env["checkpoint"]["sha256"] == ckpt.sha256
+    assert env["env"]["slurm_job_id"] == "99"
+    assert env["env"]["device"] == "cpu"
+    assert set(PACKAGES) <= env["env"]["packages"].keys()
+    assert env["seconds"] == 1.235
+    assert env["checkpoint"]["manifest"]
+    assert env["checkpoint"]["sha256"] == ckpt.sha256
     # the same fields, from the same function, as a manifest's
     art = tmp_path / "a.bin"
     art.write_bytes(b"x")
     m = write_manifest(art, kind="tokens", config={"a": 1}, started=started, device="cpu")
     prov = ("code", "env", "config", "config_sha256", "started_utc", "finished_utc")
-    assert set(prov) <= m.keys() and set(prov) <= env.keys()
-    assert m["env"].keys() == env["env"].keys() and m["code"] == env["code"]
+    assert set(prov) <= m.keys()
+    assert set(prov) <= env.keys()
+    assert m["env"].keys() == env["env"].keys()
+    assert m["code"] == env["code"]
     # without a start time the envelope says so rather than guessing
     assert envelope("val", checkpoint=None, inputs=[], config={}, results={})["started_utc"] is None
 
@@ -130,7 +135,8 @@ def test_context_longer_than_the_model_is_refused(loaded, small_val: Path) -> No
 def test_stream_windows_score_every_target_once(n: int, context: int, stride: int) -> None:
     seen: list[int] = []
     for begin, first, end in stream_windows(n, context, stride):
-        assert end - begin <= context and begin + 1 <= first <= end <= n - 1
+        assert end - begin <= context
+        assert begin + 1 <= first <= end <= n - 1
         seen += range(first, end + 1)
     assert seen == list(range(1, n))
 

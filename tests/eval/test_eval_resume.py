@@ -61,7 +61,8 @@ def test_weights_are_loaded_once_into_the_model(runs, monkeypatch) -> None:
         ckpt = read_checkpoint(runs[variant])
         model = load_model(ckpt, "cpu")
         params = dict(model.named_parameters())
-        assert read and all(
+        assert read
+        assert all(
             params[name].data_ptr() == t.data_ptr() for name, t in read.items() if name in params
         )
         reference = build_model(ckpt.model_config, "cpu")
@@ -173,7 +174,8 @@ def test_a_killed_evaluation_reruns_to_an_uninterrupted_runs_numbers(
     assert child.poll() is None, "the evaluation ended before it could be killed"
     child.send_signal(sig)
     assert child.wait(timeout=60) != 0
-    assert not out.exists() and partial.is_file()
+    assert not out.exists()
+    assert partial.is_file()
     with np.load(partial) as z:
         saved = int(z["windows_done"])
     rerun = _child(runs["leviathan"], out, val, counts, 0.0)

@@ -43,20 +43,27 @@ def test_tokens_to_reach_the_baseline_and_the_ratio(tmp_path: Path) -> None:
     )
     out = sample_efficiency(base, [lev, never])
     r = out["results"]
-    assert r["baseline"]["target_val_loss"] == 3.2 and r["baseline"]["tokens"] == 400
+    assert r["baseline"]["target_val_loss"] == 3.2
+    assert r["baseline"]["tokens"] == 400
     a, b = r["runs"]
-    assert a["reached"] and a["tokens_to_target"] == 300 and a["ratio"] == pytest.approx(400 / 300)
+    assert a["reached"]
+    assert a["tokens_to_target"] == 300
+    assert a["ratio"] == pytest.approx(400 / 300)
     # between (200, 3.8) and (300, 3.1) the loss crosses 3.2 at 200 + 100 * 0.6 / 0.7
     assert a["tokens_interpolated"] == pytest.approx(200 + 100 * 0.6 / 0.7)
-    assert a["trails_until_tokens"] == 100 and a["variant"] == "leviathan"
-    assert not b["reached"] and b["ratio"] is None and b["trails_until_tokens"] == 400
+    assert a["trails_until_tokens"] == 100
+    assert a["variant"] == "leviathan"
+    assert not b["reached"]
+    assert b["ratio"] is None
+    assert b["trails_until_tokens"] == 400
     assert [i["role"] for i in out["inputs"]] == ["baseline", "run", "run"]
 
 
 def test_resumed_runs_keep_the_last_record_of_a_step(tmp_path: Path) -> None:
     run = write_run(tmp_path / "r", [(1, 100, 5.0), (2, 200, 4.5), (2, 200, 4.4), (3, 300, 4.0)])
     curve = read_curve(run)
-    assert curve.tokens == (100, 200, 300) and curve.losses == (5.0, 4.4, 4.0)
+    assert curve.tokens == (100, 200, 300)
+    assert curve.losses == (5.0, 4.4, 4.0)
 
 
 def test_incomparable_or_empty_runs_are_refused(tmp_path: Path) -> None:

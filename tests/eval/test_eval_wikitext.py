@@ -71,12 +71,14 @@ def test_wikitext_is_lm_evals_definition(loaded, wikitext_jsonl: Path) -> None:
     assert r["word_perplexity"] == pytest.approx(math.exp(total / words), rel=1e-6)
     assert r["byte_perplexity"] == pytest.approx(math.exp(total / n_bytes), rel=1e-6)
     assert r["bits_per_byte"] == pytest.approx(total / n_bytes / math.log(2), rel=1e-6)
-    assert r["documents"] == 2 and r["lm_eval"]["task"] == "wikitext"
-    assert (
-        r["lm_eval"]["data"]["kind"] == "local" and r["lm_eval"]["config"]["dataset_path"] == "json"
-    )
-    assert out["inputs"][0]["path"] == str(wikitext_jsonl) and len(out["inputs"][0]["sha256"]) == 64
-    assert out["checkpoint"]["sha256"] == ckpt.sha256 and out["stand_in_data"] == []
+    assert r["documents"] == 2
+    assert r["lm_eval"]["task"] == "wikitext"
+    assert r["lm_eval"]["data"]["kind"] == "local"
+    assert r["lm_eval"]["config"]["dataset_path"] == "json"
+    assert out["inputs"][0]["path"] == str(wikitext_jsonl)
+    assert len(out["inputs"][0]["sha256"]) == 64
+    assert out["checkpoint"]["sha256"] == ckpt.sha256
+    assert out["stand_in_data"] == []
 
 
 def test_the_stream_figure_is_kept_secondary(loaded, wikitext_jsonl: Path) -> None:
@@ -93,9 +95,8 @@ def test_the_stream_figure_is_kept_secondary(loaded, wikitext_jsonl: Path) -> No
     for start in range(0, len(ids) - 1, 64):
         chunk = torch.as_tensor(ids[start : start + 65])
         total += float(model.token_losses(chunk[None, :-1], chunk[None, 1:]).double().sum())
-    assert stream["tokens"] == len(ids) - 1 and stream["total_nats"] == pytest.approx(
-        total, rel=1e-5
-    )
+    assert stream["tokens"] == len(ids) - 1
+    assert stream["total_nats"] == pytest.approx(total, rel=1e-5)
     assert (
         a["token_perplexity"]
         == stream["token_perplexity"]

@@ -53,7 +53,8 @@ def test_whitespace_tokens_belong_to_the_next_word() -> None:
         for t, w in zip(ids, seg.word_of_token.tolist(), strict=True)
     ]
     ws_tokens = [word for text, word in by_token if text.isspace()]
-    assert ws_tokens and set(ws_tokens) == {b"two"}
+    assert ws_tokens
+    assert set(ws_tokens) == {b"two"}
 
 
 def test_fast_path_equals_segmentation_on_the_real_val_shard(small_val: Path) -> None:
@@ -74,7 +75,8 @@ def test_count_words_on_a_known_corpus(tmp_path: Path, shard_writer) -> None:
     wc = count_words(train, wanted, vocab="gpt2", chunk_tokens=4)
     truth = Counter(w for d in docs for w in d.split()) + Counter({EOT_WORD: len(docs)})
     assert wc.counts == {w: truth.get(w, 0) for w in wanted}
-    assert wc.train_words == sum(truth.values()) and wc.train_tokens == len(ids)
+    assert wc.train_words == sum(truth.values())
+    assert wc.train_tokens == len(ids)
 
 
 def test_word_keys_round_trip_undecodable_bytes() -> None:

@@ -12,7 +12,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from leviathan.export import hf
 from leviathan.model import build_model, model_config
-from leviathan.model.backbone import apply_rope, rope_tables
+from leviathan.model.transformer import apply_rope, rope_tables
 from leviathan.model.variants import VARIANTS
 from leviathan.vocab import get_vocab
 

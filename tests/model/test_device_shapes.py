@@ -18,10 +18,8 @@ IDS_400M = 8192  # distinct ids of a 400m micro-batch of 16 x 512 tokens: at mos
 
 def test_cpu_rule_keeps_the_cache_sized_chunks() -> None:
     lev = LEVConfig().chunk_elems
-    assert (
-        chunk_elems(CPU, lev) == lev
-        and chunk_elems(CPU, DEFAULT_CHUNK_ELEMS) == DEFAULT_CHUNK_ELEMS
-    )
+    assert chunk_elems(CPU, lev) == lev
+    assert chunk_elems(CPU, DEFAULT_CHUNK_ELEMS) == DEFAULT_CHUNK_ELEMS
     with forced_policy("cpu"):
         assert chunk_elems(CPU, lev) == lev
 
@@ -59,4 +57,5 @@ def test_traced_lev_graph_does_not_grow_with_distinct_ids() -> None:
             torch._dynamo.reset()
             traced = torch.compile(lev.generate, backend=count_nodes, dynamic=False, fullgraph=True)
             traced(torch.randperm(cfg.vocab_size)[:n_ids]).sum().backward()
-    assert len(counts) == 2 and counts[0] == counts[1], counts
+    assert len(counts) == 2, counts
+    assert counts[0] == counts[1], counts

@@ -8,7 +8,7 @@ import torch
 from test_lev import naive_product, random_inputs
 
 from leviathan.model import lev_native
-from leviathan.model.lev import cell_coefficients, segment_add_, spline_product
+from leviathan.model.lev import knot_interval_coefficients, segment_add_, spline_product
 
 needs_native = pytest.mark.skipif(
     not lev_native.available(), reason="no C compiler for the native kernel"
@@ -68,7 +68,7 @@ def test_native_backward_of_a_batch_is_each_id_alone_summed_in_id_order_bitwise(
     _, grad_t, grad_S = _grads(t, S, "native", g)
     alone = [_grads(t[i : i + 1], S, "native", g[i : i + 1]) for i in range(19)]
     assert torch.equal(grad_t, torch.cat([a[1] for a in alone]))
-    # grad_S is linear in the per-cell coefficients' gradients (a fixed float map per id), so
+    # grad_S is linear in the per-interval coefficients' gradients (a fixed float map per id), so
     # compare at the kernel's own output: the coefficient gradient, accumulated id by id
     coef_grads = [
         lev_native.spline_backward(*_kernel_args(t[i : i + 1], S, g[i : i + 1])) for i in range(19)
@@ -84,7 +84,7 @@ def _kernel_args(t: torch.Tensor, S: torch.Tensor, g: torch.Tensor):
     """The native backward's inputs for spline_product(t, S) with upstream gradient g."""
     h, P, kappa, r = S.shape
     with torch.no_grad():
-        coef = cell_coefficients(S).reshape(h, P, kappa, 3, r).contiguous()
+        coef = knot_interval_coefficients(S).reshape(h, P, kappa, 3, r).contiguous()
         M = lev_native.spline_forward(t.detach().contiguous(), coef, 1e-30)
     return t.detach().contiguous(), coef, g * M, 1e-30
 
@@ -105,7 +105,7 @@ def test_native_gradient_is_exact_where_a_factor_is_zero() -> None:
 
 @needs_native
 def test_native_kernel_turns_a_nan_coordinate_into_nan_not_an_out_of_range_read() -> None:
-    """A diverged model can hand the kernel a NaN t. Its cell must stay in range (a NaN cast
+    """A diverged model can hand the kernel a NaN t. Its knot interval must stay in range (a NaN cast
     to int is INT_MIN in C: a read far outside the coefficients); that id's outputs and
     gradients turn NaN, which the trainer's non-finite check reports, and no other id's do."""
     torch.manual_seed(5)
@@ -113,10 +113,12 @@ def test_native_kernel_turns_a_nan_coordinate_into_nan_not_an_out_of_range_read(
     with torch.no_grad():
         t[3, 1, 7] = float("nan")
     M, grad_t, _ = _grads(t, S, "native", torch.ones(12, 2, 9))
-    assert M[3, 1].isnan().all() and grad_t[3, 1].isnan().any()
+    assert M[3, 1].isnan().all()
+    assert grad_t[3, 1].isnan().any()
     rest = torch.ones(12, dtype=torch.bool)
     rest[3] = False
-    assert M[rest].isfinite().all() and grad_t[rest].isfinite().all()
+    assert M[rest].isfinite().all()
+    assert grad_t[rest].isfinite().all()
 
 
 def test_deterministic_segment_reduction_equals_index_add() -> None:

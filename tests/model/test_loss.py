@@ -5,7 +5,12 @@ import torch.nn.functional as F
 from leviathan.device import forced_policy
 from leviathan.model import build_model, model_config
 from leviathan.model import loss as loss_module
-from leviathan.model.loss import linear_cross_entropy, matmul_weight, token_losses
+from leviathan.model.loss import (
+    linear_cross_entropy,
+    matmul_weight,
+    token_losses,
+    token_losses_and_greedy,
+)
 
 
 @pytest.mark.parametrize("chunk_elems", [7, 50, 1 << 20])
@@ -107,7 +112,8 @@ def test_gpu_rule_pads_the_head_and_gives_the_unpadded_loss() -> None:
     t = torch.randint(0, 300, (40,))
     t[5] = -100
     with forced_policy("gpu"):
-        assert matmul_weight(w).shape == (384, 8) and not matmul_weight(w)[300:].any()
+        assert matmul_weight(w).shape == (384, 8)
+        assert not matmul_weight(w)[300:].any()
         padded = linear_cross_entropy(h, w, t, chunk_elems=1000)
         per_token = token_losses(h, w, t, chunk_elems=1000)
         g_padded = torch.autograd.grad(padded, (h, w))
@@ -121,3 +127,26 @@ def test_gpu_rule_pads_the_head_and_gives_the_unpadded_loss() -> None:
     torch.testing.assert_close(
         per_token, F.cross_entropy(h @ w.t(), t, reduction="none"), rtol=1e-5, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("policy", ["cpu", "gpu"])
+def test_losses_and_greedy_match_float64_cross_entropy_and_argmax(policy: str) -> None:
+    """What lm-eval's requests are scored by: per-token loss (0 where ignored) and whether the
+    target is the argmax, against float64 logits of the whole batch at once (chunks of 7 rows;
+    under the GPU rule the padded head rows must never win the argmax)."""
+    gen = torch.Generator().manual_seed(3)
+    h = torch.randn(50, 8, generator=gen)
+    w = torch.randn(300, 8, generator=gen)
+    logits = h.double() @ w.double().t()
+    t = torch.randint(0, 300, (50,), generator=gen)
+    t[::3] = logits.argmax(-1)[::3]  # a third of the targets are the argmax
+    t[4] = -100
+    with forced_policy(policy):
+        losses, greedy = token_losses_and_greedy(h, w, t, chunk_elems=7 * 300)
+        plain = token_losses(h, w, t, chunk_elems=7 * 300)
+    ref = F.cross_entropy(logits, t, reduction="none")
+    torch.testing.assert_close(losses.double(), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(losses, plain, rtol=0, atol=0)
+    valid = t != -100
+    assert torch.equal(greedy[valid], (logits.argmax(-1) == t)[valid])
+    assert int(greedy.sum()) >= 17

@@ -24,7 +24,8 @@ def test_400m_parts_rederived_from_the_shapes() -> None:
     parts = {p.name: p for p in r.parts}
     N, D, L, F, T = 32 * 512, cfg.d_model, cfg.n_layers, cfg.ffn_hidden, cfg.max_seq_len
     v_pad = math.ceil(cfg.vocab_size / 128) * 128
-    assert v_pad % 128 == 0 and 0 <= v_pad - cfg.vocab_size < 128
+    assert v_pad % 128 == 0
+    assert 0 <= v_pad - cfg.vocab_size < 128
     # per token forward: q, k, v, o (4 D^2) and SwiGLU (3 D F) multiply-adds, dense T x T attention
     assert parts["backbone"].flops == 3 * N * (2 * L * (4 * D * D + 3 * D * F) + 4 * T * D * L)
     assert parts["head+loss"].flops == 3 * 2 * N * v_pad * D
@@ -55,7 +56,8 @@ def test_fusing_the_loss_only_removes_loss_traffic() -> None:
     for a, b in zip(eager.parts, fused.parts, strict=True):
         assert a.flops == b.flops
         assert (a.bytes > b.bytes) if a.name == "head+loss" else (a.bytes == b.bytes)
-    assert eager.parts[1].bound("H100") == "memory" and fused.mfu("H100") > eager.mfu("H100")
+    assert eager.parts[1].bound("H100") == "memory"
+    assert fused.mfu("H100") > eager.mfu("H100")
 
 
 def test_config_show_prints_the_studys_roofline() -> None:

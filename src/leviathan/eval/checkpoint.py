@@ -37,12 +37,12 @@ from leviathan.layout import (
 from leviathan.manifest import display_path
 from leviathan.model import LanguageModel, ModelConfig, build_model
 from leviathan.model.generated import validate_ids
-from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, token_losses
+from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, token_losses, token_losses_and_greedy
 from leviathan.model.variants import TableInput
 from leviathan.vocab import VocabSpec, get_vocab
 
-# logits held at once (rows x V): on CPU a cache-sized chunk (16 MiB) took 0.5-0.8x the time
-# of the 128 MiB the training loss uses (BENCHMARKS.md, Evaluation); on GPU larger is better
+# logits held at once (rows x V): on a CPU a cache-sized chunk (16 MiB), faster there than the
+# training loss's 128 MiB (BENCHMARKS.md, Evaluation); on a GPU larger chunks are faster
 CPU_CHUNK_ELEMS = 1 << 22
 
 
@@ -272,6 +272,15 @@ class EvalModel(nn.Module):
         with self._autocast():
             out = token_losses(h, self.output_weight, targets.flatten(), self.chunk_elems)
         return out.view_as(targets)
+
+    @torch.inference_mode()
+    def target_scores(
+        self, hidden: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Of targets [N] after hidden states [N, D]: the loss (fp32 [N]) and whether each
+        target is the argmax (bool [N]), through the chunked loss's own logits."""
+        with self._autocast():
+            return token_losses_and_greedy(hidden, self.output_weight, targets, self.chunk_elems)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -14,9 +14,10 @@ lm-eval moves its trailing spaces into the continuation), is the EOT token, as l
 model does with its prefix token. `batch_size=auto` is refused (this model does not probe
 memory): give an integer. Requests are sorted longest first and run in batches of
 `batch_size` right-padded sequences (causal attention: padding after a position cannot
-affect it); only the continuation positions' logits are computed, a bounded number of rows
-at a time. Inputs longer than `max_length` (default: the training context) keep their last
-`max_length` tokens, as lm-eval's HF model does. `loglikelihood_rolling` uses lm-eval's own
+affect it); only the continuation positions are scored, through the chunked loss every
+evaluation uses (`leviathan.model.loss.token_losses_and_greedy`). Inputs longer than
+`max_length` (default: the training context) keep their last `max_length` tokens, as
+lm-eval's HF model does. `loglikelihood_rolling` uses lm-eval's own
 rolling windows; `generate_until` decodes greedily (no sampling) until a stop string, EOT
 or `max_gen_toks`.
 """
@@ -72,6 +73,15 @@ def lm_device(device: str | None) -> str:
             )
             return "auto"
     return device
+
+
+def right_padded(rows: list[list[int]]) -> torch.Tensor:
+    """Token lists as one int64 batch [len(rows), longest], padded on the right with 0: under
+    causal attention the padding after a position cannot change that position's output."""
+    x = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.int64)
+    for i, r in enumerate(rows):
+        x[i, : len(r)] = torch.as_tensor(r, dtype=torch.int64)
+    return x
 
 
 @register_model("leviathan")
@@ -161,52 +171,40 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
         """(log p(continuation | context), is_greedy) of (context, continuation) token lists."""
         rows, positions, targets, owners = [], [], [], []
         for i, (ctx, cont) in enumerate(seqs):
-            if not cont:
-                raise EvalInputError("lm-eval sent an empty continuation")
-            if not ctx:
-                raise EvalInputError(
-                    "a request with no context token (use the prefix token for an empty context)"
-                )
-            if len(cont) > self.max_length:
-                raise EvalInputError(
-                    f"a continuation of {len(cont)} tokens exceeds max_length={self.max_length}"
-                )
-            full = (ctx + cont)[-(self.max_length + 1) :]
-            inp = full[:-1]
+            self._check_request(ctx, cont)
+            inp = (ctx + cont)[-(self.max_length + 1) : -1]
             rows.append(inp)
-            first = len(inp) - len(cont)
-            positions += [(i, p) for p in range(first, len(inp))]
+            positions += [(i, p) for p in range(len(inp) - len(cont), len(inp))]
             targets += cont
             owners += [i] * len(cont)
-        T = max(len(r) for r in rows)
-        x = torch.zeros(len(rows), T, dtype=torch.int64)
-        for i, r in enumerate(rows):
-            x[i, : len(r)] = torch.as_tensor(r, dtype=torch.int64)
         dev = self.model.device
-        h = self.model.hidden(x.to(dev))
+        h = self.model.hidden(right_padded(rows).to(dev))
         pos = torch.as_tensor(positions, dtype=torch.int64, device=dev)
-        hs = h[pos[:, 0], pos[:, 1]]
         tgt = torch.as_tensor(targets, dtype=torch.int64, device=dev)
-        logp = torch.empty(len(targets), dtype=torch.float64, device=dev)
-        greedy = torch.empty(len(targets), dtype=torch.bool, device=dev)
-        step = max(1, self.model.chunk_elems // self.model.vocab_size)
-        for s in range(0, len(targets), step):
-            logits = self.model.logits(hs[s : s + step])
-            t = tgt[s : s + step]
-            logp[s : s + step] = (
-                logits.gather(1, t[:, None])[:, 0] - torch.logsumexp(logits, -1)
-            ).double()
-            greedy[s : s + step] = logits.argmax(-1) == t
+        losses, greedy = self.model.target_scores(h[pos[:, 0], pos[:, 1]], tgt)
         # summed on the CPU, one token after the other: a float64 index_add_ on CUDA adds
         # in no fixed order (atomics), so the same request could score differently per run
         own = torch.as_tensor(owners, dtype=torch.int64)
-        sums = torch.zeros(len(seqs), dtype=torch.float64).index_add_(0, own, logp.cpu())
+        logp = (-losses).double().cpu()
+        sums = torch.zeros(len(seqs), dtype=torch.float64).index_add_(0, own, logp)
         misses = torch.zeros(len(seqs), dtype=torch.int64).index_add_(
             0, own, (~greedy).long().cpu()
         )
         return [
             (float(s), bool(m == 0)) for s, m in zip(sums.tolist(), misses.tolist(), strict=True)
         ]
+
+    def _check_request(self, ctx: list[int], cont: list[int]) -> None:
+        if not cont:
+            raise EvalInputError("lm-eval sent an empty continuation")
+        if not ctx:
+            raise EvalInputError(
+                "a request with no context token (use the prefix token for an empty context)"
+            )
+        if len(cont) > self.max_length:
+            raise EvalInputError(
+                f"a continuation of {len(cont)} tokens exceeds max_length={self.max_length}"
+            )
 
     def _loglikelihood_tokens(
         self,
@@ -286,11 +284,7 @@ class LeviathanLM(TemplateLM):  # type: ignore[misc]
             if not live:
                 break
             rows = [(seqs[i] + generated[i])[-self.max_length :] for i in live]
-            T = max(len(r) for r in rows)
-            x = torch.zeros(len(rows), T, dtype=torch.int64)
-            for r, toks in enumerate(rows):
-                x[r, : len(toks)] = torch.as_tensor(toks, dtype=torch.int64)
-            h = self.model.hidden(x.to(dev))
+            h = self.model.hidden(right_padded(rows).to(dev))
             last = torch.as_tensor([len(r) - 1 for r in rows], device=dev)
             nxt = (
                 self.model.logits(h[torch.arange(len(rows), device=dev), last]).argmax(-1).tolist()

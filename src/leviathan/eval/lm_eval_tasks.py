@@ -325,36 +325,55 @@ def evaluate_tasks(
     if raw is None:
         raise RuntimeError("lm-eval returned no results (not rank 0?)")
     samples = raw.pop("samples", None) or {}
-    if tracker is not None:  # lm-eval's own files: results_<date>.json, samples_<task>_<date>.jsonl
-        tracker.save_results_aggregated(results=raw, samples=samples)
-        for task in raw.get("configs", {}):
-            if task in samples:
-                tracker.save_results_samples(task_name=task, samples=samples[task])
-    per_task = {}
-    for task in tasks:
-        task_res = raw["results"].get(task, {})
-        metrics = {k: v for k, v in task_res.items() if "," in k}  # "<metric>,<filter>"
-        per_task[task] = {
-            "metrics": _jsonable(metrics),
-            "sample_len": task_res.get("sample_len"),
-            "version": raw.get("versions", {}).get(task),
-            "n_shot": raw.get("n-shot", {}).get(task),
-            "n_samples": raw.get("n-samples", {}).get(task),
-            "higher_is_better": raw.get("higher_is_better", {}).get(task),
-            "task_hash": task_hash(samples.get(task, [])),
-            "data": sources[task],
-            "config": _jsonable(raw.get("configs", {}).get(task)),
-        }
-    inputs = [
+    if tracker is not None:
+        _save_harness_files(tracker, raw, samples)
+    per_task = {task: _task_record(raw, task, samples, sources[task]) for task in tasks}
+    return TaskRun(
+        per_task,
+        samples,
+        _local_inputs(sources),
+        _jsonable(dict(raw.get("config") or {})),
+        lm.max_length,
+    )
+
+
+def _save_harness_files(tracker: Any, raw: dict[str, Any], samples: dict[str, Any]) -> None:
+    """lm-eval's own files, as its CLI writes them: results_<date>.json and
+    samples_<task>_<date>.jsonl."""
+    tracker.save_results_aggregated(results=raw, samples=samples)
+    for task in raw.get("configs", {}):
+        if task in samples:
+            tracker.save_results_samples(task_name=task, samples=samples[task])
+
+
+def _task_record(
+    raw: dict[str, Any], task: str, samples: dict[str, Any], source: dict[str, Any]
+) -> dict[str, Any]:
+    """What an output keeps of one task: metrics, version, n-shot, counts, hash, data, config."""
+    task_res = raw["results"].get(task, {})
+    metrics = {k: v for k, v in task_res.items() if "," in k}  # "<metric>,<filter>"
+    return {
+        "metrics": _jsonable(metrics),
+        "sample_len": task_res.get("sample_len"),
+        "version": raw.get("versions", {}).get(task),
+        "n_shot": raw.get("n-shot", {}).get(task),
+        "n_samples": raw.get("n-samples", {}).get(task),
+        "higher_is_better": raw.get("higher_is_better", {}).get(task),
+        "task_hash": task_hash(samples.get(task, [])),
+        "data": source,
+        "config": _jsonable(raw.get("configs", {}).get(task)),
+    }
+
+
+def _local_inputs(sources: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The local data files the tasks read, with their sha256, as an output's inputs."""
+    return [
         {"role": f"lm_eval:{t}", "path": f["path"], "sha256": f["sha256"]}
         for t, s in sources.items()
         if s["kind"] == "local"
         for fs in s["data_files"].values()
         for f in fs
     ]
-    return TaskRun(
-        per_task, samples, inputs, _jsonable(dict(raw.get("config") or {})), lm.max_length
-    )
 
 
 def write_samples(

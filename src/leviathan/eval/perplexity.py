@@ -22,6 +22,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,15 @@ def check_finite_loss(loss: float, ckpt: Any) -> None:
         )
 
 
+def check_context(context: int, model: EvalModel, key: str = "context") -> None:
+    """Refuse windows longer than the model's positions (`key`: the setting that chose it)."""
+    if context > model.max_seq_len:
+        raise EvalInputError(
+            f"{key}={context} exceeds the model's max_seq_len={model.max_seq_len}: "
+            "evaluate with the training context or shorter"
+        )
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -116,8 +126,7 @@ def add_token_sums(
     A float64 `index_add_` on CUDA adds with atomics in no fixed order, so the sums (and the
     reported loss) would change in their last bits from run to run; on the CPU it adds one
     element after the other. The per-token losses of a batch are a few KB, so moving them to
-    the CPU costs nothing next to the forward pass, and every device gives the same sums as
-    the CPU path always did."""
+    the CPU costs nothing next to the forward pass, and every device adds in the same order."""
     ids, losses = ids.cpu(), losses.cpu()
     loss_sum.index_add_(0, ids, losses.double())
     count.index_add_(0, ids, torch.ones_like(ids))
@@ -166,6 +175,39 @@ class _Partial:
         except (OSError, ValueError, KeyError):  # missing or unreadable: start over
             return None
 
+    @classmethod
+    def resume_or_start(cls, path: Path | None, key: str, vocab_size: int) -> _Partial:
+        """The state saved at `path` if it is of this evaluation, else empty sums."""
+        saved = cls.load(path, key) if path is not None and path.is_file() else None
+        return saved or cls(
+            key,
+            0,
+            torch.zeros(vocab_size, dtype=torch.float64),
+            torch.zeros(vocab_size, dtype=torch.int64),
+            [],
+            0.0,
+        )
+
+    def add_batch(self, losses: torch.Tensor, y: torch.Tensor, keep_token_losses: bool) -> None:
+        """Add one batch's per-token losses [B, T] (CPU) of targets y [B, T]."""
+        valid = y != IGNORE_INDEX
+        vals = losses[valid]  # row-major: shard order
+        add_token_sums(self.loss_sum, self.count, y[valid], vals)
+        if keep_token_losses:
+            self.kept.append(vals.float())
+        self.windows_done += len(y)
+
+    def kept_losses(self, keep_token_losses: bool) -> np.ndarray[Any, np.dtype[np.float32]] | None:
+        if not keep_token_losses:
+            return None
+        return torch.cat(self.kept).numpy() if self.kept else np.zeros(0, np.float32)
+
+
+def _pass_key(partial_key: str, shard: str | os.PathLike[str], **settings: Any) -> str:
+    """What one pass evaluates, as the partial file records it: a saved state of another
+    key is not resumed."""
+    return json.dumps({"key": partial_key, "shard": str(shard), **settings}, sort_keys=True)
+
 
 def evaluate_shard(
     model: EvalModel,
@@ -187,76 +229,82 @@ def evaluate_shard(
     `persist_seconds` between batches; a rerun whose `partial_key` (what is evaluated: the
     caller names checkpoint and settings) matches continues after its last saved batch, and
     gives the same numbers as an uninterrupted pass (sums are added in the same order)."""
-    if context > model.max_seq_len:
-        raise EvalInputError(
-            f"context={context} exceeds the model's max_seq_len={model.max_seq_len}: "
-            "evaluate with the training context or shorter"
-        )
-    dev = model.device
-    V = model.vocab_size
+    check_context(context, model)
     n_windows = ValWindows(open_shard(shard, vocab), context).n_windows
     total = n_windows if max_windows is None else min(max_windows, n_windows)
-    key = json.dumps(
-        {
-            "key": partial_key,
-            "shard": str(shard),
-            "context": context,
-            "batch_size": batch_size,
-            "windows": total,
-            "V": V,
-            "keep": keep_token_losses,
-        },
-        sort_keys=True,
+    key = _pass_key(
+        partial_key,
+        shard,
+        context=context,
+        batch_size=batch_size,
+        windows=total,
+        V=model.vocab_size,
+        keep=keep_token_losses,
     )
     path = Path(partial) if partial is not None else None
-    state = (_Partial.load(path, key) if path is not None and path.is_file() else None) or (
-        _Partial(
-            key,
-            0,
-            torch.zeros(V, dtype=torch.float64),
-            torch.zeros(V, dtype=torch.int64),
-            [],
-            0.0,
-        )
-    )
+    state = _Partial.resume_or_start(path, key, model.vocab_size)
     resumed = state.windows_done
     batches = val_batches(
         shard, context=context, batch_size=batch_size, max_windows=total, vocab=vocab
     )
-    bar = tqdm(total=total, initial=resumed, disable=not progress, desc="val windows", unit="win")
-    _sync(dev)
-    t0 = time.perf_counter()
-    saved = t0
-    for x, y in itertools.islice(batches, resumed // batch_size, None):
-        losses = model.token_losses(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
-        losses = losses.cpu()
-        valid = y != IGNORE_INDEX
-        vals = losses[valid]  # row-major: shard order
-        add_token_sums(state.loss_sum, state.count, y[valid], vals)
-        if keep_token_losses:
-            state.kept.append(vals.float())
-        state.windows_done += len(x)
-        bar.update(len(x))
-        now = time.perf_counter()
-        if path is not None and now - saved >= persist_seconds and state.windows_done < total:
-            state.seconds += now - t0
-            t0 = saved = now
-            state.save(path)
-    bar.close()
-    _sync(dev)
-    seconds = state.seconds + time.perf_counter() - t0
+    seconds = _score_batches(
+        model,
+        itertools.islice(batches, resumed // batch_size, None),
+        state,
+        total=total,
+        keep_token_losses=keep_token_losses,
+        partial=path,
+        persist_seconds=persist_seconds,
+        progress=progress,
+    )
     return TokenStats(
         vocab=vocab,
         loss_sum=state.loss_sum.numpy(),
         count=state.count.numpy(),
-        token_losses=torch.cat(state.kept).numpy()
-        if keep_token_losses and state.kept
-        else (np.zeros(0, np.float32) if keep_token_losses else None),
+        token_losses=state.kept_losses(keep_token_losses),
         seconds=seconds,
         windows=total,
         split_windows=n_windows,
         resumed_windows=resumed,
     )
+
+
+def _score_batches(
+    model: EvalModel,
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor]],
+    state: _Partial,
+    *,
+    total: int,
+    keep_token_losses: bool,
+    partial: Path | None,
+    persist_seconds: float,
+    progress: bool,
+) -> float:
+    """Add the batches' losses to `state`, saving it to `partial` at most every
+    `persist_seconds` until the last batch; returns the seconds of all passes so far."""
+    dev = model.device
+    bar = tqdm(
+        total=total,
+        initial=state.windows_done,
+        disable=not progress,
+        desc="val windows",
+        unit="win",
+    )
+    _sync(dev)
+    t0 = time.perf_counter()
+    saved = t0
+    for x, y in batches:
+        losses = model.token_losses(x.to(dev, non_blocking=True), y.to(dev, non_blocking=True))
+        state.add_batch(losses.cpu(), y, keep_token_losses)
+        bar.update(len(x))
+        now = time.perf_counter()
+        if partial is not None and now - saved >= persist_seconds and state.windows_done < total:
+            state.seconds += now - t0
+            t0 = saved = now
+            state.save(partial)
+    bar.close()
+    _sync(dev)
+    return state.seconds + time.perf_counter() - t0
 
 
 def stream_windows(n_tokens: int, context: int, stride: int) -> list[tuple[int, int, int]]:
@@ -282,10 +330,7 @@ def score_stream(
     model: EvalModel, tokens: np.ndarray[Any, Any], *, context: int, stride: int, batch_size: int
 ) -> np.ndarray[Any, np.dtype[np.float32]]:
     """Loss of tokens[1:] (float32 [n-1]) with sliding windows; see `stream_windows`."""
-    if context > model.max_seq_len:
-        raise EvalInputError(
-            f"context={context} exceeds the model's max_seq_len={model.max_seq_len}"
-        )
+    check_context(context, model)
     ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
     n = len(ids)
     out = np.zeros(max(n - 1, 0), dtype=np.float32)

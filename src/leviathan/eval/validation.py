@@ -21,9 +21,9 @@ from leviathan.eval.checkpoint import Checkpoint, EvalModel
 from leviathan.eval.config import ValConfig
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.frequency import stratify, token_frequency
-from leviathan.eval.perplexity import LN2, check_finite_loss, evaluate_shard
+from leviathan.eval.perplexity import LN2, TokenStats, check_finite_loss, evaluate_shard
 from leviathan.eval.results import envelope, file_record, perplexity, read_result
-from leviathan.eval.words import count_val_words, word_losses
+from leviathan.eval.words import WordStats, count_val_words, word_losses
 from leviathan.provenance import utc_now
 
 PathLike = str | os.PathLike[str]
@@ -128,20 +128,7 @@ def evaluate_val(
     shard = open_val_shard(ckpt, val)
     train_counts = load_train_counts(ckpt, counts) if counts is not None else None
     wc = load_word_counts(word_counts) if word_counts is not None else None
-    context = cfg.context or ckpt.context
-    stats = evaluate_shard(
-        model,
-        shard.path,
-        vocab=shard.vocab,
-        context=context,
-        batch_size=cfg.batch_size,
-        max_windows=cfg.max_windows,
-        keep_token_losses=wc is not None,
-        partial=partial,
-        partial_key=f"{ckpt.sha256} {shard.sha256} {model.device.type} {model.precision}",
-        persist_seconds=cfg.persist_seconds,
-        progress=progress,
-    )
+    stats = _val_pass(ckpt, model, shard, cfg, wc is not None, partial, progress)
     summary = stats.summary()
     check_finite_loss(summary["loss"], ckpt)
     results: dict[str, Any] = {"overall": summary}
@@ -156,48 +143,99 @@ def evaluate_val(
         )
         inputs.append(file_record(counts, "train_counts"))  # type: ignore[arg-type]
     if wc is not None:
-        assert stats.token_losses is not None
-        ws = word_losses(shard.tokens, stats.token_losses, shard.vocab)
-        table = wc["results"]["counts"]
-        missing = [w for w in ws.words if w not in table]
-        if missing:
-            raise EvalInputError(
-                f"{word_counts}: has no count for {len(missing)} word(s) of {shard.path} (e.g. "
-                f"{missing[:3]}): it was made for another validation text; rerun "
-                "`leviathan eval word-counts` with this validation shard"
-            )
-        train_wc = np.asarray([table[w] for w in ws.words], dtype=np.int64)
-        total = float(ws.loss_sum.sum())
-        results["words"] = {
-            "words": ws.n_words,
-            "word_types": len(ws.words),
-            "tokens_in_words": ws.tokens_in_words,
-            "targets_outside_words": ws.targets_outside_words,
-            "loss_outside_words": ws.loss_outside_words,
-            "total_nats": total,
-            "mean_word_loss": total / ws.n_words if ws.n_words else None,
-            "word_perplexity": perplexity(total / ws.n_words) if ws.n_words else None,
-            "bits_per_word": total / LN2 / ws.n_words if ws.n_words else None,
-        }
-        results["frequency_words"] = stratify(
-            train_wc, ws.n, ws.loss_sum, quantiles=cfg.quantile_bins, max_decade=cfg.max_decade
-        )
+        results.update(_word_results(stats, shard, wc, word_counts, cfg))  # type: ignore[arg-type]
         inputs.append(file_record(word_counts, "word_counts"))  # type: ignore[arg-type]
-    config = {
-        "context": context,
-        "batch_size": cfg.batch_size,
-        "max_windows": cfg.max_windows,
-        "quantile_bins": cfg.quantile_bins,
-        "max_decade": cfg.max_decade,
-        "precision": model.precision,
-    }
     return envelope(
         "val",
         checkpoint=ckpt,
         inputs=inputs,
-        config=config,
+        config=_val_config(cfg, cfg.context or ckpt.context, model.precision),
         results=results,
         seconds=time.perf_counter() - t0,
         device=str(model.device),
         started=started,
     )
+
+
+def _val_pass(
+    ckpt: Checkpoint,
+    model: EvalModel,
+    shard: Shard,
+    cfg: ValConfig,
+    keep_token_losses: bool,
+    partial: PathLike | None,
+    progress: bool,
+) -> TokenStats:
+    """The one pass over the split, resumable from `partial` while checkpoint, shard, device
+    type and precision are the same."""
+    return evaluate_shard(
+        model,
+        shard.path,
+        vocab=shard.vocab,
+        context=cfg.context or ckpt.context,
+        batch_size=cfg.batch_size,
+        max_windows=cfg.max_windows,
+        keep_token_losses=keep_token_losses,
+        partial=partial,
+        partial_key=f"{ckpt.sha256} {shard.sha256} {model.device.type} {model.precision}",
+        persist_seconds=cfg.persist_seconds,
+        progress=progress,
+    )
+
+
+def _val_config(cfg: ValConfig, context: int, precision: str) -> dict[str, Any]:
+    """The settings a `val` output records."""
+    return {
+        "context": context,
+        "batch_size": cfg.batch_size,
+        "max_windows": cfg.max_windows,
+        "quantile_bins": cfg.quantile_bins,
+        "max_decade": cfg.max_decade,
+        "precision": precision,
+    }
+
+
+def _word_results(
+    stats: TokenStats, shard: Shard, wc: dict[str, Any], word_counts: PathLike, cfg: ValConfig
+) -> dict[str, Any]:
+    """The `words` totals and the word-level frequency buckets (`frequency_words`)."""
+    assert stats.token_losses is not None
+    ws = word_losses(shard.tokens, stats.token_losses, shard.vocab)
+    train_wc = _train_word_counts(ws, wc, word_counts, shard)
+    return {
+        "words": word_summary(ws),
+        "frequency_words": stratify(
+            train_wc, ws.n, ws.loss_sum, quantiles=cfg.quantile_bins, max_decade=cfg.max_decade
+        ),
+    }
+
+
+def _train_word_counts(
+    ws: WordStats, wc: dict[str, Any], word_counts: PathLike, shard: Shard
+) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """The training count of each evaluated word type, from the `word_counts` output."""
+    table = wc["results"]["counts"]
+    missing = [w for w in ws.words if w not in table]
+    if missing:
+        raise EvalInputError(
+            f"{word_counts}: has no count for {len(missing)} word(s) of {shard.path} (e.g. "
+            f"{missing[:3]}): it was made for another validation text; rerun "
+            "`leviathan eval word-counts` with this validation shard"
+        )
+    return np.asarray([table[w] for w in ws.words], dtype=np.int64)
+
+
+def word_summary(ws: WordStats) -> dict[str, Any]:
+    """Word-level totals of a pass: words, their loss, perplexity and bits per word."""
+    total = float(ws.loss_sum.sum())
+    return {
+        "words": ws.n_words,
+        "word_types": len(ws.words),
+        "tokens_in_words": ws.tokens_in_words,
+        "targets_outside_words": ws.targets_outside_words,
+        "loss_outside_words": ws.loss_outside_words,
+        "total_nats": total,
+        "mean_word_loss": total / ws.n_words if ws.n_words else None,
+        "word_perplexity": perplexity(total / ws.n_words) if ws.n_words else None,
+        "bits_per_word": total / LN2 / ws.n_words if ws.n_words else None,
+    }

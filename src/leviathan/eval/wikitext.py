@@ -10,7 +10,7 @@ WikiText-2 config; the paper's figure is WikiText-103 (`wikitext-103-raw-v1`, th
 dataset's other config). `data_files` points it at local files in that schema instead of the
 Hub (any format `datasets` reads).
 
-A secondary figure, named as such, keeps the older definition: the pages concatenated as they
+A secondary figure, named as such, is token-level: the pages concatenated as they
 are (no detokenizer), preceded by one EOT token, scored in windows of `context` moved by
 `stride` (default: disjoint) - token-level loss and perplexity (`stream`).
 """
@@ -28,8 +28,8 @@ from leviathan.data.tokenizers import load_tokenizer
 from leviathan.eval.checkpoint import Checkpoint, EvalModel
 from leviathan.eval.config import LmEvalConfig, LocalTaskData, WikitextConfig
 from leviathan.eval.errors import EvalInputError
-from leviathan.eval.lm_eval_tasks import evaluate_tasks, lm_eval_version, write_samples
-from leviathan.eval.perplexity import check_finite_loss, score_stream
+from leviathan.eval.lm_eval_tasks import TaskRun, evaluate_tasks, lm_eval_version, write_samples
+from leviathan.eval.perplexity import check_context, check_finite_loss, score_stream
 from leviathan.eval.results import envelope, perplexity
 from leviathan.provenance import utc_now
 
@@ -103,29 +103,11 @@ def evaluate_wikitext(
     t0 = time.perf_counter()
     context = cfg.context or ckpt.context
     stride = cfg.stride or context
-    if context > model.max_seq_len:
-        raise EvalInputError(
-            f"wikitext.context={context} exceeds the model's max_seq_len={model.max_seq_len}"
-        )
+    check_context(context, model, "wikitext.context")
     if stride > context:
         raise EvalInputError(f"wikitext.stride={stride} must be <= wikitext.context={context}")
-    fix = (
-        f"Download {cfg.dataset} ({cfg.name}) where the Hub is reachable and set wikitext.data_files to "
-        f"{{{cfg.split}: <file>}} (one `page` per article, the dataset's own schema)"
-    )
-    try:
-        run = evaluate_tasks(
-            ckpt, model, lm_eval_config(cfg, context), task_overrides(cfg), hub_fix=fix, cache=cache
-        )
-    except KeyError as exc:
-        if exc.args != ("page",):
-            raise
-        raise EvalInputError(
-            "wikitext: the data has no `page` column: lm-eval's wikitext task reads the "
-            f"document-level schema of {cfg.dataset} (one `page` per article)"
-        ) from exc
+    run = _run_wikitext_task(ckpt, model, cfg, context, cache)
     task = run.per_task[TASK]
-    metrics = task["metrics"]
     docs = sorted(run.samples.get(TASK, []), key=lambda s: s["doc_id"])
     pages = [d["doc"]["page"] for d in docs]
     if not pages:
@@ -140,18 +122,10 @@ def evaluate_wikitext(
         batch_size=cfg.batch_size,
     )
     stream["seconds"] = round(time.perf_counter() - t1, 3)
-    result: dict[str, Any] = {m: metrics.get(f"{m},none") for m in METRICS}
+    result: dict[str, Any] = {m: task["metrics"].get(f"{m},none") for m in METRICS}
     result["token_perplexity"] = stream["token_perplexity"]  # the stream figure (secondary)
     result["documents"] = len(pages)
-    result["lm_eval"] = {
-        "version": lm_eval_version(),
-        "task": TASK,
-        "task_version": task["version"],
-        "task_hash": task["task_hash"],
-        "n_samples": task["n_samples"],
-        "data": task["data"],
-        "config": task["config"],
-    }
+    result["lm_eval"] = _lm_eval_record(task)
     result["stream"] = stream
     if samples_out is not None:
         result["samples"] = write_samples(run.samples, samples_out)
@@ -167,3 +141,37 @@ def evaluate_wikitext(
         device=str(model.device),
         started=started,
     )
+
+
+def _run_wikitext_task(
+    ckpt: Checkpoint, model: EvalModel, cfg: WikitextConfig, context: int, cache: str | None
+) -> TaskRun:
+    """lm-eval's `wikitext` task on WikiText-103, with errors that name the config key."""
+    fix = (
+        f"Download {cfg.dataset} ({cfg.name}) where the Hub is reachable and set wikitext.data_files to "
+        f"{{{cfg.split}: <file>}} (one `page` per article, the dataset's own schema)"
+    )
+    try:
+        return evaluate_tasks(
+            ckpt, model, lm_eval_config(cfg, context), task_overrides(cfg), hub_fix=fix, cache=cache
+        )
+    except KeyError as exc:
+        if exc.args != ("page",):
+            raise
+        raise EvalInputError(
+            "wikitext: the data has no `page` column: lm-eval's wikitext task reads the "
+            f"document-level schema of {cfg.dataset} (one `page` per article)"
+        ) from exc
+
+
+def _lm_eval_record(task: dict[str, Any]) -> dict[str, Any]:
+    """What the output keeps of lm-eval's run of the task."""
+    return {
+        "version": lm_eval_version(),
+        "task": TASK,
+        "task_version": task["version"],
+        "task_hash": task["task_hash"],
+        "n_samples": task["n_samples"],
+        "data": task["data"],
+        "config": task["config"],
+    }

@@ -133,6 +133,37 @@ class WordStats:
         return int(self.n.sum())
 
 
+class _WordTotals:
+    """Running totals of `word_losses`: per evaluated word type (in order of first
+    occurrence) its count and summed loss, and what fell outside evaluated words."""
+
+    def __init__(self) -> None:
+        self.index: dict[bytes, int] = {}
+        self.n: list[int] = []
+        self.loss: list[float] = []
+        self.inside_tokens, self.outside_loss, self.outside_targets = 0, 0.0, 0
+
+    def add_word(self, word: bytes, loss: float) -> None:
+        k = self.index.get(word)
+        if k is None:
+            self.index[word] = len(self.n)
+            self.n.append(1)
+            self.loss.append(loss)
+        else:
+            self.n[k] += 1
+            self.loss[k] += loss
+
+    def stats(self) -> WordStats:
+        return WordStats(
+            words=[word_key(w) for w in self.index],
+            n=np.asarray(self.n, dtype=np.int64),
+            loss_sum=np.asarray(self.loss, dtype=np.float64),
+            tokens_in_words=self.inside_tokens,
+            loss_outside_words=self.outside_loss,
+            targets_outside_words=self.outside_targets,
+        )
+
+
 def word_losses(
     shard_tokens: np.ndarray[Any, Any],
     target_losses: np.ndarray[Any, Any],
@@ -151,52 +182,47 @@ def word_losses(
         raise EvalInputError(
             f"{len(target_losses)} target losses for a shard of {len(shard_tokens)} tokens"
         )
-    index: dict[bytes, int] = {}
-    n_acc: list[int] = []
-    s_acc: list[float] = []
-    inside_tokens, outside_loss, outside_targets = 0, 0.0, 0
+    totals = _WordTotals()
     for start, stop in _chunks(shard_tokens[:n_tokens], tb.eot_id, chunk_tokens):
-        toks = np.asarray(shard_tokens[start:stop], dtype=np.int64)
-        seg = segment(toks, tb)
-        w = seg.word_of_token
-        lo = np.zeros(stop - start, dtype=np.float64)  # token p's loss is target_losses[p - 1]
-        tg = np.ones(stop - start, dtype=bool)
-        first = max(start, 1)
-        lo[first - start :] = target_losses[first - 1 : stop - 1]
-        if start == 0:
-            tg[0] = False
-        none = w < 0
-        if none.any():
-            outside_loss += float(lo[none].sum())
-            outside_targets += int(tg[none].sum())
-        n_words = len(seg.words)
-        wl = np.bincount(w[~none], weights=lo[~none], minlength=n_words)
-        n_tok = np.bincount(w[~none], minlength=n_words)
-        n_tgt = np.bincount(w[~none], weights=tg[~none].astype(np.float64), minlength=n_words)
-        full = (n_tok > 0) & (n_tok == n_tgt)
-        if stop == n_tokens < len(shard_tokens) and n_words and seg.words[-1] != EOT_WORD.encode():
-            full[-1] = False  # an evaluated prefix may end inside its last word
-        outside_loss += float(wl[~full].sum())
-        outside_targets += int(n_tgt[~full].sum())
-        inside_tokens += int(n_tok[full].sum())
-        for i in np.flatnonzero(full).tolist():
-            key = seg.words[i]
-            k = index.get(key)
-            if k is None:
-                index[key] = len(n_acc)
-                n_acc.append(1)
-                s_acc.append(float(wl[i]))
-            else:
-                n_acc[k] += 1
-                s_acc[k] += float(wl[i])
-    return WordStats(
-        words=[word_key(w) for w in index],
-        n=np.asarray(n_acc, dtype=np.int64),
-        loss_sum=np.asarray(s_acc, dtype=np.float64),
-        tokens_in_words=inside_tokens,
-        loss_outside_words=outside_loss,
-        targets_outside_words=outside_targets,
-    )
+        seg = segment(np.asarray(shard_tokens[start:stop], dtype=np.int64), tb)
+        prefix_cut = stop == n_tokens < len(shard_tokens)
+        _add_chunk(totals, seg, target_losses, start, stop, prefix_cut)
+    return totals.stats()
+
+
+def _add_chunk(
+    totals: _WordTotals,
+    seg: Segmentation,
+    target_losses: np.ndarray[Any, Any],
+    start: int,
+    stop: int,
+    prefix_cut: bool,
+) -> None:
+    """Add the words of tokens [start, stop) to `totals` (`prefix_cut`: the losses end at
+    `stop` inside the shard, so the chunk's last word may be cut)."""
+    w = seg.word_of_token
+    lo = np.zeros(stop - start, dtype=np.float64)  # token p's loss is target_losses[p - 1]
+    tg = np.ones(stop - start, dtype=bool)  # token p is a target (all but the shard's first)
+    first = max(start, 1)
+    lo[first - start :] = target_losses[first - 1 : stop - 1]
+    if start == 0:
+        tg[0] = False
+    none = w < 0
+    if none.any():
+        totals.outside_loss += float(lo[none].sum())
+        totals.outside_targets += int(tg[none].sum())
+    n_words = len(seg.words)
+    wl = np.bincount(w[~none], weights=lo[~none], minlength=n_words)
+    n_tok = np.bincount(w[~none], minlength=n_words)
+    n_tgt = np.bincount(w[~none], weights=tg[~none].astype(np.float64), minlength=n_words)
+    full = (n_tok > 0) & (n_tok == n_tgt)
+    if prefix_cut and n_words and seg.words[-1] != EOT_WORD.encode():
+        full[-1] = False
+    totals.outside_loss += float(wl[~full].sum())
+    totals.outside_targets += int(n_tgt[~full].sum())
+    totals.inside_tokens += int(n_tok[full].sum())
+    for i in np.flatnonzero(full).tolist():
+        totals.add_word(seg.words[i], float(wl[i]))
 
 
 def iter_words(

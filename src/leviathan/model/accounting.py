@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 
 from leviathan.model.config import ModelConfig
-from leviathan.model.transformer import LanguageModel, build_model
+from leviathan.model.language_model import LanguageModel, build_model
 
 
 def _linear_flops(module: nn.Module) -> int:

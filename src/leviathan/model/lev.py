@@ -12,12 +12,12 @@ Per token id i:
 `reference_product` (with `LEV.reference`) is steps 4-5 exactly as written above: a dense
 basis over all kappa centres and a plain product over the seed coordinates, a few lines to
 read the method by, which the tests hold the fast paths against. Training and evaluation run
-steps 4-5 in `SplineProduct`, a fused autograd function. In the cell of its nearest
-centre c (x = t (kappa-1), f = x - c in [-1/2, 1/2]) the 3-tap expansion of a coordinate is a
+steps 4-5 in `SplineProduct`, a fused autograd function. In the knot interval around its
+nearest centre c (x = t (kappa-1), f = x - c in [-1/2, 1/2]) the 3-tap expansion of a coordinate is a
 quadratic in f whose coefficients depend only on (l, p, c):
     phi = A0 + f A1 + f^2 A2,   A0 = (S[c-1] + 6 S[c] + S[c+1]) / 8,
                                 A1 = (S[c+1] - S[c-1]) / 2,   A2 = (S[c-1] - 2 S[c] + S[c+1]) / 2
-(S[-1] = S[kappa] = 0: out-of-range taps weigh nothing; see `bspline.py` for the taps).
+(S[-1] = S[kappa] = 0: out-of-range taps weigh nothing; `bspline.py` gives the 3 taps).
 So each coordinate costs one gather of a [3, r] coefficient block and two fused
 multiply-adds, never a dense [N, d_seed, kappa] basis. Ids are processed in chunks (memory
 bounded by `LEVConfig.chunk_elems` on a CPU, by a share of the memory on a GPU:
@@ -55,8 +55,8 @@ def _chunks(n: int, per_item: int, budget: int) -> Iterator[slice]:
         yield slice(start, min(n, start + step))
 
 
-def cell_coefficients(S: torch.Tensor) -> torch.Tensor:
-    """S [h, P, kappa, r] -> per-cell quadratic coefficients [h * P * kappa, 3, r] (A0, A1, A2).
+def knot_interval_coefficients(S: torch.Tensor) -> torch.Tensor:
+    """S [h, P, kappa, r] -> per-interval quadratic coefficients [h * P * kappa, 3, r] (A0, A1, A2).
 
     Differentiable (plain autograd): the spline parameters stay S; only this small table,
     3x the size of S, enters the fused product."""
@@ -69,7 +69,7 @@ def cell_coefficients(S: torch.Tensor) -> torch.Tensor:
     return torch.stack((a0, a1, a2), dim=3).reshape(h * P * kappa, 3, r)
 
 
-class _Cells:
+class _KnotIntervals:
     """Per chunk: the gathered coefficient blocks and the offset f of every coordinate."""
 
     def __init__(self, t: torch.Tensor, coef: torch.Tensor, n_knots: int) -> None:
@@ -79,7 +79,7 @@ class _Cells:
         self.f = (x - c).unsqueeze(-1)  # [n, h, P, 1]
         base = torch.arange(h * P, device=t.device).view(h, P) * n_knots
         self.rows = (base + c.long()).view(-1)  # [n * h * P]
-        # gather from the 2-D view: index_select over rows of a 3-D tensor is ~10x slower
+        # gather from the 2-D view: index_select over the rows of a 3-D tensor is much slower
         self.A = coef.flatten(1).index_select(0, self.rows).view(n, h, P, 3, -1)
 
     def phi(self) -> torch.Tensor:
@@ -119,7 +119,7 @@ def _plain_forward(
     r = coef32.shape[-1]
     M = torch.empty(N, h, r, dtype=t32.dtype, device=t32.device)
     for sl in _chunks(N, h * P * r, chunk_elems):
-        phi = _Cells(t32[sl], coef32, n_knots).phi()
+        phi = _KnotIntervals(t32[sl], coef32, n_knots).phi()
         # sign of the product = product of the factors' signs (+-1, -0.0 counts as
         # negative, as in backward's copysign); magnitude from the log-space sum
         sign = torch.copysign(torch.ones((), dtype=t32.dtype, device=t32.device), phi).prod(2)
@@ -143,16 +143,16 @@ def _plain_backward(
     grad_t = torch.empty_like(t32)
     grad_coef = torch.zeros_like(coef32)
     for sl in _chunks(N, h * P * r, chunk_elems):
-        cells = _Cells(t32[sl], coef32, n_knots)
-        phi = cells.phi()
+        intervals = _KnotIntervals(t32[sl], coef32, n_knots)
+        phi = intervals.phi()
         # d M / d phi_p = M / phi_p, the product of the other factors; |phi_p| is clamped
         # to eps here exactly as in the forward, so this stays exact at phi_p = 0.
         mag = phi.abs().clamp_min_(eps)
         g_phi = gM[sl] / torch.copysign(mag, phi)  # [n, h, P, r]
-        grad_t[sl] = (g_phi * cells.dphi_df()).sum(-1).mul_(n_knots - 1)
-        g_f = g_phi * cells.f
-        g_A = torch.stack((g_phi, g_f, g_f * cells.f), dim=3)  # d/dA0, d/dA1, d/dA2
-        segment_add_(grad_coef, cells.rows, g_A.view(-1, 3, r))
+        grad_t[sl] = (g_phi * intervals.dphi_df()).sum(-1).mul_(n_knots - 1)
+        g_f = g_phi * intervals.f
+        g_A = torch.stack((g_phi, g_f, g_f * intervals.f), dim=3)  # d/dA0, d/dA1, d/dA2
+        segment_add_(grad_coef, intervals.rows, g_A.view(-1, 3, r))
     return grad_t, grad_coef
 
 
@@ -236,7 +236,9 @@ def spline_product(
     traced, else the plain torch path), "native" or "plain" (tests, benchmarks)."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel={kernel!r}: use one of {KERNELS}")
-    return SplineProduct.apply(t, cell_coefficients(S), S.shape[2], eps, chunk_elems, kernel)
+    return SplineProduct.apply(
+        t, knot_interval_coefficients(S), S.shape[2], eps, chunk_elems, kernel
+    )
 
 
 def reference_product(t: torch.Tensor, S: torch.Tensor) -> torch.Tensor:

@@ -47,9 +47,10 @@ _SOURCE = r"""
 
 #define RESCALE %(rescale)d
 
-/* The cell of t's nearest centre, c in [0, K-1] (also for a NaN t, which gives c = 0 and a
-   NaN f: the product turns NaN, never an out-of-range read), and the offset f = x - c. */
-static inline void cell(float t, int K, int *c, float *f) {
+/* The knot interval around t's nearest centre, c in [0, K-1] (also for a NaN t, which gives
+   c = 0 and a NaN f: the product turns NaN, never an out-of-range read), and the offset
+   f = x - c. */
+static inline void knot_interval(float t, int K, int *c, float *f) {
     float x = t * (float)(K - 1);
     float cc = floorf(x + 0.5f);
     cc = cc >= 0.f ? cc : 0.f;
@@ -80,7 +81,7 @@ void lev_spline_forward(const float *t, const float *coef, float *M,
                 int rescale = (p + 1) %% RESCALE == 0 || p == P - 1;
                 for (int j = 0; j < nb; ++j) {
                     int c; float f;
-                    cell(t[((n0 + j) * h + l) * P + p], K, &c, &f);
+                    knot_interval(t[((n0 + j) * h + l) * P + p], K, &c, &f);
                     const float *a = cp + c * 3 * r, *a1 = a + r, *a2 = a + 2 * r;
                     float *aj = acc + j * r;
                     for (int m = 0; m < r; ++m) {  /* |phi| clamped to eps, as the plain path */
@@ -135,7 +136,7 @@ void lev_spline_backward(const float *restrict t, const float *restrict coef,
                     int64_t lp = ((int64_t)l * P + p) * K * 3 * r;
                     for (int j = 0; j < nb; ++j) {
                         int c; float f;
-                        cell(t[((n0 + j) * h + l) * P + p], K, &c, &f);
+                        knot_interval(t[((n0 + j) * h + l) * P + p], K, &c, &f);
                         const float *a = coef + lp + c * 3 * r, *a1 = a + r, *a2 = a + 2 * r;
                         float *g = grad_coef + lp + c * 3 * r, *g1 = g + r, *g2 = g + 2 * r;
                         const float *gm = gMM + ((n0 + j) * h + l) * r;

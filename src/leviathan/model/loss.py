@@ -6,7 +6,8 @@ targets) but computes the logits `chunk_rows` tokens at a time. When gradients a
 it computes them during the same pass (softmax - one-hot, then the two matmuls) and keeps
 only d hidden and d weight, so peak memory is one chunk of logits, whatever the batch.
 Logits and softmax are fp32; the matmuls follow autocast (bf16 on GPU).
-`token_losses` gives the per-token losses (no gradient) for evaluation.
+`token_losses` gives the per-token losses (no gradient) for evaluation;
+`token_losses_and_greedy` adds whether each target is the argmax (lm-eval's requests).
 
 Shapes follow the device (`leviathan.device`). Under the CPU rule: `chunk_elems` logits per
 chunk (cache-sized), each chunk adds its share of d weight in place (`addmm_`, no V x D
@@ -26,6 +27,8 @@ temporary). Under the GPU rule:
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -78,7 +81,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         N, V = hidden.shape[0], weight.shape[0]
         w = matmul_weight(weight)
         valid = targets != IGNORE_INDEX
-        denom = valid.sum().clamp_min(1)  # a tensor: no host sync (was int(valid.sum()))
+        denom = valid.sum().clamp_min(1)  # a tensor, so that no host sync waits on the GPU
         grad_h = torch.zeros_like(hidden)
         budget = device_chunk_elems(hidden.device, chunk_elems)
         step = _rows_per_chunk(w.shape[0], budget)
@@ -164,6 +167,22 @@ def linear_cross_entropy(
     return _LinearCrossEntropy.apply(hidden, weight, targets, chunk_elems)
 
 
+def _scored_chunks(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_elems: int
+) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
+    """(rows, fp32 logits of those rows, their per-token losses) chunk by chunk: the one
+    place evaluation computes logits from hidden states (0 loss where the target is ignored)."""
+    V, w = weight.shape[0], matmul_weight(weight)
+    step = _rows_per_chunk(w.shape[0], device_chunk_elems(hidden.device, chunk_elems))
+    for start in range(0, hidden.shape[0], step):
+        rows = slice(start, start + step)
+        t = targets[rows]
+        v = t != IGNORE_INDEX
+        logits = _chunk_logits(hidden[rows], w, V)
+        picked = logits.gather(1, torch.where(v, t, 0).unsqueeze(1)).squeeze(1)
+        yield rows, logits, torch.where(v, torch.logsumexp(logits, -1) - picked, 0.0)
+
+
 @torch.no_grad()
 def token_losses(
     hidden: torch.Tensor,
@@ -172,13 +191,24 @@ def token_losses(
     chunk_elems: int = DEFAULT_CHUNK_ELEMS,
 ) -> torch.Tensor:
     """Per-token cross-entropy [N] in fp32 (0 where the target is ignored)."""
-    V, w = weight.shape[0], matmul_weight(weight)
     out = torch.zeros(hidden.shape[0], dtype=torch.float32, device=hidden.device)
-    step = _rows_per_chunk(w.shape[0], device_chunk_elems(hidden.device, chunk_elems))
-    for start in range(0, hidden.shape[0], step):
-        t = targets[start : start + step]
-        v = t != IGNORE_INDEX
-        logits = _chunk_logits(hidden[start : start + step], w, V)
-        picked = logits.gather(1, torch.where(v, t, 0).unsqueeze(1)).squeeze(1)
-        out[start : start + step] = torch.where(v, torch.logsumexp(logits, -1) - picked, 0.0)
+    for rows, _, losses in _scored_chunks(hidden, weight, targets, chunk_elems):
+        out[rows] = losses
     return out
+
+
+@torch.no_grad()
+def token_losses_and_greedy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_losses` and, per token, whether the target is the logits' argmax (bool [N]):
+    what a log-likelihood request of lm-eval asks (its `is_greedy`)."""
+    out = torch.zeros(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+    greedy = torch.zeros(hidden.shape[0], dtype=torch.bool, device=hidden.device)
+    for rows, logits, losses in _scored_chunks(hidden, weight, targets, chunk_elems):
+        out[rows] = losses
+        greedy[rows] = logits.argmax(-1) == targets[rows]
+    return out, greedy

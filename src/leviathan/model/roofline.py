@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 from leviathan.model.accounting import Accounting, account_model
 from leviathan.model.config import ModelConfig
+from leviathan.model.language_model import build_model
 from leviathan.model.loss import HEAD_ROWS_MULTIPLE
-from leviathan.model.transformer import build_model
 
 # (dense bf16 peak FLOP/s, HBM bandwidth bytes/s), vendor data sheets (SXM parts)
 GPUS: dict[str, tuple[float, float]] = {"H100": (989e12, 3.35e12), "H200": (989e12, 4.8e12)}

@@ -1,61 +1,116 @@
-"""The language model: a variant's input, the shared backbone, the variant's output head."""
+"""Pre-norm decoder-only Transformer: RMSNorm, RoPE, causal SDPA attention, SwiGLU, no biases.
+
+The backbone maps embeddings [B, T, D] to final hidden states [B, T, D]; what turns ids into
+embeddings and hidden states into logits is the variant's job (`leviathan.model.variants`).
+"""
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from leviathan.model.backbone import Backbone
 from leviathan.model.config import ModelConfig
-from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, linear_cross_entropy, token_losses
-from leviathan.model.variants import InputOutput, build_variant
 
 
-class LanguageModel(nn.Module):
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables [T, head_dim/2] for rotary position embeddings (fp32)."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[2i], x[2i+1]) of x [B, H, T, hd] by the position angle."""
+    x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    return out.type_as(x)
+
+
+class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.cfg = cfg.validate()
-        self.io: InputOutput = build_variant(cfg)
-        self.backbone = Backbone(cfg)
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, T] -> final normalised hidden states [B, T, D].
-
-        The embeddings enter the residual stream in fp32 whatever the variant: under bf16
-        autocast a generated input (LEV, the MLPs) ends in a Linear and would otherwise put a
-        bf16 residual stream against the tables' fp32 one, confounding the comparison."""
-        return self.backbone(self.io.embed(ids).float())
-
-    def forward(
-        self,
-        ids: torch.Tensor,
-        targets: torch.Tensor | None = None,
-        chunk_elems: int = DEFAULT_CHUNK_ELEMS,
-    ) -> torch.Tensor:
-        """ids [B, T] -> logits [B, T, V]; with `targets` [B, T], the mean cross-entropy.
-
-        The loss path never materialises the whole batch's logits (`leviathan.model.loss`);
-        targets equal to -100 are ignored. (One entry point for both, so that DDP's
-        forward hooks see the training loss.)"""
-        if targets is None:
-            return self.io.logits(self.hidden(ids))
-        h = self.hidden(ids).flatten(0, 1)
-        return linear_cross_entropy(h, self.io.output_weight, targets.flatten(), chunk_elems)
-
-    def loss(
-        self, ids: torch.Tensor, targets: torch.Tensor, chunk_elems: int = DEFAULT_CHUNK_ELEMS
-    ) -> torch.Tensor:
-        """Mean next-token cross-entropy (nats) of `targets` [B, T] given `ids` [B, T]."""
-        return self(ids, targets, chunk_elems)
-
-    @torch.no_grad()
-    def token_losses(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Per-token cross-entropy [B, T] (0 where the target is -100), for evaluation."""
-        h = self.hidden(ids).flatten(0, 1)
-        return token_losses(h, self.io.output_weight, targets.flatten()).view_as(targets)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, D))
 
 
-def build_model(cfg: ModelConfig, device: torch.device | str | None = None) -> LanguageModel:
-    """Build (and initialise) a model; device='meta' gives shapes only, for accounting."""
-    with torch.device(device or "cpu"):
-        return LanguageModel(cfg)
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
+        self.up = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
+        self.down = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.ffn = SwiGLU(cfg)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Backbone(nn.Module):
+    """L blocks and a final RMSNorm; embeddings in, normalised hidden states out."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        cos, sin = rope_tables(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = self.cfg.init_std
+        # GPT-2 style: residual output projections scaled by 1/sqrt(2 L).
+        resid_std = std / math.sqrt(2 * self.cfg.n_layers)
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight"):
+                nn.init.ones_(p)
+            elif name.endswith(("proj.weight", "down.weight")):
+                nn.init.normal_(p, 0.0, resid_std)
+            else:
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        if T > self.cfg.max_seq_len:
+            raise ValueError(
+                f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}: "
+                "shorten the input or raise max_seq_len in the model config"
+            )
+        cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.norm(x)
