@@ -4,7 +4,7 @@ import math
 import pytest
 
 from leviathan.paper import Paper
-from leviathan.report.paper import consistency_checks
+from leviathan.report.paper_consistency import consistency_checks
 
 
 def test_flags_the_papers_known_inconsistency_and_only_real_ones() -> None:

@@ -16,7 +16,8 @@ from leviathan.model.accounting import account, overhead
 from leviathan.paper import Paper, reported_path
 from leviathan.report.build import write_report
 from leviathan.report.cellmap import DocumentCache
-from leviathan.report.tables import ReportInputs, build_tables, table_names
+from leviathan.report.context import ReportInputs
+from leviathan.report.registry import build_tables, table_names
 from leviathan.workflow.grid import Cell
 
 LOSS = {"tied": 3.10, "leviathan": 3.00}
@@ -198,13 +199,13 @@ def test_paper_vs_ours_lists_the_tables_paper_cells_and_the_audit_checks_every_t
     tables = build_tables(at_200m, DocumentCache())
     pvo = tables["paper_vs_ours"]
     compared = 0
-    for (row, column), spec in pvo.cells.items():
+    for (row, column), spec in pvo.specs.items():
         labels = pvo.rows[row]
         if column != "paper" or labels["table"] not in tables:
             continue
         ours = f"{labels['scale']}/o200k_base/{labels['variant']}"
         if ours in tables[labels["table"]].rows:  # the same figure, the same source
-            assert tables[labels["table"]].cells[ours, f"paper_{labels['quantity']}"] == spec
+            assert tables[labels["table"]].specs[ours, f"paper_{labels['quantity']}"] == spec
             compared += 1
     assert compared == 7  # main at 200m: 2 figures of tied, 5 of leviathan
     assert "ablation/400m/untied/params" in pvo.rows  # every scale the paper reports
