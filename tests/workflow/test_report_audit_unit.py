@@ -132,7 +132,8 @@ def test_a_number_in_an_empty_cell_is_caught_even_with_a_matching_hash(
 ) -> None:
     csv = _chain(tmp_path, monkeypatch)
     empty = _audit(csv, ("micro/tied", "val_loss"))
-    assert not empty.failures and "nothing to verify" in empty.findings[-1].detail
+    assert not empty.failures
+    assert "nothing to verify" in empty.findings[-1].detail
     frame = pd.read_csv(csv)
     frame.loc[frame["row"] == "micro/tied", "val_loss"] = 2.6
     frame.to_csv(csv, index=False)
@@ -149,7 +150,9 @@ def test_unknown_cell_is_an_error_naming_the_rows(
 ) -> None:
     csv = _chain(tmp_path, monkeypatch)
     bad = _audit(csv, ("micro/untied", "val_loss"))
-    assert bad.failures and "no row 'micro/untied'" in bad.failures[0].detail
+    assert bad.failures
+    assert "no row 'micro/untied'" in bad.failures[0].detail
     assert "micro/leviathan" in bad.failures[0].detail
     bad = _audit(csv, ("micro/leviathan", "val_los"))
-    assert bad.failures and "no column 'val_los'" in bad.failures[0].detail
+    assert bad.failures
+    assert "no column 'val_los'" in bad.failures[0].detail
