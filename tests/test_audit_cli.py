@@ -14,8 +14,8 @@ from leviathan.cli import main
 from leviathan.io import write_json
 from leviathan.manifest import input_record, write_manifest
 from leviathan.report.build import write_table
-from leviathan.report.cellmap import CellSpec, DocumentCache, Source
-from leviathan.report.tables import Table
+from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
+from leviathan.report.table import Table
 
 
 @pytest.fixture
@@ -49,8 +49,8 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         evidence="smoke test",
     )
     source = (Source("val.json", "/results/overall/loss"),)
-    table.set(row, "val_loss", CellSpec("mean", source))
-    table.set(row, "val_ppl", CellSpec("exp", source))
+    table.set(row, "val_loss", ValueSpec("mean", source))
+    table.set(row, "val_ppl", ValueSpec("exp", source))
     paths = write_table(table, DocumentCache(), "tables")
     assert "json" in paths  # the metrics table's DVC rendering
     return Path("tables")

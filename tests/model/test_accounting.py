@@ -8,7 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from leviathan.cli import main
 from leviathan.model import build_model, model_config
 from leviathan.model.accounting import account, account_model
-from leviathan.model.paper_checks import paper_checks
+from leviathan.report.cost_checks import cost_checks
 
 
 @pytest.mark.parametrize("variant", ["tied", "albert", "flat_mlp", "factored_mlp", "leviathan"])
@@ -36,7 +36,7 @@ def test_big_scales_are_counted_on_meta_without_memory() -> None:
 
 
 def test_paper_parameter_claims_reproduce_within_one_percent() -> None:
-    checks = {c.claim: c for c in paper_checks()}
+    checks = {c.claim: c for c in cost_checks()}
     for claim, check in checks.items():
         if "FLOPs" not in claim:
             assert check.ok, (claim, check.paper, check.ours)

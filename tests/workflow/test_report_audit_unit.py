@@ -13,8 +13,8 @@ from leviathan.io import sha256_file, write_json
 from leviathan.manifest import input_record, write_manifest
 from leviathan.report.audit import Auditor
 from leviathan.report.build import write_table
-from leviathan.report.cellmap import CellSpec, DocumentCache, Source, compute, resolve_pointer
-from leviathan.report.tables import Table
+from leviathan.report.cellmap import DocumentCache, Source, ValueSpec, compute, resolve_pointer
+from leviathan.report.table import Table
 
 
 def test_pointer_walks_dicts_lists_and_escapes() -> None:
@@ -32,19 +32,19 @@ def test_ops_compute_from_the_files(tmp_path: Path) -> None:
     docs = DocumentCache(tmp_path)
     tied = (Source("tied.json", "/loss", "a"),)
     lev = (Source("lev0.json", "/loss", "b"), Source("lev1.json", "/loss", "b"))
-    assert compute(CellSpec("mean", tied), docs) == 3.0
+    assert compute(ValueSpec("mean", tied), docs) == 3.0
     assert compute(
-        CellSpec("mean", tuple(Source(s.path, s.pointer) for s in lev)), docs
+        ValueSpec("mean", tuple(Source(s.path, s.pointer) for s in lev)), docs
     ) == pytest.approx(2.85)
-    assert compute(CellSpec("gain", tied + lev), docs) == pytest.approx((3.0 - 2.85) / 3.0)
-    assert compute(CellSpec("exp_change", tied + lev), docs) == pytest.approx(
-        math.exp(2.85) / math.exp(3.0) - 1
+    assert compute(ValueSpec("gain", tied + lev), docs) == pytest.approx((3.0 - 2.85) / 3.0)
+    assert compute(ValueSpec("exp_gain", tied + lev), docs) == pytest.approx(
+        1 - math.exp(2.85) / math.exp(3.0)
     )
-    a, b = CellSpec("mean", tied), CellSpec("mean", (Source("lev0.json", "/loss"),))
-    assert compute(CellSpec("diff_of", parts=(a, b)), docs) == pytest.approx(-0.2)
-    assert math.isnan(compute(CellSpec("mean", ()), docs))
+    a, b = ValueSpec("mean", tied), ValueSpec("mean", (Source("lev0.json", "/loss"),))
+    assert compute(ValueSpec("diff_of", parts=(a, b)), docs) == pytest.approx(-0.2)
+    assert math.isnan(compute(ValueSpec("mean", ()), docs))
     with pytest.raises(ValueError, match="unknown cell op"):
-        compute(CellSpec("median", tied), docs)
+        compute(ValueSpec("median", tied), docs)
 
 
 def _chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -65,8 +65,8 @@ def _chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     write_json("val.json", evaluation)
     table = Table("demo", "Demo", ["variant"], {"val_loss": "loss", "val_ppl": "ppl"})
     row = table.add_row("micro/leviathan", variant="leviathan")
-    table.set(row, "val_loss", CellSpec("mean", (Source("val.json", "/results/overall/loss"),)))
-    table.set(row, "val_ppl", CellSpec("exp", (Source("val.json", "/results/overall/loss"),)))
+    table.set(row, "val_loss", ValueSpec("mean", (Source("val.json", "/results/overall/loss"),)))
+    table.set(row, "val_ppl", ValueSpec("exp", (Source("val.json", "/results/overall/loss"),)))
     table.add_row("micro/tied", variant="tied")  # not run: its cells are empty, with no sources
     paths = write_table(table, DocumentCache(), "tables")
     return paths["csv"]
@@ -132,7 +132,8 @@ def test_a_number_in_an_empty_cell_is_caught_even_with_a_matching_hash(
 ) -> None:
     csv = _chain(tmp_path, monkeypatch)
     empty = _audit(csv, ("micro/tied", "val_loss"))
-    assert not empty.failures and "nothing to verify" in empty.findings[-1].detail
+    assert not empty.failures
+    assert "nothing to verify" in empty.findings[-1].detail
     frame = pd.read_csv(csv)
     frame.loc[frame["row"] == "micro/tied", "val_loss"] = 2.6
     frame.to_csv(csv, index=False)
@@ -149,7 +150,9 @@ def test_unknown_cell_is_an_error_naming_the_rows(
 ) -> None:
     csv = _chain(tmp_path, monkeypatch)
     bad = _audit(csv, ("micro/untied", "val_loss"))
-    assert bad.failures and "no row 'micro/untied'" in bad.failures[0].detail
+    assert bad.failures
+    assert "no row 'micro/untied'" in bad.failures[0].detail
     assert "micro/leviathan" in bad.failures[0].detail
     bad = _audit(csv, ("micro/leviathan", "val_los"))
-    assert bad.failures and "no column 'val_los'" in bad.failures[0].detail
+    assert bad.failures
+    assert "no column 'val_los'" in bad.failures[0].detail

@@ -72,7 +72,8 @@ def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
         for c in manifest["cells"]
         if (c["row"], c["column"]) == ("micro/gpt2/leviathan", "val_ppl_gain")
     )
-    assert cell["op"] == "exp_gain" and {s["group"] for s in cell["sources"]} == {"a", "b"}
+    assert cell["op"] == "exp_gain"
+    assert {s["group"] for s in cell["sources"]} == {"a", "b"}
     # the cost table's counter agrees with the parameter count the trainer logged at start
     cost = pd.read_csv(tables / "cost.csv").set_index("row")
     start = json.loads((work / LEV / "metrics.jsonl").read_text().splitlines()[0])
@@ -83,18 +84,20 @@ def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
     assert main.loc["micro/gpt2/leviathan", "evidence"] == "smoke test"
     assert "\\begin{tabular}" in (tables / "ablation.tex").read_text()
     paper = pd.read_csv(tables / "paper_vs_ours.csv")
-    assert (
-        paper["paper"].notna().all() and paper["ours"].isna().all()
-    )  # no paper scale trained here
+    assert paper["paper"].notna().all()
+    assert paper["ours"].isna().all()  # no paper scale trained here
     check = (tables / "paper_check.md").read_text()
-    assert "3 of 16 reported figures do not follow" in check and "exp(val loss 2.402)" in check
+    assert "3 of 16 reported figures do not follow" in check
+    assert "exp(val loss 2.402)" in check
 
 
 def test_figures_png_and_pdf(work: Path) -> None:
     for name in FIGURES:
         png = (work / f"results/report/figures/{name}.png").read_bytes()
         pdf = (work / f"results/report/figures/{name}.pdf").read_bytes()
-        assert png.startswith(b"\x89PNG") and pdf.startswith(b"%PDF") and len(png) > 10_000
+        assert png.startswith(b"\x89PNG")
+        assert pdf.startswith(b"%PDF")
+        assert len(png) > 10_000
 
 
 def test_snakemake_report_archive(work: Path) -> None:
@@ -139,12 +142,14 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
 
     shard = "data/tokens/embedded/gpt2/train.bin"
     out = _tampered(work, shard, flip_byte)
-    assert out.returncode == 1 and f"{shard}: sha256" in out.stderr
+    assert out.returncode == 1
+    assert f"{shard}: sha256" in out.stderr
 
     weights = f"{LEV}/checkpoints/final/model.safetensors"
     tied = work / "results/runs/micro/gpt2/tied/seed0/checkpoints/final/model.safetensors"
     out = _tampered(work, weights, lambda p: shutil.copy(tied, p))
-    assert out.returncode == 1 and f"{weights}: sha256" in out.stderr
+    assert out.returncode == 1
+    assert f"{weights}: sha256" in out.stderr
 
     table = "results/report/tables/main.csv"
 
@@ -155,10 +160,8 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
 
     out = _tampered(work, table, edit_value)
     assert out.returncode == 1
-    assert (
-        f"{table}: sha256" in out.stderr
-        and "main.csv [micro/gpt2/leviathan, val_loss]" in out.stderr
-    )
+    assert f"{table}: sha256" in out.stderr
+    assert "main.csv [micro/gpt2/leviathan, val_loss]" in out.stderr
     assert "was edited" in out.stderr
 
     # the checkpoint's manifest rewritten to name other training data: the evaluation recorded its hash
@@ -170,7 +173,8 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
         p.write_text(json.dumps(doc))
 
     out = _tampered(work, manifest, other_data)
-    assert out.returncode == 1 and f"{manifest}: sha256" in out.stderr
+    assert out.returncode == 1
+    assert f"{manifest}: sha256" in out.stderr
     assert audit(work, table, "--all").returncode == 0  # restored: clean again
 
 
@@ -191,10 +195,8 @@ def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(
         out = audit(
             work, "results/report/tables/main.csv", "--cell", "micro/gpt2/leviathan,val_loss"
         )
-        assert (
-            out.returncode == 1
-            and "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
-        )
+        assert out.returncode == 1
+        assert "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
     finally:
         lev.write_bytes(backup)
         subprocess.run(

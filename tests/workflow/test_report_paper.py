@@ -4,7 +4,7 @@ import math
 import pytest
 
 from leviathan.paper import Paper
-from leviathan.report.paper import consistency_checks
+from leviathan.report.paper_consistency import consistency_checks
 
 
 def test_flags_the_papers_known_inconsistency_and_only_real_ones() -> None:
@@ -26,7 +26,8 @@ def test_a_consistent_paper_passes_and_an_edited_figure_is_caught() -> None:
             row[variant]["val_ppl"] = round(math.exp(row[variant]["val_loss"]), 2)
     checks = consistency_checks(paper)
     main_ppl = [c for c in checks if "val PPL = exp" in c.what]
-    assert main_ppl and all(c.ok for c in main_ppl)
+    assert main_ppl
+    assert all(c.ok for c in main_ppl)
     doc["ablation"]["400m"]["flat_mlp"]["gain"] = 0.02
     edited = next(c for c in consistency_checks(paper) if "ablation flat_mlp" in c.what)
     assert not edited.ok
@@ -35,11 +36,11 @@ def test_a_consistent_paper_passes_and_an_edited_figure_is_caught() -> None:
 def test_other_inconsistencies_of_the_reported_figures_are_flagged() -> None:
     checks = {c.what: c for c in consistency_checks()}
     ppl_400m = next(c for w, c in checks.items() if w.startswith("400m: leviathan val PPL change"))
-    assert not ppl_400m.ok and ppl_400m.recomputed == pytest.approx(
-        15.24 / 16.18 - 1
-    )  # -5.8%, reported -5.6%
+    assert not ppl_400m.ok
+    assert ppl_400m.recomputed == pytest.approx(15.24 / 16.18 - 1)  # -5.8%, reported -5.6%
     down = next(c for w, c in checks.items() if "mean accuracy gain" in w)
-    assert not down.ok and down.recomputed == pytest.approx((1.5 + 3.9 + 0.4 + 2.2 + 3.0 + 0.8) / 6)
+    assert not down.ok
+    assert down.recomputed == pytest.approx((1.5 + 3.9 + 0.4 + 2.2 + 3.0 + 0.8) / 6)
 
 
 def test_paper_check_cli(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,7 +59,8 @@ def test_paper_check_cli(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_papers_figures_are_reached_by_scale() -> None:
     paper = Paper.load()
     assert paper.scales("main") == ["200m", "400m", "1.2b"]
-    assert paper.scales("ablation") == ["400m"] and paper.scales("downstream") == ["1.2b"]
+    assert paper.scales("ablation") == ["400m"]
+    assert paper.scales("downstream") == ["1.2b"]
     assert paper.ablation("400m")["untied"]["params"] == 611_000_000
     assert paper.ablation("1.2b") == {}  # not reported
     assert (

@@ -84,17 +84,15 @@ def test_resource_table_per_rule_from_benchmark_files(tmp_path: Path) -> None:
         == "sample_efficiency"
     )
     table = resource_table(paths).set_index("rule")
-    assert table.loc["train", "jobs"] == 2 and table.loc["train", "wall_s_max"] == 20.0
-    assert (
-        table.loc["train", "max_rss_mb_max"] == 402.0
-        and table.loc["train", "cpu_time_s_mean"] == 15.0
-    )
-    assert (
-        table.loc["train", "suggested_mem_mb"] == 700
-        and table.loc["train", "suggested_runtime_min"] == 1
-    )
+    assert table.loc["train", "jobs"] == 2
+    assert table.loc["train", "wall_s_max"] == 20.0
+    assert table.loc["train", "max_rss_mb_max"] == 402.0
+    assert table.loc["train", "cpu_time_s_mean"] == 15.0
+    assert table.loc["train", "suggested_mem_mb"] == 700
+    assert table.loc["train", "suggested_runtime_min"] == 1
     assert math.isnan(table.loc["eval_val", "max_rss_mb_max"])  # not measured: no number made up
     csv, md = write_resources(paths, tmp_path / "tables")
-    assert "| train" in md.read_text() and len(read_json(f"{csv}.json")["inputs"]) == 3
+    assert "| train" in md.read_text()
+    assert len(read_json(f"{csv}.json")["inputs"]) == 3
     with pytest.raises(ValueError, match="not a benchmark file"):
         benchmark_rule("results/x.tsv")

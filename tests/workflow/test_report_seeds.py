@@ -112,7 +112,8 @@ def test_main_table_gives_means_with_student_t_intervals(seeded: Path) -> None:
     assert math.isclose(row["val_ppl_gain_ci95"], _half_width(paired), rel_tol=1e-9)
     assert math.isclose(stats.t.ppf(0.975, 2), 4.302652729749464, rel_tol=1e-9)  # the textbook t(2)
     md = (seeded / "results/report/tables/main.md").read_text()
-    assert "val_loss_ci95" in md and "±" in md
+    assert "val_loss_ci95" in md
+    assert "±" in md
 
 
 def test_audit_covers_the_intervals(seeded: Path) -> None:

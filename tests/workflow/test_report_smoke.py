@@ -46,7 +46,8 @@ def micro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_every_table_labels_a_small_run_a_smoke_test(micro: Path) -> None:
     write_report(_config(), "tables", None, metrics_dir="metrics")
     policy = SmokePolicy.default()
-    assert policy.below_tokens > SMOKE_TOKENS and policy.reason  # the schema's default, stated
+    assert policy.below_tokens > SMOKE_TOKENS
+    assert policy.reason  # the schema's default, stated
     names = ["main", "ablation", "vocabulary", "frequency", "sample_efficiency", "metrics"]
     for name in names:
         frame = pd.read_csv(f"tables/{name}.csv")
@@ -54,18 +55,23 @@ def test_every_table_labels_a_small_run_a_smoke_test(micro: Path) -> None:
         assert set(ours["evidence"]) == {"smoke test"}, name
         assert set(ours["train_tokens"]) == {f"{SMOKE_TOKENS:,}"}, name
         md, tex = (Path(f"tables/{name}.{fmt}").read_text() for fmt in ("md", "tex"))
-        assert "SMOKE TEST" in md and policy.reason.split()[0] in md, name
+        assert "SMOKE TEST" in md, name
+        assert policy.reason.split()[0] in md, name
         assert "SMOKE TEST" in tex, name
     # the vocabulary range of the paper (scale not stated) is its own row, not beside ours
     vocab = pd.read_csv("tables/vocabulary.csv").set_index("source")
-    assert pd.isna(vocab.loc["ours", "gain_min"]) and pd.notna(vocab.loc["ours", "gain"])
-    assert vocab.loc["paper", "scale"] == "not stated" and pd.isna(vocab.loc["paper", "gain"])
+    assert pd.isna(vocab.loc["ours", "gain_min"])
+    assert pd.notna(vocab.loc["ours", "gain"])
+    assert vocab.loc["paper", "scale"] == "not stated"
+    assert pd.isna(vocab.loc["paper", "gain"])
     # paper_vs_ours: the paper's scales only; micro is none of them, so no row holds ours
     pvo = pd.read_csv("tables/paper_vs_ours.csv")
-    assert pvo["ours"].isna().all() and pvo["evidence"].isna().all()
+    assert pvo["ours"].isna().all()
+    assert pvo["evidence"].isna().all()
     # DVC metrics: one file per cell, its basis first
     lev = json.loads(Path("metrics/micro/gpt2/leviathan/seed0.json").read_text())
-    assert lev["evidence"] == "smoke test" and lev["train_tokens"] == SMOKE_TOKENS
+    assert lev["evidence"] == "smoke test"
+    assert lev["train_tokens"] == SMOKE_TOKENS
     assert lev["val_loss_gain"] == pytest.approx((3.1 - 3.0) / 3.1)
     assert sorted(p.name for p in Path("metrics").rglob("*.json")) == ["seed0.json"] * 2
 
@@ -98,8 +104,11 @@ def test_dvc_metrics_show_prints_one_row_per_cell(micro: Path) -> None:
         [str(BIN / "dvc"), "metrics", "show"], check=True, capture_output=True, text=True
     ).stdout.splitlines()
     header, *rows = [line for line in shown if line.strip()]
-    assert "evidence" in header and "train_tokens" in header and "val_loss" in header
-    assert len(rows) == 2 and all("smoke test" in r for r in rows)
+    assert "evidence" in header
+    assert "train_tokens" in header
+    assert "val_loss" in header
+    assert len(rows) == 2
+    assert all("smoke test" in r for r in rows)
     assert all(r.startswith("results/report/metrics/micro/gpt2/") for r in rows)  # a row per cell
 
 
@@ -135,7 +144,9 @@ def test_figures_say_smoke_test_and_keep_the_paper_apart(
     assert "periodic" in drawn["loss_curves"].axes[0].get_ylabel()  # not the evaluation's loss
     # the paper's 400m ablation is not micro: its own panel, marked as the paper's
     ours, paper = _titles(drawn["ablation"])
-    assert ours.startswith(f"ours: micro / gpt2: {SMOKE_TOKENS:,} tokens") and "smoke test" in ours
-    assert paper.startswith("THE PAPER") and "400m" in paper
+    assert ours.startswith(f"ours: micro / gpt2: {SMOKE_TOKENS:,} tokens")
+    assert "smoke test" in ours
+    assert paper.startswith("THE PAPER")
+    assert "400m" in paper
     assert [t.startswith("THE PAPER") for t in _titles(drawn["vocabulary"])] == [False, True]
     assert all(f"{SMOKE_TOKENS:,} tokens" in t for t in _titles(drawn["frequency"]))

@@ -16,7 +16,8 @@ from leviathan.model.accounting import account, overhead
 from leviathan.paper import Paper, reported_path
 from leviathan.report.build import write_report
 from leviathan.report.cellmap import DocumentCache
-from leviathan.report.tables import ReportInputs, build_tables, table_names
+from leviathan.report.context import ReportInputs
+from leviathan.report.registry import build_tables, table_names
 from leviathan.workflow.grid import Cell
 
 LOSS = {"tied": 3.10, "leviathan": 3.00}
@@ -92,10 +93,8 @@ def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
     assert lev["val_targets"] == VAL_TARGETS["leviathan"]  # the tokens the loss rests on
     # one sign convention: a gain is positive when leviathan is better, the paper's PPL change
     # (negative = better) shown as that gain
-    assert (
-        lev["val_ppl_gain"] == pytest.approx(1 - math.exp(3.0) / math.exp(3.1))
-        and lev["val_ppl_gain"] > 0
-    )
+    assert lev["val_ppl_gain"] == pytest.approx(1 - math.exp(3.0) / math.exp(3.1))
+    assert lev["val_ppl_gain"] > 0
     paper = Paper.load().main("200m")["leviathan"]
     assert lev["paper_val_ppl_gain"] == -paper["val_ppl_change"] > 0
     assert lev["paper_val_loss"] == paper["val_loss"]
@@ -104,7 +103,8 @@ def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
 
     pvo = tables["paper_vs_ours"].frame(DocumentCache()).set_index("row")
     row = pvo.loc["main/200m/leviathan/val_loss"]
-    assert row["ours"] == 3.0 and row["difference"] == pytest.approx(3.0 - 3.052)
+    assert row["ours"] == 3.0
+    assert row["difference"] == pytest.approx(3.0 - 3.052)
     assert math.isnan(pvo.loc["main/400m/leviathan/val_loss", "ours"])  # not trained here
 
     cost = tables["cost"].frame(DocumentCache()).set_index("row")
@@ -129,7 +129,8 @@ def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
     row = se.loc["200m/o200k_base/leviathan"]
     xs = [TOKENS / 3, 2 * TOKENS / 3]
     reach = float(np.interp(3.1, [3.05, 3.4], xs[::-1]))
-    assert row["tokens_to_target"] == pytest.approx(reach) and row["reached"] == 1.0
+    assert row["tokens_to_target"] == pytest.approx(reach)
+    assert row["reached"] == 1.0
     assert row["tokens_ratio"] == pytest.approx(TOKENS / reach)
     assert math.isnan(row["paper_tokens_ratio"])  # the paper's 2.1x is at 1.2b, not beside 200m
 
@@ -139,10 +140,14 @@ def test_write_report_renders_every_format(at_200m: ReportInputs, tmp_path: Path
     written = write_report(config, "tables", None)
     assert {p.name for p in written} >= {"main.csv", "main.md", "main.tex", "paper_check.md"}
     md = Path("tables/main.md").read_text()
-    assert "| 200m " in md and "3.0520" in md  # the paper's loss beside ours, rounded for reading
-    assert "SMOKE" not in md and "positive = better" in md
+    assert "| 200m " in md
+    assert "3.0520" in md  # the paper's loss beside ours, rounded for reading
+    assert "SMOKE" not in md
+    assert "positive = better" in md
     tex = Path("tables/main.tex").read_text()
-    assert "\\label{tab:main}" in tex and "val\\_ppl\\_gain" in tex and "\\%" in tex
+    assert "\\label{tab:main}" in tex
+    assert "val\\_ppl\\_gain" in tex
+    assert "\\%" in tex
     assert pd.read_csv("tables/main.csv")["val_loss"].tolist() == [3.1, 3.0]  # full precision
 
 
@@ -155,11 +160,9 @@ def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(
     frame = metrics.frame(DocumentCache()).set_index("row")
     assert list(frame.index) == ["200m/o200k_base/tied/seed0", "200m/o200k_base/leviathan/seed0"]
     lev = frame.loc["200m/o200k_base/leviathan/seed0"]
-    assert (
-        lev["val_loss"] == 3.0
-        and lev["val_ppl"] == pytest.approx(math.exp(3.0))
-        and lev["val_bpb"] == 0.75
-    )
+    assert lev["val_loss"] == 3.0
+    assert lev["val_ppl"] == pytest.approx(math.exp(3.0))
+    assert lev["val_bpb"] == 0.75
     assert lev["val_loss_gain"] == pytest.approx((3.1 - 3.0) / 3.1)
     assert lev["val_targets"] == VAL_TARGETS["leviathan"]
     assert "wikitext_ppl" not in frame.columns  # WikiText did not run in this config
@@ -198,13 +201,13 @@ def test_paper_vs_ours_lists_the_tables_paper_cells_and_the_audit_checks_every_t
     tables = build_tables(at_200m, DocumentCache())
     pvo = tables["paper_vs_ours"]
     compared = 0
-    for (row, column), spec in pvo.cells.items():
+    for (row, column), spec in pvo.specs.items():
         labels = pvo.rows[row]
         if column != "paper" or labels["table"] not in tables:
             continue
         ours = f"{labels['scale']}/o200k_base/{labels['variant']}"
         if ours in tables[labels["table"]].rows:  # the same figure, the same source
-            assert tables[labels["table"]].cells[ours, f"paper_{labels['quantity']}"] == spec
+            assert tables[labels["table"]].specs[ours, f"paper_{labels['quantity']}"] == spec
             compared += 1
     assert compared == 7  # main at 200m: 2 figures of tied, 5 of leviathan
     assert "ablation/400m/untied/params" in pvo.rows  # every scale the paper reports
@@ -219,4 +222,5 @@ def test_paper_vs_ours_lists_the_tables_paper_cells_and_the_audit_checks_every_t
         auditor = Auditor(Path.cwd())
         auditor.audit_table(f"tables/{name}.csv")
         numbers = [f for f in auditor.findings if f.what.startswith(f"{name}.csv [")]
-        assert numbers and all(f.ok for f in numbers), (name, [f.line() for f in numbers])
+        assert numbers, (name, [f.line() for f in numbers])
+        assert all(f.ok for f in numbers), (name, [f.line() for f in numbers])

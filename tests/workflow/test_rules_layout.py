@@ -13,8 +13,8 @@ from leviathan import layout
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
+from leviathan.report.registry import table_names, table_paths
 from leviathan.report.resources import RESOURCES_TABLE
-from leviathan.report.tables import table_names, table_paths
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import cells
 from leviathan.workflow.steps import enabled_evals, sample_efficiency_groups

@@ -8,7 +8,7 @@ from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
 from leviathan.report.resources import RESOURCES_TABLE
-from leviathan.report.tables import table_names, table_paths
+from leviathan.report.registry import table_names, table_paths
 
 CORPUS = config["corpus"]["name"]
 CELLS = cells(config["studies"])

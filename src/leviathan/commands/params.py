@@ -72,9 +72,9 @@ def _table(rows: dict[str, Accounting], tied: Accounting) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.check_paper:
-        from leviathan.model.paper_checks import paper_checks
+        from leviathan.report.cost_checks import cost_checks
 
-        checks = paper_checks(args.vocab)
+        checks = cost_checks(args.vocab)
         if args.json:
             print(json.dumps([c.to_dict() for c in checks], indent=2))
             return 0

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_paper_check(args: argparse.Namespace) -> int:
-    from leviathan.report.paper import consistency_checks
+    from leviathan.report.paper_consistency import consistency_checks
 
     checks = consistency_checks()
     if args.json:

@@ -1,1 +1,1 @@
-"""Reporting: tables (and, with issue 7, figures and the paper comparison) from eval results."""
+"""Reporting: the paper's tables and figures from the evaluation outputs, beside the paper's figures, and the audit of every number."""

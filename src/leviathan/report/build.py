@@ -27,18 +27,10 @@ from leviathan.layout import (
 )
 from leviathan.manifest import display_path, input_record, read_manifest, write_manifest
 from leviathan.report.cellmap import DocumentCache
-from leviathan.report.tables import (
-    STAND_IN_COLUMN,
-    STAND_IN_NOTE,
-    ReportInputs,
-    Table,
-    build_tables,
-    missing,
-    rendered,
-    smoke_rows,
-    stand_in_rows,
-    table_paths,
-)
+from leviathan.report.context import ReportInputs
+from leviathan.report.formatting import dvc_metrics, render
+from leviathan.report.registry import build_tables, table_paths
+from leviathan.report.table import STAND_IN_COLUMN, Table
 
 PAPER_CHECK = "paper_check"  # the paper's own consistency (CSV + Markdown)
 
@@ -57,102 +49,6 @@ def report_inputs(
         paper_path=display_path(paper_path or reported_path()),
         smoke=SmokePolicy.from_config(config) if "report" in config else SmokePolicy.default(),
     )
-
-
-_TEX_SPECIAL = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-}
-
-
-def tex_escape(text: str) -> str:
-    """Text for LaTeX: special characters escaped, >= and <= as math (no OT1 font surprises)."""
-    out = "".join(_TEX_SPECIAL.get(ch, ch) for ch in str(text))
-    return (
-        out.replace(">=", r"$\geq$")
-        .replace("<=", r"$\leq$")
-        .replace(">", r"$>$")
-        .replace("<", r"$<$")
-    )
-
-
-def _smoke_banner(table: Table, frame: pd.DataFrame) -> str:
-    """The smoke-test statement of a table with smoke-test rows ("" if none)."""
-    n = sum(smoke_rows(frame))
-    if not n:
-        return ""
-    return f"SMOKE TEST: {n} of {len(frame)} row(s) are not evidence. {table.smoke_note}"
-
-
-def _latex(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> str:
-    escaped = text.map(tex_escape).rename(columns=tex_escape)
-    body = escaped.to_latex(
-        index=False,
-        escape=False,
-        column_format="l" * len(table.label_columns) + "r" * len(table.columns),
-    )
-    caption = tex_escape(" ".join(filter(None, [smoke, table.title])))
-    caption += " " + tex_escape(STAND_IN_NOTE) if stand_in else ""
-    return (
-        "\\begin{table}[t]\n\\centering\n\\small\n"
-        f"\\caption{{{caption}}}\n\\label{{tab:{table.name.replace('_', '-')}}}\n"
-        f"{body}\\end{{table}}\n"
-    )
-
-
-def _markdown(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> str:
-    note = "Values from the evaluation outputs; `-`: not applicable or not run. Full precision: the CSV."
-    if stand_in:
-        note = f"**{STAND_IN_NOTE}**\n\n{note}"
-    head = f"# {table.title}\n\n" + (f"**{smoke}**\n\n" if smoke else "")
-    return f"{head}{text.to_markdown(index=False, disable_numparse=True)}\n\n{note}\n"
-
-
-STAND_IN_KEY = "stand_in"  # DVC metrics computed on offline stand-in data sit under this key
-
-
-def dvc_metrics(table: Table, frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """The metrics table as one document per cell (row id -> document), each one row of
-    `dvc metrics show`: what it rests on (`evidence`: smoke test or full run, `train_tokens`), then
-    its numbers; those computed on offline stand-in data under `stand_in.` (so the column says
-    so), empty cells left out."""
-    columns = [c for c in frame.columns if c in table.columns]  # (manifests sort their keys)
-    out: dict[str, dict[str, Any]] = {}
-    for record, stand_in in zip(frame.to_dict("records"), stand_in_rows(frame), strict=True):
-        doc: dict[str, Any] = {
-            "evidence": record["evidence"],
-            "train_tokens": int(str(record["train_tokens"]).replace(",", "")),
-        }
-        for col in columns:
-            if not missing(record[col]):
-                where = doc.setdefault(STAND_IN_KEY, {}) if col in stand_in else doc
-                where[col] = float(record[col])
-        out[str(record["row"])] = doc
-    return out
-
-
-def _json(table: Table, frame: pd.DataFrame) -> str:
-    """{row: its DVC metrics document} (`dvc_metrics`): the per-cell files, in one file."""
-    return json.dumps(dvc_metrics(table, frame), indent=2, sort_keys=False) + "\n"
-
-
-def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
-    """The Markdown ("md"), LaTeX ("tex") or, for the metrics table, JSON ("json") text of a
-    table's frame (as read from its CSV)."""
-    if fmt == "json":
-        return _json(table, frame)
-    text = rendered(table, frame)
-    stand_in = any(stand_in_rows(frame))
-    smoke = _smoke_banner(table, frame)
-    return (_markdown if fmt == "md" else _latex)(table, text, stand_in, smoke)
 
 
 def table_from_csv(
@@ -224,8 +120,9 @@ def write_dvc_metrics(
 
 
 def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[Path]:
-    """The paper's own consistency (leviathan.report.paper) as CSV + Markdown: what does not add up."""
-    from leviathan.report.paper import consistency_checks
+    """The paper's own consistency (leviathan.report.paper_consistency) as CSV + Markdown: what
+    does not add up."""
+    from leviathan.report.paper_consistency import consistency_checks
 
     frame = pd.DataFrame([c.to_dict() for c in consistency_checks()])
     frame = frame[["what", "reported", "recomputed", "difference", "tolerance", "ok"]]

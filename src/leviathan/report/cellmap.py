@@ -1,13 +1,14 @@
 """Where every number of a report table comes from: the cell map.
 
-A table cell is declared, never typed in: an operation (`op`) applied to values read from
-files (`sources`, each a path and a JSON pointer into it, in group "a" or "b"). The same
-`compute` builds the table and, later, re-checks it (`leviathan audit`), so a number can
-be traced to the exact field of the exact file it was computed from.
+A table's value (a `ValueSpec`, one per table cell: row and column) is declared, never typed
+in: an operation (`op`) applied to values read from files (`sources`, each a path and a JSON
+pointer into it, in group "a" or "b"). The same `compute` builds the table and, later,
+re-checks it (`leviathan audit`), so a number can be traced to the exact field of the exact
+file it was computed from.
 
 Groups: "a" is the reference (tied, or the paper), "b" the value compared with it. Several
 sources in one group (seeds, tasks) are averaged. A missing field is an error (KeyError);
-a null field, or a cell without sources, is NaN.
+a null field, or a value without sources, is NaN.
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ class Source:
 
 
 @dataclass(frozen=True)
-class CellSpec:
-    """`op` over `sources`, or (op "diff_of") the difference of two other cells: parts[1] - parts[0]."""
+class ValueSpec:
+    """One table value, declared: `op` over `sources`, or (op "diff_of") the difference of two
+    other values: parts[1] - parts[0]."""
 
     op: str
     sources: tuple[Source, ...] = field(default_factory=tuple)
-    parts: tuple[CellSpec, ...] = field(default_factory=tuple)
+    parts: tuple[ValueSpec, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.op, "sources": [s.to_dict() for s in self.sources]}
@@ -54,15 +56,15 @@ class CellSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CellSpec:
+    def from_dict(cls, d: Mapping[str, Any]) -> ValueSpec:
         return cls(
             d["op"],
             tuple(Source.from_dict(s) for s in d.get("sources", [])),
-            tuple(CellSpec.from_dict(p) for p in d.get("parts", [])),
+            tuple(ValueSpec.from_dict(p) for p in d.get("parts", [])),
         )
 
     def leaves(self) -> list[Source]:
-        """Every file field this cell reads, nested parts included."""
+        """Every file field this value reads, nested parts included."""
         out = list(self.sources)
         for p in self.parts:
             out.extend(p.leaves())
@@ -120,7 +122,9 @@ def _accounting(model_config: Mapping[str, Any]) -> Any:
     return account(ModelConfig.from_dict(dict(model_config)).validate())
 
 
-def _pair(fn: Callable[[float, float], float]) -> Callable[[list[Any], list[Any]], float]:
+def _of_means(fn: Callable[[float, float], float]) -> Callable[[list[Any], list[Any]], float]:
+    """A paired op applied to the mean of each group (NaN where either mean is not finite)."""
+
     def op(a: list[Any], b: list[Any]) -> float:
         x, y = _mean(a), _mean(b)
         return fn(x, y) if math.isfinite(x) and math.isfinite(y) else math.nan
@@ -158,7 +162,6 @@ PAIRED: dict[str, Callable[[float, float], float]] = {
     "reduction": lambda x, y: x - y,  # how much lower b is than a (loss gain, nats)
     "diff_pct": lambda x, y: 100.0 * (y - x),  # accuracy gain, points
     "exp_gain": lambda x, y: (_exp(x) - _exp(y)) / _exp(x),  # perplexity gain from losses
-    "exp_change": lambda x, y: _exp(y) / _exp(x) - 1.0,  # perplexity change from losses
 }
 CI_SUFFIX = "_ci95"
 
@@ -192,7 +195,7 @@ def _paired_ci(fn: Callable[[float, float], float]) -> Callable[[list[Any], list
 # op name -> function of (group a values, group b values)
 OPS: dict[str, Callable[[list[Any], list[Any]], float]] = {
     **{name: (lambda f: lambda a, b: f(_mean(a)))(fn) for name, fn in SINGLE.items()},
-    **{name: _pair(fn) for name, fn in PAIRED.items()},
+    **{name: _of_means(fn) for name, fn in PAIRED.items()},
     **{name + CI_SUFFIX: _single_ci(fn) for name, fn in SINGLE.items()},  # 95% CI over seeds
     **{name + CI_SUFFIX: _paired_ci(fn) for name, fn in PAIRED.items()},  # paired 95% CI
     "params": lambda a, b: _params(a),  # the model counter on the recorded model config
@@ -202,8 +205,8 @@ OPS: dict[str, Callable[[list[Any], list[Any]], float]] = {
 }
 
 
-def compute(spec: CellSpec, docs: DocumentCache) -> float:
-    """The value of a cell from its sources (NaN where a source is null or there are none)."""
+def compute(spec: ValueSpec, docs: DocumentCache) -> float:
+    """A declared value computed from its sources (NaN where a source is null or there are none)."""
     if spec.op == "diff_of":
         if len(spec.parts) != 2:
             raise ValueError("op diff_of takes exactly two parts")
@@ -219,8 +222,8 @@ def compute(spec: CellSpec, docs: DocumentCache) -> float:
     return float(value)
 
 
-def cell_stand_ins(spec: CellSpec, docs: DocumentCache) -> list[str]:
-    """The offline stand-in data files behind a cell (the `stand_in_data` of the evaluation
+def value_stand_ins(spec: ValueSpec, docs: DocumentCache) -> list[str]:
+    """The offline stand-in data files behind a value (the `stand_in_data` of the evaluation
     outputs it reads; see leviathan.eval.standin)."""
     found: set[str] = set()
     for s in spec.leaves():

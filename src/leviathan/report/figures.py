@@ -37,7 +37,7 @@ from leviathan.paper import Paper  # noqa: E402
 from leviathan.report.basis import SMOKE, SmokePolicy, caption  # noqa: E402
 
 FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation"]
-from leviathan.report.tables import variant_order  # noqa: E402
+from leviathan.report.context import variant_order  # noqa: E402
 
 
 def _empty(ax: Any, message: str) -> None:
@@ -240,7 +240,7 @@ def vocabulary(
 def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy) -> list[Path]:
     """Ours per (scale, vocab); the paper's figures in the same panel only at its scale and
     vocabulary, otherwise in a panel of their own."""
-    from leviathan.report.tables import PAPER_MAIN_VOCAB
+    from leviathan.report.paper_figures import PAPER_MAIN_VOCAB
 
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
     inputs = [csv] if csv else []

@@ -1,4 +1,4 @@
-"""The paper's cost claims, recomputed from the code and set beside the reported figures.
+"""The paper's cost claims (parameters, FLOPs), recomputed by the model's own counter and set beside the reported figures.
 
 Each check states what the paper reports, what our model gives, their relative difference,
 and, where the reconstruction cannot reproduce the figure, why.
@@ -17,7 +17,9 @@ TOLERANCE = 0.01  # relative
 
 
 @dataclass(frozen=True)
-class Check:
+class CostCheck:
+    """One cost claim of the paper beside our counter's figure (relative difference within TOLERANCE: ok)."""
+
     claim: str
     paper: float
     ours: float
@@ -35,7 +37,8 @@ class Check:
         return {**asdict(self), "rel_diff": self.rel_diff, "ok": self.ok}
 
 
-def paper_checks(vocab: str = "o200k_base") -> list[Check]:
+def cost_checks(vocab: str = "o200k_base") -> list[CostCheck]:
+    """The paper's parameter and FLOP claims (SPEC section 6, cost) recomputed by our counter."""
     paper = Paper.load()
     cost, reported_1_2b = paper.cost(), paper.cost("1.2b")
     acc = {
@@ -50,10 +53,10 @@ def paper_checks(vocab: str = "o200k_base") -> list[Check]:
     cost_1_2b = overhead(big_lev, big_tied)
     implied_total = lev_2048 / reported_1_2b["param_overhead"]
     checks = [
-        Check("LEV parameters per unit of D", cost["lev_params_per_d"], per_d),
-        Check("LEV parameters, fixed part", cost["lev_params_fixed"], lev_1024 - 1024 * per_d),
-        Check("LEV parameters at D=2048 (1.2B)", cost["lev_params_at_d2048"], lev_2048),
-        Check(
+        CostCheck("LEV parameters per unit of D", cost["lev_params_per_d"], per_d),
+        CostCheck("LEV parameters, fixed part", cost["lev_params_fixed"], lev_1024 - 1024 * per_d),
+        CostCheck("LEV parameters at D=2048 (1.2B)", cost["lev_params_at_d2048"], lev_2048),
+        CostCheck(
             "V x D embedding at 1.2B",
             reported_1_2b["embedding_params"],
             big_tied.input_params,
@@ -63,12 +66,12 @@ def paper_checks(vocab: str = "o200k_base") -> list[Check]:
                 f"{cost['o200k_vocab_size']})"
             ),
         ),
-        Check(
+        CostCheck(
             "untied 400M total parameters",
             paper.ablation("400m")["untied"]["params"],
             acc["400m", "untied"].total_params,
         ),
-        Check(
+        CostCheck(
             "leviathan vs tied parameters at 1.2B (fraction)",
             reported_1_2b["param_overhead"],
             cost_1_2b["params"],
@@ -79,7 +82,7 @@ def paper_checks(vocab: str = "o200k_base") -> list[Check]:
                 f"{big_tied.total_params / 1e9:.3f}B"
             ),
         ),
-        Check(
+        CostCheck(
             "leviathan vs tied training FLOPs at 1.2B (fraction)",
             reported_1_2b["flop_overhead"],
             cost_1_2b["train_flops"],

@@ -1,0 +1,491 @@
+"""The table builders: one function per table of the report, each declaring its rows and the
+value of each cell (a `ValueSpec`), never computing a number itself.
+
+A builder is called as `build(ctx, name)` by the registry (leviathan.report.registry), in the
+registry's order, so paper_vs_ours can read the tables built before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from leviathan import layout
+from leviathan.report.basis import BASIS_COLUMNS, GAIN_CONVENTION
+from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
+from leviathan.report.columns import (
+    LOSS,
+    EvalColumns,
+    accuracy_sources,
+    accuracy_tasks,
+    compared,
+    eval_output,
+    eval_sources,
+    lm_eval_tasks,
+    state_sources,
+)
+from leviathan.report.context import (
+    Context,
+    ReportInputs,
+    seeded,
+    tied_and_leviathan,
+)
+from leviathan.report.paper_figures import MAIN_PAPER_FIGURES, PAPER_TASKS, paper_value
+from leviathan.report.table import Table
+from leviathan.workflow.grid import Cell
+
+CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", *BASIS_COLUMNS]
+
+
+def config_row(
+    ctx: Context, t: Table, scale: str, vocab: str, variant: str, cells: Sequence[Cell]
+) -> str:
+    """The row of one configuration, its seeds averaged: `<scale>/<vocab>/<variant>`, with
+    what its numbers rest on (training tokens, smoke test or not)."""
+    return t.add_row(
+        f"{scale}/{vocab}/{variant}",
+        scale=scale,
+        vocab=vocab,
+        variant=variant,
+        seeds=len(cells),
+        **ctx.basis(cells),
+    )
+
+
+# the evaluation columns of the main table (one row per configuration, seeds averaged)
+MAIN_COLUMNS = (
+    "val_loss",
+    "val_ppl",
+    "val_targets",
+    "val_ppl_gain",
+    "wikitext_ppl",
+    "wikitext_ppl_gain",
+    "lambada_ppl",
+    "lambada_ppl_gain",
+)
+# the columns of the main table that give a 95% CI over seeds where there are 2 or more
+MAIN_CI_COLUMNS = (
+    "val_loss",
+    "val_ppl_gain",
+    "wikitext_ppl",
+    "wikitext_ppl_gain",
+    "lambada_ppl",
+    "lambada_ppl_gain",
+)
+
+
+def main_table(ctx: Context, name: str) -> Table:
+    evals = EvalColumns(ctx.inp, ctx.docs)
+    cols = evals.kinds(MAIN_COLUMNS)
+    cols |= {f"paper_{col}": cols.get(col, "pct") for col in MAIN_PAPER_FIGURES}
+    t = Table(
+        name,
+        "Main results: validation loss (the evaluation's, over its configured sample of the "
+        "held-out split: val_targets tokens) and perplexity, zero-shot perplexity gains over "
+        f"tied; {GAIN_CONVENTION}",
+        CONFIG_LABELS,
+        cols,
+    )
+    groups = ctx.inp.study("main")
+    if seeded(groups):
+        t.with_ci(*MAIN_CI_COLUMNS)
+    for (scale, vocab, variant), cells in groups.items():
+        row = config_row(ctx, t, scale, vocab, variant, cells)
+        evals.set_values(t, row, cells)
+        tied = groups.get((scale, vocab, "tied"))
+        if tied and variant != "tied":
+            evals.set_gains(t, row, tied, cells)
+        ctx.set_paper(t, row)
+    return t
+
+
+def downstream_table(ctx: Context, name: str) -> Table:
+    groups = ctx.inp.study("main")
+    paper_tasks, tasks, averaged = accuracy_tasks(ctx.inp, ctx.docs)
+    metrics = lm_eval_tasks(ctx.inp, ctx.docs)
+    cols = {task: "points" for task in tasks} | {
+        "mean": "points",
+        "gain_points": "dpoints",
+        "mean_norm": "points",
+        "paper_mean": "points",
+        "paper_gain_points": "dpoints",
+    }
+    over = ", ".join(averaged) or "no accuracy task (none of the tasks that ran reports acc)"
+    t = Table(
+        name,
+        f"Zero-shot accuracy (%, lm-eval's acc) per task; mean over {over} and its gain "
+        "over tied (points); mean_norm: the same mean with acc_norm where a task has it; "
+        + GAIN_CONVENTION,
+        CONFIG_LABELS,
+        cols,
+    )
+
+    def norm(task: str) -> str:  # acc_norm where the task has it (HellaSwag, ARC, PIQA), else acc
+        return "acc_norm,none" if "acc_norm,none" in metrics.get(task, {}) else "acc,none"
+
+    for (scale, vocab, variant), cells in groups.items():
+        row = config_row(ctx, t, scale, vocab, variant, cells)
+        for task in tasks:
+            t.set(
+                row,
+                task,
+                ValueSpec("pct", accuracy_sources(cells, [task])),
+            )
+        t.set(row, "mean", ValueSpec("pct", accuracy_sources(cells, averaged)))
+        t.set(row, "mean_norm", ValueSpec("pct", accuracy_sources(cells, averaged, metric=norm)))
+        tied = groups.get((scale, vocab, "tied"))
+        if tied and variant != "tied":
+            t.set(
+                row,
+                "gain_points",
+                ValueSpec(
+                    "diff_pct",
+                    accuracy_sources(tied, averaged, "a") + accuracy_sources(cells, averaged, "b"),
+                ),
+            )
+        if paper_tasks == PAPER_TASKS:  # the paper's mean is over its six tasks
+            ctx.set_paper(t, row)
+    return t
+
+
+def ablation_table(ctx: Context, name: str) -> Table:
+    groups = ctx.inp.study("ablation")
+    cols = {
+        "params": "int",
+        "val_loss": "loss",
+        "gain": "pct",
+        "paper_params": "int",
+        "paper_val_loss": "loss",
+        "paper_gain": "pct",
+    }
+    t = Table(
+        name,
+        "Input-layer ablation: validation loss (the evaluation's) and relative gain over tied; "
+        + GAIN_CONVENTION,
+        CONFIG_LABELS,
+        cols,
+    )
+    if seeded(groups):
+        t.with_ci("val_loss", "gain")
+    for (scale, vocab, variant), cells in groups.items():
+        row = config_row(ctx, t, scale, vocab, variant, cells)
+        t.set(row, "params", ValueSpec("params", state_sources(cells[:1])))
+        t.set(row, "val_loss", ValueSpec("mean", eval_sources(cells, "val", LOSS)))
+        tied = groups.get((scale, vocab, "tied"))
+        if tied:
+            t.set(row, "gain", compared("gain", tied, cells, "val", LOSS))
+        ctx.set_paper(t, row)
+    return t
+
+
+def vocabulary_table(ctx: Context, name: str) -> Table:
+    from leviathan.vocab import get_vocab
+
+    groups = ctx.inp.study("vocabulary")
+    pairs = sorted(tied_and_leviathan(groups), key=lambda sv: (sv[0], get_vocab(sv[1]).n_vocab))
+    cols = {
+        "tied_loss": "loss",
+        "leviathan_loss": "loss",
+        "gain": "pct",
+        "gain_min": "pct",
+        "gain_max": "pct",
+    }
+    t = Table(
+        name,
+        "Vocabulary study: relative loss gain of leviathan over tied (the evaluation's validation "
+        f"loss); {GAIN_CONVENTION}. The paper's row (a range over its vocabularies, at a scale "
+        "it does not state) is its own, not beside any of ours",
+        ["source", "scale", "vocab", "n_vocab", "seeds", *BASIS_COLUMNS],
+        cols,
+    )
+    if seeded(groups):
+        t.with_ci("tied_loss", "leviathan_loss", "gain")
+    for scale, vocab in pairs:
+        tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
+        row = t.add_row(
+            f"{scale}/{vocab}",
+            source="ours",
+            scale=scale,
+            vocab=vocab,
+            n_vocab=get_vocab(vocab).n_vocab,
+            seeds=len(lev),
+            **ctx.basis([*tied, *lev]),
+        )
+        t.set(row, "tied_loss", ValueSpec("mean", eval_sources(tied, "val", LOSS)))
+        t.set(row, "leviathan_loss", ValueSpec("mean", eval_sources(lev, "val", LOSS)))
+        t.set(row, "gain", compared("gain", tied, lev, "val", LOSS))
+    if pairs:
+        row = t.add_row(
+            "paper",
+            source="paper",
+            scale="not stated",
+            vocab=";".join(ctx.paper.doc.get("vocabulary", {}).get("vocabs", [])),
+        )
+        t.set(row, "gain_min", paper_value(ctx.paper, "vocabulary", "gain_range", 0))
+        t.set(row, "gain_max", paper_value(ctx.paper, "vocabulary", "gain_range", 1))
+    return t
+
+
+# frequency levels: the val evaluation's result key -> the table's `level` label and row-id part
+FREQUENCY_LEVELS = {"frequency_tokens": ("token", ""), "frequency_words": ("word", "words/")}
+
+
+def frequency_table(ctx: Context, name: str) -> Table:
+    """Every (scale, vocabulary) of the studies with tied and leviathan, token-level buckets (the
+    target id's training count) and, where the evaluation counted words, word-level buckets
+    (the word's training count; its loss the sum over its tokens)."""
+    groups = ctx.inp.all_cells()
+    cols = {
+        "targets": "int",
+        "tied_loss": "loss",
+        "leviathan_loss": "loss",
+        "loss_gain_nats": "loss",
+        "tied_ppl": "ppl",
+        "leviathan_ppl": "ppl",
+        "ppl_gain": "pct",
+        "paper_ppl_gain": "pct",
+        "paper_loss_gain_nats": "loss",
+    }
+    t = Table(
+        name,
+        "Validation loss (the evaluation's) by training-set frequency of the target token "
+        "(level token) or word (level word), tied vs leviathan, every vocabulary of the "
+        f"studies; targets: evaluated tokens (words) in the bucket; {GAIN_CONVENTION}",
+        ["scale", "vocab", "seeds", *BASIS_COLUMNS, "level", "bucket"],
+        cols,
+    )
+    for scale, vocab in tied_and_leviathan(groups):
+        tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
+        basis = {"seeds": len(lev), **ctx.basis([*tied, *lev])}
+        results = ctx.docs.get(eval_output(tied[0], "val"))["results"]
+        for key, (level, part) in FREQUENCY_LEVELS.items():
+            for i, bucket in enumerate(results.get(key, {}).get("log10", [])):
+                label = bucket["label"]
+                row = t.add_row(
+                    f"{scale}/{vocab}/{part}{label}",
+                    scale=scale,
+                    vocab=vocab,
+                    **basis,
+                    level=level,
+                    bucket=label,
+                )
+                _frequency_row(ctx, t, row, tied, lev, f"/results/{key}/log10/{i}", bucket)
+    return t
+
+
+def _frequency_row(
+    ctx: Context,
+    t: Table,
+    row: str,
+    tied: Sequence[Cell],
+    lev: Sequence[Cell],
+    ptr: str,
+    bucket: Mapping[str, Any],
+) -> None:
+    """One bucket's cells (an empty bucket: its count only)."""
+    t.set(row, "targets", ValueSpec("mean", eval_sources(tied[:1], "val", f"{ptr}/n")))
+    if not bucket["n"]:
+        return
+    t.set(row, "tied_loss", ValueSpec("mean", eval_sources(tied, "val", f"{ptr}/mean_loss")))
+    t.set(row, "leviathan_loss", ValueSpec("mean", eval_sources(lev, "val", f"{ptr}/mean_loss")))
+    t.set(row, "loss_gain_nats", compared("reduction", tied, lev, "val", f"{ptr}/mean_loss"))
+    t.set(row, "tied_ppl", ValueSpec("exp", eval_sources(tied, "val", f"{ptr}/mean_loss")))
+    t.set(row, "leviathan_ppl", ValueSpec("exp", eval_sources(lev, "val", f"{ptr}/mean_loss")))
+    t.set(row, "ppl_gain", compared("exp_gain", tied, lev, "val", f"{ptr}/mean_loss"))
+    ctx.set_paper(t, row)
+
+
+def cost_table(ctx: Context, name: str) -> Table:
+    cols = {
+        "params": "int",
+        "forward_flops_per_token": "int",
+        "params_overhead": "pct",
+        "flops_overhead": "pct",
+        "paper_params_overhead": "pct",
+        "paper_flops_overhead": "pct",
+    }
+    t = Table(
+        name,
+        "Cost by the model's own counter (from the model config alone, no training): parameters, "
+        "forward FLOPs per token, overhead vs tied (positive = more than tied)",
+        ["scale", "vocab", "variant"],
+        cols,
+    )
+    groups = ctx.inp.all_cells()
+    for (scale, vocab, variant), cells in groups.items():
+        row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant)
+        t.set(row, "params", ValueSpec("params", state_sources(cells[:1])))
+        t.set(row, "forward_flops_per_token", ValueSpec("flops", state_sources(cells[:1])))
+        tied = groups.get((scale, vocab, "tied"))
+        if tied and variant != "tied":
+            both = state_sources(tied[:1], "a") + state_sources(cells[:1], "b")
+            t.set(row, "params_overhead", ValueSpec("params_overhead", both))
+            t.set(row, "flops_overhead", ValueSpec("flops_overhead", both))
+        ctx.set_paper(t, row)
+    return t
+
+
+def seed_paired_variants(
+    inp: ReportInputs,
+) -> list[tuple[str, str, str, list[Cell], list[Cell]]]:
+    """(scale, vocab, variant, its cells, tied's cells of the same seeds) for every variant other
+    than tied with a tied baseline: the groups the sample-efficiency evaluation compares."""
+    groups = inp.all_cells()
+    out = []
+    for (scale, vocab, variant), cells in groups.items():
+        tied = {c.seed: c for c in groups.get((scale, vocab, "tied"), [])}
+        paired = [c for c in cells if c.seed in tied]
+        if variant != "tied" and paired:
+            out.append((scale, vocab, variant, paired, [tied[c.seed] for c in paired]))
+    return out
+
+
+def _sample_efficiency_sources(
+    docs: DocumentCache, cells: Sequence[Cell], field_: str
+) -> tuple[Source, ...]:
+    """A field of each seed's run record in its sample-efficiency output (`baseline/...` for the
+    tied baseline's); none where that output was not made (the workflow always makes it; a report
+    built by hand from runs without periodic validation has none: its cells stay empty)."""
+    out = []
+    for c in cells:
+        path = layout.sample_efficiency_path(c.scale, c.vocab, c.seed)
+        if not docs.path(path).is_file():
+            return ()
+        if field_.startswith("baseline/"):
+            out.append(Source(path, f"/results/{field_}"))
+            continue
+        runs = docs.get(path)["results"]["runs"]
+        i = next((i for i, r in enumerate(runs) if r.get("variant") == c.variant), None)
+        if i is None:
+            raise ValueError(
+                f"{path}: has no {c.variant} run: rerun its sample_efficiency rule "
+                "(`snakemake --forcerun sample_efficiency all`)"
+            )
+        out.append(Source(path, f"/results/runs/{i}/{field_}"))
+    return tuple(out)
+
+
+def sample_efficiency_table(ctx: Context, name: str) -> Table:
+    """Ours: per variant, the training tokens at which its periodic in-training validation loss
+    first reaches tied's final one (interpolated between evaluations), and tied's tokens over
+    those (the paper's "2.1x fewer tokens"); empty where it never does (reached < 1: not in
+    every seed)."""
+    cols = {
+        "tied_tokens": "int",
+        "target_periodic_loss": "loss",
+        "final_periodic_loss": "loss",
+        "reached": "num",
+        "tokens_to_target": "int",
+        "tokens_ratio": "num",
+        "paper_tokens_ratio": "num",
+    }
+    t = Table(
+        name,
+        "Sample efficiency: training tokens to reach tied's final periodic validation loss (the "
+        "in-training evaluation on a fixed subset of validation windows, not the evaluation's "
+        "val_loss); reached: fraction of seeds that reach it; tokens_ratio: tied's tokens over "
+        "the variant's (> 1 = fewer tokens than tied, better)",
+        CONFIG_LABELS,
+        cols,
+    )
+    for scale, vocab, variant, cells, tied in seed_paired_variants(ctx.inp):
+        row = t.add_row(
+            f"{scale}/{vocab}/{variant}",
+            scale=scale,
+            vocab=vocab,
+            variant=variant,
+            seeds=len(cells),
+            **ctx.basis([*tied, *cells]),
+        )
+        for col, field_ in (
+            ("tied_tokens", "baseline/tokens"),
+            ("target_periodic_loss", "baseline/target_val_loss"),
+            ("final_periodic_loss", "final_val_loss"),
+            ("reached", "reached"),
+            ("tokens_to_target", "tokens_interpolated"),
+            ("tokens_ratio", "ratio_interpolated"),
+        ):
+            t.set(row, col, ValueSpec("mean", _sample_efficiency_sources(ctx.docs, cells, field_)))
+        ctx.set_paper(t, row)
+    return t
+
+
+def paper_vs_ours(ctx: Context, name: str) -> Table:
+    """The paper's point figures (the tables' `paper_*` cells, for every scale it reports)
+    beside ours: the same table's cell, empty where that scale was not run."""
+    t = Table(
+        name,
+        "The paper's reported figures beside ours at the same scale (ours empty where that scale "
+        f"was not trained); train_tokens and evidence: what ours rests on; {GAIN_CONVENTION}",
+        ["table", "scale", "variant", "quantity", *BASIS_COLUMNS],
+        {"paper": "num", "ours": "num", "difference": "num"},
+    )
+    for fig in ctx.figures:
+        ours, basis = None, {}
+        if fig.table in ctx.tables and fig.row in ctx.tables[fig.table].rows:
+            ours = ctx.tables[fig.table].specs.get((fig.row, fig.quantity))
+            basis = {c: ctx.tables[fig.table].rows[fig.row].get(c) for c in BASIS_COLUMNS}
+        row = t.add_row(
+            f"{fig.table}/{fig.scale}/{fig.key}/{fig.quantity}",
+            table=fig.table,
+            scale=fig.scale,
+            variant=fig.key,
+            quantity=fig.quantity,
+            **(basis if ours is not None else {}),
+        )
+        t.set(row, "paper", fig.spec)
+        t.set(row, "ours", ours)
+        if ours is not None:
+            t.set(row, "difference", ValueSpec("diff_of", parts=(fig.spec, ours)))
+    return t
+
+
+# the columns of the metrics table (one row per cell and seed), those the evaluations yield
+METRICS_COLUMNS = (
+    "val_loss",
+    "val_ppl",
+    "val_bpb",
+    "val_targets",
+    "wikitext_ppl",
+    "lambada_ppl",
+    "downstream_mean_acc",
+    "val_loss_gain",
+    "val_ppl_gain",
+    "wikitext_ppl_gain",
+    "lambada_ppl_gain",
+    "downstream_gain_points",
+)
+
+
+def metrics_table(ctx: Context, name: str) -> Table:
+    """The flat per-cell metrics of the study (DVC's `metrics:` file, rendered as JSON too).
+
+    One row per trained cell (scale/vocab/variant/seed<k>, seeds not averaged): validation
+    loss, perplexity and bits per byte, WikiText-103 and LAMBADA perplexity, mean downstream
+    accuracy, and the gains over the tied cell of the same scale, vocabulary and seed; each
+    column built as the main table builds it (leviathan.report.columns.EvalColumns)."""
+    evals = EvalColumns(ctx.inp, ctx.docs)
+    t = Table(
+        name,
+        "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
+        f"scale, vocabulary and seed; {GAIN_CONVENTION}",
+        ["scale", "vocab", "variant", "seed", *BASIS_COLUMNS],
+        evals.kinds(METRICS_COLUMNS),
+    )
+    groups = ctx.inp.all_cells()
+    for (scale, vocab, variant), cells in groups.items():
+        tied_by_seed = {c.seed: c for c in groups.get((scale, vocab, "tied"), [])}
+        for cell in cells:
+            row = t.add_row(
+                cell.key,
+                scale=scale,
+                vocab=vocab,
+                variant=variant,
+                seed=cell.seed,
+                **ctx.basis([cell]),
+            )
+            evals.set_values(t, row, [cell])
+            tied = tied_by_seed.get(cell.seed)
+            if tied is not None and variant != "tied":
+                evals.set_gains(t, row, [tied], [cell])
+    return t

@@ -1,0 +1,305 @@
+"""The provenance chain walk: from one file back to its data and code, re-verifying every hash.
+
+The chain, each link checked against the hash its consumer recorded:
+
+    evaluation JSON      it records the checkpoint's weights and state sha256 and its data inputs
+      -> checkpoint      model.safetensors.json: weights sha256, train/val shards
+        -> token shards  train.bin.json: shard sha256, raw corpus, vocabulary file
+          -> raw corpus        train.jsonl.zst.json
+          -> vocabulary file   the BPE file's sha256 (checked where it is in the cache here)
+
+An export (`leviathan export`, results/export/<cell>/) is walked the same way from its
+manifest model.safetensors.json: every file of the directory, then the checkpoint it came
+from and on down the chain. Every recorded git commit must exist in this checkout's history.
+Each check leaves a `Finding`; the walk never stops at the first failure.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from leviathan import layout
+from leviathan.io import read_json, sha256_file
+from leviathan.layout import STATE, WEIGHTS, manifest_path
+from leviathan.provenance import git
+from leviathan.report.cellmap import DocumentCache
+
+# the `kind`s of result files (evaluation outputs) that record their inputs: a chain to walk
+CHAINED_RESULT_KINDS = {"val", "wikitext", "lm_eval", "sample_efficiency", "word_counts"}
+
+
+class Status(enum.Enum):
+    OK = "ok  "
+    FAIL = "FAIL"
+    UNVERIFIED = "n/v "  # nothing wrong found, but it could not be checked here
+
+
+@dataclass(frozen=True)
+class Finding:
+    status: Status
+    depth: int  # the link's distance from what was audited
+    what: str
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not Status.FAIL
+
+    @property
+    def unverified(self) -> bool:
+        return self.status is Status.UNVERIFIED
+
+    def line(self) -> str:
+        return f"{self.status.value} {'  ' * self.depth}{self.what}" + (
+            f"  {self.detail}" if self.detail else ""
+        )
+
+
+@dataclass
+class ChainWalker:
+    root: Path = field(default_factory=Path.cwd)
+    findings: list[Finding] = field(default_factory=list)
+    _sha: dict[Path, str] = field(default_factory=dict)
+    _walked: set[Path] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.docs = DocumentCache(self.root)  # recorded paths resolve against the audit root
+
+    # ------------------------------------------------------------ findings
+    def record(self, status: Status, depth: int, what: str, detail: str = "") -> bool:
+        """Add a finding; whether it is not a failure."""
+        finding = Finding(status, depth, what, detail)
+        self.findings.append(finding)
+        return finding.ok
+
+    def passed(self, depth: int, what: str, detail: str = "") -> bool:
+        return self.record(Status.OK, depth, what, detail)
+
+    def failed(self, depth: int, what: str, detail: str = "") -> bool:
+        return self.record(Status.FAIL, depth, what, detail)
+
+    def unverifiable(self, depth: int, what: str, detail: str = "") -> bool:
+        return self.record(Status.UNVERIFIED, depth, what, detail)
+
+    @property
+    def failures(self) -> list[Finding]:
+        return [f for f in self.findings if not f.ok]
+
+    @property
+    def unverified(self) -> list[Finding]:
+        return [f for f in self.findings if f.unverified]
+
+    # ------------------------------------------------------------ primitives
+    def path(self, p: str | os.PathLike[str]) -> Path:
+        return self.docs.path(p)
+
+    def show(self, p: str | os.PathLike[str]) -> str:
+        """A path as printed: relative to the audit root where it lies inside it."""
+        path = self.path(p)
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def sha(self, p: Path) -> str:
+        if p not in self._sha:
+            self._sha[p] = sha256_file(p)
+        return self._sha[p]
+
+    def check_hash(
+        self, p: str | os.PathLike[str], recorded: str | None, where: str, depth: int
+    ) -> bool:
+        """Is the file's content the one `where` recorded?"""
+        path, shown = self.path(p), self.show(p)
+        if not path.is_file():
+            return self.failed(depth, shown, f"missing (recorded in {where})")
+        if not recorded:
+            return self.failed(depth, shown, f"no sha256 recorded in {where}")
+        actual = self.sha(path)
+        if actual != recorded:
+            return self.failed(
+                depth,
+                shown,
+                f"sha256 {actual[:12]} != {recorded[:12]} recorded in {where}: the file changed",
+            )
+        return self.passed(depth, shown, f"sha256 {actual[:12]}")
+
+    def check_commit(self, code: Mapping[str, Any] | None, where: str, depth: int) -> None:
+        commit = (code or {}).get("git_commit")
+        if not commit:
+            what, detail = (
+                f"code of {where}",
+                "no git commit recorded (not run from a git checkout)",
+            )
+            self.unverifiable(depth, what, detail)
+            return
+        exists = _commit_exists(commit)
+        what = f"code {commit[:12]}"
+        if exists is None:
+            self.unverifiable(depth, what, "not verifiable here (no git checkout)")
+        elif not exists:
+            hint = " (this is a shallow clone: git fetch --unshallow)" if _shallow() else ""
+            self.failed(
+                depth, what, f"recorded in {where}: no such commit in this repository{hint}"
+            )
+        elif (code or {}).get("git_dirty"):
+            self.unverifiable(depth, what, "commit exists, but the run had uncommitted changes")
+        else:
+            self.passed(depth, what, "commit exists")
+
+    # ------------------------------------------------------------ the chain
+    def walk(self, p: str | os.PathLike[str], depth: int, verified: str | None = None) -> None:
+        """Verify what `p` records about its own inputs (`verified`: the sha256 its consumer
+        recorded and that was just checked; the file's own manifest must agree with it)."""
+        path = self.path(p)
+        if path in self._walked:
+            return
+        self._walked.add(path)
+        mpath = manifest_path(path)
+        if mpath.is_file():
+            self.walk_manifest(path, read_json(mpath), depth, verified)
+        elif path.name == STATE:
+            self.walk_checkpoint_dir(path.parent, depth)
+        elif path.suffix == ".json":
+            doc = read_json(path)
+            if (
+                isinstance(doc, Mapping)
+                and doc.get("kind") in CHAINED_RESULT_KINDS
+                and "inputs" in doc
+            ):
+                self.walk_eval(path, doc, depth)
+
+    def walk_manifest(
+        self, path: Path, manifest: Mapping[str, Any], depth: int, verified: str | None = None
+    ) -> None:
+        mpath = self.show(manifest_path(path))
+        recorded = manifest.get("artifact", {}).get("sha256")
+        if verified is None or recorded != verified:  # else: the line above already says it
+            self.check_hash(path, recorded, f"its manifest {mpath}", depth)
+        self.check_commit(manifest.get("code"), mpath, depth + 1)
+        # the other files of a directory artifact
+        for name, sha in (manifest.get("files") or {}).items():
+            self.check_hash(path.parent / name, sha, f"its manifest {mpath}", depth + 1)
+        vocab = manifest.get("vocab")
+        if vocab and vocab.get("bpe_file"):
+            self.check_vocab_file(vocab, mpath, depth + 1)
+        for inp in manifest.get("inputs", []):
+            if self.check_hash(inp["path"], inp.get("sha256"), mpath, depth + 1):
+                self.walk(inp["path"], depth + 1, inp.get("sha256"))
+
+    def walk_checkpoint_dir(self, ckpt_dir: Path, depth: int, verified: str | None = None) -> None:
+        weights = ckpt_dir / WEIGHTS
+        mpath = manifest_path(weights)
+        if not mpath.is_file():
+            self.failed(
+                depth,
+                self.show(weights),
+                f"the checkpoint has no manifest {mpath.name}, so nothing records what it was "
+                "trained from: retrain the cell to record it",
+            )
+            return
+        manifest = read_json(mpath)
+        state = ckpt_dir / STATE  # the configs the tables' params/FLOPs read
+        if self.check_hash(state, manifest.get("state_sha256"), self.show(mpath), depth) and (
+            read_json(state).get("model_config") != manifest.get("model_config")
+        ):
+            self.failed(depth, self.show(state), f"model_config differs from {self.show(mpath)}")
+        self.walk(weights, depth, verified)
+
+    def walk_eval(self, path: Path, doc: Mapping[str, Any], depth: int) -> None:
+        depth, where = depth + 1, self.show(path)
+        self.check_commit(doc.get("code"), where, depth)
+        ckpt = doc.get("checkpoint")
+        if ckpt:
+            self.check_evaluated_checkpoint(path, ckpt, depth)
+        for inp in doc.get("inputs", []):
+            if self.check_hash(inp["path"], inp.get("sha256"), where, depth):
+                self.walk(inp["path"], depth, inp.get("sha256"))
+            if inp.get(
+                "checkpoint_sha256"
+            ):  # a run's metrics (sample efficiency): its final checkpoint
+                final = layout.final_dir(self.path(inp["path"]).parent)
+                if self.check_hash(final / WEIGHTS, inp["checkpoint_sha256"], where, depth):
+                    self.walk_checkpoint_dir(final, depth + 1, inp["checkpoint_sha256"])
+
+    def check_evaluated_checkpoint(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
+        """The checkpoint an evaluation records: of its cell, its files as recorded, then its chain."""
+        where = self.show(path)
+        self.check_cell_identity(path, ckpt, depth)
+        ckpt_dir = self.path(ckpt["path"])
+        self.check_hash(ckpt_dir / STATE, ckpt.get("state_sha256"), where, depth)
+        if ckpt.get("manifest"):  # the checkpoint's manifest as it was when evaluated
+            self.check_hash(ckpt["manifest"], ckpt.get("manifest_sha256"), where, depth)
+        elif "manifest" in ckpt:
+            self.failed(
+                depth, self.show(ckpt_dir), f"{where} evaluated a checkpoint without a manifest"
+            )
+        if self.check_hash(ckpt_dir / WEIGHTS, ckpt.get("sha256"), where, depth):
+            self.walk_checkpoint_dir(ckpt_dir, depth, ckpt.get("sha256"))
+
+    def check_cell_identity(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
+        """An evaluation under results/eval/<scale>/<vocab>/<variant>/seed<k>/ must be of that cell."""
+        sits_in = layout.eval_cell_key(path)
+        if sits_in is None:
+            return
+        recorded = layout.record_cell_key(ckpt)
+        if sits_in != recorded:
+            self.failed(
+                depth,
+                self.show(path),
+                f"evaluates the checkpoint of cell {recorded} "
+                f"but sits in {sits_in}'s directory (a copied or swapped evaluation)",
+            )
+
+    def check_vocab_file(self, vocab: Mapping[str, Any], where: str, depth: int) -> None:
+        from leviathan.data.tokenizers import cache_dir
+
+        bpe = cache_dir() / vocab["bpe_file"]
+        what = f"vocabulary {vocab.get('name')} ({vocab['bpe_file']})"
+        recorded = str(vocab.get("bpe_sha256"))[:12]
+        if not bpe.is_file():
+            self.unverifiable(
+                depth,
+                what,
+                f"not in this machine's cache ({bpe.parent}); recorded sha256 {recorded}",
+            )
+        elif self.sha(bpe) != vocab.get("bpe_sha256"):
+            self.failed(
+                depth, what, f"{bpe}: sha256 {self.sha(bpe)[:12]} != {recorded} recorded in {where}"
+            )
+        else:
+            self.passed(depth, what, f"sha256 {self.sha(bpe)[:12]}")
+
+    def audit_artifact(self, p: str | os.PathLike[str]) -> None:
+        """The chain behind one artifact with a manifest (a directory means its
+        model.safetensors: a checkpoint or a `leviathan export` directory)."""
+        path = self.path(p)
+        if path.is_dir():
+            path = path / WEIGHTS
+        if not manifest_path(path).is_file():
+            self.failed(
+                0,
+                self.show(path),
+                f"no manifest {manifest_path(path).name}: not a pipeline artifact (or not finished)",
+            )
+            return
+        self.walk(path, 0)
+
+
+@cache
+def _shallow() -> bool:
+    return git("rev-parse", "--is-shallow-repository") == "true"
+
+
+@cache
+def _commit_exists(commit: str) -> bool | None:
+    """Whether this checkout's history has `commit` (None: not a git checkout here)."""
+    if git("rev-parse", "--git-dir") is None:
+        return None
+    return git("cat-file", "-e", f"{commit}^{{commit}}") is not None

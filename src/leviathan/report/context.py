@@ -1,0 +1,96 @@
+"""What the report's tables are built from: the configured studies grouped into configurations,
+the files read, the paper's figures, and the tables built so far."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from leviathan.paper import Paper
+from leviathan.report.basis import SmokePolicy, basis_labels
+from leviathan.report.cellmap import DocumentCache
+from leviathan.report.paper_figures import PaperFigure
+from leviathan.report.table import Table
+from leviathan.workflow.grid import Cell, study_cells
+
+# (scale, vocab, variant) -> its cells, one per seed: a configuration, its seeds averaged
+Configurations = dict[tuple[str, str, str], list[Cell]]
+
+
+def variant_order() -> list[str]:
+    """The variants in the registry's order (tied first); imported here, not at parse time of the workflow."""
+    from leviathan.model.variants import VARIANTS
+
+    return list(VARIANTS)
+
+
+def _report_order(c: Cell) -> tuple[Any, ...]:
+    from leviathan.scales import SCALES
+
+    scales, variants = list(SCALES), variant_order()
+    return (
+        scales.index(c.scale) if c.scale in scales else len(scales),
+        c.scale,
+        c.vocab,
+        variants.index(c.variant) if c.variant in variants else len(variants),
+        c.variant,
+        c.seed,
+    )
+
+
+def configurations(cells: Iterable[Cell]) -> Configurations:
+    """Cells by (scale, vocab, variant), tied first: seeds of one configuration are averaged."""
+    out: dict[tuple[str, str, str], list[Cell]] = defaultdict(list)
+    for c in sorted(set(cells), key=_report_order):
+        out[c.scale, c.vocab, c.variant].append(c)
+    return dict(out)
+
+
+def seeded(groups: Configurations) -> bool:
+    """Whether any configuration has 2 or more seeds: its tables then give 95% CIs."""
+    return any(len(cells) >= 2 for cells in groups.values())
+
+
+def tied_and_leviathan(groups: Configurations) -> list[tuple[str, str]]:
+    """The (scale, vocab) of a study with both a leviathan and a tied configuration."""
+    return sorted(
+        {(s, v) for (s, v, var) in groups if var == "leviathan" and (s, v, "tied") in groups}
+    )
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    studies: Mapping[str, Mapping[str, Any]]
+    evals: Sequence[str]  # enabled evaluation kinds (val always)
+    paper_path: str  # config/paper_reported.yaml as recorded
+    smoke: SmokePolicy = field(default_factory=SmokePolicy.default)  # report.smoke_test
+
+    def study(self, name: str) -> Configurations:
+        return configurations(study_cells(self.studies[name])) if name in self.studies else {}
+
+    def all_cells(self) -> Configurations:
+        return configurations(c for s in self.studies.values() for c in study_cells(s))
+
+
+@dataclass
+class Context:
+    """What a table is built from: the inputs, the files read, the paper's figures, and the
+    tables built before it (in the registry's order)."""
+
+    inp: ReportInputs
+    docs: DocumentCache
+    paper: Paper
+    figures: list[PaperFigure]
+    tables: dict[str, Table] = field(default_factory=dict)
+
+    def basis(self, cells: Sequence[Cell]) -> dict[str, str]:
+        """The BASIS_COLUMNS labels of a row read from `cells`."""
+        return basis_labels(cells, self.docs, self.inp.smoke)
+
+    def set_paper(self, t: Table, row: str) -> None:
+        """The paper's figures for one of our rows, in its `paper_*` columns."""
+        for fig in self.figures:
+            if (fig.table, fig.row) == (t.name, row):
+                t.set(row, f"paper_{fig.quantity}", fig.spec)

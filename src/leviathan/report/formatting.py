@@ -1,0 +1,171 @@
+"""How a table is shown: its numbers as text, its Markdown, LaTeX and (metrics table) JSON.
+
+The CSV keeps full precision; every rendering here is a function of the CSV's frame alone, so
+`leviathan audit` can re-render a table and compare it with the file.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from leviathan.report.table import STAND_IN_COLUMN, Table, missing, smoke_rows, stand_in_rows
+
+# column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals, "pct" a fraction in %,
+# "points" already in percent/points, "int" an integer count, "ppl" 2 decimals
+FORMATS = {
+    "loss": "{:.4f}",
+    "ppl": "{:.2f}",
+    "pct": "{:+.2f}%",
+    "points": "{:.1f}",
+    "dpoints": "{:+.1f}",
+    "int": "{:,.0f}",
+    "num": "{:.4g}",
+}
+# A column's 95% confidence half-width over seeds (`<column>_ci95`, Student t; paired by seed for a
+# gain over tied) is shown as "±" in the column's own format.
+CI_FORMAT = {
+    "loss": "±{:.4f}",
+    "ppl": "±{:.2f}",
+    "pct": "±{:.2f}%",
+    "points": "±{:.1f}",
+    "dpoints": "±{:.1f}",
+    "num": "±{:.4g}",
+    "int": "±{:,.0f}",
+}
+# The Markdown and LaTeX renderings mark values computed on offline stand-in data (the table's
+# STAND_IN_COLUMN) with STAND_IN_MARK and say why.
+STAND_IN_MARK = "\u2020"
+STAND_IN_NOTE = (
+    f"{STAND_IN_MARK} computed on the offline stand-in data (workflow/resources/smoke/, a few "
+    "hand-written examples that check the pipeline runs): not the benchmark, not comparable "
+    "to the paper's figures."
+)
+STAND_IN_KEY = "stand_in"  # DVC metrics computed on offline stand-in data sit under this key
+
+
+def format_value(value: Any, kind: str) -> str:
+    """A number as its column's format kind shows it ("-" where it is missing)."""
+    if missing(value):
+        return "-"
+    ci = kind.startswith("ci_")
+    base = kind.removeprefix("ci_")
+    fmt = CI_FORMAT[base] if ci else FORMATS[base]
+    return fmt.format(100.0 * value if base == "pct" else value)
+
+
+def _label(value: Any) -> Any:
+    if missing(value):
+        return "-"
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame as text for Markdown/LaTeX (the CSV keeps full precision); values computed on
+    stand-in data carry STAND_IN_MARK."""
+    out = frame.drop(columns=["row", STAND_IN_COLUMN], errors="ignore").copy().astype(object)
+    for col in table.label_columns:  # an empty label (e.g. the paper's row) as "-", counts as ints
+        out[col] = [_label(v) for v in out[col]]
+    marked = stand_in_rows(frame)
+    for col, kind in table.columns.items():
+        out[col] = [
+            format_value(v, kind)
+            + (STAND_IN_MARK if col in m and format_value(v, kind) != "-" else "")
+            for v, m in zip(frame[col], marked, strict=True)
+        ]
+    return out
+
+
+_TEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def tex_escape(text: str) -> str:
+    """Text for LaTeX: special characters escaped, >= and <= as math (no OT1 font surprises)."""
+    out = "".join(_TEX_SPECIAL.get(ch, ch) for ch in str(text))
+    return (
+        out.replace(">=", r"$\geq$")
+        .replace("<=", r"$\leq$")
+        .replace(">", r"$>$")
+        .replace("<", r"$<$")
+    )
+
+
+def _smoke_banner(table: Table, frame: pd.DataFrame) -> str:
+    """The smoke-test statement of a table with smoke-test rows ("" if none)."""
+    n = sum(smoke_rows(frame))
+    if not n:
+        return ""
+    return f"SMOKE TEST: {n} of {len(frame)} row(s) are not evidence. {table.smoke_note}"
+
+
+def _latex(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> str:
+    escaped = text.map(tex_escape).rename(columns=tex_escape)
+    body = escaped.to_latex(
+        index=False,
+        escape=False,
+        column_format="l" * len(table.label_columns) + "r" * len(table.columns),
+    )
+    caption = tex_escape(" ".join(filter(None, [smoke, table.title])))
+    caption += " " + tex_escape(STAND_IN_NOTE) if stand_in else ""
+    return (
+        "\\begin{table}[t]\n\\centering\n\\small\n"
+        f"\\caption{{{caption}}}\n\\label{{tab:{table.name.replace('_', '-')}}}\n"
+        f"{body}\\end{{table}}\n"
+    )
+
+
+def _markdown(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> str:
+    note = "Values from the evaluation outputs; `-`: not applicable or not run. Full precision: the CSV."
+    if stand_in:
+        note = f"**{STAND_IN_NOTE}**\n\n{note}"
+    head = f"# {table.title}\n\n" + (f"**{smoke}**\n\n" if smoke else "")
+    return f"{head}{text.to_markdown(index=False, disable_numparse=True)}\n\n{note}\n"
+
+
+def dvc_metrics(table: Table, frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """The metrics table as one document per cell (row id -> document), each one row of
+    `dvc metrics show`: what it rests on (`evidence`: smoke test or full run, `train_tokens`), then
+    its numbers; those computed on offline stand-in data under `stand_in.` (so the column says
+    so), empty values left out."""
+    columns = [c for c in frame.columns if c in table.columns]  # (manifests sort their keys)
+    out: dict[str, dict[str, Any]] = {}
+    for record, stand_in in zip(frame.to_dict("records"), stand_in_rows(frame), strict=True):
+        doc: dict[str, Any] = {
+            "evidence": record["evidence"],
+            "train_tokens": int(str(record["train_tokens"]).replace(",", "")),
+        }
+        for col in columns:
+            if not missing(record[col]):
+                where = doc.setdefault(STAND_IN_KEY, {}) if col in stand_in else doc
+                where[col] = float(record[col])
+        out[str(record["row"])] = doc
+    return out
+
+
+def _json(table: Table, frame: pd.DataFrame) -> str:
+    """{row: its DVC metrics document} (`dvc_metrics`): the per-cell files, in one file."""
+    return json.dumps(dvc_metrics(table, frame), indent=2, sort_keys=False) + "\n"
+
+
+def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
+    """The Markdown ("md"), LaTeX ("tex") or, for the metrics table, JSON ("json") text of a
+    table's frame (as read from its CSV)."""
+    if fmt == "json":
+        return _json(table, frame)
+    text = rendered(table, frame)
+    stand_in = any(stand_in_rows(frame))
+    smoke = _smoke_banner(table, frame)
+    return (_markdown if fmt == "md" else _latex)(table, text, stand_in, smoke)

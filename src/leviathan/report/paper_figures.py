@@ -1,0 +1,102 @@
+"""Where the paper's reported figures sit in our tables (config/paper_reported.yaml, through
+`leviathan.paper.Paper`): each point figure as a value of the table, row and column it compares
+with (the tables' `paper_*` columns and the rows of paper_vs_ours)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from leviathan.paper import Paper
+from leviathan.report.cellmap import Source, ValueSpec
+
+PAPER_TASKS = ["hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande", "lambada_openai"]
+PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
+# main-table column -> the paper's key for it under `main.<scale>.<variant>` (paper_reported.yaml)
+# and the op that gives our column's quantity: the paper states its val PPL change (negative =
+# better); our val_ppl_gain is its negative (GAIN_CONVENTION: positive = better)
+MAIN_PAPER_FIGURES = {
+    "val_loss": ("val_loss", "mean"),
+    "val_ppl": ("val_ppl", "mean"),
+    "val_ppl_gain": ("val_ppl_change", "neg"),
+    "wikitext_ppl_gain": ("wikitext103_ppl_gain", "mean"),
+    "lambada_ppl_gain": ("lambada_ppl_gain", "mean"),
+}
+
+
+def paper_value(paper: Paper, *keys: str | int, op: str = "mean") -> ValueSpec | None:
+    """A reported figure as a table value (config/paper_reported.yaml is recorded and hashed like any
+    input); None where the paper does not report it."""
+    pointer = paper.pointer(*keys)
+    return ValueSpec(op, (Source(paper.path, pointer),)) if pointer else None
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """A point figure of the paper and where it sits in our tables: column `paper_<quantity>`
+    of row `<scale>/o200k_base/<key>` of `table` (key: a variant, or a frequency bucket)."""
+
+    table: str
+    scale: str
+    key: str
+    quantity: str
+    spec: ValueSpec
+
+    @property
+    def row(self) -> str:
+        return f"{self.scale}/{PAPER_MAIN_VOCAB}/{self.key}"
+
+
+# the paper's frequency figures -> (our bucket label, column); its "> 1M" is our ">=1000000"
+FREQUENCY_PAPER_FIGURES = {
+    "bucket_1_9_ppl_gain": ("1-9", "ppl_gain"),
+    "bucket_1_9_loss_gain_nats": ("1-9", "loss_gain_nats"),
+    "bucket_over_1m_gain": (">=1000000", "ppl_gain"),
+}
+# the paper's cost figures of a scale (leviathan vs tied) -> cost-table column
+COST_PAPER_FIGURES = {"param_overhead": "params_overhead", "flop_overhead": "flops_overhead"}
+ABLATION_PAPER_FIGURES = ("val_loss", "gain", "params")
+
+
+def paper_figures(paper: Paper) -> list[PaperFigure]:
+    """Every point figure of the paper beside the cell of ours it compares with: the tables'
+    `paper_*` values and the rows of paper_vs_ours. A table's figures are the section of the
+    same name in config/paper_reported.yaml. (Its vocabulary study is a range over
+    vocabularies, not a point: the vocabulary table shows it on every row.)"""
+    out: list[PaperFigure] = []
+
+    def add(table: str, scale: str, key: str, quantity: str, *path: str, op: str = "mean") -> None:
+        spec = paper_value(paper, table, scale, *path, op=op)
+        if spec is not None:
+            out.append(PaperFigure(table, scale, key, quantity, spec))
+
+    for scale in paper.scales("main"):
+        for variant, figs in paper.main(scale).items():
+            if not isinstance(figs, Mapping):
+                continue  # the scale's training tokens
+            for col, (key, op) in MAIN_PAPER_FIGURES.items():
+                add("main", scale, variant, col, variant, key, op=op)
+    for scale in paper.scales("ablation"):
+        for variant in paper.ablation(scale):
+            for col in ABLATION_PAPER_FIGURES:
+                add("ablation", scale, variant, col, variant, col)
+    for scale in paper.scales("downstream"):
+        for variant, accuracies in paper.downstream(scale).items():
+            if not isinstance(accuracies, Mapping):
+                continue  # the mean of the per-task accuracies (it states only the mean gain)
+            tasks = [paper_value(paper, "downstream", scale, variant, t) for t in PAPER_TASKS]
+            if all(tasks):
+                sources = tuple(s for spec in tasks for s in spec.sources)  # type: ignore[union-attr]
+                out.append(
+                    PaperFigure("downstream", scale, variant, "mean", ValueSpec("mean", sources))
+                )
+        add("downstream", scale, "leviathan", "gain_points", "mean_gain_points")
+    for scale in paper.scales("frequency"):
+        for key, (bucket, col) in FREQUENCY_PAPER_FIGURES.items():
+            add("frequency", scale, bucket, col, key)
+    for scale in paper.scales("cost"):
+        for key, col in COST_PAPER_FIGURES.items():
+            add("cost", scale, "leviathan", col, key)
+    for scale in paper.scales("sample_efficiency"):
+        add("sample_efficiency", scale, "leviathan", "tokens_ratio", "tokens_ratio")
+    return out

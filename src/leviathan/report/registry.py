@@ -1,0 +1,101 @@
+"""The registry of the report's tables: each declared once (`TableDef`), with when the configured
+studies yield it, how it is built and the files it is written to. The report rule's outputs
+and the report itself both read it.
+
+Tables (the paper's, SPEC section 6): main, downstream, ablation, vocabulary, frequency,
+sample_efficiency, cost, paper_vs_ours (every reported figure beside ours, where we trained
+that scale) and metrics (per cell and seed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from leviathan import layout
+from leviathan.paper import Paper
+from leviathan.report.builders import (
+    ablation_table,
+    cost_table,
+    downstream_table,
+    frequency_table,
+    main_table,
+    metrics_table,
+    paper_vs_ours,
+    sample_efficiency_table,
+    seed_paired_variants,
+    vocabulary_table,
+)
+from leviathan.report.cellmap import DocumentCache
+from leviathan.report.context import Context, ReportInputs, tied_and_leviathan
+from leviathan.report.paper_figures import paper_figures
+from leviathan.report.table import Table
+
+
+@dataclass(frozen=True)
+class TableDef:
+    """A report table: when the configured studies yield it, how it is built, its files."""
+
+    name: str
+    applies: Callable[[ReportInputs], bool]
+    build: Callable[[Context, str], Table]
+    formats: tuple[str, ...] = layout.TABLE_FORMATS  # the CSV and its renderings
+
+
+def _always(inp: ReportInputs) -> bool:
+    return True
+
+
+# every table, in report order (a table is built after those it reads, paper_vs_ours last but one)
+TABLES: dict[str, TableDef] = {
+    d.name: d
+    for d in [
+        TableDef("main", lambda inp: bool(inp.study("main")), main_table),
+        TableDef(
+            "downstream",
+            lambda inp: bool(inp.study("main")) and "lm_eval" in inp.evals,
+            downstream_table,
+        ),
+        TableDef("ablation", lambda inp: bool(inp.study("ablation")), ablation_table),
+        TableDef(
+            "vocabulary",
+            lambda inp: bool(tied_and_leviathan(inp.study("vocabulary"))),
+            vocabulary_table,
+        ),
+        TableDef(
+            "frequency", lambda inp: bool(tied_and_leviathan(inp.all_cells())), frequency_table
+        ),
+        TableDef(
+            "sample_efficiency",
+            lambda inp: bool(seed_paired_variants(inp)),
+            sample_efficiency_table,
+        ),
+        TableDef("cost", _always, cost_table),
+        TableDef("paper_vs_ours", _always, paper_vs_ours),
+        # per cell and seed, flat; also JSON for DVC's `metrics:` (leviathan.report.formatting.render)
+        TableDef("metrics", _always, metrics_table, (*layout.TABLE_FORMATS, "json")),
+    ]
+}
+
+
+def table_names(inp: ReportInputs) -> list[str]:
+    """The tables a config yields (the report rule declares exactly these as outputs)."""
+    return [name for name, d in TABLES.items() if d.applies(inp)]
+
+
+def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
+    """Every table the configured studies yield, in report order."""
+    paper = Paper(docs.get(inp.paper_path), inp.paper_path)
+    ctx = Context(inp, docs, paper, paper_figures(paper))
+    for name in table_names(inp):
+        ctx.tables[name] = TABLES[name].build(ctx, name)
+        ctx.tables[name].smoke_note = inp.smoke.note()
+    return ctx.tables
+
+
+def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
+    """A table's files: the CSV and its renderings (its TableDef's formats)."""
+    formats = TABLES[name].formats if name in TABLES else TableDef.formats
+    return layout.table_files(out_dir, name, formats)
