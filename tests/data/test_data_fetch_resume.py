@@ -11,11 +11,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from leviathan.data.corpus import Document, hash_split, limit, read_documents, write_corpus
+from leviathan.data.corpus import Document, hash_split, limit, write_corpus
 from leviathan.data.fetch import fetch_text
 from leviathan.layout import corpus_file, fetch_state, partial_corpus_file
 from leviathan.manifest import read_manifest
@@ -68,7 +69,9 @@ def _stats(out: Path) -> dict[str, dict[str, object]]:
 
 
 def test_sigkilled_fetch_resumes_to_the_same_bytes(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    corpus_documents: Callable[[Path], list[Document]],
 ) -> None:
     src, docs, max_bytes = _source(tmp_path)
     ref = tmp_path / "ref"
@@ -104,7 +107,7 @@ def test_sigkilled_fetch_resumes_to_the_same_bytes(
         if doc.text.strip():
             expected[split].append((doc.id, doc.text.replace("\udcff", "\ufffd")))
     for split in ("train", "val"):
-        back = [(d.id, d.text) for d in read_documents(corpus_file(out, split))]
+        back = [(d.id, d.text) for d in corpus_documents(corpus_file(out, split))]
         assert back == expected[split]
     assert _stats(out)["train"]["replaced_chars"] + _stats(out)["val"]["replaced_chars"] == 1
 

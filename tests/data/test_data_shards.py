@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zstandard
 
-from leviathan.data.corpus import CorpusError, read_documents
+from leviathan.data.corpus import CorpusError, Document
 from leviathan.data.counts import count_shard, counts_from_shard, load_counts
 from leviathan.data.prepare import tokenize_corpus
 from leviathan.data.shards import ShardError, open_shard
@@ -20,12 +21,14 @@ from leviathan.layout import manifest_path
 from leviathan.manifest import read_manifest
 
 
-def test_o200k_shards_match_the_corpus(embedded_corpus: Path, o200k_shards: Path) -> None:
+def test_o200k_shards_match_the_corpus(
+    embedded_corpus: Path, o200k_shards: Path, corpus_documents: Callable[[Path], list[Document]]
+) -> None:
     tok = load_tokenizer("o200k_base")
     for split in ("train", "val"):
         shard = open_shard(o200k_shards / f"{split}.bin", vocab="o200k_base", verify_sha256=True)
         m = shard.manifest
-        docs = list(read_documents(embedded_corpus / f"{split}.jsonl.zst"))
+        docs = corpus_documents(embedded_corpus / f"{split}.jsonl.zst")
         assert shard.tokens.dtype == np.uint32 and m["dtype"] == "uint32"
         assert m["documents"] == len(docs) == int((shard.tokens == tok.spec.eot_id).sum())
         assert m["vocab"] == {
