@@ -155,9 +155,11 @@ def test_embedded_is_deterministic_and_parallel_safe() -> None:
     root = Path(sysconfig.get_paths()["stdlib"]) / "email"
     serial = list(embedded_documents(root, workers=1))
     parallel = list(embedded_documents(root, workers=2))
-    assert serial == parallel and len(serial) > 10
+    assert serial == parallel
+    assert len(serial) > 10
     files = stdlib_files(root)
-    assert files == sorted(files) and not any("test" in p.parts for p in files)
+    assert files == sorted(files)
+    assert not any("test" in p.parts for p in files)
 
 
 def test_module_text_extracts_docstrings_and_comments(tmp_path: Path) -> None:
@@ -189,17 +191,22 @@ def test_manifest_carries_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyP
     config = {"b": [1, 2], "a": {"y": 1, "x": None}}
     m = write_manifest(art, kind="tokens", config=config, started=started, device="cpu")
     assert read_manifest(art) == m
-    assert m["artifact"]["sha256"] == sha256_file(art) and m["artifact"]["path"] == str(art)
+    assert m["artifact"]["sha256"] == sha256_file(art)
+    assert m["artifact"]["path"] == str(art)
     assert m["code"].keys() == {"leviathan", "git_commit", "git_dirty"}
     env = m["env"]
-    assert env["slurm_job_id"] == "4242" and env["device"] == "cpu"
+    assert env["slurm_job_id"] == "4242"
+    assert env["device"] == "cpu"
     assert {"python", "torch", "cuda", "host"} <= env.keys()
     assert set(provenance.PACKAGES) <= env["packages"].keys()
-    assert env["packages"]["numpy"] and env["packages"]["torch"]  # installed here
+    assert env["packages"]["numpy"]
+    assert env["packages"]["torch"]  # installed here
     assert m["config"] == config
     assert m["config_sha256"] == provenance.config_sha256({"a": {"x": None, "y": 1}, "b": [1, 2]})
     t0, t1 = (dt.datetime.fromisoformat(m[k]) for k in ("started_utc", "finished_utc"))
-    assert t1.tzinfo is not None and t0 <= t1 and (t1 - t0).total_seconds() >= 4
+    assert t1.tzinfo is not None
+    assert t0 <= t1
+    assert (t1 - t0).total_seconds() >= 4
     assert m["created_utc"] == m["finished_utc"]
     with pytest.raises(ValueError, match="reserved"):
         write_manifest(art, kind="tokens", fields={"finished_utc": "x"})
@@ -210,8 +217,10 @@ def test_manifest_without_config_or_start(tmp_path: Path, monkeypatch: pytest.Mo
     art = tmp_path / "x.bin"
     art.write_bytes(b"abc")
     m = write_manifest(art, kind="tokens")
-    assert "config" not in m and "config_sha256" not in m
-    assert m["started_utc"] is None and m["finished_utc"]
+    assert "config" not in m
+    assert "config_sha256" not in m
+    assert m["started_utc"] is None
+    assert m["finished_utc"]
     assert m["env"]["slurm_job_id"] is None
 
 
@@ -232,7 +241,8 @@ def test_recorded_path_and_recorded_sha256(tmp_path: Path) -> None:
     (tmp / "w.bin").write_bytes(b"weights")
     m = write_manifest(tmp / "w.bin", kind="checkpoint", recorded_path=final / "w.bin")
     assert (tmp / "w.bin.json").is_file()  # written where the artifact is now
-    assert m["artifact"]["path"] == str(final / "w.bin") and m["artifact"]["name"] == "w.bin"
+    assert m["artifact"]["path"] == str(final / "w.bin")
+    assert m["artifact"]["name"] == "w.bin"
     tmp.rename(final)
     assert recorded_sha256(final / "w.bin") == sha256_file(final / "w.bin")
     # the manifest's hash is used as recorded (not re-read); without one (or of another kind) it is computed

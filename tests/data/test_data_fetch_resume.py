@@ -90,7 +90,8 @@ def test_sigkilled_fetch_resumes_to_the_same_bytes(
         time.sleep(0.01)
     os.kill(child.pid, signal.SIGKILL)
     assert child.wait() == -signal.SIGKILL, "the fetch finished before it could be killed"
-    assert not corpus_file(out, "train").exists() and partial_corpus_file(out, "train").is_file()
+    assert not corpus_file(out, "train").exists()
+    assert partial_corpus_file(out, "train").is_file()
     done = json.loads(state.read_text())["splits"]
     assert 0 < sum(s["consumed"] for s in done.values()) < len(docs)
 
@@ -99,7 +100,8 @@ def test_sigkilled_fetch_resumes_to_the_same_bytes(
     assert "resuming the fetch" in caplog.text
     assert _files(out) == _files(ref)
     assert _stats(out) == _stats(ref)
-    assert not state.exists() and not partial_corpus_file(out, "train").exists()
+    assert not state.exists()
+    assert not partial_corpus_file(out, "train").exists()
 
     # independent reference: the documents a plain limit + hash split of the source gives
     expected: dict[str, list[tuple[str, str]]] = {"train": [], "val": []}

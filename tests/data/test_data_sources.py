@@ -78,10 +78,10 @@ def test_hf_streaming_json_with_split_mapping(tmp_path: Path, texts: Texts) -> N
     manifests = fetch_hf(out, {"test": spec}, limits=(5, None))
     assert texts(out, "test") == [f"train row {i}" for i in range(5)]
     src = manifests["test"]["source"]["splits"]["test"]
-    assert src["dataset"] == "json" and src["limits"]["max_docs"] == 5
-    assert src["commit_sha"] is None and manifests["test"]["inputs"][0]["path"].endswith(
-        "train.jsonl"
-    )
+    assert src["dataset"] == "json"
+    assert src["limits"]["max_docs"] == 5
+    assert src["commit_sha"] is None
+    assert manifests["test"]["inputs"][0]["path"].endswith("train.jsonl")
 
 
 def test_hf_streaming_text_builder_hash_split(tmp_path: Path, texts: Texts) -> None:
@@ -127,7 +127,8 @@ def test_pile_through_datasets_streaming(tmp_path: Path, texts: Texts) -> None:
     assert texts(out, "train") == [f"t doc {i}" for i in range(5)]
     assert texts(out, "val") == [f"v doc {i}" for i in range(3)]
     src = manifests["val"]["source"]
-    assert src["kind"] == "pile-hf" and src["splits"]["val"]["split"] == "validation"
+    assert src["kind"] == "pile-hf"
+    assert src["splits"]["val"]["split"] == "validation"
     with pytest.raises(CorpusError, match="split names"):
         fetch_pile(tmp_path / "c2", dataset=str(root), val_split="test")
 
