@@ -8,7 +8,7 @@ materialize (V ids, D): the floor is the two parts no implementation can skip:
   pass     one elementwise pass over the V x h x d_seed x r spline factors: an in-place
            multiply of a [n, h, d_seed, r] fp32 block, repeated V / n times (each factor
            read and written once; n = --pass-ids, so a block is well beyond cache).
-  plain    today's path (torch ops, log space: `spline_product(kernel="plain")`);
+  plain    the torch path (torch ops, log space: `spline_product(kernel="plain")`);
   new      the default path (the fused native kernel on CPU).
 train (the distinct ids of a batch, U): LEV forward + backward (`lev(ids).backward(g)`)
   with the plain and the new spline product; its floor is the out-projection's three
@@ -87,7 +87,7 @@ def materialize_bench(lev: LEV, repeats: int, block_ids: int) -> dict[str, float
 @torch.no_grad()
 def _coordinates(lev: LEV, chunk: int = MATERIALIZE_CHUNK) -> None:
     """LEV steps 1-3 (codebooks, head projection, LayerNorm, sigmoid) for every id, chunked as
-    materialize() chunks them: work materialize() does that the issue's floor leaves out."""
+    materialize() chunks them: work materialize() does that the floor leaves out."""
     for start in range(0, lev.vocab_size, chunk):
         lev.coordinates(lev.codebooks(torch.arange(start, min(lev.vocab_size, start + chunk))))
 
