@@ -8,10 +8,10 @@ materialize (V ids, D): the floor is the two parts no implementation can skip:
   pass     one elementwise pass over the V x h x d_seed x r spline factors: an in-place
            multiply of a [n, h, d_seed, r] fp32 block, repeated V / n times (each factor
            read and written once; n = --pass-ids, so a block is well beyond cache).
-  plain    today's path (torch ops, log space: `spline_product(kernel="plain")`);
-  new      the default path (the fused native kernel on CPU).
+  plain    the torch path (torch ops, log space: `spline_product(kernel="plain")`);
+  auto     the default path (`kernel="auto"`: the fused native kernel on CPU).
 train (the distinct ids of a batch, U): LEV forward + backward (`lev(ids).backward(g)`)
-  with the plain and the new spline product; its floor is the out-projection's three
+  with the plain and the auto spline product; its floor is the out-projection's three
   matmuls (forward, d input, d weight) on [U, h r] plus two elementwise passes over the
   U x h x d_seed x r factors (one forward, one backward).
 
@@ -87,7 +87,7 @@ def materialize_bench(lev: LEV, repeats: int, block_ids: int) -> dict[str, float
 @torch.no_grad()
 def _coordinates(lev: LEV, chunk: int = MATERIALIZE_CHUNK) -> None:
     """LEV steps 1-3 (codebooks, head projection, LayerNorm, sigmoid) for every id, chunked as
-    materialize() chunks them: work materialize() does that the issue's floor leaves out."""
+    materialize() chunks them: work materialize() does that the floor leaves out."""
     for start in range(0, lev.vocab_size, chunk):
         lev.coordinates(lev.codebooks(torch.arange(start, min(lev.vocab_size, start + chunk))))
 
@@ -133,7 +133,7 @@ def _ratios(t: dict[str, float], *floor_parts: str) -> dict[str, float]:
         **{f"{k}_s": v for k, v in t.items()},
         "floor_s": floor,
         "plain_over_floor": t["plain"] / floor,
-        "new_over_floor": t["auto"] / floor,
+        "auto_over_floor": t["auto"] / floor,
         "speedup": t["plain"] / t["auto"],
     }
 
@@ -170,7 +170,7 @@ def main() -> None:
         print(
             f"{what:11s} floor {r['floor_s']:.3f} s (matmul {r['floor_matmul_s']:.3f} + pass "
             f"{r['floor_pass_s']:.3f})  plain {r['plain_s']:.3f} s ({r['plain_over_floor']:.2f}x floor)"
-            f"  new {r['auto_s']:.3f} s ({r['new_over_floor']:.2f}x floor)  speedup {r['speedup']:.1f}x"
+            f"  auto {r['auto_s']:.3f} s ({r['auto_over_floor']:.2f}x floor)  speedup {r['speedup']:.1f}x"
             + (f"  (of which steps 1-3: {r['steps_1_3_s']:.3f} s)" if "steps_1_3_s" in r else "")
         )
     if args.json:

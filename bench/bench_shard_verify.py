@@ -1,6 +1,7 @@
-"""Cost of verifying a token shard's sha256 at every run start (issue 13).
+"""Cost of the full check of a token shard's sha256 at a run start (`verify_shards: full`).
 
-The trainer hashes every training shard in full when a run starts or resumes. This times
+With `runtime.verify_shards: full` the trainer hashes every training shard in full when a run
+starts or resumes (the default checks a sampled fingerprint). This times
 `leviathan.io.sha256_file` against its floor, one plain sequential read of the same file
 (`readinto` of 1 MiB chunks, no hashing), in the same run, and extrapolates the hash's cost
 per run start to the paper's largest shard (24.1B o200k tokens, uint32: 96.4 GB).

@@ -148,7 +148,7 @@ def _layouts(text: str, threads: int) -> list[str]:
     return out
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--mb", type=float, default=200.0, help="text megabytes to tokenize")
     ap.add_argument("--vocab", default="o200k_base")
@@ -165,14 +165,15 @@ def main() -> int:
     ap.add_argument("--child", choices=("full", "raw"), help=argparse.SUPPRESS)
     ap.add_argument("--layout", help=argparse.SUPPRESS)
     ap.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        fn = child_full if args.child == "full" else child_raw
-        print(json.dumps(fn(args.corpus, args.vocab, args.layout, args.batch_bytes)))
-        return 0
+    return ap.parse_args()
 
-    layouts = _layouts(args.layouts or f"{args.threads},1", args.threads)
-    load_tokenizer(args.vocab)  # fill the BPE cache before timing anything
+
+Rounds = tuple[list[dict[str, float]], dict[str, list[dict[str, float]]]]
+
+
+def measure_rounds(args: argparse.Namespace, layouts: list[str]) -> Rounds:
+    """Build the corpus, then alternate raw and full (each layout) child runs `--repeats`
+    times; one line per round. Returns (raw runs, full runs by layout)."""
     raw: list[dict[str, float]] = []
     full: dict[str, list[dict[str, float]]] = {lay: [] for lay in layouts}
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
@@ -198,6 +199,13 @@ def main() -> int:
                     f"(RSS {r['peak_rss_mb']:.0f}/{r['worker_peak_rss_mb']:.0f} MB)"
                 )
             print("; ".join(line), flush=True)
+    return raw, full
+
+
+def summarize(
+    args: argparse.Namespace, raw: list[dict[str, float]], full: dict[str, list[dict[str, float]]]
+) -> dict[str, object]:
+    """Medians over the rounds: raw throughput, and each layout's throughput and ratio to it."""
     raw_mbs = statistics.median(r["mb"] / r["seconds"] for r in raw)
     raw_cpu = statistics.median(r["cpu_s"] for r in raw)
     summary: dict[str, object] = {
@@ -227,7 +235,19 @@ def main() -> int:
             "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs)),
             "worker_peak_rss_mb": round(max(r["worker_peak_rss_mb"] for r in runs)),
         }
-    print(json.dumps(summary, indent=2))
+    return summary
+
+
+def main() -> int:
+    args = _parse_args()
+    if args.child:
+        fn = child_full if args.child == "full" else child_raw
+        print(json.dumps(fn(args.corpus, args.vocab, args.layout, args.batch_bytes)))
+        return 0
+    layouts = _layouts(args.layouts or f"{args.threads},1", args.threads)
+    load_tokenizer(args.vocab)  # fill the BPE cache before timing anything
+    raw, full = measure_rounds(args, layouts)
+    print(json.dumps(summarize(args, raw, full), indent=2))
     return 0
 
 

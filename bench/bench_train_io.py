@@ -1,4 +1,4 @@
-"""Training I/O off the critical path (issue 23): the loader's prefetch on a cold page cache,
+"""Training I/O off the critical path: the loader's prefetch on a cold page cache,
 and the stall of a periodic checkpoint, in line against in the background.
 
 Loader. A token shard of `--gib` GiB (o200k_base, uint32, random ids) read at the study's
@@ -6,8 +6,9 @@ global batch (512 windows of context 512 per step, one rank) while a step of `--
 milliseconds runs (the host waiting on the device, as on a GPU). Before each variant the
 shard's pages are dropped from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)` on the
 file: no root needed, no other file's cache touched), so every window is a read from the disk.
-Variants: today's synchronous `batch(step)` and `prefetch(depth)`, in one run; the batches of
-both are compared (sha256 of every step's tensors).
+Variants: a reference that reads one slice per window and stacks them, the loader's
+synchronous `batch(step)` and `prefetch(depth)`, in one run; the batches of all three are
+compared (sha256 of every step's tensors).
 
 Checkpoint. A model of `--ckpt-params` million fp32 parameters with AdamW state (12 bytes per
 parameter on disk) trains `--ckpt-steps` steps of a fixed CPU matmul load, saving every
@@ -65,8 +66,8 @@ def drop_cache(path: Path) -> None:
         os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
-def previous_batch(loader: TrainLoader, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The loader's batch before this change (the reference): one slice per window, stacked."""
+def per_window_batch(loader: TrainLoader, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference batch: one slice of the shard per window, stacked (no gathered read)."""
     rows = []
     for w in loader.window_ids(step).tolist():
         shard = int(np.searchsorted(loader._offsets, w, side="right")) - 1
@@ -78,7 +79,7 @@ def previous_batch(loader: TrainLoader, step: int) -> tuple[torch.Tensor, torch.
 
 
 def loader_run(shard: Path, steps: int, step_s: float, depth: int | None) -> tuple[float, str]:
-    """Seconds per step and a digest of every batch; depth None: the previous in-line batch,
+    """Seconds per step and a digest of every batch; depth None: `per_window_batch` in line,
     -1: `batch(step)` in line, else `prefetch(depth)`."""
     loader = TrainLoader(shard, context=CONTEXT, global_batch=GLOBAL_BATCH, seed=0)
     loader.window_ids(0)  # the permutation, built before timing (once per run in training)
@@ -86,7 +87,7 @@ def loader_run(shard: Path, steps: int, step_s: float, depth: int | None) -> tup
     drop_cache(shard)
     t0 = time.perf_counter()
     if depth is None or depth < 0:
-        read = previous_batch if depth is None else TrainLoader.batch
+        read = per_window_batch if depth is None else TrainLoader.batch
         for step in range(steps):
             x, y = read(loader, step)
             digest.update(x.numpy().tobytes() + y.numpy().tobytes())
@@ -153,7 +154,7 @@ def checkpoint_run(
     return time.perf_counter() - t0, blocked
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -167,60 +168,74 @@ def main() -> None:
     ap.add_argument("--ckpt-every", type=int, default=4)
     ap.add_argument("--skip-loader", action="store_true")
     ap.add_argument("--skip-checkpoint", action="store_true")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def bench_loader(args: argparse.Namespace, shard: Path) -> None:
+    """The three loader modes, interleaved over `--rounds`; medians per step."""
+    per_window, sync, pre, digests = [], [], [], set()
+    for _ in range(args.rounds):  # interleaved
+        b, d0 = loader_run(shard, args.steps, args.step_ms / 1e3, None)
+        s, d1 = loader_run(shard, args.steps, args.step_ms / 1e3, -1)
+        p, d2 = loader_run(shard, args.steps, args.step_ms / 1e3, args.depth)
+        per_window.append(b)
+        sync.append(s)
+        pre.append(p)
+        digests |= {d0, d1, d2}
+    b, s, p = (statistics.median(x) for x in (per_window, sync, pre))
+    print(
+        f"loader, cold cache, {args.gib} GiB o200k shard, {GLOBAL_BATCH}x{CONTEXT} per "
+        f"step, {args.step_ms:.0f} ms step, {args.rounds} rounds (medians)"
+    )
+    for name, t in (
+        ("per-window, in line", b),
+        ("batch(step), in line", s),
+        (f"prefetch depth {args.depth}", p),
+    ):
+        print(
+            f"  {name:<24} {t * 1e3:8.1f} ms/step  (beyond the step "
+            f"{t * 1e3 - args.step_ms:6.1f} ms)  ratio to per-window {t / b:.3f}"
+        )
+    print(f"  batches identical: {len(digests) == 1}")
+
+
+def bench_checkpoint(args: argparse.Namespace, shard: Path, tmp: Path) -> None:
+    """No saves, inline saves and background saves, interleaved over `--rounds`; medians."""
+    times: dict[str, list[float]] = {}
+    blocked: dict[str, list[float]] = {}
+    for r in range(args.rounds):  # interleaved
+        for mode in ("none", "inline", "background"):
+            root = tmp / f"ckpt_{mode}_{r}"
+            loop, wait = checkpoint_run(
+                root, args.ckpt_params, args.ckpt_steps, args.ckpt_every, mode, shard
+            )
+            times.setdefault(mode, []).append(loop)
+            blocked.setdefault(mode, []).append(wait)
+    saves = args.ckpt_steps // args.ckpt_every - 1  # none in the last `every` steps
+    size = args.ckpt_params * (1 << 20) * 12 / 1e9
+    print(
+        f"checkpoint: {args.ckpt_params}M params ({size:.2f} GB on disk), {saves} saves in "
+        f"{args.ckpt_steps} steps, {args.rounds} rounds (medians)"
+    )
+    base = statistics.median(times["none"])
+    for mode in ("inline", "background"):
+        loop, wait = statistics.median(times[mode]), statistics.median(blocked[mode])
+        print(
+            f"  {mode:<10} training thread in save_step {wait / saves:6.2f} s per save; "
+            f"loop {loop:7.2f} s ({(loop - base) / saves:+6.2f} s per save vs no saves)"
+        )
+    print(f"  no saves   loop {base:7.2f} s")
+
+
+def main() -> None:
+    args = _parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         shard = make_shard(Path(tmp) / "train.bin", args.gib)
         if not args.skip_loader:
-            prev, sync, pre, digests = [], [], [], set()
-            for _ in range(args.rounds):  # interleaved
-                b, d0 = loader_run(shard, args.steps, args.step_ms / 1e3, None)
-                s, d1 = loader_run(shard, args.steps, args.step_ms / 1e3, -1)
-                p, d2 = loader_run(shard, args.steps, args.step_ms / 1e3, args.depth)
-                prev.append(b)
-                sync.append(s)
-                pre.append(p)
-                digests |= {d0, d1, d2}
-            b, s, p = (statistics.median(x) for x in (prev, sync, pre))
-            print(
-                f"loader, cold cache, {args.gib} GiB o200k shard, {GLOBAL_BATCH}x{CONTEXT} per "
-                f"step, {args.step_ms:.0f} ms step, {args.rounds} rounds (medians)"
-            )
-            for name, t in (
-                ("previous batch, in line", b),
-                ("batch(step), in line", s),
-                (f"prefetch depth {args.depth}", p),
-            ):
-                print(
-                    f"  {name:<24} {t * 1e3:8.1f} ms/step  (beyond the step "
-                    f"{t * 1e3 - args.step_ms:6.1f} ms)  ratio to previous {t / b:.3f}"
-                )
-            print(f"  batches identical: {len(digests) == 1}")
-        if args.skip_checkpoint:
-            return
-        times, blocked = {}, {}
-        for r in range(args.rounds):  # interleaved
-            for mode in ("none", "inline", "background"):
-                root = Path(tmp) / f"ckpt_{mode}_{r}"
-                loop, wait = checkpoint_run(
-                    root, args.ckpt_params, args.ckpt_steps, args.ckpt_every, mode, shard
-                )
-                times.setdefault(mode, []).append(loop)
-                blocked.setdefault(mode, []).append(wait)
-        saves = args.ckpt_steps // args.ckpt_every - 1  # none in the last `every` steps
-        size = args.ckpt_params * (1 << 20) * 12 / 1e9
-        print(
-            f"checkpoint: {args.ckpt_params}M params ({size:.2f} GB on disk), {saves} saves in "
-            f"{args.ckpt_steps} steps, {args.rounds} rounds (medians)"
-        )
-        base = statistics.median(times["none"])
-        for mode in ("inline", "background"):
-            loop, wait = statistics.median(times[mode]), statistics.median(blocked[mode])
-            print(
-                f"  {mode:<10} training thread in save_step {wait / saves:6.2f} s per save; "
-                f"loop {loop:7.2f} s ({(loop - base) / saves:+6.2f} s per save vs no saves)"
-            )
-        print(f"  no saves   loop {base:7.2f} s")
+            bench_loader(args, shard)
+        if not args.skip_checkpoint:
+            bench_checkpoint(args, shard, Path(tmp))
 
 
 if __name__ == "__main__":

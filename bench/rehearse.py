@@ -400,10 +400,18 @@ def _cpu(step: dict[str, Any], key: str = "cpu_s") -> float:
 
 
 def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) -> Table:
-    from leviathan.workflow import plan
-    from leviathan.workflow.plan import DEFAULT_MFU
-
+    """One row per step: measured, predicted at the study, and the limit its config gives."""
     t = Table()
+    step_s = {sc: p.gpu_hours * 3600 / p.gpus / p.steps for sc, p in s["scales"].items()}
+    _data_rows(t, m, s)
+    _run_start_rows(t, m, s, step_s)
+    _train_rows(t, m, s, step_s)
+    _eval_rows(t, m, s, config)
+    return t
+
+
+def _data_rows(t: Table, m: dict[str, Any], s: dict[str, Any]) -> None:
+    """Fetch, then tokenize, counts and word counts of each vocabulary (CPU steps)."""
     rules = s["rules"]
     f = m["fetch"]
     rate = f["bytes"] / _cpu(f)  # one CPU: the fetch is one process
@@ -455,7 +463,13 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
             rules["word_counts"]["mem_mb"],
             f"{n / 1e9:.1f}B train tokens; memory bounded",
         )
-    step_s = {sc: p.gpu_hours * 3600 / p.gpus / p.steps for sc, p in s["scales"].items()}
+
+
+def _run_start_rows(
+    t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str, float]
+) -> None:
+    """The loader against the fastest GPU step; the run-start shard checks against the
+    process group's timeout."""
     fastest = min(step_s, key=lambda k: step_s[k])
     lo = m["loader"]
     t.add(
@@ -483,6 +497,13 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
         timeout,
         note=f"{o200k / 1e9:.0f} GB o200k shard, before the group is joined",
     )
+
+
+def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str, float]) -> None:
+    """Training of each scale from the plan's FLOPs; checkpoint save and load of the largest
+    state against the interval between checkpoints."""
+    from leviathan.workflow.plan import DEFAULT_MFU
+
     tr = m["train"]
     for sc, p in s["scales"].items():
         res = s["resources"][sc]
@@ -507,10 +528,16 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
             interval,
             note=f"against ckpt_every={s['runtime'].ckpt_every} steps of training",
         )
+
+
+def _eval_rows(t: Table, m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) -> None:
+    """The plan's own validation job of each scale: the configured sample, one GPU of
+    eval_resources.<scale>, its time limit."""
+    from leviathan.workflow import plan
+
     ev = m["eval"]
     val_share = m["fetch"]["val_bytes"] / m["fetch"]["bytes"]
     for sc, p in s["scales"].items():
-        # the plan's own evaluation job: the configured sample, one GPU of eval_resources.<scale>
         val = next(e for e in plan.plan_evals(config, p.cell) if e.kind == "val")
         if val.gpu_hours is not None:
             predicted, what = val.gpu_hours * 3600, f"{val.tokens / 1e9:.3f}B val tokens (sample)"
@@ -528,7 +555,6 @@ def build_table(m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) ->
             val.runtime_hours * 3600,
             note=what,
         )
-    return t
 
 
 def run_steps(work: Path, size: int, log: Path) -> dict[str, Any]:

@@ -65,7 +65,9 @@ def test_trainer_checkpoints_are_what_the_workflow_and_the_evaluation_expect(
     assert Path(layout.final_marker(CELL)).is_file()
     assert resolve_checkpoint(run) == layout.final_dir(run)
     ref = latest_checkpoint(layout.checkpoints_dir(run))
-    assert ref is not None and ref.path == layout.final_dir(run) and ref.step == 9
+    assert ref is not None
+    assert ref.path == layout.final_dir(run)
+    assert ref.step == 9
 
 
 def test_a_dvc_metrics_file_names_its_folder_back() -> None:

@@ -1,8 +1,8 @@
 """Device selection shared by training and evaluation, and the chunk sizes each device gets.
 
 Chunk sizes follow the device (DESIGN, "Sized for the study"). On a CPU they come from the
-cache (LEV's `LEVConfig.chunk_elems`, the loss's `DEFAULT_CHUNK_ELEMS`: today's values, so
-CPU figures and the native kernel's path do not move). On a GPU they come from its memory:
+cache (LEV's `LEVConfig.chunk_elems`, the loss's `DEFAULT_CHUNK_ELEMS`: fixed sizes, so CPU
+results and the native kernel's path do not depend on the machine's memory). On a GPU they come from its memory:
 one chunk buffer may hold `GPU_CHUNK_FRACTION` of the device's memory (fp32), so a 400m
 step runs LEV in one chunk and the loss in a few, each a handful of large kernels instead of
 hundreds of small ones. `forced_policy("gpu")` applies the GPU rule on any device (tests).

@@ -32,7 +32,8 @@ ORDER = [
 
 def _script() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -42,13 +43,17 @@ def _script() -> ModuleType:
 def test_gpu_check_smoke_runs_and_writes_every_figure(tmp_path: Path) -> None:
     _script().main(["--smoke", "--out", str(tmp_path)])
     r = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert r["smoke"] and r["device"] == "cpu"
+    assert r["smoke"]
+    assert r["device"] == "cpu"
     assert list(r["seconds"]) == ORDER  # eager first, compiled last
     assert not [k for k in ORDER if isinstance(r[k], dict) and "error" in r[k]]
     for key in ("step_ratio", "step_ratio_compiled"):
-        assert r[key]["ratio"] > 0 and r[key]["tokens_s"] > 0
+        assert r[key]["ratio"] > 0
+        assert r[key]["tokens_s"] > 0
     assert r["throughput_1.2b"]["tokens_s"] > 0
-    assert r["materialize_ms"] > 0 and r["eval_tokens_s"] > 0 and r["deterministic_overhead"] > 0
+    assert r["materialize_ms"] > 0
+    assert r["eval_tokens_s"] > 0
+    assert r["deterministic_overhead"] > 0
     assert r["eval_tokens_s_1.2b"] > 0
     assert r["bf16_vs_fp32"] == 0.0  # no bf16 on CPU: the same fp32 computation twice
     # every variant reruns and resumes bitwise under deterministic mode (here on CPU; the
@@ -111,7 +116,8 @@ def test_a_failed_measurement_is_recorded_and_the_others_still_run(
 
     calls = _fake(mod, monkeypatch, "materialize_ms", oom)
     result = mod.main(["--smoke", "--out", str(tmp_path)])
-    assert "bf16_vs_fp32" in calls and "training" in calls
+    assert "bf16_vs_fp32" in calls
+    assert "training" in calls
     assert result["materialize_ms"] == {"error": "RuntimeError: CUDA out of memory (simulated)"}
     assert json.loads((tmp_path / "gpu_check.json").read_text()) == result
     printed = capsys.readouterr()
@@ -144,10 +150,12 @@ def test_a_timed_out_measurement_leaves_the_earlier_figures_on_disk(
     t0 = time.perf_counter()
     result = mod.main(["--smoke", "--out", str(tmp_path)])
     assert time.perf_counter() - t0 < 10
-    assert on_disk["step_ratio"]["ratio"] == 1.0 and on_disk["materialize_ms"] == 1.0  # type: ignore[index]
+    assert on_disk["step_ratio"]["ratio"] == 1.0  # type: ignore[index]
+    assert on_disk["materialize_ms"] == 1.0  # type: ignore[index]
     assert "MeasurementTimeout: over its time limit" in on_disk["eval_tokens_s"]["error"]  # type: ignore[index]
     assert "MeasurementTimeout: over its time limit" in on_disk["eval_tokens_s_1.2b"]["error"]  # type: ignore[index]
-    assert result["bf16_vs_fp32"] == 2.0 and "throughput_1.2b" in result
+    assert result["bf16_vs_fp32"] == 2.0
+    assert "throughput_1.2b" in result
 
 
 def test_the_budget_bounds_the_whole_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

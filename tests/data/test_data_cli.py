@@ -37,7 +37,8 @@ def test_fetch_tokenize_counts_inspect(tmp_path: Path, capsys: pytest.CaptureFix
         == 0
     )
     out = capsys.readouterr().out
-    assert "train.jsonl.zst" in out and "0 undecodable characters replaced" in out
+    assert "train.jsonl.zst" in out
+    assert "0 undecodable characters replaced" in out
     assert (
         main(
             [
@@ -59,7 +60,8 @@ def test_fetch_tokenize_counts_inspect(tmp_path: Path, capsys: pytest.CaptureFix
         == 0
     )
     summary = json.loads(capsys.readouterr().out)
-    assert set(summary["splits"]) == {"train", "val"} and summary["vocab"] == "gpt2"
+    assert set(summary["splits"]) == {"train", "val"}
+    assert summary["vocab"] == "gpt2"
     assert sorted(p.name for p in tokens.iterdir()) == [
         "counts.npy",
         "counts.npy.json",
@@ -78,7 +80,8 @@ def test_fetch_tokenize_counts_inspect(tmp_path: Path, capsys: pytest.CaptureFix
     capsys.readouterr()
     assert main(["data", "inspect", str(tokens), "--verify", "--decode", "5"]) == 0
     report = capsys.readouterr().out
-    assert report.count("sha256 ok") == 3 and "first 5 tokens: 'Document" in report
+    assert report.count("sha256 ok") == 3
+    assert "first 5 tokens: 'Document" in report
 
 
 def test_vocab_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from leviathan import provenance
 from leviathan.data.corpus import (
@@ -19,8 +20,8 @@ from leviathan.data.corpus import (
     decode_bytes,
     hash_fraction,
     hash_split,
+    jsonl_lines,
     limit,
-    read_documents,
     write_corpus,
 )
 from leviathan.data.embedded import embedded_documents, module_text, stdlib_files
@@ -60,16 +61,22 @@ def test_decode_and_clean_count_replacements() -> None:
     assert clean_text("a\ud800b") == ("a\ufffdb", 1)
 
 
-def test_write_and_read_roundtrip(tmp_path: Path) -> None:
+ReadCorpus = Callable[[Path], list[Document]]
+
+
+def test_write_and_read_roundtrip(tmp_path: Path, corpus_documents: ReadCorpus) -> None:
     docs = [*DOCS[:20], Document("empty", "   "), Document("bad", "x\udcff y")]
     manifests = write_corpus(
         tmp_path, hash_split(docs, 0.3), splits=("train", "val"), source={"kind": "test"}
     )
     assert corpus_splits(tmp_path) == ["train", "val"]
     back = {
-        d.id: d.text for s in ("train", "val") for d in read_documents(tmp_path / f"{s}.jsonl.zst")
+        d.id: d.text
+        for s in ("train", "val")
+        for d in corpus_documents(tmp_path / f"{s}.jsonl.zst")
     }
-    assert back["bad"] == "x\ufffd y" and "empty" not in back
+    assert back["bad"] == "x\ufffd y"
+    assert "empty" not in back
     assert {k: v for k, v in back.items() if k != "bad"} == {d.id: d.text for d in DOCS[:20]}
     total = {
         k: sum(m[k] for m in manifests.values())
@@ -78,7 +85,8 @@ def test_write_and_read_roundtrip(tmp_path: Path) -> None:
     assert total == {"documents": 21, "replaced_chars": 1, "empty_skipped": 1}
     m = read_manifest(tmp_path / "train.jsonl.zst", kind="corpus")
     assert m["artifact"]["sha256"] == sha256_file(tmp_path / "train.jsonl.zst")
-    assert m["source"] == {"kind": "test"} and m["split"] == "train"
+    assert m["source"] == {"kind": "test"}
+    assert m["split"] == "train"
 
 
 def test_empty_corpus_is_refused_and_nothing_is_left(tmp_path: Path) -> None:
@@ -107,21 +115,32 @@ def test_interrupted_write_leaves_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_missing_corpus_file_error(tmp_path: Path) -> None:
-    with pytest.raises(CorpusError, match="leviathan data fetch"):
-        list(read_documents(tmp_path / "nope.jsonl.zst"))
+def test_jsonl_lines_reads_plain_and_every_zstd_frame(tmp_path: Path) -> None:
+    data = b'{"id": "a", "text": "one"}\n\n{"id": "b", "text": "two \\u2028"}\n'
+    expected = data.splitlines(keepends=True)  # the blank line included, for line numbers
+    plain = tmp_path / "plain.jsonl"
+    plain.write_bytes(data)
+    assert list(jsonl_lines(plain)) == expected
+    frames = tmp_path / "frames.jsonl.zst"  # two frames, the cut inside a line (as parts are)
+    frames.write_bytes(
+        b"".join(zstandard.ZstdCompressor().compress(x) for x in (data[:9], data[9:]))
+    )
+    assert list(jsonl_lines(frames)) == expected
+    zstd_suffix = tmp_path / "one.jsonl.zstd"
+    zstd_suffix.write_bytes(zstandard.ZstdCompressor().compress(data))
+    assert list(jsonl_lines(zstd_suffix)) == expected
 
 
-def test_embedded_corpus(embedded_corpus: Path) -> None:
+def test_embedded_corpus(embedded_corpus: Path, corpus_documents: ReadCorpus) -> None:
     manifests = {s: read_manifest(embedded_corpus / f"{s}.jsonl.zst") for s in ("train", "val")}
     total = sum(m["text_bytes"] for m in manifests.values())
     assert 2e6 < total < 8e6  # "about 4 MB"
     assert all(m["documents"] > 10 for m in manifests.values())
     assert manifests["train"]["source"]["kind"] == "embedded"
     assert manifests["train"]["source"]["python_version"]
-    val_ids = [d.id for d in read_documents(embedded_corpus / "val.jsonl.zst")]
+    val_ids = [d.id for d in corpus_documents(embedded_corpus / "val.jsonl.zst")]
     assert all(hash_fraction(i) < 0.05 for i in val_ids)
-    train = list(read_documents(embedded_corpus / "train.jsonl.zst"))
+    train = corpus_documents(embedded_corpus / "train.jsonl.zst")
     assert all(hash_fraction(d.id) >= 0.05 for d in train)
     assert [d.id for d in train] == sorted((d.id for d in train), key=_embedded_order)
     assert any(d.id.startswith("pydoc_data/topics/") for d in train)
@@ -136,9 +155,11 @@ def test_embedded_is_deterministic_and_parallel_safe() -> None:
     root = Path(sysconfig.get_paths()["stdlib"]) / "email"
     serial = list(embedded_documents(root, workers=1))
     parallel = list(embedded_documents(root, workers=2))
-    assert serial == parallel and len(serial) > 10
+    assert serial == parallel
+    assert len(serial) > 10
     files = stdlib_files(root)
-    assert files == sorted(files) and not any("test" in p.parts for p in files)
+    assert files == sorted(files)
+    assert not any("test" in p.parts for p in files)
 
 
 def test_module_text_extracts_docstrings_and_comments(tmp_path: Path) -> None:
@@ -170,17 +191,22 @@ def test_manifest_carries_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyP
     config = {"b": [1, 2], "a": {"y": 1, "x": None}}
     m = write_manifest(art, kind="tokens", config=config, started=started, device="cpu")
     assert read_manifest(art) == m
-    assert m["artifact"]["sha256"] == sha256_file(art) and m["artifact"]["path"] == str(art)
+    assert m["artifact"]["sha256"] == sha256_file(art)
+    assert m["artifact"]["path"] == str(art)
     assert m["code"].keys() == {"leviathan", "git_commit", "git_dirty"}
     env = m["env"]
-    assert env["slurm_job_id"] == "4242" and env["device"] == "cpu"
+    assert env["slurm_job_id"] == "4242"
+    assert env["device"] == "cpu"
     assert {"python", "torch", "cuda", "host"} <= env.keys()
     assert set(provenance.PACKAGES) <= env["packages"].keys()
-    assert env["packages"]["numpy"] and env["packages"]["torch"]  # installed here
+    assert env["packages"]["numpy"]
+    assert env["packages"]["torch"]  # installed here
     assert m["config"] == config
     assert m["config_sha256"] == provenance.config_sha256({"a": {"x": None, "y": 1}, "b": [1, 2]})
     t0, t1 = (dt.datetime.fromisoformat(m[k]) for k in ("started_utc", "finished_utc"))
-    assert t1.tzinfo is not None and t0 <= t1 and (t1 - t0).total_seconds() >= 4
+    assert t1.tzinfo is not None
+    assert t0 <= t1
+    assert (t1 - t0).total_seconds() >= 4
     assert m["created_utc"] == m["finished_utc"]
     with pytest.raises(ValueError, match="reserved"):
         write_manifest(art, kind="tokens", fields={"finished_utc": "x"})
@@ -191,8 +217,10 @@ def test_manifest_without_config_or_start(tmp_path: Path, monkeypatch: pytest.Mo
     art = tmp_path / "x.bin"
     art.write_bytes(b"abc")
     m = write_manifest(art, kind="tokens")
-    assert "config" not in m and "config_sha256" not in m
-    assert m["started_utc"] is None and m["finished_utc"]
+    assert "config" not in m
+    assert "config_sha256" not in m
+    assert m["started_utc"] is None
+    assert m["finished_utc"]
     assert m["env"]["slurm_job_id"] is None
 
 
@@ -213,7 +241,8 @@ def test_recorded_path_and_recorded_sha256(tmp_path: Path) -> None:
     (tmp / "w.bin").write_bytes(b"weights")
     m = write_manifest(tmp / "w.bin", kind="checkpoint", recorded_path=final / "w.bin")
     assert (tmp / "w.bin.json").is_file()  # written where the artifact is now
-    assert m["artifact"]["path"] == str(final / "w.bin") and m["artifact"]["name"] == "w.bin"
+    assert m["artifact"]["path"] == str(final / "w.bin")
+    assert m["artifact"]["name"] == "w.bin"
     tmp.rename(final)
     assert recorded_sha256(final / "w.bin") == sha256_file(final / "w.bin")
     # the manifest's hash is used as recorded (not re-read); without one (or of another kind) it is computed

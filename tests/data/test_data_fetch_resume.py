@@ -11,11 +11,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from leviathan.data.corpus import Document, hash_split, limit, read_documents, write_corpus
+from leviathan.data.corpus import Document, hash_split, limit, write_corpus
 from leviathan.data.fetch import fetch_text
 from leviathan.layout import corpus_file, fetch_state, partial_corpus_file
 from leviathan.manifest import read_manifest
@@ -68,7 +69,9 @@ def _stats(out: Path) -> dict[str, dict[str, object]]:
 
 
 def test_sigkilled_fetch_resumes_to_the_same_bytes(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    corpus_documents: Callable[[Path], list[Document]],
 ) -> None:
     src, docs, max_bytes = _source(tmp_path)
     ref = tmp_path / "ref"
@@ -87,7 +90,8 @@ def test_sigkilled_fetch_resumes_to_the_same_bytes(
         time.sleep(0.01)
     os.kill(child.pid, signal.SIGKILL)
     assert child.wait() == -signal.SIGKILL, "the fetch finished before it could be killed"
-    assert not corpus_file(out, "train").exists() and partial_corpus_file(out, "train").is_file()
+    assert not corpus_file(out, "train").exists()
+    assert partial_corpus_file(out, "train").is_file()
     done = json.loads(state.read_text())["splits"]
     assert 0 < sum(s["consumed"] for s in done.values()) < len(docs)
 
@@ -96,7 +100,8 @@ def test_sigkilled_fetch_resumes_to_the_same_bytes(
     assert "resuming the fetch" in caplog.text
     assert _files(out) == _files(ref)
     assert _stats(out) == _stats(ref)
-    assert not state.exists() and not partial_corpus_file(out, "train").exists()
+    assert not state.exists()
+    assert not partial_corpus_file(out, "train").exists()
 
     # independent reference: the documents a plain limit + hash split of the source gives
     expected: dict[str, list[tuple[str, str]]] = {"train": [], "val": []}
@@ -104,7 +109,7 @@ def test_sigkilled_fetch_resumes_to_the_same_bytes(
         if doc.text.strip():
             expected[split].append((doc.id, doc.text.replace("\udcff", "\ufffd")))
     for split in ("train", "val"):
-        back = [(d.id, d.text) for d in read_documents(corpus_file(out, split))]
+        back = [(d.id, d.text) for d in corpus_documents(corpus_file(out, split))]
         assert back == expected[split]
     assert _stats(out)["train"]["replaced_chars"] + _stats(out)["val"]["replaced_chars"] == 1
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zstandard
 
-from leviathan.data.corpus import CorpusError, read_documents
+from leviathan.data.corpus import CorpusError, Document
 from leviathan.data.counts import count_shard, counts_from_shard, load_counts
 from leviathan.data.prepare import tokenize_corpus
 from leviathan.data.shards import ShardError, open_shard
@@ -20,13 +21,16 @@ from leviathan.layout import manifest_path
 from leviathan.manifest import read_manifest
 
 
-def test_o200k_shards_match_the_corpus(embedded_corpus: Path, o200k_shards: Path) -> None:
+def test_o200k_shards_match_the_corpus(
+    embedded_corpus: Path, o200k_shards: Path, corpus_documents: Callable[[Path], list[Document]]
+) -> None:
     tok = load_tokenizer("o200k_base")
     for split in ("train", "val"):
         shard = open_shard(o200k_shards / f"{split}.bin", vocab="o200k_base", verify_sha256=True)
         m = shard.manifest
-        docs = list(read_documents(embedded_corpus / f"{split}.jsonl.zst"))
-        assert shard.tokens.dtype == np.uint32 and m["dtype"] == "uint32"
+        docs = corpus_documents(embedded_corpus / f"{split}.jsonl.zst")
+        assert shard.tokens.dtype == np.uint32
+        assert m["dtype"] == "uint32"
         assert m["documents"] == len(docs) == int((shard.tokens == tok.spec.eot_id).sum())
         assert m["vocab"] == {
             "name": "o200k_base",
@@ -49,12 +53,15 @@ def test_o200k_shards_match_the_corpus(embedded_corpus: Path, o200k_shards: Path
 def test_counts_in_pass_equal_counts_from_shard(o200k_shards: Path, tmp_path: Path) -> None:
     counts = load_counts(o200k_shards / "counts.npy", vocab="o200k_base")
     shard = open_shard(o200k_shards / "train.bin")
-    assert counts.dtype == np.int64 and counts.shape == (200019,)
-    assert counts.sum() == len(shard) and counts[199999] == shard.manifest["documents"]
+    assert counts.dtype == np.int64
+    assert counts.shape == (200019,)
+    assert counts.sum() == len(shard)
+    assert counts[199999] == shard.manifest["documents"]
     np.testing.assert_array_equal(counts, count_shard(shard))
     m = counts_from_shard(o200k_shards / "train.bin", tmp_path / "c.npy")
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), counts)
-    assert m["inputs"][0]["sha256"] == shard.sha256 and m["total"] == len(shard)
+    assert m["inputs"][0]["sha256"] == shard.sha256
+    assert m["total"] == len(shard)
     assert read_manifest(o200k_shards / "counts.npy")["vocab"]["name"] == "o200k_base"
 
 
@@ -72,13 +79,17 @@ def test_token_and_count_manifests_chain_to_the_corpus(
         {"path": corpus["artifact"]["path"], "sha256": corpus["artifact"]["sha256"]}
     ]
     assert counts["inputs"][0]["sha256"] == tokens["artifact"]["sha256"]
-    assert tokens["vocab"]["bpe_sha256"] and counts["vocab"] == tokens["vocab"]
-    assert tokens["config"]["step"] == "tokenize" and tokens["config"]["vocab"] == "o200k_base"
-    assert tokens["config"]["split"] == "train" and counts["config"]["step"] == "counts"
+    assert tokens["vocab"]["bpe_sha256"]
+    assert counts["vocab"] == tokens["vocab"]
+    assert tokens["config"]["step"] == "tokenize"
+    assert tokens["config"]["vocab"] == "o200k_base"
+    assert tokens["config"]["split"] == "train"
+    assert counts["config"]["step"] == "counts"
     for m in (corpus, tokens, counts):
         assert m["config_sha256"] == config_sha256(m["config"])
         assert m["code"]["git_commit"] is None or len(m["code"]["git_commit"]) == 40
-        assert "packages" in m["env"] and "slurm_job_id" in m["env"]
+        assert "packages" in m["env"]
+        assert "slurm_job_id" in m["env"]
         assert dt.datetime.fromisoformat(m["started_utc"]) <= dt.datetime.fromisoformat(
             m["finished_utc"]
         )
@@ -89,7 +100,8 @@ def test_token_and_count_manifests_chain_to_the_corpus(
 
 def test_gpt2_uses_uint16(gpt2_shards: Path) -> None:
     shard = open_shard(gpt2_shards / "train.bin", vocab="gpt2")
-    assert shard.tokens.dtype == np.uint16 and shard.tokens.max() == 50256
+    assert shard.tokens.dtype == np.uint16
+    assert shard.tokens.max() == 50256
     assert (gpt2_shards / "train.bin").stat().st_size == 2 * len(shard)
 
 

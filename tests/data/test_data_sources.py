@@ -7,13 +7,14 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import datasets
 import pytest
 import zstandard
 
-from leviathan.data.corpus import CorpusError, read_documents
+from leviathan.data.corpus import CorpusError, Document
 from leviathan.data.fetch import fetch_hf, fetch_pile, fetch_text
 from leviathan.data.sources import HFSpec, HubUnreachableError, hf_documents
 from leviathan.io import sha256_file
@@ -27,11 +28,16 @@ def _jsonl(path: Path, texts: list[str], compress: bool = False, **extra: str) -
     return path
 
 
-def _texts(corpus: Path, split: str) -> list[str]:
-    return [d.text for d in read_documents(corpus / f"{split}.jsonl.zst")]
+Texts = Callable[[Path, str], list[str]]
 
 
-def test_fetch_text_files_globs_and_bad_bytes(tmp_path: Path) -> None:
+@pytest.fixture
+def texts(corpus_documents: Callable[[Path], list[Document]]) -> Texts:
+    """The texts of one split of a corpus directory, read by the reference reader."""
+    return lambda corpus, split: [d.text for d in corpus_documents(corpus / f"{split}.jsonl.zst")]
+
+
+def test_fetch_text_files_globs_and_bad_bytes(tmp_path: Path, texts: Texts) -> None:
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
     for i in range(30):
@@ -41,12 +47,15 @@ def test_fetch_text_files_globs_and_bad_bytes(tmp_path: Path) -> None:
     (src / "raw.jsonl").write_bytes(b'{"text": "bad \xff byte"}\n')
     out = tmp_path / "corpus"
     manifests = fetch_text(out, [str(src / "**" / "*.txt"), str(src / "*.jsonl*")], 0.2)
-    texts = _texts(out, "train") + _texts(out, "val")
-    assert len(texts) == 42 and "caf\ufffd cr\ufffdme" in texts and "json line 3" in texts
-    assert "bad \ufffd byte" in texts
+    got = texts(out, "train") + texts(out, "val")
+    assert len(got) == 42
+    assert "caf\ufffd cr\ufffdme" in got
+    assert "json line 3" in got
+    assert "bad \ufffd byte" in got
     assert sum(m["replaced_chars"] for m in manifests.values()) == 3
     m = manifests["train"]
-    assert len(m["inputs"]) == 33 and m["source"]["kind"] == "text"
+    assert len(m["inputs"]) == 33
+    assert m["source"]["kind"] == "text"
     assert m["inputs"][0]["sha256"] == sha256_file(m["inputs"][0]["path"])
 
 
@@ -62,28 +71,28 @@ def test_fetch_text_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-def test_hf_streaming_json_with_split_mapping(tmp_path: Path) -> None:
+def test_hf_streaming_json_with_split_mapping(tmp_path: Path, texts: Texts) -> None:
     train = _jsonl(tmp_path / "train.jsonl", [f"train row {i}" for i in range(12)])
     spec = HFSpec(dataset="json", split="train", data_files=(str(train),))
     out = tmp_path / "corpus"
     manifests = fetch_hf(out, {"test": spec}, limits=(5, None))
-    assert _texts(out, "test") == [f"train row {i}" for i in range(5)]
+    assert texts(out, "test") == [f"train row {i}" for i in range(5)]
     src = manifests["test"]["source"]["splits"]["test"]
-    assert src["dataset"] == "json" and src["limits"]["max_docs"] == 5
-    assert src["commit_sha"] is None and manifests["test"]["inputs"][0]["path"].endswith(
-        "train.jsonl"
-    )
+    assert src["dataset"] == "json"
+    assert src["limits"]["max_docs"] == 5
+    assert src["commit_sha"] is None
+    assert manifests["test"]["inputs"][0]["path"].endswith("train.jsonl")
 
 
-def test_hf_streaming_text_builder_hash_split(tmp_path: Path) -> None:
+def test_hf_streaming_text_builder_hash_split(tmp_path: Path, texts: Texts) -> None:
     lines = tmp_path / "wiki.txt"
     lines.write_text("".join(f"line {i} of text\n" for i in range(60)))
     spec = HFSpec(dataset="text", split="train", data_files=(str(lines),))
     out = tmp_path / "corpus"
     fetch_hf(out, {"train": spec}, val_fraction=0.25)
-    got = _texts(out, "train") + _texts(out, "val")
+    got = texts(out, "train") + texts(out, "val")
     assert sorted(got) == sorted(f"line {i} of text" for i in range(60))
-    assert 0 < len(_texts(out, "val")) < 30
+    assert 0 < len(texts(out, "val")) < 30
 
 
 def _pile_dir(root: Path) -> Path:
@@ -93,30 +102,33 @@ def _pile_dir(root: Path) -> Path:
     return root
 
 
-def test_pile_local_dir_with_limits(tmp_path: Path) -> None:
+def test_pile_local_dir_with_limits(
+    tmp_path: Path, texts: Texts, corpus_documents: Callable[[Path], list[Document]]
+) -> None:
     root = _pile_dir(tmp_path / "pile")
     out = tmp_path / "corpus"
     manifests = fetch_pile(out, local_dir=root, train_limits=(None, 20), val_limits=(2, None))
-    assert _texts(out, "train") == [f"t0 doc {i}" for i in range(3)]
-    assert _texts(out, "val") == ["val doc 0", "val doc 1"]
-    ids = [d.id for d in read_documents(out / "train.jsonl.zst")]
+    assert texts(out, "train") == [f"t0 doc {i}" for i in range(3)]
+    assert texts(out, "val") == ["val doc 0", "val doc 1"]
+    ids = [d.id for d in corpus_documents(out / "train.jsonl.zst")]
     assert ids == ["train/00.jsonl.zst:1", "train/00.jsonl.zst:2", "train/00.jsonl.zst:3"]
     inputs = [Path(i["path"]).name for i in manifests["train"]["inputs"]]
     assert inputs == ["00.jsonl.zst", "val.jsonl.zst"]  # only the files actually read
     assert manifests["val"]["source"]["limits"]["val"]["max_docs"] == 2
 
 
-def test_pile_through_datasets_streaming(tmp_path: Path) -> None:
+def test_pile_through_datasets_streaming(tmp_path: Path, texts: Texts) -> None:
     """The Hub code path, pointed at a local folder laid out like a dataset repo."""
     root = tmp_path / "pile_repo"
     _jsonl(root / "train" / "00.jsonl.zst", [f"t doc {i}" for i in range(5)], True)
     _jsonl(root / "validation" / "val.jsonl.zst", [f"v doc {i}" for i in range(3)], True)
     out = tmp_path / "corpus"
     manifests = fetch_pile(out, dataset=str(root))
-    assert _texts(out, "train") == [f"t doc {i}" for i in range(5)]
-    assert _texts(out, "val") == [f"v doc {i}" for i in range(3)]
+    assert texts(out, "train") == [f"t doc {i}" for i in range(5)]
+    assert texts(out, "val") == [f"v doc {i}" for i in range(3)]
     src = manifests["val"]["source"]
-    assert src["kind"] == "pile-hf" and src["splits"]["val"]["split"] == "validation"
+    assert src["kind"] == "pile-hf"
+    assert src["splits"]["val"]["split"] == "validation"
     with pytest.raises(CorpusError, match="split names"):
         fetch_pile(tmp_path / "c2", dataset=str(root), val_split="test")
 

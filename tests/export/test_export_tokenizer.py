@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
-from leviathan.data.corpus import read_documents
+from leviathan.data.corpus import jsonl_lines
 from leviathan.export.tokenizer import hf_tokenizer, onig_pattern
 from leviathan.layout import corpus_file
 
@@ -16,7 +17,8 @@ VOCABS = ("gpt2", "cl100k_base", "o200k_base")
 
 @pytest.fixture(scope="module")
 def val_texts(embedded_corpus: Path) -> list[str]:
-    texts = [d.text for d in read_documents(corpus_file(embedded_corpus, "val"))]
+    lines = jsonl_lines(corpus_file(embedded_corpus, "val"))
+    texts = [json.loads(line)["text"] for line in lines if line.strip()]
     assert sum(map(len, texts)) > 10_000  # real text, not a token sample
     return texts
 

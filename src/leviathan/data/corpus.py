@@ -42,6 +42,7 @@ from leviathan.provenance import utc_now
 log = logging.getLogger(__name__)
 
 ZSTD_LEVEL = 3
+ZSTD_SUFFIXES = (".zst", ".zstd")
 # Source text per part of a fetch: a kill loses at most one part (seconds of work at the
 # tens of MB/s a fetch reads; BENCHMARKS.md, "Rehearsal").
 DEFAULT_PART_BYTES = 64 << 20
@@ -268,26 +269,40 @@ def write_corpus(
     out.mkdir(parents=True, exist_ok=True)
     names = list(dict.fromkeys(splits))
     identity = {"splits": names, "source": source, "config": config, "part_bytes": part_bytes}
+    writers = _write_parts(out, identity, routed, part_bytes)
+    _publish(out, source, writers)
+    input_records = list(inputs() if callable(inputs) else inputs)
+    return {
+        name: _split_manifest(
+            corpus_file(out, name),
+            {"split": name, "source": source, **writer.stats.record(), "part_bytes": part_bytes},
+            writer.stats.replaced_chars,
+            inputs=input_records,
+            config=config,
+            started=started,
+        )
+        for name, writer in writers.items()
+    }
+
+
+def _write_parts(
+    out: Path,
+    identity: dict[str, Any],
+    routed: Routed | Callable[[Progress], Routed],
+    part_bytes: int,
+) -> dict[str, _SplitWriter]:
+    """Stream every document into its split's partial file, saving the fetch state after each
+    part; return the closed writers. On any error the files are closed and kept for a resume
+    when a part was saved, else removed."""
+    names: list[str] = identity["splits"]
     state = _load_state(out, identity)
     writers: dict[str, _SplitWriter] = {}
     saved = state is not None
     try:
         for name in names:
-            split_state = state["splits"][name] if state else None
-            writers[name] = _SplitWriter(
-                partial_corpus_file(out, name),
-                SplitStats.from_state(split_state) if split_state else None,
-                split_state["length"] if split_state else 0,
-            )
-        progress = {n: (w.stats.consumed, w.stats.raw_bytes) for n, w in writers.items()}
-        if state:
-            log.info("%s: resuming the fetch after %s documents", out, progress)
-        if callable(routed):
-            stream: Routed = routed(progress)
-        else:
-            stream = itertools.islice(routed, sum(c for c, _ in progress.values()), None)
+            writers[name] = _resumed_writer(out, name, state)
         since = 0
-        for split, doc in stream:
+        for split, doc in _resumed_stream(out, routed, writers, resuming=state is not None):
             if split not in writers:
                 raise CorpusError(f"document {doc.id!r} routed to unknown split {split!r}")
             since += writers[split].add(doc)
@@ -304,34 +319,65 @@ def write_corpus(
         raise
     for writer in writers.values():
         writer.close()
+    return writers
+
+
+def _resumed_writer(out: Path, name: str, state: dict[str, Any] | None) -> _SplitWriter:
+    """The writer of one split: fresh, or continuing after the last part `state` records."""
+    split_state = state["splits"][name] if state else None
+    return _SplitWriter(
+        partial_corpus_file(out, name),
+        SplitStats.from_state(split_state) if split_state else None,
+        split_state["length"] if split_state else 0,
+    )
+
+
+def _resumed_stream(
+    out: Path,
+    routed: Routed | Callable[[Progress], Routed],
+    writers: dict[str, _SplitWriter],
+    resuming: bool,
+) -> Routed:
+    """The documents still to write: a callable source is told each split's progress; a
+    plain iterable is read again from the start and the documents already consumed dropped."""
+    progress = {n: (w.stats.consumed, w.stats.raw_bytes) for n, w in writers.items()}
+    if resuming:
+        log.info("%s: resuming the fetch after %s documents", out, progress)
+    if callable(routed):
+        return routed(progress)
+    return itertools.islice(routed, sum(c for c, _ in progress.values()), None)
+
+
+def _publish(out: Path, source: dict[str, Any], writers: dict[str, _SplitWriter]) -> None:
+    """Rename the complete splits into place (none unless every split has a document) and
+    remove the fetch state."""
+    names = list(writers)
     try:
         _check_not_empty(out, source, writers)
     except CorpusError:
         _remove_partial(out, names)
         raise
-    for name in writers:  # replaced below: an old manifest must not pair with new data
+    for name in names:  # replaced below: an old manifest must not pair with new data
         invalidate_manifest(corpus_file(out, name))
         os.replace(partial_corpus_file(out, name), corpus_file(out, name))
     fetch_state(out).unlink(missing_ok=True)
-    input_records = list(inputs() if callable(inputs) else inputs)
-    manifests = {}
-    for name, writer in writers.items():
-        stats = writer.stats
-        if stats.replaced_chars:
-            log.warning(
-                "%s: replaced %d undecodable characters by U+FFFD",
-                corpus_file(out, name),
-                stats.replaced_chars,
-            )
-        manifests[name] = write_manifest(
-            corpus_file(out, name),
-            kind="corpus",
-            inputs=input_records,
-            fields={"split": name, "source": source, **stats.record(), "part_bytes": part_bytes},
-            config=config,
-            started=started,
-        )
-    return manifests
+
+
+def _split_manifest(
+    path: Path,
+    fields: dict[str, Any],
+    replaced_chars: int,
+    *,
+    inputs: list[dict[str, str]],
+    config: dict[str, Any] | None,
+    started: _dt.datetime,
+) -> dict[str, Any]:
+    """Write the manifest (kind "corpus") of one published split and return it."""
+    if replaced_chars:
+        log.warning("%s: replaced %d undecodable characters by U+FFFD", path, replaced_chars)
+    return write_manifest(
+        path, kind="corpus", inputs=inputs, fields=fields, config=config, started=started
+    )
 
 
 def _check_not_empty(out: Path, source: dict[str, Any], writers: dict[str, _SplitWriter]) -> None:
@@ -352,7 +398,7 @@ def _check_not_empty(out: Path, source: dict[str, Any], writers: dict[str, _Spli
     )
 
 
-def open_zstd(raw: IO[bytes]) -> IO[bytes]:
+def _open_zstd(raw: IO[bytes]) -> IO[bytes]:
     """A decompressing reader of a zstd file, across all its frames (a fetch writes one
     frame per part)."""
     reader = zstandard.ZstdDecompressor().stream_reader(
@@ -361,20 +407,17 @@ def open_zstd(raw: IO[bytes]) -> IO[bytes]:
     return reader  # type: ignore[no-any-return]
 
 
-def read_documents(path: str | os.PathLike[str]) -> Iterator[Document]:
-    """Stream the documents of a `<split>.jsonl.zst` file (or any JSONL/JSONL.zst file)."""
-    p = Path(path)
-    if not p.is_file():
-        raise CorpusError(f"{p}: corpus file not found; run `leviathan data fetch ...` first")
-    with open(p, "rb") as raw:
-        stream: IO[bytes] = raw
-        if p.name.endswith(".zst"):
-            stream = open_zstd(raw)
-        reader = io.BufferedReader(stream, buffer_size=1 << 20)  # type: ignore[type-var]
-        for line in reader:
-            if line.strip():
-                obj = json.loads(line)
-                yield Document(str(obj["id"]), obj["text"])
+def jsonl_lines(path: Path) -> Iterator[bytes]:
+    """Every raw line of a JSONL file, decompressed when its name ends in `.zst`/`.zstd`.
+
+    The one reader of JSONL files (corpus splits, local sources): blank lines are yielded
+    too, so that callers number lines as an editor does.
+    """
+    with open(path, "rb") as raw:
+        if path.name.endswith(ZSTD_SUFFIXES):
+            yield from io.BufferedReader(_open_zstd(raw), buffer_size=1 << 20)  # type: ignore[type-var]
+        else:
+            yield from raw
 
 
 def read_corpus_manifest(corpus_dir: str | os.PathLike[str], split: str) -> dict[str, Any]:

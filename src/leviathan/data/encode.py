@@ -14,7 +14,6 @@ by the batches in flight whatever the corpus size (plus one tokenizer per worker
 from __future__ import annotations
 
 import array
-import io
 import json
 import os
 import sys
@@ -24,9 +23,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import IO
 
-from leviathan.data.corpus import CorpusError, open_zstd
+from leviathan.data.corpus import CorpusError, jsonl_lines
 from leviathan.data.tokenizers import Tokenizer, load_tokenizer
 
 DEFAULT_BATCH_BYTES = 4 << 20  # text per task: small enough to keep every worker busy
@@ -58,23 +56,18 @@ def default_parallelism(
 
 def line_batches(path: Path, batch_bytes: int) -> Iterator[list[bytes]]:
     """Raw JSON lines of a (zstd-compressed) JSONL file, in batches of ~batch_bytes."""
-    with open(path, "rb") as raw:
-        reader: IO[bytes] = raw
-        if path.name.endswith(".zst"):
-            zstd = open_zstd(raw)
-            reader = io.BufferedReader(zstd, buffer_size=1 << 20)
-        batch: list[bytes] = []
-        size = 0
-        for line in reader:
-            if not line.strip():
-                continue
-            batch.append(line)
-            size += len(line)
-            if size >= batch_bytes:
-                yield batch
-                batch, size = [], 0
-        if batch:
+    batch: list[bytes] = []
+    size = 0
+    for line in jsonl_lines(path):
+        if not line.strip():
+            continue
+        batch.append(line)
+        size += len(line)
+        if size >= batch_bytes:
             yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
 
 
 class MalformedLineError(ValueError):

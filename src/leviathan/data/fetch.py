@@ -7,6 +7,8 @@ or from `hash_split` on the document ids (`val_fraction`).
 
 from __future__ import annotations
 
+import datetime as _dt
+import functools
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -68,46 +70,48 @@ def _route(split: str, docs: Iterable[Document]) -> Iterator[tuple[str, Document
         yield split, doc
 
 
-# A document source that resumes: its documents after passing over the first n.
-Source = Callable[[int], Iterable[Document]]
+# Documents that resume: those after passing over the first n (a manifest's `source` is the
+# record of where they come from).
+ResumableDocs = Callable[[int], Iterable[Document]]
 
 
-def _rereading(docs: Callable[[], Iterable[Document]]) -> Source:
-    """A source that can skip only by reading (a Hub stream, the embedded corpus)."""
+def _rereading(docs: Callable[[], Iterable[Document]]) -> ResumableDocs:
+    """Documents that can skip only by reading (a Hub stream, the embedded corpus)."""
     return lambda n: itertools.islice(docs(), n, None)
 
 
-def _limited(source: Source, limits: Limits, done: tuple[int, int]) -> Iterator[Document]:
-    """`limit` of a source resumed after `done` = (documents, bytes) already read."""
+def _limited(docs: ResumableDocs, limits: Limits, done: tuple[int, int]) -> Iterator[Document]:
+    """`limit` of documents resumed after `done` = (documents, bytes) already read."""
     (max_docs, max_bytes), (n, nbytes) = limits, done
     return limit(
-        source(n),
+        docs(n),
         None if max_docs is None else max_docs - n,
         None if max_bytes is None else max_bytes - nbytes,
     )
 
 
 def _hash_split_stream(
-    source: Source, limits: Limits, val_fraction: float
+    docs: ResumableDocs, limits: Limits, val_fraction: float
 ) -> Callable[[Progress], Routed]:
-    """One source hash-split into train/val, resumable (write_corpus passes the progress)."""
+    """One document stream hash-split into train/val, resumable (write_corpus passes the
+    progress)."""
 
     def stream(progress: Progress) -> Routed:
         done = tuple(sum(p[i] for p in progress.values()) for i in (0, 1))
-        return hash_split(_limited(source, limits, (done[0], done[1])), val_fraction)
+        return hash_split(_limited(docs, limits, (done[0], done[1])), val_fraction)
 
     return stream
 
 
 def _split_stream(
-    sources: Mapping[str, Source], limits: Mapping[str, Limits]
+    docs: Mapping[str, ResumableDocs], limits: Mapping[str, Limits]
 ) -> Callable[[Progress], Routed]:
-    """One source per split, read one after the other, resumable."""
+    """One document stream per split, read one after the other, resumable."""
 
     def stream(progress: Progress) -> Routed:
         return itertools.chain.from_iterable(
-            _route(name, _limited(source, limits[name], progress[name]))
-            for name, source in sources.items()
+            _route(name, _limited(split_docs, limits[name], progress[name]))
+            for name, split_docs in docs.items()
         )
 
     return stream
@@ -215,10 +219,10 @@ def fetch_hf(
         "kind": "hf",
         "splits": {name: hf_source(s, _limits_record(limits)) for name, s in specs.items()},
     }
-    sources = {name: _hf_source(spec) for name, spec in specs.items()}
+    docs = {name: _hf_docs(spec) for name, spec in specs.items()}
     return write_corpus(
         out,
-        _split_stream(sources, dict.fromkeys(specs, limits)),
+        _split_stream(docs, dict.fromkeys(specs, limits)),
         splits=specs.keys(),
         source=source,
         inputs=inputs,
@@ -228,7 +232,7 @@ def fetch_hf(
     )
 
 
-def _hf_source(spec: HFSpec) -> Source:
+def _hf_docs(spec: HFSpec) -> ResumableDocs:
     return _rereading(lambda: hf_documents(spec))
 
 
@@ -258,62 +262,87 @@ def fetch_pile(
     """
     limits = {"train": train_limits, "val": val_limits}
     started = utc_now()
-    settings: dict[str, Any] = {
-        "train_limits": _limits_record(train_limits),
-        "val_limits": _limits_record(val_limits),
-    }
     if local_dir is not None:
-        root = Path(local_dir)
-        source: dict[str, Any] = {
-            "kind": "pile-local",
-            "local_dir": root.as_posix(),
-            "train_glob": train_glob,
-            "val_glob": val_glob,
-            "limits": {"train": _limits_record(train_limits), "val": _limits_record(val_limits)},
-        }
-        config = _config(
-            "pile-local",
-            local_dir=root.as_posix(),
-            train_glob=train_glob,
-            val_glob=val_glob,
-            **settings,
-        )
-        opened: list[Path] = []
-        local: dict[str, Source] = {
-            "train": lambda n: pile_local_documents(root, train_glob, opened, n),
-            "val": lambda n: pile_local_documents(root, val_glob, opened, n),
-        }
-        return write_corpus(
-            out,
-            _split_stream(local, limits),
-            splits=("train", "val"),
-            source=source,
-            inputs=lambda: [input_record(p) for p in dict.fromkeys(opened)],
-            config=config,
-            started=started,
-            part_bytes=part_bytes,
-        )
+        globs = {"train": train_glob, "val": val_glob}
+        return _fetch_pile_local(out, Path(local_dir), globs, limits, started, part_bytes)
     base = HFSpec(dataset=dataset, split=train_split, config=config, revision=revision)
-    val = replace(base, split=val_split)
-    step_config = _config(
-        "pile-hf",
-        dataset=dataset,
-        config=config,
-        revision=revision,
-        train_split=train_split,
-        val_split=val_split,
-        **settings,
+    specs = {"train": base, "val": replace(base, split=val_split)}
+    return _fetch_pile_hf(out, specs, limits, started, part_bytes)
+
+
+def _pile_limits(limits: Mapping[str, Limits]) -> dict[str, Any]:
+    """The limits of a Pile fetch as its step config records them."""
+    return {
+        "train_limits": _limits_record(limits["train"]),
+        "val_limits": _limits_record(limits["val"]),
+    }
+
+
+def _fetch_pile_local(
+    out: str | os.PathLike[str],
+    root: Path,
+    globs: Mapping[str, str],
+    limits: Mapping[str, Limits],
+    started: _dt.datetime,
+    part_bytes: int,
+) -> Manifests:
+    """The Pile from a local folder of its `*.jsonl.zst` files (`globs`: train and val)."""
+    source: dict[str, Any] = {
+        "kind": "pile-local",
+        "local_dir": root.as_posix(),
+        "train_glob": globs["train"],
+        "val_glob": globs["val"],
+        "limits": {name: _limits_record(limits[name]) for name in ("train", "val")},
+    }
+    config = _config(
+        "pile-local",
+        local_dir=root.as_posix(),
+        train_glob=globs["train"],
+        val_glob=globs["val"],
+        **_pile_limits(limits),
     )
-    source = {
-        "kind": "pile-hf",
-        "splits": {
-            "train": hf_source(base, _limits_record(train_limits)),
-            "val": hf_source(val, _limits_record(val_limits)),
-        },
+    opened: list[Path] = []
+    docs: dict[str, ResumableDocs] = {
+        name: functools.partial(pile_local_documents, root, globs[name], opened)
+        for name in ("train", "val")
     }
     return write_corpus(
         out,
-        _split_stream({"train": _hf_source(base), "val": _hf_source(val)}, limits),
+        _split_stream(docs, limits),
+        splits=("train", "val"),
+        source=source,
+        inputs=lambda: [input_record(p) for p in dict.fromkeys(opened)],
+        config=config,
+        started=started,
+        part_bytes=part_bytes,
+    )
+
+
+def _fetch_pile_hf(
+    out: str | os.PathLike[str],
+    specs: Mapping[str, HFSpec],
+    limits: Mapping[str, Limits],
+    started: _dt.datetime,
+    part_bytes: int,
+) -> Manifests:
+    """The Pile from a Hub mirror through `datasets` streaming (`specs`: train and val)."""
+    base, val = specs["train"], specs["val"]
+    step_config = _config(
+        "pile-hf",
+        dataset=base.dataset,
+        config=base.config,
+        revision=base.revision,
+        train_split=base.split,
+        val_split=val.split,
+        **_pile_limits(limits),
+    )
+    source = {
+        "kind": "pile-hf",
+        "splits": {name: hf_source(specs[name], _limits_record(limits[name])) for name in specs},
+    }
+    return write_corpus(
+        out,
+        _split_stream({name: _hf_docs(spec) for name, spec in specs.items()}, limits),
         splits=("train", "val"),
         source=source,
         config=step_config,

@@ -239,7 +239,6 @@ def tokenize_split(
         invalidate_manifest(out)
     result.path = out
     result.started = started
-    fingerprint = sampled_fingerprint(out, FINGERPRINT_BLOCKS, FINGERPRINT_BLOCK_BYTES)
     config = {
         "step": "tokenize",
         "corpus": display_path(corpus_dir),
@@ -248,14 +247,31 @@ def tokenize_split(
         "eot_between_documents": True,
         "max_text_bytes": max_text_bytes,
     }
+    parallelism = default_parallelism(threads, processes)
+    _write_shard_manifest(result, split, tokenizer, src, corpus_manifest, config, parallelism)
+    return result
+
+
+def _write_shard_manifest(
+    result: TokenizeResult,
+    split: str,
+    tokenizer: Tokenizer,
+    src: Path,
+    corpus_manifest: dict[str, Any],
+    config: dict[str, Any],
+    parallelism: tuple[int, int],
+) -> None:
+    """The manifest (kind "tokens") of a shard in place: its counts, sampled fingerprint,
+    vocabulary and the manifest of the corpus split it encodes."""
+    fingerprint = sampled_fingerprint(result.path, FINGERPRINT_BLOCKS, FINGERPRINT_BLOCK_BYTES)
     write_manifest(
-        out,
+        result.path,
         kind="tokens",
         inputs=[input_record(src, corpus_manifest["artifact"]["sha256"])],
         vocab=vocab_record(tokenizer.spec),
         artifact_sha256=result.sha256,
         config=config,
-        started=started,
+        started=result.started,
         fields={
             "split": split,
             "dtype": np.dtype(tokenizer.dtype).name,
@@ -268,12 +284,9 @@ def tokenize_split(
             "bpe_source": tokenizer.bpe_source,
             "source_manifest": corpus_manifest,
             "throughput_mb_per_s": round(result.mb_per_s, 3),
-            "parallelism": dict(
-                zip(("threads", "processes"), default_parallelism(threads, processes), strict=True)
-            ),
+            "parallelism": dict(zip(("threads", "processes"), parallelism, strict=True)),
         },
     )
-    return result
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ limits; or local paths). Reading is streaming throughout: nothing holds a whole 
 from __future__ import annotations
 
 import glob
-import io
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leviathan.data.corpus import CorpusError, Document, decode_bytes, open_zstd
+from leviathan.data.corpus import CorpusError, Document, decode_bytes, jsonl_lines
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.zst", ".json.zst", ".jsonl.zstd")
 
@@ -57,15 +56,6 @@ def _is_jsonl(path: Path) -> bool:
     return path.name.endswith(JSONL_SUFFIXES)
 
 
-def _open_maybe_zst(path: Path) -> Iterator[bytes]:
-    with open(path, "rb") as raw:
-        if path.name.endswith((".zst", ".zstd")):
-            reader = open_zstd(raw)
-            yield from io.BufferedReader(reader, buffer_size=1 << 20)
-        else:
-            yield from raw
-
-
 class Skip:
     """Documents still to pass over, unparsed, before a source yields (a resumed fetch)."""
 
@@ -87,7 +77,7 @@ def jsonl_documents(
     passed over without parsing them, as a resumed fetch asks."""
     base = id_base if id_base is not None else path.as_posix()
     skip = skip or Skip()
-    for lineno, line in enumerate(_open_maybe_zst(path), start=1):
+    for lineno, line in enumerate(jsonl_lines(path), start=1):
         if not line.strip() or skip.take():
             continue
         text_line = decode_bytes(line)  # bad bytes: replaced and counted by write_corpus
