@@ -14,7 +14,7 @@ import zstandard
 from leviathan.data.corpus import CorpusError, Document
 from leviathan.data.counts import count_shard, counts_from_shard, load_counts
 from leviathan.data.prepare import tokenize_corpus
-from leviathan.data.shards import ShardError, open_shard
+from leviathan.data.shards import FileTokens, ShardError, open_shard
 from leviathan.data.tokenizers import load_tokenizer
 from leviathan.io import sha256_file
 from leviathan.layout import manifest_path
@@ -206,3 +206,37 @@ def test_failed_rerun_keeps_the_previous_complete_pair(
         tokenize_corpus(corpus, "gpt2", out, processes=1, progress=False)
     assert open_shard(out / "val.bin", verify_sha256=True).sha256 == before
     assert sorted(p.name for p in out.iterdir()) == ["val.bin", "val.bin.json"]
+
+
+def _resident_file_kb() -> int:
+    """File-backed resident memory of this process (Linux: RssFile in /proc/self/status)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    pytest.skip("no RssFile in /proc/self/status (not Linux)")
+
+
+def test_a_pass_over_a_shard_file_keeps_no_pages_resident(tmp_path: Path) -> None:
+    """Reading a shard slice by slice from its file (what counts and word counts do) leaves its pages in
+    the page cache, not in the process's resident memory; a memory map of the same pass keeps
+    every page it touched (64 MB here, the whole shard at the study's size)."""
+    path = tmp_path / "tokens.bin"
+    n = 32 << 20  # uint16 tokens: 64 MB
+    rng = np.random.default_rng(0)
+    rng.integers(0, 50_000, size=n, dtype=np.uint16).tofile(path)
+
+    def grown_kb(tokens: object) -> int:
+        before = _resident_file_kb()
+        total = 0
+        for start in range(0, n, 1 << 20):
+            total += int(np.asarray(tokens[start : start + (1 << 20)]).sum())  # type: ignore[index]
+        assert total > 0
+        return _resident_file_kb() - before
+
+    streamed = FileTokens(path, np.dtype(np.uint16), n)
+    from_file = grown_kb(streamed)
+    mapped = np.memmap(path, dtype=np.uint16, mode="r")
+    from_map = grown_kb(mapped)
+    np.testing.assert_array_equal(streamed[n - 1000 : n + 5], mapped[n - 1000 :])  # same tokens
+    assert from_map > 48 << 10  # the map: most of the 64 MB resident
+    assert from_file < 8 << 10  # the file: about nothing

@@ -92,35 +92,3 @@ def test_memory_does_not_grow_with_the_training_text(
     assert peak(n, 50_000) < 1.25 * peak(n // 4, 50_000)
     assert peak(n, 1 << 30) < 1.25 * peak(n // 4, 1 << 30)
     assert peak(n, 50_000, chunk_tokens=200_000) > 1.5 * peak(n, 50_000)  # it can see growth
-
-
-def _resident_file_kb() -> int:
-    """File-backed resident memory of this process (Linux: RssFile in /proc/self/status)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssFile:"):
-            return int(line.split()[1])
-    pytest.skip("no RssFile in /proc/self/status (not Linux)")
-
-
-def test_a_pass_over_a_shard_file_keeps_no_pages_resident(tmp_path: Path) -> None:
-    """Reading a shard slice by slice from its file (what word counts do) leaves its pages in
-    the page cache, not in the process's resident memory; a memory map of the same pass keeps
-    every page it touched (64 MB here, the whole shard at the study's size)."""
-    path = tmp_path / "tokens.bin"
-    n = 32 << 20  # uint16 tokens: 64 MB
-    rng = np.random.default_rng(0)
-    rng.integers(0, 50_000, size=n, dtype=np.uint16).tofile(path)
-
-    def grown_kb(tokens: object) -> int:
-        before = _resident_file_kb()
-        total = 0
-        for start, stop in words_mod._chunks(tokens, 50_000, 1 << 20):
-            total += int(np.asarray(tokens[start:stop]).sum())  # type: ignore[index]
-        assert total > 0
-        return _resident_file_kb() - before
-
-    from_file = grown_kb(words_mod._FileTokens(path, np.dtype(np.uint16), n))
-    mapped = np.memmap(path, dtype=np.uint16, mode="r")
-    from_map = grown_kb(mapped)
-    assert from_map > 48 << 10  # the map: most of the 64 MB resident
-    assert from_file < 8 << 10  # the file: about nothing

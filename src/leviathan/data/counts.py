@@ -31,11 +31,13 @@ COUNT_CHUNK = 1 << 24  # tokens per bincount pass: bounded memory on any shard s
 
 
 def count_shard(shard: Shard) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """int64[V] occurrences of each id in a shard, in bounded-memory chunks."""
+    """int64[V] occurrences of each id in a shard, in bounded-memory chunks read from its file
+    (not mapped: see Shard.streamed)."""
     n_vocab = get_vocab(shard.vocab).n_vocab
     counts = np.zeros(n_vocab, dtype=np.int64)
+    tokens = shard.streamed()
     for start in range(0, len(shard), COUNT_CHUNK):
-        chunk = np.asarray(shard.tokens[start : start + COUNT_CHUNK])
+        chunk = tokens[start : start + COUNT_CHUNK]
         chunk_counts = np.bincount(chunk, minlength=n_vocab)
         if chunk_counts.size > n_vocab:
             raise ShardError(f"{shard.path}: holds ids >= n_vocab {n_vocab}; re-tokenize")

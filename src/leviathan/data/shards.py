@@ -289,6 +289,25 @@ def _write_shard_manifest(
     )
 
 
+class FileTokens:
+    """A shard's tokens read from its file one slice at a time (`np.fromfile`), not mapped:
+    pages read stay in the page cache, not in the process's resident memory, so a pass over a
+    100 GB shard keeps the memory of one chunk, where a memory map keeps every page it touched
+    resident (and counted as the job's memory by a scheduler that accounts RSS)."""
+
+    def __init__(self, path: Path, dtype: np.dtype[Any], n: int) -> None:
+        self.path, self.dtype, self.n = path, dtype, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, window: slice) -> np.ndarray[Any, Any]:
+        start, stop, _ = window.indices(self.n)
+        count = max(0, stop - start)
+        offset = start * self.dtype.itemsize
+        return np.fromfile(self.path, dtype=self.dtype, count=count, offset=offset)
+
+
 @dataclass(frozen=True)
 class Shard:
     """A validated token shard, memory-mapped read-only."""
@@ -307,6 +326,11 @@ class Shard:
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
+
+    def streamed(self, n: int | None = None) -> FileTokens:
+        """Its first `n` tokens (all by default) for one pass in order, read from the file
+        (bounded resident memory at any shard size: see FileTokens)."""
+        return FileTokens(self.path, self.tokens.dtype, len(self) if n is None else n)
 
     def check_ids(self, ids: np.ndarray[Any, Any]) -> None:
         """Raise ShardError if `ids` (read from this shard) leave [0, n_vocab) of its vocabulary.

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from leviathan.data.shards import open_shard
+from leviathan.data.shards import FileTokens, open_shard
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.token_bytes import TokenBytes, token_bytes
 
@@ -226,7 +226,7 @@ def _add_chunk(
 
 
 def iter_words(
-    tokens: np.ndarray[Any, Any] | _FileTokens, vocab: str, chunk_tokens: int = CHUNK_TOKENS
+    tokens: np.ndarray[Any, Any] | FileTokens, vocab: str, chunk_tokens: int = CHUNK_TOKENS
 ) -> Iterator[list[bytes]]:
     """Words (bytes; EOT as EOT_WORD) of a token sequence, chunk by chunk, fast path.
 
@@ -263,7 +263,7 @@ class WordCounts:
 # Word counting in bounded memory: the evaluated text's words and the training words are
 # partitioned by hash into bucket files of about BUCKET_BYTES on disk, then counted one bucket
 # at a time, read back in blocks. Memory: one chunk of words plus one bucket's distinct wanted
-# words, whatever the sizes (the shards are read, not mapped: see _FileTokens);
+# words, whatever the sizes (the shards are read, not mapped: see FileTokens);
 # disk: the training words counted once (about 5 bytes per token) while it runs.
 BUCKET_BYTES = 32 << 20
 MAX_BUCKETS = 512  # open files while partitioning (two per bucket at most)
@@ -307,24 +307,6 @@ def _bucket_words(path: Path) -> Iterator[list[bytes]]:
     path.unlink()
 
 
-class _FileTokens:
-    """A shard's tokens read from its file one slice at a time (`np.fromfile`), not mapped:
-    pages read stay in the page cache, not in this process's resident memory, so a pass over a
-    100 GB shard keeps the memory of one chunk (a memory map keeps every page it touched)."""
-
-    def __init__(self, path: Path, dtype: np.dtype[Any], n: int) -> None:
-        self.path, self.dtype, self.n = path, dtype, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, window: slice) -> np.ndarray[Any, Any]:
-        start, stop, _ = window.indices(self.n)
-        count = max(0, stop - start)
-        offset = start * self.dtype.itemsize
-        return np.fromfile(self.path, dtype=self.dtype, count=count, offset=offset)
-
-
 def _count_buckets(
     wanted: Iterator[list[bytes]],
     train: Iterator[list[bytes]],
@@ -366,7 +348,7 @@ def _train_words(
     n = len(shard) if max_tokens is None else min(max_tokens, len(shard))
     if n <= 0:
         raise EvalInputError(f"{train}: no tokens to count (max_tokens={max_tokens})")
-    return iter_words(_FileTokens(shard.path, shard.tokens.dtype, n), vocab, chunk_tokens), n
+    return iter_words(shard.streamed(n), vocab, chunk_tokens), n
 
 
 def count_words(
@@ -400,7 +382,7 @@ def count_val_words(
     chunk and a bucket, plus the result (one entry per distinct val word)."""
     val_shard = open_shard(val, vocab)
     train_words, n = _train_words(train, vocab, max_tokens, chunk_tokens)
-    val_tokens = _FileTokens(val_shard.path, val_shard.tokens.dtype, len(val_shard))
+    val_tokens = val_shard.streamed()
     val_words = iter_words(val_tokens, vocab, chunk_tokens)
     counts, n_words, n_val = _count_buckets(val_words, train_words, _n_buckets(n), tmp_dir)
     return WordCounts(counts, n, n_words, n_val)
