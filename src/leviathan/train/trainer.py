@@ -156,19 +156,7 @@ class Trainer:
         self.val_bin, self.run_dir = val_bin, run_dir
         device = info.device
         self.model = build_cell_model(cfg).to(device)
-        # Every rank checks size and sampled fingerprint against the manifests (milliseconds);
-        # the full hash is runtime.verify_shards=full, done in `train` before the group exists.
-        self.loader = TrainLoader(
-            train_bins,
-            context=cfg.context,
-            global_batch=cfg.global_batch,
-            seed=cfg.seed,
-            rank=info.rank,
-            world_size=info.world_size,
-            vocab=cfg.vocab,
-            verify_sha256=False,
-            progress=runtime.progress,
-        )
+        self.loader = self._loader(train_bins)
         barrier(info)
         # the loader refuses shards of another vocabulary; the model must cover this one
         check_covers(
@@ -181,18 +169,7 @@ class Trainer:
             eps=cfg.eps,
             weight_decay=cfg.weight_decay,
         )
-        self.checkpoints = ckpt.CheckpointManager(
-            layout.checkpoints_dir(run_dir),
-            model=self.model,
-            optimizer=self.optimizer,
-            loader=self.loader,
-            cfg=cfg,
-            info=info,
-            keep_last=runtime.keep_last,
-            every=runtime.ckpt_every,
-            background=runtime.async_checkpoint,
-            drop_steps_at_final=runtime.drop_steps_at_final,
-        )
+        self.checkpoints = self._checkpoint_manager()
         self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
         self.accounting = account_model(self.model, cfg.context)
         stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
@@ -209,6 +186,39 @@ class Trainer:
             info=info,
             vocab=cfg.vocab,
             autocast=self._autocast,
+        )
+
+    def _loader(self, train_bins: list[Path]) -> TrainLoader:
+        """This rank's data loader. Every rank checks size and sampled fingerprint against the
+        manifests (milliseconds); the full hash is runtime.verify_shards=full, done in `train`
+        before the process group exists."""
+        cfg, info = self.cfg, self.info
+        return TrainLoader(
+            train_bins,
+            context=cfg.context,
+            global_batch=cfg.global_batch,
+            seed=cfg.seed,
+            rank=info.rank,
+            world_size=info.world_size,
+            vocab=cfg.vocab,
+            verify_sha256=False,
+            progress=self.runtime.progress,
+        )
+
+    def _checkpoint_manager(self) -> ckpt.CheckpointManager:
+        """The run's checkpoints: what they hold, where, how often and how many are kept."""
+        runtime = self.runtime
+        return ckpt.CheckpointManager(
+            layout.checkpoints_dir(self.run_dir),
+            model=self.model,
+            optimizer=self.optimizer,
+            loader=self.loader,
+            cfg=self.cfg,
+            info=self.info,
+            keep_last=runtime.keep_last,
+            every=runtime.ckpt_every,
+            background=runtime.async_checkpoint,
+            drop_steps_at_final=runtime.drop_steps_at_final,
         )
 
     def fit(self) -> TrainResult:
