@@ -317,9 +317,8 @@ class Trainer:
             set_aside=r.set_aside,
             because=r.because,
         )
-        if (
-            info.is_main
-        ):  # the data the checkpoints come from, with the sha256 their manifests record
+        # the data the checkpoints come from, with the sha256 their manifests record
+        if info.is_main:
             self.checkpoints.manifest = self._manifest()
         telemetry.show_progress(r.step)
         return telemetry
