@@ -65,3 +65,13 @@ def get_vocab(name: str) -> VocabSpec:
             f"unknown vocabulary {name!r}: use one of {valid} "
             f"(aliases: {', '.join(sorted(ALIASES))})"
         ) from None
+
+
+def check_covers(
+    vocab_size: int, vocab: str, *, fix: str, error: type[ValueError] = ValueError
+) -> None:
+    """Refuse a model of `vocab_size` ids that cannot embed or score every id of `vocab`
+    (tiktoken's n_vocab): `error` names both sizes, then `fix` (what the caller's user does)."""
+    spec = get_vocab(vocab)
+    if vocab_size < spec.n_vocab:
+        raise error(f"model vocab_size={vocab_size} < {spec.name}'s n_vocab={spec.n_vocab}: {fix}")

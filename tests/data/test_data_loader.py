@@ -31,8 +31,10 @@ def test_windows_shapes_and_shift(positions: Path) -> None:
     loader = _loader(positions)
     assert loader.n_windows == 25  # (203 - 1) // 8
     x, y = loader.batch(0)
-    assert x.shape == y.shape == (4, CTX) and x.dtype == y.dtype == torch.int64
-    assert x.is_contiguous() and y.is_contiguous()  # y.view(-1) works
+    assert x.shape == y.shape == (4, CTX)
+    assert x.dtype == y.dtype == torch.int64
+    assert x.is_contiguous()
+    assert y.is_contiguous()  # y.view(-1) works
     assert torch.equal(x[:, 1:], y[:, :-1])
     assert torch.all(x[:, 0] % CTX == 0)  # windows start at multiples of the context
     assert torch.equal(y[:, -1], x[:, 0] + CTX)  # context + 1 tokens per window
@@ -85,7 +87,8 @@ def test_resume_from_state_dict(positions: Path) -> None:
     for _ in range(9):
         next(it)
     state = json.loads(json.dumps(first.state_dict()))  # small and JSON-able
-    assert state["step"] == 9 and len(json.dumps(state)) < 1000
+    assert state["step"] == 9
+    assert len(json.dumps(state)) < 1000
     resumed = _loader(positions, world_size=2, global_batch=4)  # world size may change
     resumed.load_state_dict(state)
     assert resumed.step == 9
@@ -181,7 +184,8 @@ def test_loader_on_real_shards(o200k_shards: Path) -> None:
         o200k_shards / "train.bin", context=64, global_batch=8, seed=3, vocab="o200k_base"
     )
     x, y = loader.batch(100)
-    assert x.max() < 200019 and loader.fingerprint["dtype"] == "uint32"
+    assert x.max() < 200019
+    assert loader.fingerprint["dtype"] == "uint32"
     assert loader.fingerprint["vocab"] == "o200k_base"
     n = sum(
         int((y != IGNORE_INDEX).sum())
@@ -214,10 +218,29 @@ def test_prefetch_yields_the_same_batches_bitwise(positions: Path, depth: int) -
         for step in range(2, 14):
             x, y = batches.get(step)
             want_x, want_y = reference.batch(step)
-            assert torch.equal(x, want_x) and torch.equal(y, want_y), step
-            assert x.dtype == torch.int64 and x.is_contiguous()
+            assert torch.equal(x, want_x), step
+            assert torch.equal(y, want_y), step
+            assert x.dtype == torch.int64
+            assert x.is_contiguous()
         with pytest.raises(ValueError, match="expected 14"):
             batches.get(14)  # past `stop`
+
+
+def test_the_loader_moves_its_position_as_it_hands_batches_out(positions: Path) -> None:
+    """The position a checkpoint records is the loader's own: after the batches of steps
+    [2, 5) are handed out it is 5, and a loader resumed there hands out step 5's batch next."""
+    loader = _loader(positions, global_batch=7)
+    loader.load_state_dict(loader.state_dict() | {"step": 2})
+    with loader.prefetch(2, 9, depth=2) as batches:
+        for step in range(2, 5):
+            batches.get(step)
+            assert loader.step == step + 1
+    assert loader.state_dict()["step"] == 5  # read ahead (steps 5, 6) is not handed out
+    resumed = _loader(positions, global_batch=7)
+    resumed.load_state_dict(loader.state_dict())
+    x, _ = next(iter(resumed))
+    assert torch.equal(x, _loader(positions, global_batch=7).batch(5)[0])
+    assert resumed.step == 6
 
 
 def test_prefetch_refuses_steps_out_of_order_and_raises_a_reads_error(
@@ -259,4 +282,5 @@ def test_batch_rows_are_the_windows_read_from_the_files(
             want.append(raw[shard][start : start + CTX + 1])
         rows = np.stack(want)
         x, y = loader.batch(step)
-        assert np.array_equal(x.numpy(), rows[:, :-1]) and np.array_equal(y.numpy(), rows[:, 1:])
+        assert np.array_equal(x.numpy(), rows[:, :-1])
+        assert np.array_equal(y.numpy(), rows[:, 1:])

@@ -96,7 +96,8 @@ def test_background_save_returns_before_the_write_and_the_next_waits(
     monkeypatch.setattr(ckpt, "save_checkpoint", slow_save)
     m = manager(tmp_path, background=True)
     m.save_step(1, None)  # returns while the write is blocked
-    assert writing.wait(30) and not (tmp_path / "step_00000001").exists()
+    assert writing.wait(30)
+    assert not (tmp_path / "step_00000001").exists()
     assert m.last_good.endswith("step_00000001")
     second = threading.Thread(target=m.save_step, args=(2, None))
     second.start()
@@ -131,3 +132,17 @@ def test_step_checkpoints_removed_at_final_when_asked(tmp_path: Path, drop: bool
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == (["final"] if drop else ["final", "step_00000002", "step_00000003"])
     assert ckpt.latest_checkpoint(tmp_path) == ckpt.CheckpointRef(tmp_path / "final", 4)
+
+
+def test_the_manager_saves_where_its_interval_falls(tmp_path: Path) -> None:
+    m = manager(tmp_path, every=3)
+    saved = {step: m.save_if_due(step, None) for step in range(1, 8)}
+    m.close()
+    assert [s for s, path in saved.items() if path is not None] == [3, 6]
+    assert [r.step for r in ckpt.list_checkpoints(tmp_path)] == [3, 6]
+
+
+def test_a_manager_without_an_interval_saves_only_when_told(tmp_path: Path) -> None:
+    m = manager(tmp_path)  # every=0
+    assert [m.save_if_due(step, None) for step in range(1, 5)] == [None] * 4
+    assert ckpt.list_checkpoints(tmp_path) == []

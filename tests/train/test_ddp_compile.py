@@ -31,7 +31,8 @@ def _rank(rank: int, store: str, out: str) -> None:
     try:
         model = _net()
         ddp, step_model = wrap_model(model, DistInfo(rank, 2, rank, torch.device("cpu")), True)
-        assert isinstance(ddp, DistributedDataParallel) and ddp.module is model
+        assert isinstance(ddp, DistributedDataParallel)
+        assert ddp.module is model
         assert step_model._orig_mod is ddp  # compiled around DDP, not inside it
         step_model(_data(rank)).square().mean().backward()
         torch.save([p.grad for p in model.parameters()], f"{out}/rank{rank}.pt")
@@ -44,7 +45,8 @@ def test_wrap_model_without_ddp_or_compile_is_the_model() -> None:
     one = DistInfo(0, 1, 0, torch.device("cpu"))
     assert wrap_model(model, one, compile=False) == (None, model)
     ddp, compiled = wrap_model(model, one, compile=True)
-    assert ddp is None and compiled._orig_mod is model
+    assert ddp is None
+    assert compiled._orig_mod is model
     assert wrap_model(model, one, compile=True, stepping=False) == (None, model)
 
 

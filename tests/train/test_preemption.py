@@ -23,10 +23,12 @@ def test_a_signal_is_recorded_then_stops_with_its_exit_code() -> None:
         assert watch.requested()
         stop = watch.stop(Path("ckpt/step_00000004"))
     assert signal.getsignal(signal.SIGUSR1) is before
-    assert stop.exit_code == 128 + signal.SIGUSR1 and stop.checkpoint == Path("ckpt/step_00000004")
+    assert stop.exit_code == 128 + signal.SIGUSR1
+    assert stop.checkpoint == Path("ckpt/step_00000004")
     assert str(stop) == "stopped by signal SIGUSR1; resume from ckpt/step_00000004"
 
 
 def test_a_rank_without_a_signal_of_its_own_reports_sigterm() -> None:
     stop = PreemptionWatch(CPU).stop(Path("c"))  # another rank got it: the all-reduce said stop
-    assert stop.signum == signal.SIGTERM and stop.exit_code == 128 + signal.SIGTERM
+    assert stop.signum == signal.SIGTERM
+    assert stop.exit_code == 128 + signal.SIGTERM

@@ -22,9 +22,14 @@ def test_warmup_then_cosine_to_ten_percent() -> None:
 
 def test_recipe_defaults_are_the_papers() -> None:
     cfg = train_config("400m", "o200k_base", "leviathan")
-    assert cfg.betas == (0.9, 0.999) and cfg.eps == 1e-8 and cfg.weight_decay == 0.0
-    assert cfg.grad_clip == 1.0 and cfg.min_lr_ratio == 0.1
-    assert cfg.context == 512 and cfg.global_batch == 512 and cfg.tokens_per_step == 262_144
+    assert cfg.betas == (0.9, 0.999)
+    assert cfg.eps == 1e-8
+    assert cfg.weight_decay == 0.0
+    assert cfg.grad_clip == 1.0
+    assert cfg.min_lr_ratio == 0.1
+    assert cfg.context == 512
+    assert cfg.global_batch == 512
+    assert cfg.tokens_per_step == 262_144
     assert cfg.total_tokens == 8_400_000_000
     assert cfg.max_steps == math.ceil(8.4e9 / 262_144)  # ~32k steps, as SPEC section 4 says
 

@@ -7,8 +7,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -92,6 +94,7 @@ def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
     train_rows = read_metrics(reference_run / "metrics.jsonl", "train")
     val_rows = read_metrics(reference_run / "metrics.jsonl", "val")
     assert [r["step"] for r in train_rows] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in val_rows] == [4, 8, STEPS]  # val_every=4, and once at the end
     assert train_rows[-1]["loss"] < train_rows[0]["loss"] - 1.0
     assert val_rows[-1]["val_loss"] < val_rows[0]["val_loss"]
     assert train_rows[0]["mfu"] == "unknown"  # CPU: no peak, no guess
@@ -129,7 +132,8 @@ def test_dvclive_live_view_holds_the_runs_curves(reference_run: Path) -> None:
     assert [float(r["val_loss"]) for r in val] == pytest.approx([r["val_loss"] for r in val_rows])
     summary = json.loads((live / "metrics.json").read_text())
     assert summary["end"]["val_loss"] == pytest.approx(val_rows[-1]["val_loss"])
-    assert not (live / "dvc.yaml").exists() and not (reference_run / "dvc.yaml").exists()
+    assert not (live / "dvc.yaml").exists()
+    assert not (reference_run / "dvc.yaml").exists()
 
 
 def test_checkpoint_manifest_chains_to_the_token_shards(
@@ -197,7 +201,8 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
     step1 = read_manifest(
         Path("run") / "checkpoints" / "step_00000001" / "model.safetensors", kind="checkpoint"
     )
-    assert step1["step"] == 1 and step1["started_utc"] == m["started_utc"]
+    assert step1["step"] == 1
+    assert step1["started_utc"] == m["started_utc"]
     assert step1["artifact"]["path"] == "run/checkpoints/step_00000001/model.safetensors"
     assert not list((Path("run") / "checkpoints").glob(".*"))  # no temp dirs left
     # evaluation records the manifest of the checkpoint it read
@@ -222,7 +227,8 @@ def test_sigkill_then_restart_is_bitwise_identical(
     assert not (run_dir / "checkpoints" / "final").exists()
     subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4"), check=True)
     starts = read_metrics(run_dir / "metrics.jsonl", "start")
-    assert starts[-1]["step"] >= 4 and starts[-1]["resumed_from"]
+    assert starts[-1]["step"] >= 4
+    assert starts[-1]["resumed_from"]
     assert_bitwise_equal(weights(run_dir), weights(reference_run))
 
 
@@ -245,9 +251,11 @@ def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(
     _, err = proc.communicate(timeout=60)
     assert time.time() - sent < 30
     assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "SIGTERM" in err and "resume from" in err
+    assert "SIGTERM" in err
+    assert "resume from" in err
     saved = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
-    assert len(saved) == 1 and not (run_dir / "checkpoints" / "final").exists()
+    assert len(saved) == 1
+    assert not (run_dir / "checkpoints" / "final").exists()
     stopped_at = int(saved[0].split("_")[1])
     subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0"), check=True)
     assert read_metrics(metrics, "start")[-1]["step"] == stopped_at
@@ -277,7 +285,7 @@ def test_resume_with_other_config_or_data_is_refused(
         run_dir=run_dir,
         runtime=replace(QUIET, restart_on_mismatch=True),
     )
-    assert fresh.start_step == 0 and fresh.steps == STEPS
+    assert fresh.start_step == 0
     assert (run_dir / "checkpoints.stale-1" / "step_00000008" / "state.json").is_file()
     start = read_metrics(run_dir / "metrics.jsonl", "start")[-1]
     assert "lr: checkpoint 0.003 != now 0.001" in start["set_aside"]["because"]
@@ -295,7 +303,7 @@ def test_resume_with_other_config_or_data_is_refused(
 def test_shortened_cell_restarts_with_its_own_curve(
     gpt2_shards: Path, reference_run: Path, tmp_path: Path
 ) -> None:
-    """The issue's case: a finished cell's total_tokens shortened; the workflow restarts it."""
+    """A finished cell whose total_tokens is shortened: the workflow restarts it afresh."""
     import shutil
     from dataclasses import replace
 
@@ -310,7 +318,7 @@ def test_shortened_cell_restarts_with_its_own_curve(
         run_dir=run_dir,
         runtime=replace(QUIET, restart_on_mismatch=True),
     )
-    assert short.steps == 6
+    assert short.start_step == 0
     assert max(read_curve(run_dir).tokens) == 6 * 8 * 64  # no point of the old 12-step run
 
 
@@ -331,7 +339,8 @@ def test_rewind_metrics_keeps_the_records_up_to_the_checkpoint(tmp_path: Path) -
     assert [(r["kind"], r["step"]) for r in read_metrics(path)][-2:] == [("train", 8), ("val", 8)]
     assert [r["step"] for r in read_metrics(tmp_path / "aside.jsonl")] == [9, 9]
     assert rewind_metrics(path, 0, tmp_path / "fresh.jsonl") == 10  # a fresh start keeps nothing
-    assert read_metrics(path) == [] and len(read_metrics(tmp_path / "fresh.jsonl")) == 10
+    assert read_metrics(path) == []
+    assert len(read_metrics(tmp_path / "fresh.jsonl")) == 10
     assert rewind_metrics(tmp_path / "missing.jsonl", 3, tmp_path / "x.jsonl") == 0
 
 
@@ -388,6 +397,26 @@ def test_non_finite_loss_stops_and_names_the_last_good_checkpoint(
     ):
         run_train(gpt2_shards, run_dir)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before  # nothing written
+
+
+def test_a_model_smaller_than_its_vocabulary_is_refused(
+    tmp_path: Path, make_shard: Callable[..., Path]
+) -> None:
+    """GPT-2's BPE has 50,257 ids (tiktoken's r50k_base): a model of 1,000 rows cannot embed
+    them, even where the shard happens to hold only small ids."""
+    shard = make_shard(tmp_path / "train.bin", np.arange(8 * 65) % 1000)
+    with pytest.raises(
+        ValueError,
+        match=r"vocab_size=1000 < gpt2's n_vocab=50257: leave train.vocab_size unset or raise it",
+    ):
+        train(
+            cfg(vocab_size=1000),
+            train_bins=[shard],
+            val_bin=None,
+            run_dir=tmp_path / "run",
+            runtime=QUIET,
+        )
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 @pytest.mark.slow
@@ -484,7 +513,8 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
     errs = [n.communicate(timeout=300)[1] for n in nodes]
     assert all(n.returncode != 0 for n in nodes), errs
     saved = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
-    assert len(saved) == 1 and not (run_dir / "checkpoints" / "final").exists(), errs
+    assert len(saved) == 1, errs
+    assert not (run_dir / "checkpoints" / "final").exists(), errs
     stopped_at = int(saved[0].split("_")[1])
     assert 0 < stopped_at < STEPS
 
@@ -492,7 +522,8 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
     errs = [n.communicate(timeout=600)[1] for n in nodes]
     assert all(n.returncode == 0 for n in nodes), errs
     start = read_metrics(metrics, "start")
-    assert start[-1]["step"] == stopped_at and start[-1]["world_size"] == 2
+    assert start[-1]["step"] == stopped_at
+    assert start[-1]["world_size"] == 2
     a = [r["loss"] for r in read_metrics(tmp_path / "one" / "metrics.jsonl", "train")]
     b = [r["loss"] for r in read_metrics(metrics, "train")]
     assert len(a) == len(b) == STEPS

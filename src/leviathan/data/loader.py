@@ -46,7 +46,7 @@ import torch
 
 from leviathan.data.shards import Shard, open_shard
 
-STATE_VERSION = 2  # 2: the order digest (order_sha256, numpy)
+STATE_VERSION = 2  # of `TrainLoader.state_dict`'s fields; a resume refuses any other
 IGNORE_INDEX = -100
 PathLike = str | os.PathLike[str]
 
@@ -85,8 +85,10 @@ def fingerprint(shards: Sequence[Shard], context: int) -> dict[str, Any]:
 class TrainLoader:
     """Training batches `(x, y)` of shape [global_batch / world_size, context], int64.
 
-    Build one per rank with the same arguments except `rank`. `batch(step)` is pure;
-    iterating yields `batch(self.step)` and advances `self.step`.
+    Build one per rank with the same arguments except `rank`. `batch(step)` is pure. The
+    loader owns its position `step`, the next step to train (what a checkpoint records and a
+    resume restores): handing out a step's batch, by iterating or through `prefetch`, moves it
+    past that step.
     """
 
     def __init__(
@@ -147,10 +149,6 @@ class TrainLoader:
         """Target tokens per optimizer step over all ranks."""
         return self.global_batch * self.context
 
-    def epoch_of(self, step: int) -> float:
-        """Fractional epoch reached at the start of `step`."""
-        return step * self.global_batch / self.n_windows
-
     def _perm(self, epoch: int) -> np.ndarray[Any, Any]:
         with self._perm_lock:
             return self._perm_locked(epoch)
@@ -198,7 +196,7 @@ class TrainLoader:
         """The batches of steps [start, stop), each read `depth` steps ahead in background
         threads (`depth=0`: read when asked); `pin_for` (a CUDA device): pinned for asynchronous
         copies to it (the thread selects that device first, as PyTorch's DataLoader does, so no
-        context is created on another GPU)."""
+        context is created on another GPU). Each `get(step)` moves the position past `step`."""
 
         def load(step: int) -> tuple[torch.Tensor, torch.Tensor]:
             x, y = self.batch(step)
@@ -207,12 +205,17 @@ class TrainLoader:
             torch.cuda.set_device(pin_for)
             return x.pin_memory(), y.pin_memory()
 
-        return Prefetcher(load, start, stop, depth)
+        return Prefetcher(load, start, stop, depth, handed_out=self._handed_out)
+
+    def _handed_out(self, step: int) -> None:
+        """The batch of `step` went to training: the position moves past it."""
+        self.step = step + 1
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:
-            x_y = self.batch(self.step)
-            self.step += 1
+            step = self.step
+            x_y = self.batch(step)
+            self._handed_out(step)
             yield x_y
 
     def state_dict(self) -> dict[str, Any]:
@@ -268,13 +271,21 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 class Prefetcher:
     """`get(step)` for steps start, start + 1, ... < stop in order, each loaded by `load(step)`
     up to `depth` steps ahead in as many threads (so as many reads in flight on a slow file
-    system). An error of a load is raised by the `get` of its step. Use as a context manager:
-    leaving it cancels what was not started and waits for what was."""
+    system). An error of a load is raised by the `get` of its step; `handed_out(step)` is
+    called once a `get` has its batch. Use as a context manager: leaving it cancels what was not
+    started and waits for what was."""
 
-    def __init__(self, load: Callable[[int], Batch], start: int, stop: int, depth: int) -> None:
+    def __init__(
+        self,
+        load: Callable[[int], Batch],
+        start: int,
+        stop: int,
+        depth: int,
+        handed_out: Callable[[int], None] | None = None,
+    ) -> None:
         if depth < 0:
             raise ValueError(f"prefetch depth={depth}: must be >= 0 (0: no prefetch)")
-        self._load, self._stop, self._depth = load, stop, depth
+        self._load, self._stop, self._depth, self._handed_out = load, stop, depth, handed_out
         self._next = self._submitted = start
         self._pending: deque[Future[Batch]] = deque()
         self._pool = (
@@ -295,11 +306,15 @@ class Prefetcher:
             )
         self._next += 1
         if self._pool is None:
-            return self._load(step)
-        self._fill()
-        batch = self._pending.popleft()
-        self._fill()  # the next read starts before this step trains
-        return batch.result()
+            batch = self._load(step)
+        else:
+            self._fill()
+            pending = self._pending.popleft()
+            self._fill()  # the next read starts before this step trains
+            batch = pending.result()
+        if self._handed_out is not None:
+            self._handed_out(step)
+        return batch
 
     def close(self) -> None:
         if self._pool is not None:

@@ -39,7 +39,7 @@ from leviathan.model import LanguageModel, ModelConfig, build_model
 from leviathan.model.generated import validate_ids
 from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, token_losses, token_losses_and_greedy
 from leviathan.model.variants import TableInput
-from leviathan.vocab import VocabSpec, get_vocab
+from leviathan.vocab import VocabSpec, check_covers, get_vocab
 
 # logits held at once (rows x V): on a CPU a cache-sized chunk (16 MiB), faster there than the
 # training loss's 128 MiB (BENCHMARKS.md, Evaluation); on a GPU larger chunks are faster
@@ -150,12 +150,12 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         raise EvalInputError(f"{ckpt_dir / STATE}: has no model_config; not a trainer checkpoint")
     cfg = ModelConfig.from_dict(state["model_config"]).validate()
     ckpt = Checkpoint(ckpt_dir, sha256_file(ckpt_dir / WEIGHTS), state, cfg)
-    spec = ckpt.vocab
-    if cfg.vocab_size < spec.n_vocab:
-        raise EvalInputError(
-            f"{ckpt_dir}: model vocab_size={cfg.vocab_size} < {spec.name}'s n_vocab={spec.n_vocab}: "
-            "the checkpoint's model config and its training vocabulary disagree"
-        )
+    check_covers(
+        cfg.vocab_size,
+        ckpt.vocab.name,
+        fix=f"the model config of {ckpt_dir} and its training vocabulary disagree",
+        error=EvalInputError,
+    )
     return ckpt
 
 

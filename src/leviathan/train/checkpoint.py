@@ -300,7 +300,8 @@ class CheckpointManager:
     """The checkpoints of one run. It owns what a checkpoint holds: the model's weights, the
     optimizer, the data loader (stateful: its position and data fingerprint), the train state
     (step, tokens, configs, provenance) and the RNG states, and saves or restores them together.
-    Every rank restores; the main rank writes, the others wait at a barrier."""
+    It decides its own interval: `save_if_due` writes a step checkpoint every `every` steps (0:
+    none). Every rank restores; the main rank writes, the others wait at a barrier."""
 
     def __init__(
         self,
@@ -312,11 +313,12 @@ class CheckpointManager:
         cfg: TrainConfig,
         info: DistInfo,
         keep_last: int,
+        every: int = 0,
         background: bool = False,
         drop_steps_at_final: bool = False,
     ) -> None:
         self.root, self.model, self.optimizer, self.loader = root, model, optimizer, loader
-        self.cfg, self.info, self.keep_last = cfg, info, keep_last
+        self.cfg, self.info, self.keep_last, self.every = cfg, info, keep_last, every
         self.background, self.drop_steps_at_final = background, drop_steps_at_final
         self.fingerprint = cfg.fingerprint()
         self.manifest: ManifestInfo | None = None  # set by the trainer on the main rank
@@ -357,23 +359,31 @@ class CheckpointManager:
         barrier(self.info)
         return target
 
+    def save_if_due(self, step: int, train_loss: float | None) -> Path | None:
+        """The periodic checkpoint after optimizer step `step`, where the interval falls."""
+        if self.every and step % self.every == 0:
+            return self.save_step(step, train_loss)
+        return None
+
     def save_step(self, step: int, train_loss: float | None, *, wait: bool = False) -> Path:
         """A periodic (or, with `wait`, preemption) checkpoint; it becomes the last good one.
         Written in the background where the manager says so, unless `wait`."""
         name = step_dir(self.root, step).name
-        path = self.save(name, step, background=self.background and not wait, train_loss=train_loss)
+        path = self._save(
+            name, step, background=self.background and not wait, train_loss=train_loss
+        )
         # named as soon as it is taken: every exit path waits for its write (close)
         self.last_good = str(path)
         return path
 
     def save_final(self, step: int, train_loss: float | None, val_loss: float | None) -> Path:
-        path = self.save(FINAL, step, train_loss=train_loss, val_loss=val_loss)
+        path = self._save(FINAL, step, train_loss=train_loss, val_loss=val_loss)
         if self.drop_steps_at_final and self.info.is_main:
             prune(self.root, 0)  # `final` holds everything a step checkpoint would resume
         barrier(self.info)
         return path
 
-    def save(
+    def _save(
         self, name: str, step: int, *, background: bool = False, **metrics: float | None
     ) -> Path:
         """Write checkpoint `name` after optimizer step `step` (main rank), keep the newest

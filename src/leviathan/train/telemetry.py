@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -47,6 +48,18 @@ def mfu(
     if peak is None:
         return "unknown"
     return tokens_per_s * flops_per_token / (peak * n_devices)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one optimizer step reports: `step` steps are done (1-based), the step's mean
+    training loss, its learning rate, the gradient norm before clipping, its seconds."""
+
+    step: int
+    loss: float
+    lr: float
+    grad_norm: float
+    seconds: float
 
 
 class MetricsLog:
@@ -156,26 +169,29 @@ class TrainTelemetry:
                 unit="step",
             )
 
-    def train_step(self, done: int, *, loss: float, lr: float, grad_norm: float, dt: float) -> None:
-        """After optimizer step `done` (1-based) took `dt` seconds: a record every
-        `runtime.log_every` steps and at the last, and the bar."""
-        tok_s = self.cfg.tokens_per_step / dt
-        if self.log and (done % self.runtime.log_every == 0 or done == self.cfg.max_steps):
+    def should_log(self, step: int) -> bool:
+        """Whether step `step` (1-based) gets a record: every `runtime.log_every` and the last."""
+        return step % self.runtime.log_every == 0 or step == self.cfg.max_steps
+
+    def train_step(self, record: StepRecord) -> None:
+        """After an optimizer step: its record where `should_log` says so, and the bar."""
+        tok_s = self.cfg.tokens_per_step / record.seconds
+        if self.log and self.should_log(record.step):
             self.log.write(
                 {
                     "kind": "train",
-                    "step": done,
-                    "tokens": done * self.cfg.tokens_per_step,
-                    "loss": loss,
-                    "lr": lr,
-                    "grad_norm": grad_norm,
+                    "step": record.step,
+                    "tokens": record.step * self.cfg.tokens_per_step,
+                    "loss": record.loss,
+                    "lr": record.lr,
+                    "grad_norm": record.grad_norm,
                     "tokens_per_s": tok_s,
-                    "step_s": dt,
+                    "step_s": record.seconds,
                     "mfu": mfu(tok_s, self.flops_per_token, self.peak, self.info.world_size),
                 }
             )
         if self.bar:
-            self.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tok_s:,.0f}", refresh=False)
+            self.bar.set_postfix(loss=f"{record.loss:.4f}", tok_s=f"{tok_s:,.0f}", refresh=False)
             self.bar.update(1)
 
     def val(self, step: int, val_loss: float) -> None:

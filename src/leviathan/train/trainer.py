@@ -6,11 +6,12 @@ newest complete checkpoint (bitwise on CPU); SIGTERM/SIGUSR1 checkpoint and rais
 `Preempted`; a non-finite loss raises `NonFiniteLoss` naming the step and the last good
 checkpoint, writing nothing.
 
-`Trainer` wires the components and `Trainer.fit` is the training loop; beside it:
+`Trainer` wires the components, `Trainer.train_step` is one optimizer step of the recipe and
+`Trainer.fit` the loop; each component decides its own interval. Beside it:
   checkpoint.py   CheckpointManager: saves/restores model, optimizer, loader, train state, RNG
   preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1 -> checkpoint, exit 128+signal
   telemetry.py    TrainTelemetry: metrics records, progress bar; rewind_metrics on a restart
-  validation.py   evaluate_val_loss
+  validation.py   Validator, evaluate_val_loss
   errors.py       NonFiniteLoss, ConfigMismatch and their texts
 
 Run directory:
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from leviathan import layout
-from leviathan.data.loader import TrainLoader
+from leviathan.data.loader import Prefetcher, TrainLoader
 from leviathan.data.shards import verify_shards
 from leviathan.device import set_deterministic
 from leviathan.manifest import input_record, recorded_sha256
@@ -51,9 +52,9 @@ from leviathan.train.distributed import (
 from leviathan.train.errors import ConfigMismatch, NonFiniteLoss, check_grad_norm, check_loss
 from leviathan.train.preemption import Preempted, PreemptionWatch
 from leviathan.train.schedule import lr_at
-from leviathan.train.telemetry import MetricsLog, TrainTelemetry, rewind_metrics
-from leviathan.train.validation import evaluate_val_loss
-from leviathan.vocab import get_vocab
+from leviathan.train.telemetry import MetricsLog, StepRecord, TrainTelemetry, rewind_metrics
+from leviathan.train.validation import Validator, evaluate_val_loss
+from leviathan.vocab import check_covers
 
 __all__ = [
     "ConfigMismatch",
@@ -91,16 +92,6 @@ def build_cell_model(cfg: TrainConfig) -> LanguageModel:
     mcfg = cell_model_config(cfg)
     torch.manual_seed(cfg.seed)
     return build_model(mcfg)
-
-
-def _check_model_vocab(cfg: TrainConfig, model: LanguageModel) -> None:
-    """The loader refuses shards of another vocabulary; here: the model must cover it."""
-    spec = get_vocab(cfg.vocab)
-    if model.cfg.vocab_size < spec.n_vocab:
-        raise ValueError(
-            f"model vocab_size={model.cfg.vocab_size} < {spec.name}'s n_vocab={spec.n_vocab}: "
-            "leave train.vocab_size unset or raise it"
-        )
 
 
 def _micro_batches(
@@ -143,7 +134,8 @@ def train(
 class Trainer:
     """One training run, wired: the model (`model`, as saved and validated; `train_model`, as
     stepped: compiled and/or wrapped by DDP), the data loader, the optimizer and the checkpoint
-    manager, which restores them all when the run restarts. `fit` is the training loop."""
+    manager, which restores them all when the run restarts, and the validator. `train_step` is
+    one optimizer step, `fit` the training loop."""
 
     def __init__(
         self,
@@ -164,9 +156,44 @@ class Trainer:
         self.val_bin, self.run_dir = val_bin, run_dir
         device = info.device
         self.model = build_cell_model(cfg).to(device)
-        # Every rank checks size and sampled fingerprint against the manifests (milliseconds);
-        # the full hash is runtime.verify_shards=full, done in `train` before the group exists.
-        self.loader = TrainLoader(
+        self.loader = self._loader(train_bins)
+        barrier(info)
+        # the loader refuses shards of another vocabulary; the model must cover this one
+        check_covers(
+            self.model.cfg.vocab_size, cfg.vocab, fix="leave train.vocab_size unset or raise it"
+        )
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=cfg.lr,
+            betas=cfg.betas,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+        )
+        self.checkpoints = self._checkpoint_manager()
+        self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
+        self.accounting = account_model(self.model, cfg.context)
+        stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
+        self.ddp, self.train_model = wrap_model(self.model, info, runtime.compile, stepping)
+        self.bf16 = runtime.bf16 and device.type == "cuda"
+        self.n_micro = self.loader.local_batch // cfg.micro_batch
+        self.validator = Validator(
+            self.model,
+            val_bin,
+            every=runtime.val_every,
+            context=cfg.context,
+            batch=runtime.val_batch,
+            windows=runtime.val_windows,
+            info=info,
+            vocab=cfg.vocab,
+            autocast=self._autocast,
+        )
+
+    def _loader(self, train_bins: list[Path]) -> TrainLoader:
+        """This rank's data loader. Every rank checks size and sampled fingerprint against the
+        manifests (milliseconds); the full hash is runtime.verify_shards=full, done in `train`
+        before the process group exists."""
+        cfg, info = self.cfg, self.info
+        return TrainLoader(
             train_bins,
             context=cfg.context,
             global_batch=cfg.global_batch,
@@ -175,77 +202,82 @@ class Trainer:
             world_size=info.world_size,
             vocab=cfg.vocab,
             verify_sha256=False,
-            progress=runtime.progress,
+            progress=self.runtime.progress,
         )
-        barrier(info)
-        _check_model_vocab(cfg, self.model)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=cfg.lr,
-            betas=cfg.betas,
-            eps=cfg.eps,
-            weight_decay=cfg.weight_decay,
-        )
-        self.checkpoints = ckpt.CheckpointManager(
-            layout.checkpoints_dir(run_dir),
+
+    def _checkpoint_manager(self) -> ckpt.CheckpointManager:
+        """The run's checkpoints: what they hold, where, how often and how many are kept."""
+        runtime = self.runtime
+        return ckpt.CheckpointManager(
+            layout.checkpoints_dir(self.run_dir),
             model=self.model,
             optimizer=self.optimizer,
             loader=self.loader,
-            cfg=cfg,
-            info=info,
+            cfg=self.cfg,
+            info=self.info,
             keep_last=runtime.keep_last,
+            every=runtime.ckpt_every,
             background=runtime.async_checkpoint,
             drop_steps_at_final=runtime.drop_steps_at_final,
         )
-        self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
-        self.accounting = account_model(self.model, cfg.context)
-        stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
-        self.ddp, self.train_model = wrap_model(self.model, info, runtime.compile, stepping)
-        self.bf16 = runtime.bf16 and device.type == "cuda"
-        self.n_micro = self.loader.local_batch // cfg.micro_batch
 
     def fit(self) -> TrainResult:
-        """The training loop: batch, forward, backward, clip, step, log, maybe validate, maybe
-        checkpoint; at the end a last validation and the final checkpoint."""
-        cfg, runtime, start = self.cfg, self.runtime, self.restored.step
+        """The training loop: an optimizer step, then logging, validation and checkpointing
+        where their intervals fall (the components decide); a signal checkpoints and stops.
+        At the end a last validation and the final checkpoint."""
+        start, stop = self.restored.step, self.cfg.max_steps
         if self.restored.finished:
             return self._finished()
-        loss: float | None = None
-        batches = self.loader.prefetch(
-            start,
-            cfg.max_steps,
-            depth=runtime.prefetch,
-            pin_for=self.info.device if self.info.device.type == "cuda" else None,
-        )
-        with self._begin() as telemetry, batches, contextlib.closing(self.checkpoints):
+        record: StepRecord | None = None
+        with (
+            self._begin() as telemetry,
+            self._batches(start) as batches,
+            contextlib.closing(self.checkpoints),
+        ):
             self.train_model.train()
             with PreemptionWatch(self.info) as preemption:
-                for step in range(start, cfg.max_steps):
-                    t0 = time.perf_counter()
-                    lr = self._set_lr(step)
-                    x, y = batches.get(step)
-                    loss = self._forward_backward(x, y)
-                    last_good = self.checkpoints.last_good
-                    check_loss(loss, step=step, lr=lr, last_good=last_good)
-                    grad_norm = self._clip_gradients()
-                    check_grad_norm(grad_norm, step=step, loss=loss, lr=lr, last_good=last_good)
-                    self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.loader.step = done = step + 1
-                    dt = self._step_time(t0)
-                    telemetry.train_step(done, loss=loss, lr=lr, grad_norm=grad_norm, dt=dt)
-                    if done == cfg.max_steps:
-                        break
-                    if runtime.val_every and done % runtime.val_every == 0:
-                        self._validate(done, telemetry)
+                for step in range(start, stop):
+                    record = self.train_step(step, batches)
+                    telemetry.train_step(record)
+                    if record.step == stop:
+                        break  # the final validation and checkpoint follow
+                    if self.validator.should_validate(record.step):
+                        self._validate(record.step, telemetry)
                     if preemption.requested():  # every rank stops at the same step
-                        raise preemption.stop(self.checkpoints.save_step(done, loss, wait=True))
-                    if runtime.ckpt_every and done % runtime.ckpt_every == 0:
-                        self.checkpoints.save_step(done, loss)
-            val_loss = self._validate(cfg.max_steps, telemetry)
-            final = self.checkpoints.save_final(cfg.max_steps, loss, val_loss)
-            telemetry.end(cfg.max_steps, train_loss=loss, val_loss=val_loss)
-        return TrainResult(self.run_dir, final, cfg.max_steps, start, loss, val_loss)
+                        saved = self.checkpoints.save_step(record.step, record.loss, wait=True)
+                        raise preemption.stop(saved)
+                    self.checkpoints.save_if_due(record.step, record.loss)
+            loss = record.loss if record else None
+            val_loss = self._validate(stop, telemetry)
+            final = self.checkpoints.save_final(stop, loss, val_loss)
+            telemetry.end(stop, train_loss=loss, val_loss=val_loss)
+        return TrainResult(self.run_dir, final, stop, start, loss, val_loss)
+
+    def train_step(self, step: int, batches: Prefetcher) -> StepRecord:
+        """Optimizer step `step` (0-based) of the recipe: the scheduled learning rate, the
+        step's batch, forward and backward over its micro-batches, refusal of a non-finite loss
+        or gradient norm (nothing applied), clipping, the AdamW update."""
+        t0 = time.perf_counter()
+        lr = self._set_lr(step)
+        x, y = batches.get(step)  # the loader's position moves past `step`
+        loss = self._forward_backward(x, y)
+        last_good = self.checkpoints.last_good
+        check_loss(loss, step=step, lr=lr, last_good=last_good)
+        grad_norm = self._clip_gradients()
+        check_grad_norm(grad_norm, step=step, loss=loss, lr=lr, last_good=last_good)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepRecord(step + 1, loss, lr, grad_norm, self._step_time(t0))
+
+    def _batches(self, start: int) -> Prefetcher:
+        """The training batches from step `start` on, read ahead (pinned on CUDA)."""
+        device = self.info.device
+        return self.loader.prefetch(
+            start,
+            self.cfg.max_steps,
+            depth=self.runtime.prefetch,
+            pin_for=device if device.type == "cuda" else None,
+        )
 
     def _finished(self) -> TrainResult:
         """The result of a run whose final checkpoint exists: nothing is trained again."""
@@ -285,9 +317,8 @@ class Trainer:
             set_aside=r.set_aside,
             because=r.because,
         )
-        if (
-            info.is_main
-        ):  # the data the checkpoints come from, with the sha256 their manifests record
+        # the data the checkpoints come from, with the sha256 their manifests record
+        if info.is_main:
             self.checkpoints.manifest = self._manifest()
         telemetry.show_progress(r.step)
         return telemetry
@@ -347,17 +378,8 @@ class Trainer:
         return contextlib.nullcontext()
 
     def _validate(self, step: int, telemetry: TrainTelemetry) -> float | None:
-        if self.val_bin is None:
-            return None
-        val = evaluate_val_loss(
-            self.model,
-            self.val_bin,
-            context=self.cfg.context,
-            batch=self.runtime.val_batch,
-            windows=self.runtime.val_windows,
-            info=self.info,
-            vocab=self.cfg.vocab,
-            autocast=self._autocast(),
-        )
-        telemetry.val(step, val)
+        """The validation loss after step `step`, recorded; None without a validation shard."""
+        val = self.validator.validate()
+        if val is not None:
+            telemetry.val(step, val)
         return val

@@ -1,7 +1,12 @@
-"""Validation loss: the mean loss over fixed validation windows, every target counted once."""
+"""Validation loss: the mean loss over fixed validation windows, every target counted once.
+
+`Validator` is the training run's side: it decides its own interval (`should_validate`) and
+evaluates the model it was given on the run's validation shard."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +51,46 @@ def evaluate_val_loss(
     all_reduce_sum(sums, info)
     model.train(was_training)
     return float(sums[0] / sums[1].clamp_min(1))
+
+
+class Validator:
+    """The validation loss of one run's model (None without a validation shard), every `every`
+    steps (0: only when asked) and whenever `validate` is called. A collective under DDP:
+    every rank validates at the same steps."""
+
+    def __init__(
+        self,
+        model: LanguageModel,
+        val_bin: Path | None,
+        *,
+        every: int,
+        context: int,
+        batch: int,
+        windows: int,
+        info: DistInfo,
+        vocab: str,
+        autocast: Callable[[], AbstractContextManager[Any]],
+    ) -> None:
+        self.model, self.val_bin, self.every = model, val_bin, every
+        self.context, self.batch, self.windows = context, batch, windows
+        self.info, self.vocab, self.autocast = info, vocab, autocast
+
+    def should_validate(self, step: int) -> bool:
+        """Whether to validate after optimizer step `step`: the run has a validation shard and
+        the interval falls there."""
+        return self.val_bin is not None and bool(self.every) and step % self.every == 0
+
+    def validate(self) -> float | None:
+        """The model's validation loss now; None where the run has no validation shard."""
+        if self.val_bin is None:
+            return None
+        return evaluate_val_loss(
+            self.model,
+            self.val_bin,
+            context=self.context,
+            batch=self.batch,
+            windows=self.windows,
+            info=self.info,
+            vocab=self.vocab,
+            autocast=self.autocast(),
+        )
