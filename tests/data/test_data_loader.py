@@ -284,3 +284,27 @@ def test_batch_rows_are_the_windows_read_from_the_files(
         x, y = loader.batch(step)
         assert np.array_equal(x.numpy(), rows[:, :-1])
         assert np.array_equal(y.numpy(), rows[:, 1:])
+
+
+def test_a_run_over_the_whole_shard_keeps_none_of_it_resident(
+    tmp_path: Path, make_shard: Callable[..., Path]
+) -> None:
+    """Batches read every part of a 64 MB shard, yet the process keeps no file pages resident
+    (reads, not a map: at the study's size a map would keep the 100 GB shard in each rank)."""
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        pytest.skip("no /proc/self/status (not Linux)")
+
+    def resident_file_kb() -> int:
+        line = next(x for x in status.read_text().splitlines() if x.startswith("RssFile:"))
+        return int(line.split()[1])
+
+    n = 32 << 20  # uint16 tokens: 64 MB
+    path = make_shard(tmp_path / "big.bin", np.arange(n) % 50_000)
+    loader = TrainLoader(path, context=512, global_batch=512, seed=0)
+    before = resident_file_kb()
+    steps = 2 * loader.n_windows // loader.global_batch  # two epochs: every window read
+    for step in range(steps):
+        x, _ = loader.batch(step)
+        assert x.shape == (512, 512)
+    assert resident_file_kb() - before < 8 << 10

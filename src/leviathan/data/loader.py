@@ -129,6 +129,7 @@ class TrainLoader:
                 f"tokens per shard; use a larger corpus or a shorter context"
             )
         self.fingerprint = fingerprint(self.shards, context)
+        self._files = [s.streamed() for s in self.shards]
         self.step = 0
         self._perm_cache: dict[int, np.ndarray[Any, Any]] = {}
         self._perm_lock = threading.Lock()  # prefetch threads share the permutation cache
@@ -178,15 +179,16 @@ class TrainLoader:
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, targets) of this rank at `step`; a pure function of (seed, step, rank).
-        One gather per shard of all the step's windows (no Python loop over windows)."""
+        Windows are read from the shard files (one positioned read each), not through their
+        memory maps: over a run every part of a 100 GB shard is read, and a map would keep it
+        all resident in each rank's memory (see `Shard.streamed`)."""
         windows = self.window_ids(step)
         shard_of = np.searchsorted(self._offsets, windows, side="right") - 1
-        span = np.arange(self.context + 1, dtype=np.int64)
         rows = np.empty((windows.size, self.context + 1), dtype=np.int64)
         for shard in np.unique(shard_of):
             mine = shard_of == shard
             starts = (windows[mine] - self._offsets[shard]) * self.context
-            rows[mine] = self.shards[int(shard)].tokens[starts[:, None] + span]
+            rows[mine] = self._files[int(shard)].windows(starts, self.context + 1)
         self.shards[0].check_ids(rows)  # all shards share one vocabulary (fingerprint)
         return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(rows[:, 1:].copy())
 
