@@ -11,7 +11,14 @@ import pytest
 import yaml
 
 from leviathan.train.config import RuntimeConfig, TrainConfig, train_config
-from leviathan.values import coerce, load_yaml, parse_assignments, parse_number
+from leviathan.values import (
+    coerce,
+    format_assignment,
+    load_yaml,
+    parse_assignments,
+    parse_number,
+    split_assignment,
+)
 
 # written forms of numbers, each checked against Python's own float()/int() of the text
 FLOATS = ["3e-4", "1E9", "2.5e-3", "-1e-3", "+1.5", ".5", "6e-4", "1.", "0.0003"]
@@ -59,6 +66,28 @@ def test_assignments() -> None:
     assert got == {"lr": 3e-4, "warmup_steps": 10, "betas": [0.9, 0.95]}
     with pytest.raises(ValueError, match=r"--set 'lr': expected KEY=VALUE \(e.g. --set lr=3e-4\)"):
         parse_assignments(["lr"], "--set")
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [("lr=3e-4", ("lr", "3e-4")), (" a =b=c", ("a", "b=c")), ("k=", ("k", ""))],
+)
+def test_split_assignment_at_the_first_equals_sign(item: str, expected: tuple[str, str]) -> None:
+    assert split_assignment(item, "--x") == expected
+
+
+@pytest.mark.parametrize(("item", "need_value"), [("lr", False), ("=1", False), ("k=", True)])
+def test_split_assignment_refuses_what_is_no_assignment(item: str, need_value: bool) -> None:
+    with pytest.raises(ValueError, match=r"^--data-files 'x': expected KEY=FILE$"):
+        split_assignment(item, "--data-files 'x'", "KEY=FILE", need_value=need_value)
+
+
+@pytest.mark.parametrize(
+    "value", [3e-4, 1e-3, 10, True, None, [0.9, 0.95], {"a": 1, "b": [2.5]}, "gpt2", 1e20]
+)
+def test_formatted_assignments_read_back_as_the_value(value: Any) -> None:
+    item = format_assignment("key", value)
+    assert parse_assignments([item], "--set") == {"key": value}
 
 
 @dataclass

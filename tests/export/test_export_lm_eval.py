@@ -20,8 +20,8 @@ from leviathan.cli import main
 from leviathan.eval.config import PAPER_TASKS
 from leviathan.eval.lm_eval_tasks import write_local_tasks
 from leviathan.paper import repo_root
+from leviathan.workflow.actions import eval_config
 from leviathan.workflow.config import resolve
-from leviathan.workflow.steps import eval_config
 
 # our backend: lm-eval's own command line with the `leviathan` model registered
 OURS = str(Path(sys.executable).with_name("leviathan-lm-eval"))

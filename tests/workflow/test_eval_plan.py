@@ -13,6 +13,8 @@ import torch
 from workflow_helpers import ROOT
 
 from leviathan.train.trainer import cell_model_config
+from leviathan.workflow.actions import eval_device
+from leviathan.workflow.cluster import eval_resources
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell, cells
 from leviathan.workflow.plan import (
@@ -26,7 +28,6 @@ from leviathan.workflow.plan import (
     render_plan,
     study_disk,
 )
-from leviathan.workflow.steps import eval_device, eval_resources
 
 PAPER = ROOT / "config" / "paper.yaml"
 
@@ -135,7 +136,7 @@ def test_eval_rule_resources_follow_the_scale_and_keep_the_profiles_default(
 ) -> None:
     from types import SimpleNamespace
 
-    from leviathan.workflow.steps import eval_rule_resources
+    from leviathan.workflow.cluster import eval_rule_resources
 
     config = copy.deepcopy(paper)
     config["eval_resources"]["1.2b"]["slurm_partition"] = "gpu-big"

@@ -5,15 +5,15 @@ from pathlib import Path
 import yaml
 
 from leviathan import layout
-from leviathan.workflow.grid import Cell, cells, wildcard_pattern
-from leviathan.workflow.steps import (
+from leviathan.workflow.cluster import (
     default_resource,
     preempt_grace_s,
     resources,
     rule_resources,
-    train_command,
     train_slurm_keys,
 )
+from leviathan.workflow.grid import Cell, cells, wildcard_pattern
+from leviathan.workflow.launch import train_command
 
 STUDIES = {
     "main": {
@@ -99,7 +99,7 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
 
 
 def test_cell_overrides_apply_after_scale_overrides() -> None:
-    from leviathan.workflow.steps import train_overrides
+    from leviathan.workflow.launch import train_overrides
 
     cell = Cell("micro", "gpt2", "leviathan", 0)
     config = {
@@ -120,7 +120,7 @@ def test_runtime_and_resource_defaults_have_one_home() -> None:
     from dataclasses import fields
 
     from leviathan.train.config import RuntimeConfig
-    from leviathan.workflow.steps import RESOURCE_DEFAULTS, SLURM_KEYS
+    from leviathan.workflow.cluster import RESOURCE_DEFAULTS, SLURM_KEYS
 
     schema = yaml.safe_load(
         (Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml").read_text()
