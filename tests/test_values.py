@@ -27,13 +27,15 @@ INTS = ["0", "42", "-7", "1_000"]
 
 @pytest.mark.parametrize("text", FLOATS)
 def test_floats_as_python_reads_them(text: str) -> None:
-    assert load_yaml(text) == float(text) and isinstance(load_yaml(text), float)
+    assert load_yaml(text) == float(text)
+    assert isinstance(load_yaml(text), float)
     assert parse_number(text) == float(text)
 
 
 @pytest.mark.parametrize("text", INTS)
 def test_ints_stay_ints(text: str) -> None:
-    assert load_yaml(text) == int(text) and isinstance(load_yaml(text), int)
+    assert load_yaml(text) == int(text)
+    assert isinstance(load_yaml(text), int)
 
 
 def test_pyyaml_alone_reads_3e_minus_4_as_text() -> None:
@@ -44,7 +46,8 @@ def test_pyyaml_alone_reads_3e_minus_4_as_text() -> None:
 def test_documents_keep_everything_else() -> None:
     text = "a: 3e-4\nb: [1, 2.5]\nc: true\nd: null\ne: gpt2\nf: '3e-4'\ng: .inf\n"
     doc = load_yaml(text)
-    assert doc["a"] == pytest.approx(3e-4) and doc["f"] == "3e-4"  # quoted stays a string
+    assert doc["a"] == pytest.approx(3e-4)
+    assert doc["f"] == "3e-4"
     assert {k: v for k, v in doc.items() if k not in "af"} == {
         "b": [1, 2.5],
         "c": True,
@@ -104,7 +107,8 @@ class _Typed:
 def test_coerce_converts_numbers_written_as_text() -> None:
     got = coerce(_Typed, {"lr": "1e-3", "steps": 1e9, "warm": None, "betas": ["0.9", 0.95]}, "x")
     assert got == {"lr": 1e-3, "steps": 1_000_000_000, "warm": None, "betas": (0.9, 0.95)}
-    assert type(got["steps"]) is int and type(got["lr"]) is float
+    assert type(got["steps"]) is int
+    assert type(got["lr"]) is float
 
 
 @pytest.mark.parametrize(
@@ -128,7 +132,8 @@ def test_coerce_errors_are_one_line_naming_the_fix(values: dict[str, Any], messa
 
 def test_train_and_runtime_configs_read_values_as_written() -> None:
     cfg = train_config("micro", "gpt2", "leviathan", lr="3e-4", total_tokens="1e5")
-    assert cfg.lr == 3e-4 and cfg.total_tokens == 100_000
+    assert cfg.lr == 3e-4
+    assert cfg.total_tokens == 100_000
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg  # a recorded config reads back equal
     assert RuntimeConfig.from_dict({"val_every": "20", "threads": None}).val_every == 20
     with pytest.raises(ValueError, match=r"^--runtime: val_every='often' is not an integer"):

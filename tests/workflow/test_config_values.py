@@ -74,7 +74,8 @@ def test_bad_values_fail_at_resolution_in_one_line(
 ) -> None:
     with pytest.raises(ValueError) as e:
         resolve([_file(tmp_path, **sections)], root=ROOT)
-    assert message in str(e.value) and "\n" not in str(e.value)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 def test_yaml_syntax_error_names_its_line(tmp_path: Path) -> None:

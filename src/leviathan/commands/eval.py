@@ -143,7 +143,7 @@ def _add_lm_eval(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     lm.add_argument(
         "--samples", type=Path, help="per-sample log JSONL (default: OUT with .samples.jsonl)"
     )
-    lm.set_defaults(func=run_lm_eval_cmd)
+    lm.set_defaults(func=run_lm_eval)
 
 
 def _add_lm_eval_tasks(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -260,26 +260,13 @@ def run_wikitext(args: argparse.Namespace) -> int:
     )
 
 
-def run_lm_eval_cmd(args: argparse.Namespace) -> int:
+def run_lm_eval(args: argparse.Namespace) -> int:
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).lm_eval
     changes = _overrides(args, "limit", "num_fewshot", "bootstrap_iters", "batch_size")
     if args.tasks:
         changes["tasks"] = tuple(args.tasks)
-    data = dict(cfg.data)
-    for key, f in _file_pairs(args.task_data, "--task-data"):
-        task, sep, split = key.partition(":")
-        if not sep or not split:
-            raise EvalInputError(
-                f"--task-data {key}={f}: expected TASK:SPLIT=FILE, e.g. piqa:validation=piqa.jsonl"
-            )
-        files = dict(data[task].data_files) if task in data else {}
-        files[split] = [
-            *([files[split]] if isinstance(files.get(split), str) else files.get(split, [])),
-            f,
-        ]
-        data[task] = LocalTaskData(files, data[task].builder if task in data else None)
-    changes["data"] = data
+    changes["data"] = _task_data(cfg.data, args.task_data)
     cfg = replace(cfg, **changes)
     samples = args.samples or lm_eval_samples(args.out)
     out = _evaluate(args, "lm_eval", cfg, started, EvalFiles(samples=samples))
@@ -291,6 +278,25 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
         mean_acc=out["results"]["mean_acc"],
         acc={t: v["metrics"].get("acc,none") for t, v in tasks.items()},
     )
+
+
+def _task_data(data: dict[str, LocalTaskData], items: list[str]) -> dict[str, LocalTaskData]:
+    """The config's local task data with each `--task-data TASK:SPLIT=FILE` added to the task's
+    files of that split (after the config's own)."""
+    data = dict(data)
+    for key, f in _file_pairs(items, "--task-data"):
+        task, sep, split = key.partition(":")
+        if not sep or not split:
+            raise EvalInputError(
+                f"--task-data {key}={f}: expected TASK:SPLIT=FILE, e.g. piqa:validation=piqa.jsonl"
+            )
+        files = dict(data[task].data_files) if task in data else {}
+        files[split] = [
+            *([files[split]] if isinstance(files.get(split), str) else files.get(split, [])),
+            f,
+        ]
+        data[task] = LocalTaskData(files, data[task].builder if task in data else None)
+    return data
 
 
 def run_lm_eval_tasks(args: argparse.Namespace) -> int:
