@@ -285,7 +285,7 @@ def study(config: dict[str, Any]) -> dict[str, Any]:
     from leviathan.data.tokenizers import token_dtype
     from leviathan.train.config import workflow_runtime
     from leviathan.vocab import get_vocab
-    from leviathan.workflow import plan, steps
+    from leviathan.workflow import actions, cluster, plan
     from leviathan.workflow.grid import cells
 
     budgets = plan.vocab_budgets(config)
@@ -298,18 +298,18 @@ def study(config: dict[str, Any]) -> dict[str, Any]:
             per_scale[p.cell.scale] = p
     return {
         "fetch_bytes": plan.fetch_max_bytes(config),
-        "tokenize_bytes": {v: steps.tokenize_options(config, v)["max_bytes"] for v in VOCABS},
+        "tokenize_bytes": {v: actions.tokenize_options(config, v)["max_bytes"] for v in VOCABS},
         "tokens": {v: int(budgets[v] * margin) for v in VOCABS},
         "shard_bytes": {
             v: int(budgets[v] * margin) * token_dtype(get_vocab(v).n_vocab).itemsize for v in VOCABS
         },
         "word_count_tokens": (config["evaluate"].get("word_counts") or {}).get("max_train_tokens"),
         "rules": {
-            r: {"threads": steps.rule_threads(config, r), **steps.rule_resources(config, r)}
+            r: {"threads": cluster.rule_threads(config, r), **cluster.rule_resources(config, r)}
             for r in ("fetch_corpus", "tokenize", "word_counts")
         },
         "scales": per_scale,
-        "resources": {s: steps.resources(config, s) for s in per_scale},
+        "resources": {s: cluster.resources(config, s) for s in per_scale},
         "runtime": workflow_runtime(config.get("runtime")),
         "cpus_here": usable_cpus(),
         "tokenize_processes": (config.get("tokenize") or {}).get("processes"),

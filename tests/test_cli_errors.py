@@ -23,7 +23,8 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], args: list[str], text: s
     assert main(args) == 2
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"leviathan {args[0]}: error: "), err
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"leviathan {args[0]}: error: "), err
     assert text in lines[0]
     return lines[0]
 
@@ -75,7 +76,8 @@ def test_train_refuses_bad_values_before_anything_runs(
     run_dir = tmp_path / "run"
     assert main(train_args(random_shards, run_dir, *extra)) == 2
     err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
     assert not run_dir.exists()  # nothing started, nothing written
 
 
@@ -136,7 +138,9 @@ def test_a_closed_pipe_ends_quietly() -> None:
         timeout=300,
         env={**os.environ, "PYTHONUNBUFFERED": "0"},
     )
-    assert run.returncode == 0 and run.stderr == "" and run.stdout == "{"
+    assert run.returncode == 0
+    assert run.stderr == ""
+    assert run.stdout == "{"
 
 
 def test_target_of_a_cell_in_no_study_names_the_config_that_runs_it(

@@ -11,7 +11,14 @@ import pytest
 import yaml
 
 from leviathan.train.config import RuntimeConfig, TrainConfig, train_config
-from leviathan.values import coerce, load_yaml, parse_assignments, parse_number
+from leviathan.values import (
+    coerce,
+    format_assignment,
+    load_yaml,
+    parse_assignments,
+    parse_number,
+    split_assignment,
+)
 
 # written forms of numbers, each checked against Python's own float()/int() of the text
 FLOATS = ["3e-4", "1E9", "2.5e-3", "-1e-3", "+1.5", ".5", "6e-4", "1.", "0.0003"]
@@ -20,13 +27,15 @@ INTS = ["0", "42", "-7", "1_000"]
 
 @pytest.mark.parametrize("text", FLOATS)
 def test_floats_as_python_reads_them(text: str) -> None:
-    assert load_yaml(text) == float(text) and isinstance(load_yaml(text), float)
+    assert load_yaml(text) == float(text)
+    assert isinstance(load_yaml(text), float)
     assert parse_number(text) == float(text)
 
 
 @pytest.mark.parametrize("text", INTS)
 def test_ints_stay_ints(text: str) -> None:
-    assert load_yaml(text) == int(text) and isinstance(load_yaml(text), int)
+    assert load_yaml(text) == int(text)
+    assert isinstance(load_yaml(text), int)
 
 
 def test_pyyaml_alone_reads_3e_minus_4_as_text() -> None:
@@ -37,7 +46,8 @@ def test_pyyaml_alone_reads_3e_minus_4_as_text() -> None:
 def test_documents_keep_everything_else() -> None:
     text = "a: 3e-4\nb: [1, 2.5]\nc: true\nd: null\ne: gpt2\nf: '3e-4'\ng: .inf\n"
     doc = load_yaml(text)
-    assert doc["a"] == pytest.approx(3e-4) and doc["f"] == "3e-4"  # quoted stays a string
+    assert doc["a"] == pytest.approx(3e-4)
+    assert doc["f"] == "3e-4"
     assert {k: v for k, v in doc.items() if k not in "af"} == {
         "b": [1, 2.5],
         "c": True,
@@ -61,6 +71,28 @@ def test_assignments() -> None:
         parse_assignments(["lr"], "--set")
 
 
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [("lr=3e-4", ("lr", "3e-4")), (" a =b=c", ("a", "b=c")), ("k=", ("k", ""))],
+)
+def test_split_assignment_at_the_first_equals_sign(item: str, expected: tuple[str, str]) -> None:
+    assert split_assignment(item, "--x") == expected
+
+
+@pytest.mark.parametrize(("item", "need_value"), [("lr", False), ("=1", False), ("k=", True)])
+def test_split_assignment_refuses_what_is_no_assignment(item: str, need_value: bool) -> None:
+    with pytest.raises(ValueError, match=r"^--data-files 'x': expected KEY=FILE$"):
+        split_assignment(item, "--data-files 'x'", "KEY=FILE", need_value=need_value)
+
+
+@pytest.mark.parametrize(
+    "value", [3e-4, 1e-3, 10, True, None, [0.9, 0.95], {"a": 1, "b": [2.5]}, "gpt2", 1e20]
+)
+def test_formatted_assignments_read_back_as_the_value(value: Any) -> None:
+    item = format_assignment("key", value)
+    assert parse_assignments([item], "--set") == {"key": value}
+
+
 @dataclass
 class _Typed:
     lr: float = 0.0
@@ -75,7 +107,8 @@ class _Typed:
 def test_coerce_converts_numbers_written_as_text() -> None:
     got = coerce(_Typed, {"lr": "1e-3", "steps": 1e9, "warm": None, "betas": ["0.9", 0.95]}, "x")
     assert got == {"lr": 1e-3, "steps": 1_000_000_000, "warm": None, "betas": (0.9, 0.95)}
-    assert type(got["steps"]) is int and type(got["lr"]) is float
+    assert type(got["steps"]) is int
+    assert type(got["lr"]) is float
 
 
 @pytest.mark.parametrize(
@@ -99,7 +132,8 @@ def test_coerce_errors_are_one_line_naming_the_fix(values: dict[str, Any], messa
 
 def test_train_and_runtime_configs_read_values_as_written() -> None:
     cfg = train_config("micro", "gpt2", "leviathan", lr="3e-4", total_tokens="1e5")
-    assert cfg.lr == 3e-4 and cfg.total_tokens == 100_000
+    assert cfg.lr == 3e-4
+    assert cfg.total_tokens == 100_000
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg  # a recorded config reads back equal
     assert RuntimeConfig.from_dict({"val_every": "20", "threads": None}).val_every == 20
     with pytest.raises(ValueError, match=r"^--runtime: val_every='often' is not an integer"):

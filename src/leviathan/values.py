@@ -5,7 +5,9 @@ the workflow's config through Snakemake and `leviathan config`):
 
 * `load_yaml` reads YAML with YAML 1.2's numbers, so `3e-4` is a float (PyYAML follows YAML
   1.1, where a float needs a dot: `3e-4` would be the string '3e-4');
-* `parse_assignments` reads `KEY=VALUE` items, each value through `load_yaml`;
+* `split_assignment` splits one `KEY=VALUE` item (every `KEY=...` argument goes through it);
+  `parse_assignments` reads `KEY=VALUE` items, each value through `load_yaml`, and
+  `format_assignment` writes one that `parse_assignments` reads back;
 * `coerce` checks values against a dataclass's own field types (no second list of types) and
   converts what is a number written as text (`'1e-3'` from a YAML 1.1 reader such as
   Snakemake's) to that number. A value of the wrong type raises a one-line ValueError naming
@@ -15,6 +17,7 @@ the workflow's config through Snakemake and `leviathan config`):
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import types
 import typing
@@ -23,7 +26,14 @@ from typing import Any
 
 import yaml
 
-__all__ = ["coerce", "load_yaml", "parse_assignments", "parse_number"]
+__all__ = [
+    "coerce",
+    "format_assignment",
+    "load_yaml",
+    "parse_assignments",
+    "parse_number",
+    "split_assignment",
+]
 
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 # YAML 1.2 (core schema) floats, with YAML 1.1's underscores: 3e-4, 1E9, .5, 2.5e-3, .inf, .nan
@@ -59,15 +69,31 @@ def load_yaml(text: str, where: str = "YAML") -> Any:
         raise ValueError(f"{where}: not valid YAML{at}: {problem}") from None
 
 
+def split_assignment(
+    item: str, where: str, form: str = "KEY=VALUE", *, need_value: bool = False
+) -> tuple[str, str]:
+    """`KEY=VALUE` text as (key, value text), the key stripped. No `=`, no key, or (with
+    `need_value`) no value raises the one-line ValueError `{where}: expected {form}`."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip() or (need_value and not value):
+        raise ValueError(f"{where}: expected {form}")
+    return key.strip(), value
+
+
 def parse_assignments(items: Iterable[str], option: str) -> dict[str, Any]:
     """`KEY=VALUE` items (e.g. `--set lr=3e-4`) as {key: value}, each value read as YAML."""
     out: dict[str, Any] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{option} {item!r}: expected KEY=VALUE (e.g. {option} lr=3e-4)")
-        out[key.strip()] = load_yaml(value, f"{option} {item!r}")
+        where = f"{option} {item!r}"
+        key, value = split_assignment(item, where, f"KEY=VALUE (e.g. {option} lr=3e-4)")
+        out[key] = load_yaml(value, where)
     return out
+
+
+def format_assignment(key: str, value: Any) -> str:
+    """`key=value` for `parse_assignments`: a string as written (read as YAML, as a user's own
+    `--set` is), any other value as JSON, which YAML reads back as the same value."""
+    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
 
 
 def parse_number(value: Any) -> int | float | None:

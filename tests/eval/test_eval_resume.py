@@ -121,7 +121,7 @@ def test_an_interrupted_pass_continues_to_the_same_numbers(
 CHILD = """
 import sys, time
 from leviathan.eval.checkpoint import EvalModel
-from leviathan.workflow.steps import evaluate
+from leviathan.workflow.actions import evaluate
 slow = float(sys.argv[5])
 if slow:
     fast = EvalModel.token_losses
@@ -248,7 +248,7 @@ def test_lm_eval_cli_without_device_falls_back_to_the_cpu(runs) -> None:
 def test_a_gpu_evaluation_job_without_cuda_fails_before_reading_weights(
     runs, gpt2_shards: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    from leviathan.workflow.steps import evaluate
+    from leviathan.workflow.actions import evaluate
 
     def no_read(*args: Any, **kwargs: Any) -> None:
         pytest.fail("the weights were read before the device was checked")

@@ -35,7 +35,8 @@ def test_export_loads_with_no_custom_code(exported: Path, micro_run: Path) -> No
         "model.safetensors.json",
     } <= names
     config = json.loads((exported / "config.json").read_text())
-    assert config["architectures"] == ["LlamaForCausalLM"] and "auto_map" not in config
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert "auto_map" not in config
     model = AutoModelForCausalLM.from_pretrained(exported, trust_remote_code=False).eval()
     tokenizer = AutoTokenizer.from_pretrained(exported, trust_remote_code=False)
     ckpt = read_checkpoint(micro_run)
@@ -52,7 +53,8 @@ def test_export_loads_with_no_custom_code(exported: Path, micro_run: Path) -> No
 def test_model_card_and_manifest_name_the_checkpoint(exported: Path, micro_run: Path) -> None:
     ckpt = read_checkpoint(micro_run)
     card = (exported / "README.md").read_text()
-    assert ckpt.sha256 in card and "micro/gpt2/leviathan/seed" in card
+    assert ckpt.sha256 in card
+    assert "micro/gpt2/leviathan/seed" in card
     assert '"variant": "leviathan"' in card  # the config
     assert (
         str((ckpt.state.get("code") or {}).get("git_commit") or "unknown") in card
@@ -71,7 +73,8 @@ def test_audit_walks_the_export_back_to_its_checkpoint(
 ) -> None:
     assert main(["audit", str(exported)]) == 0
     out = capsys.readouterr().out
-    assert "checkpoints/final/model.safetensors" in out and "train.bin" in out  # down the chain
+    assert "checkpoints/final/model.safetensors" in out
+    assert "train.bin" in out
     copy = tmp_path / "tampered"
     shutil.copytree(exported, copy)
     (copy / "config.json").write_text(

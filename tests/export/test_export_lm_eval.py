@@ -20,8 +20,8 @@ from leviathan.cli import main
 from leviathan.eval.config import PAPER_TASKS
 from leviathan.eval.lm_eval_tasks import write_local_tasks
 from leviathan.paper import repo_root
+from leviathan.workflow.actions import eval_config
 from leviathan.workflow.config import resolve
-from leviathan.workflow.steps import eval_config
 
 # our backend: lm-eval's own command line with the `leviathan` model registered
 OURS = str(Path(sys.executable).with_name("leviathan-lm-eval"))
@@ -113,7 +113,8 @@ def test_hf_backend_on_the_export_agrees_with_ours(
     hf_results, hf_lls = collect(tmp_path / "hf")
     our_results, our_lls = collect(tmp_path / "ours")
     assert set(hf_results) == set(our_results) == set(tasks)
-    assert hf_lls.keys() == our_lls.keys() and len(hf_lls) >= 6 * 4
+    assert hf_lls.keys() == our_lls.keys()
+    assert len(hf_lls) >= 6 * 4
     worst = max(abs(hf_lls[k] - our_lls[k]) for k in hf_lls)
     assert worst <= 1e-4, worst
     for task in tasks:

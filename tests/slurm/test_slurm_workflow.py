@@ -356,7 +356,8 @@ def user_profile(slurm_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -
     filled in (docs/slurm.md); XDG_CONFIG_HOME stands in for ~/.config."""
     home = tmp_path_factory.mktemp("xdg_config")
     text = (ROOT / "profiles" / "slurm" / "config.yaml").read_text()
-    assert '"<your-account>"' in text and '"<your-partition>"' in text
+    assert '"<your-account>"' in text
+    assert '"<your-partition>"' in text
     text = text.replace("<your-account>", slurm_cluster.account).replace(
         "<your-partition>", slurm_cluster.partition
     )
@@ -392,7 +393,8 @@ def rerun(first_run: Run, work: Path, user_profile: dict[str, str]) -> Run:
                     for line in queue.stdout.splitlines()
                     if line.split("|")[1] == comment
                 ]
-                assert len(mine) == 1 and mine[0][2] == "RUNNING", queue.stdout
+                assert len(mine) == 1, queue.stdout
+                assert mine[0][2] == "RUNNING", queue.stdout
                 subprocess.run(["scancel", mine[0][0]], check=True)
                 cancelled = (mine[0][0], max(logged))
             time.sleep(0.2)
@@ -468,7 +470,8 @@ def test_failed_cell_is_reported_with_its_slurm_log_and_the_rest_completes(
     assert str(train_log) in out
     assert "non-finite training loss" in (work / train_log).read_text()  # the trainer says why
     # --keep-going (in the profile): what does not need the broken cell finished
-    assert final_state(work, GOOD).is_file() and not final_state(work, BROKEN).is_file()
+    assert final_state(work, GOOD).is_file()
+    assert not final_state(work, BROKEN).is_file()
     for p in first_run.plan:
         if p.submitted and p not in downstream(first_run.plan, train_job(first_run.plan, BROKEN)):
             assert all((work / f).exists() for f in p.outputs) or p.comment == cell_comment(
@@ -501,7 +504,8 @@ def test_rerun_after_fixing_the_config_redoes_no_finished_cell(
     rc, out = snakemake(
         work, ["--profile", "slurm", "--dry-run", "all"], timeout=120, env=user_profile
     )
-    assert rc == 0 and "Nothing to be done" in out, out[-3000:]
+    assert rc == 0, out[-3000:]
+    assert "Nothing to be done" in out, out[-3000:]
 
 
 # ----------------------------------------------------------------------------- 3. scancel
@@ -512,15 +516,15 @@ def test_cancelled_training_job_resumes_from_its_sigterm_checkpoint(rerun: Run, 
     job_id, logged = rerun.cancelled
     assert rerun.rc == 0, rerun.output[-5000:]
     states = [(j["JobID"], j["State"]) for j in by_comment(rerun.jobs)[cell_comment(CANCELLED)]]
-    assert states[0] == (job_id, "CANCELLED") and [s for _, s in states[1:]] == ["COMPLETED"], (
-        states
-    )
-    assert (
-        f"{PROFILE['slurm-logdir']}/rule_train/" in rerun.output and f"{job_id}.log" in rerun.output
-    )
+    assert states[0] == (job_id, "CANCELLED"), states
+    assert [s for _, s in states[1:]] == ["COMPLETED"], states
+    assert f"{PROFILE['slurm-logdir']}/rule_train/" in rerun.output
+    assert f"{job_id}.log" in rerun.output
 
     starts = metrics(work, CANCELLED, "start")
-    assert len(starts) == 2 and starts[0]["resumed_from"] is None and starts[0]["step"] == 0, starts
+    assert len(starts) == 2, starts
+    assert starts[0]["resumed_from"] is None, starts
+    assert starts[0]["step"] == 0, starts
     resumed = starts[1]
     # from a step checkpoint that only SIGTERM can have written (ckpt_every is beyond the run)
     assert CONFIG["runtime"]["ckpt_every"] > CANCELLED_STEPS
@@ -542,4 +546,5 @@ def test_docs_tell_users_what_these_tests_do() -> None:
     )
     assert override in section, f"docs/slurm.md lacks the override the tests use: {override}"
     assert "~/.config/snakemake/slurm/config.yaml" in section
-    assert "snakemake --profile slurm all" in section and "ci/local_slurm.sh" in section
+    assert "snakemake --profile slurm all" in section
+    assert "ci/local_slurm.sh" in section

@@ -69,7 +69,8 @@ def test_every_dependency_is_pinned() -> None:
     for line in PINS.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, _, version = line.partition("==")
-            assert version and "+" not in version, f"{line!r}: not an exact, platform-free pin"
+            assert version, f"{line!r}: not an exact, platform-free pin"
+            assert "+" not in version, f"{line!r}: not an exact, platform-free pin"
             pins[re.sub(r"[-_.]+", "-", name).lower()] = version
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     for req in project["dependencies"]:

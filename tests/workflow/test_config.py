@@ -16,9 +16,9 @@ import yaml
 from snakemake.utils import validate
 from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
 
+from leviathan.workflow.actions import tokenize_options
 from leviathan.workflow.config import STAND_IN_DIR, resolve, stand_in_files
 from leviathan.workflow.plan import corpus_bytes, fetch_max_bytes
-from leviathan.workflow.steps import tokenize_options
 
 PAPER = ROOT / "config" / "paper.yaml"
 DEFAULT = ROOT / "config" / "config.yaml"
@@ -46,13 +46,12 @@ def test_paper_config_names_the_real_datasets() -> None:
     assert not [s for s in _strings(config) if "resources/smoke" in s]
     assert config["corpus"]["kind"] == "pile"
     wikitext = config["evaluate"]["wikitext"]
-    assert (
-        wikitext["dataset"] == "EleutherAI/wikitext_document_level"
-        and wikitext["name"] == "wikitext-103-raw-v1"
-    )
+    assert wikitext["dataset"] == "EleutherAI/wikitext_document_level"
+    assert wikitext["name"] == "wikitext-103-raw-v1"
     assert not wikitext.get("data_files")
     lm_eval = config["evaluate"]["lm_eval"]
-    assert set(lm_eval["tasks"]) == TASKS and not lm_eval.get("data")
+    assert set(lm_eval["tasks"]) == TASKS
+    assert not lm_eval.get("data")
     assert lm_eval.get("bootstrap_iters") is None  # lm-eval's own default, not the smoke run's 0
     assert config["tokenize"]["threads"] != 2
 
@@ -79,8 +78,10 @@ def test_a_leaking_key_is_caught(tmp_path: Path) -> None:
         )
     )
     config = resolve([study], root=ROOT)
-    assert config["evaluate"]["wikitext"] is None and config["evaluate"]["lm_eval"] is None
-    assert stand_in_files(config) == {} and list(config["studies"]) == ["main"]
+    assert config["evaluate"]["wikitext"] is None
+    assert config["evaluate"]["lm_eval"] is None
+    assert stand_in_files(config) == {}
+    assert list(config["studies"]) == ["main"]
     # and what Snakemake itself would have done before (extend the default): the stand-ins leak
     extended = resolve([DEFAULT, study], root=ROOT)
     assert stand_in_files(extended) != {}
@@ -128,19 +129,23 @@ def test_config_show_prints_a_cell_and_the_plan() -> None:
         check=True,
     )
     got = json.loads(cell.stdout)
-    assert got["train"]["total_tokens"] == 24_100_000_000 and got["train"]["micro_batch"] == 16
-    assert got["runtime"]["compile"] is True and got["runtime"]["restart_on_mismatch"] is True
+    assert got["train"]["total_tokens"] == 24_100_000_000
+    assert got["train"]["micro_batch"] == 16
+    assert got["runtime"]["compile"] is True
+    assert got["runtime"]["restart_on_mismatch"] is True
     assert got["resources"]["gpu"] == 8
     # GPU-hours: FLOPs over (peak x MFU), with the paper's 1.2B: about 6 x 1.12e9 params x 24.1e9 tokens
     approx = 6 * 1.12e9 * 24.1e9 / (989e12 * 0.40) / 3600
     assert 0.8 * approx < got["plan"]["gpu_hours"] < 1.5 * approx
     plan = subprocess.run(leviathan, cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "plan: 14 cells" in plan and "the real datasets (no offline stand-ins)" in plan
+    assert "plan: 14 cells" in plan
+    assert "the real datasets (no offline stand-ins)" in plan
     assert "fetch limit (corpus.max_bytes='auto')" in plan
     bad = subprocess.run(
         [*leviathan, "--cell", "micro/gpt2/tied/seed0"], cwd=ROOT, capture_output=True, text=True
     )
-    assert bad.returncode == 2 and "not a cell of the configured studies" in bad.stderr
+    assert bad.returncode == 2
+    assert "not a cell of the configured studies" in bad.stderr
 
 
 def test_the_paper_download_is_sized_from_the_largest_budget() -> None:
@@ -149,7 +154,8 @@ def test_the_paper_download_is_sized_from_the_largest_budget() -> None:
     assert set(need) == {"gpt2", "cl100k_base", "o200k_base"}
     o200k = need["o200k_base"]  # 1.2B's 24.1B tokens (rounded up to whole steps) x 5 bytes x 1.1
     assert 24.1e9 * 5.0 * 1.1 <= o200k < (24.1e9 + 262_144) * 5.0 * 1.1 + 1
-    assert math.isclose(need["gpt2"], need["cl100k_base"]) and need["gpt2"] < o200k  # 200m's 4.2B
+    assert math.isclose(need["gpt2"], need["cl100k_base"])
+    assert need["gpt2"] < o200k
     assert fetch_max_bytes(config) == o200k
     assert fetch_max_bytes(resolve(root=ROOT)) is None  # the embedded corpus: all of it
     # each vocabulary tokenizes only its own share: gpt2 and cl100k the 200m budget's text

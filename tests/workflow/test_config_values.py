@@ -15,8 +15,8 @@ from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell
+from leviathan.workflow.launch import cell_args
 from leviathan.workflow.plan import cell_train_config
-from leviathan.workflow.steps import cell_args
 
 STUDY = {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"]}}
 CELL = "micro/gpt2/leviathan/seed0"
@@ -74,7 +74,8 @@ def test_bad_values_fail_at_resolution_in_one_line(
 ) -> None:
     with pytest.raises(ValueError) as e:
         resolve([_file(tmp_path, **sections)], root=ROOT)
-    assert message in str(e.value) and "\n" not in str(e.value)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 def test_yaml_syntax_error_names_its_line(tmp_path: Path) -> None:

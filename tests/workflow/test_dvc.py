@@ -149,7 +149,8 @@ def test_dvc_repro_runs_the_pipeline_then_is_a_no_op(built: Built) -> None:
     out = built.first.stdout + built.first.stderr
     for stage in STAGES:
         assert f"Running stage '{stage}'" in out
-    assert "Report created" in out and (repo / "results/report.zip").is_file()
+    assert "Report created" in out
+    assert (repo / "results/report.zip").is_file()
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert set(lock["stages"]) == set(STAGES)
     assert [o["path"] for o in lock["stages"]["train"]["outs"]] == ["results/runs"]
@@ -162,10 +163,12 @@ def test_dvc_repro_runs_the_pipeline_then_is_a_no_op(built: Built) -> None:
     again = make("repro", repo, env)  # `make repro` is `dvc repro` with the venv on PATH
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     text = again.stdout + again.stderr
-    assert "Data and pipelines are up to date" in text and "Running stage" not in text
+    assert "Data and pipelines are up to date" in text
+    assert "Running stage" not in text
     for stage in STAGES:
         assert f"Stage '{stage}' didn't change, skipping" in text
-    assert snakemake_runs(repo) == runs and stats(repo) == before
+    assert snakemake_runs(repo) == runs
+    assert stats(repo) == before
     assert not run(["git", "status", "--porcelain"], repo, env).stdout.strip()
 
 
@@ -174,7 +177,8 @@ def test_push_then_pull_into_a_fresh_clone_does_not_retrain(built: Built, tmp_pa
     clone = tmp_path / "clone"
     ok(["git", "clone", "-q", str(repo), str(clone)], tmp_path, env)
     ok([DVC, "remote", "modify", "--local", "local", "url", str(built.remote)], clone, env)
-    assert not (clone / "data").exists() and not (clone / ".dvc/cache").exists()
+    assert not (clone / "data").exists()
+    assert not (clone / ".dvc/cache").exists()
     pulled = make("pull", clone, env)
     assert pulled.returncode == 0, pulled.stdout[-3000:] + pulled.stderr[-3000:]
     assert "nothing will be retrained" in pulled.stdout
@@ -196,8 +200,10 @@ def test_push_then_pull_into_a_fresh_clone_does_not_retrain(built: Built, tmp_pa
     assert "missing provenance/metadata" not in plan.stdout + plan.stderr
     # and `snakemake all` for real runs nothing: no checkpoint, metric or result changes
     real = snakemake(clone, "--profile", "profiles/local", "all")
-    assert real.returncode == 0 and "Nothing to be done" in real.stdout + real.stderr
-    assert stats(clone) == before and files(clone) == theirs
+    assert real.returncode == 0
+    assert "Nothing to be done" in real.stdout + real.stderr
+    assert stats(clone) == before
+    assert files(clone) == theirs
     assert "Data and pipelines are up to date" in ok([DVC, "status"], clone, env).stdout
     # the manifests came along: the provenance audit re-verifies table -> eval -> checkpoint -> shards
     audit = ok(
@@ -212,11 +218,9 @@ def test_push_then_pull_into_a_fresh_clone_does_not_retrain(built: Built, tmp_pa
     (clone / "config/config.yaml").write_text(yaml.safe_dump(config))
     plan = snakemake(clone, "-n", "--profile", "profiles/local", "all")
     text = plan.stdout + plan.stderr
-    assert (
-        job_counts(text).get("train") == 1
-        and "variant=leviathan" in text
-        and "variant=tied" not in text
-    )
+    assert job_counts(text).get("train") == 1
+    assert "variant=leviathan" in text
+    assert "variant=tied" not in text
 
 
 def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(
@@ -233,9 +237,8 @@ def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(
     (clone / "config/config.yaml").write_text(yaml.safe_dump(config))
     pulled = make("pull", clone, env)
     assert pulled.returncode != 0
-    assert (
-        "differs from dvc.lock" in pulled.stdout and "modified:           config" in pulled.stdout
-    )
+    assert "differs from dvc.lock" in pulled.stdout
+    assert "modified:           config" in pulled.stdout
     assert (clone / CELLS[0] / "checkpoints/final/state.json").is_file()  # pulled, but not touched
     assert not (clone / ".snakemake").exists()  # no Snakemake run marked anything up to date
     # the recipe it prints: pull on the locked commit, then bring the edit back; Snakemake sees it
@@ -245,7 +248,8 @@ def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(
     ok(["git", "stash", "pop", "-q"], clone, env)
     plan = snakemake(clone, "-n", "--profile", "profiles/local", "all")
     counts = job_counts(plan.stdout + plan.stderr)
-    assert counts.get("train") == 2 and "tokenize" not in counts
+    assert counts.get("train") == 2
+    assert "tokenize" not in counts
 
 
 # ----------------------------------------------------------------------------- params, metrics, plots, experiments
@@ -282,7 +286,8 @@ def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Pat
     assert "val_loss_gain" not in cells[TIED]
     assert cells[LEV]["evidence"] == "smoke test"  # 60 steps: below report.smoke_test.below_tokens
     text = ok([DVC, "metrics", "show"], repo, env).stdout
-    assert DVC_METRICS + LEV in text and "val_loss" in text
+    assert DVC_METRICS + LEV in text
+    assert "val_loss" in text
     audit = ok([str(BIN / "leviathan"), "audit", METRICS, "-q"], repo, env)
     assert "audit passed" in audit.stdout
 
@@ -292,17 +297,18 @@ def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Pat
     assert "index.html" in shown.stdout
     plots = yaml.safe_load((repo / "dvc.yaml").read_text())["plots"]
     titles = [spec["title"] for p in plots if isinstance(p, dict) for spec in p.values()]
-    assert len(titles) == 2 and all(
-        title in html for title in titles
-    )  # loss curves, frequency buckets
-    assert (
-        LEV in html and TIED in html and '"field": "cell"' in html
-    )  # one line per cell (template by_cell)
+    assert len(titles) == 2
+    assert all(title in html for title in titles)
+    assert LEV in html
+    assert TIED in html
+    assert '"field": "cell"' in html
     assert "results/report/figures/loss_curves.png" in html  # the seaborn figures beside them
 
     params = ok([DVC, "params", "diff", "--all"], repo, env).stdout
-    assert "config/config.yaml" in params and "train.micro.total_tokens" in params
-    assert "params.yaml" in params and "study" in params  # the study's file is the param
+    assert "config/config.yaml" in params
+    assert "train.micro.total_tokens" in params
+    assert "params.yaml" in params
+    assert "study" in params
 
 
 def test_exp_run_set_param_reruns_one_cell_and_diffs_show_it(built: Built) -> None:
@@ -317,22 +323,24 @@ def test_exp_run_set_param_reruns_one_cell_and_diffs_show_it(built: Built) -> No
     exp = ok([DVC, "exp", "run", "-S", override], repo, env)
     text = exp.stdout + exp.stderr
     assert job_counts(text).get("train") == 1, text[-4000:]
-    assert "variant=leviathan" in text and "variant=tied" not in text
+    assert "variant=leviathan" in text
+    assert "variant=tied" not in text
     assert (
         files(repo)[f"{CELLS[0]}/checkpoints/final/model.safetensors"] == tied_ckpt
     )  # not retrained
     assert files(repo)[f"{CELLS[1]}/checkpoints/final/model.safetensors"] != lev_ckpt
     after = metrics_of(repo, env)
-    assert after[TIED] == before[TIED] and after[LEV]["val_loss"] != before[LEV]["val_loss"]
+    assert after[TIED] == before[TIED]
+    assert after[LEV]["val_loss"] != before[LEV]["val_loss"]
 
     params = ok([DVC, "params", "diff"], repo, env).stdout
-    assert f"train.{LEV}.lr" in params and "0.0123" in params
+    assert f"train.{LEV}.lr" in params
+    assert "0.0123" in params
     metrics = ok([DVC, "metrics", "diff"], repo, env).stdout
-    assert f"{DVC_METRICS}{LEV}.json" in metrics and f"{TIED}.json" not in metrics  # what changed
+    assert f"{DVC_METRICS}{LEV}.json" in metrics
+    assert f"{TIED}.json" not in metrics
     shown = ok([DVC, "exp", "show", "--csv"], repo, env).stdout
     header = shown.splitlines()[0].split(",")
-    assert (
-        f"train.{LEV}.lr" in header
-        and f"{DVC_METRICS}{LEV}.json:val_loss" in header
-        and "train.micro.total_tokens" in header
-    )
+    assert f"train.{LEV}.lr" in header
+    assert f"{DVC_METRICS}{LEV}.json:val_loss" in header
+    assert "train.micro.total_tokens" in header

@@ -62,12 +62,15 @@ def _planned(repo: Path, study: str) -> str:
 
 def test_params_diff_shows_the_study_and_its_own_values(repo: Path) -> None:
     shown = _run([DVC, "params", "diff", "--all"], repo)
-    assert "params.yaml" in shown and "config/config.yaml" in shown
-    assert "train.micro.total_tokens" in shown and "30720" in shown
+    assert "params.yaml" in shown
+    assert "config/config.yaml" in shown
+    assert "train.micro.total_tokens" in shown
+    assert "30720" in shown
     try:
         assert _planned(repo, "config/tiny.yaml").endswith("--configfile config/tiny.yaml")
         changed = _run([DVC, "params", "diff"], repo)
-        assert "config/tiny.yaml" in changed and "train.tiny.total_tokens" in changed
+        assert "config/tiny.yaml" in changed
+        assert "train.tiny.total_tokens" in changed
         assert "409600" in changed  # the tiny study's own value, no file copied
     finally:
         (repo / "params.yaml").write_text((ROOT / "params.yaml").read_text())
@@ -83,4 +86,5 @@ def test_the_stage_command_plans_the_chosen_study(repo: Path) -> None:
         (repo / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     out = _run(["bash", "-c", f"{cmd} --dry-run"], repo)
     assert "data/tokens/embedded/gpt2/train.bin" in out
-    assert "o200k_base" not in out and "cl100k_base" not in out
+    assert "o200k_base" not in out
+    assert "cl100k_base" not in out

@@ -13,6 +13,8 @@ import torch
 from workflow_helpers import ROOT
 
 from leviathan.train.trainer import cell_model_config
+from leviathan.workflow.actions import eval_device
+from leviathan.workflow.cluster import eval_resources
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell, cells
 from leviathan.workflow.plan import (
@@ -26,7 +28,6 @@ from leviathan.workflow.plan import (
     render_plan,
     study_disk,
 )
-from leviathan.workflow.steps import eval_device, eval_resources
 
 PAPER = ROOT / "config" / "paper.yaml"
 
@@ -39,7 +40,9 @@ def paper() -> dict[str, Any]:
 def test_every_paper_evaluation_job_gets_one_gpu(paper: dict[str, Any]) -> None:
     for scale in ("200m", "400m", "1.2b"):
         job = eval_resources(paper, scale)
-        assert job["gpu"] == 1 and job["gpu_model"] == "h100" and job["threads"] == 8
+        assert job["gpu"] == 1
+        assert job["gpu_model"] == "h100"
+        assert job["threads"] == 8
 
 
 def test_a_gpu_scale_without_eval_resources_names_the_fix(paper: dict[str, Any]) -> None:
@@ -75,11 +78,14 @@ def test_evaluation_plan_re_derived(paper: dict[str, Any]) -> None:
     assert evals["wikitext"].tokens == WIKITEXT_TOKENS
     assert evals["lm_eval"].tokens == sum(d * r * t for d, r, t in LM_EVAL_TASK_SIZES.values())
     for e in evals.values():
-        assert e.flops is not None and e.tokens is not None
+        assert e.flops is not None
+        assert e.tokens is not None
         assert math.isclose(e.flops, per_token * e.tokens, rel_tol=1e-12)
         hours = e.flops / (989e12 * DEFAULT_MFU * EVAL_MFU_SHARE) / 3600
-        assert e.gpu_hours is not None and math.isclose(e.gpu_hours, hours, rel_tol=1e-9)
-        assert e.runtime_hours == 4.0 and e.fits
+        assert e.gpu_hours is not None
+        assert math.isclose(e.gpu_hours, hours, rel_tol=1e-9)
+        assert e.runtime_hours == 4.0
+        assert e.fits
 
 
 def test_study_disk_re_derived(paper: dict[str, Any]) -> None:
@@ -127,8 +133,10 @@ def test_the_plan_prints_training_and_evaluation_gpu_hours_and_the_disk(
     totals = [line for line in text.splitlines() if line.startswith("total GPU-hours: training")]
     assert len(totals) == 1
     train, evaluation, total = (float(x.replace(",", "")) for x in _numbers(totals[0]))
-    assert math.isclose(train + evaluation, total, abs_tol=0.06) and 0 < evaluation < train
-    assert "disk at most" in text and "WARNING" not in text
+    assert math.isclose(train + evaluation, total, abs_tol=0.06)
+    assert 0 < evaluation < train
+    assert "disk at most" in text
+    assert "WARNING" not in text
 
 
 def _numbers(line: str) -> list[str]:
@@ -142,13 +150,14 @@ def test_eval_rule_resources_follow_the_scale_and_keep_the_profiles_default(
 ) -> None:
     from types import SimpleNamespace
 
-    from leviathan.workflow.steps import eval_rule_resources
+    from leviathan.workflow.cluster import eval_rule_resources
 
     config = copy.deepcopy(paper)
     config["eval_resources"]["1.2b"]["slurm_partition"] = "gpu-big"
     rules = eval_rule_resources(config, ["slurm_partition='everyday'", "mem_mb=1000"])
     big, small = SimpleNamespace(scale="1.2b"), SimpleNamespace(scale="200m")
-    assert rules["mem_mb"](big) == 64000 and rules["mem_mb"](small) == 32000
+    assert rules["mem_mb"](big) == 64000
+    assert rules["mem_mb"](small) == 32000
     assert rules["gpu"](big) == rules["gpu"](small) == 1
     assert rules["slurm_partition"](big) == "gpu-big"
     assert rules["slurm_partition"](small) == "everyday"

@@ -20,9 +20,9 @@ from leviathan.io import read_json
 from leviathan.report.build import write_report
 from leviathan.train.config import RuntimeConfig, train_config
 from leviathan.train.trainer import train
+from leviathan.workflow.actions import evaluate
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell
-from leviathan.workflow.steps import evaluate
 
 pytestmark = pytest.mark.slow
 SEEDS = [0, 1, 2]

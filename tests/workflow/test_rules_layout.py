@@ -15,9 +15,9 @@ from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
 from leviathan.report.registry import table_names, table_paths
 from leviathan.report.resources import RESOURCES_TABLE
+from leviathan.workflow.actions import enabled_evals, sample_efficiency_groups
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import cells
-from leviathan.workflow.steps import enabled_evals, sample_efficiency_groups
 
 
 def _layout_paths(config: dict) -> set[str]:

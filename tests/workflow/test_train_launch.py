@@ -15,16 +15,9 @@ import yaml
 from leviathan import layout
 from leviathan.train.config import train_config
 from leviathan.train.trainer import build_cell_model
+from leviathan.workflow.cluster import GRACE_MARGIN_S, preempt_grace_s, resources, train_slurm_value
 from leviathan.workflow.grid import Cell
-from leviathan.workflow.steps import (
-    GRACE_MARGIN_S,
-    launch_argv,
-    launch_env,
-    launcher_args,
-    preempt_grace_s,
-    resources,
-    train_slurm_value,
-)
+from leviathan.workflow.launch import launch_argv, launch_env, launcher_args
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO_NODES = {"1.2b": {"gpus": 8, "gpu_model": "h100", "nodes": 2, "cpus_per_gpu": 8}}
@@ -34,7 +27,8 @@ def test_a_multi_node_job_asks_slurm_for_its_nodes_and_runs_one_torchrun_per_nod
     config = {"resources": TWO_NODES}
     job = resources(config, "1.2b")
     # per node: 8 GPUs, 64 CPUs (one task each); the plugin's own --gpus (a job total) unset
-    assert job["gpu"] == 0 and job["threads"] == 64
+    assert job["gpu"] == 0
+    assert job["threads"] == 64
     extra = job["slurm_extra"].split()
     assert {"--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--gpus-per-node=h100:8"} <= set(
         extra
@@ -43,11 +37,16 @@ def test_a_multi_node_job_asks_slurm_for_its_nodes_and_runs_one_torchrun_per_nod
         launcher_args(config, "1.2b"), python="/env/python", rdzv_host="gpu-001", rdzv_id="4242"
     )
     srun, torchrun = words[: words.index("/env/python")], words[words.index("/env/python") :]
-    assert srun[0] == "srun" and "--overlap" in srun and "--ntasks-per-node=1" in srun
-    assert "--nodes=2" in srun and "--gpus-per-node=8" in srun and "--cpus-per-task=64" in srun
+    assert srun[0] == "srun"
+    assert "--overlap" in srun
+    assert "--ntasks-per-node=1" in srun
+    assert "--nodes=2" in srun
+    assert "--gpus-per-node=8" in srun
+    assert "--cpus-per-task=64" in srun
     assert torchrun[:3] == ["/env/python", "-m", "torch.distributed.run"]
     assert {"--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d"} <= set(torchrun)
-    assert "--rdzv-endpoint=gpu-001:29500" in torchrun and "--rdzv-id=4242" in torchrun
+    assert "--rdzv-endpoint=gpu-001:29500" in torchrun
+    assert "--rdzv-id=4242" in torchrun
     # torchrun waits the grace for its workers' preemption save (its own default: 30 s)
     assert launch_env(config, "1.2b") == {
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(preempt_grace_s(config, "1.2b"))
@@ -81,7 +80,8 @@ def test_dry_run_shows_the_multi_node_command(tmp_path: Path) -> None:
     )
     shown = json.loads(out.stdout)
     command = shown["command"]
-    assert command[0] == "srun" and "--rdzv-endpoint=<first node>:29500" in command
+    assert command[0] == "srun"
+    assert "--rdzv-endpoint=<first node>:29500" in command
     assert command[command.index("-m", command.index("--rdzv-id=<job id>")) + 1] == "leviathan.cli"
     assert layout.run_dir(Cell("1.2b", "o200k_base", "leviathan", 0)) in command
     assert "--signal=TERM@" in shown["resources"]["slurm_extra"]

@@ -3,7 +3,7 @@
 from leviathan import layout
 from leviathan.layout import WILDCARDS, benchmark_path, log_file
 from leviathan.workflow.grid import Cell, cells, wildcard_pattern
-from leviathan.workflow import steps
+from leviathan.workflow import actions, cluster, launch
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
@@ -36,7 +36,7 @@ def cell_of(wildcards):
 
 def res(key):
     """A training job's resource, by the cell's scale (config.resources)."""
-    return lambda wildcards: steps.resources(config, wildcards.scale)[key]
+    return lambda wildcards: cluster.resources(config, wildcards.scale)[key]
 
 
 def train_slurm(key):
@@ -44,12 +44,12 @@ def train_slurm(key):
     the profile's (or command line's) default-resources value, which the rule's own
     declaration of the key would otherwise hide."""
     defaults = workflow.resource_settings.default_resources
-    fallback = steps.default_resource(getattr(defaults, "args", None), key)
-    return lambda wildcards: steps.train_slurm_value(config, wildcards.scale, key, fallback)
+    fallback = cluster.default_resource(getattr(defaults, "args", None), key)
+    return lambda wildcards: cluster.train_slurm_value(config, wildcards.scale, key, fallback)
 
 
 # the SLURM settings (partition, account, constraint, qos, extra flags) some scale sets
-TRAIN_SLURM = {key: train_slurm(key) for key in steps.train_slurm_keys(config)}
+TRAIN_SLURM = {key: train_slurm(key) for key in cluster.train_slurm_keys(config)}
 
 
 def val_inputs(wildcards):

@@ -3,7 +3,7 @@ rule fetch_corpus:
     output:
         **CORPUS_FILES,
     params:
-        corpus=steps.corpus_settings(config),
+        corpus=actions.corpus_settings(config),
         out_dir=lambda wc, output: layout.dir_of(output.train),
     conda:
         "../envs/leviathan.yaml"
@@ -12,6 +12,6 @@ rule fetch_corpus:
     benchmark:
         benchmark_path(layout.corpus_dir("{corpus}"), "fetch_corpus")
     resources:
-        **steps.rule_resources(config, "fetch_corpus"),
+        **cluster.rule_resources(config, "fetch_corpus"),
     script:
         "../scripts/fetch_corpus.py"

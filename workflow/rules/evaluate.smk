@@ -1,13 +1,13 @@
-# Evaluation of each trained cell (leviathan.eval through leviathan.workflow.steps).
-EVAL_CFG = steps.eval_config(config)  # a bad evaluate: key fails here, before any job
-EVALS = steps.enabled_evals(config)
-SE_GROUPS = steps.sample_efficiency_groups(CELLS)
+# Evaluation of each trained cell (leviathan.eval through leviathan.workflow.actions; resources: .cluster).
+EVAL_CFG = actions.eval_config(config)  # a bad evaluate: key fails here, before any job
+EVALS = actions.enabled_evals(config)
+SE_GROUPS = actions.sample_efficiency_groups(CELLS)
 SE_DIR = layout.sample_efficiency_dir("{scale}", "{vocab}")
 LM_EVAL_OUT = layout.eval_output(WILDCARDS, "lm_eval")
 for _scale in sorted({c.scale for c in CELLS}):
-    steps.eval_resources(config, _scale)  # a GPU scale without eval_resources fails here
+    cluster.eval_resources(config, _scale)  # a GPU scale without eval_resources fails here
 # an evaluation job's resources and SLURM settings, by the cell's scale (config.eval_resources)
-EVAL_RESOURCES = steps.eval_rule_resources(
+EVAL_RESOURCES = cluster.eval_rule_resources(
     config, getattr(workflow.resource_settings.default_resources, "args", None)
 )
 
@@ -24,7 +24,7 @@ rule word_counts:
     benchmark:
         benchmark_path(TOKENS_DIR, "word_counts")
     resources:
-        **steps.rule_resources(config, "word_counts"),
+        **cluster.rule_resources(config, "word_counts"),
     script:
         "../scripts/word_counts.py"
 
@@ -44,7 +44,7 @@ rule eval_val:
         log_file("eval", layout.cell_key(WILDCARDS), "val"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_val")
-    threads: lambda wc: steps.eval_resources(config, wc.scale)["threads"]
+    threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
     resources:
         **EVAL_RESOURCES,
     script:
@@ -66,7 +66,7 @@ rule eval_wikitext:
         log_file("eval", layout.cell_key(WILDCARDS), "wikitext"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_wikitext")
-    threads: lambda wc: steps.eval_resources(config, wc.scale)["threads"]
+    threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
     resources:
         **EVAL_RESOURCES,
     script:
@@ -91,7 +91,7 @@ rule eval_lm_eval:
         log_file("eval", layout.cell_key(WILDCARDS), "lm_eval"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_lm_eval")
-    threads: lambda wc: steps.eval_resources(config, wc.scale)["threads"]
+    threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
     resources:
         **EVAL_RESOURCES,
     script:
@@ -105,7 +105,7 @@ rule sample_efficiency:
     output:
         layout.sample_efficiency_path("{scale}", "{vocab}", "{seed}"),
     params:
-        # the tied baseline first (see steps.sample_efficiency_groups)
+        # the tied baseline first (see actions.sample_efficiency_groups)
         runs=lambda wc, input: [layout.run_of(p) for p in input],
     conda:
         "../envs/leviathan.yaml"
@@ -114,7 +114,7 @@ rule sample_efficiency:
     benchmark:
         benchmark_path(SE_DIR, "sample_efficiency", "seed{seed}")
     resources:
-        **steps.rule_resources(config, "sample_efficiency"),
+        **cluster.rule_resources(config, "sample_efficiency"),
     script:
         "../scripts/sample_efficiency.py"
 

@@ -1,4 +1,4 @@
-# Each trained cell as a transformers checkpoint (leviathan.export through leviathan.workflow.steps).
+# Each trained cell as a transformers checkpoint (leviathan.export; the rule only names its inputs and outputs).
 # Behind the stage target all_export, not in `rule all`: see the Snakefile.
 
 
@@ -16,7 +16,7 @@ rule export:
     log:
         log_file("export", layout.cell_key(WILDCARDS)),
     resources:
-        **steps.rule_resources(config, "export"),
+        **cluster.rule_resources(config, "export"),
     script:
         "../scripts/export.py"
 

@@ -47,6 +47,6 @@ rule report:
     benchmark:
         benchmark_path(layout.REPORT_DIR, "report")
     resources:
-        **steps.rule_resources(config, "report"),
+        **cluster.rule_resources(config, "report"),
     script:
         "../scripts/report.py"

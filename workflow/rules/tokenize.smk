@@ -5,10 +5,10 @@ rule tokenize:
     output:
         **layout.token_files(TOKENS_DIR),
     params:
-        options=lambda wc: steps.tokenize_options(config, wc.vocab),
+        options=lambda wc: actions.tokenize_options(config, wc.vocab),
         corpus_dir=lambda wc, input: layout.dir_of(input.train),
         out_dir=lambda wc, output: layout.dir_of(output.train),
-    threads: steps.rule_threads(config, "tokenize")
+    threads: cluster.rule_threads(config, "tokenize")
     conda:
         "../envs/leviathan.yaml"
     log:
@@ -16,6 +16,6 @@ rule tokenize:
     benchmark:
         benchmark_path(TOKENS_DIR, "tokenize")
     resources:
-        **steps.rule_resources(config, "tokenize"),
+        **cluster.rule_resources(config, "tokenize"),
     script:
         "../scripts/tokenize.py"

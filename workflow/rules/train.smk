@@ -9,8 +9,8 @@ rule train:
         # the cell's identity only: changing it reruns the cell (and what depends on it). A
         # function of the wildcards, not of input/output: Snakemake leaves params derived from
         # files out of its params rerun trigger
-        launch=lambda wc: steps.launcher_args(config, wc.scale),
-        cell=lambda wc: steps.cell_args(
+        launch=lambda wc: launch.launcher_args(config, wc.scale),
+        cell=lambda wc: launch.cell_args(
             cell_of(wc), config, layout.tokens_dir(CORPUS, wc.vocab), layout.run_dir(wc)
         ),
     conda:
@@ -19,7 +19,7 @@ rule train:
         log_file("train", layout.cell_key(WILDCARDS)),
     benchmark:
         benchmark_path(RUN_DIR, "train")
-    threads: lambda wc: steps.resources(config, wc.scale)["threads"]
+    threads: lambda wc: cluster.resources(config, wc.scale)["threads"]
     resources:
         gpu=res("gpu"),
         gpu_model=res("gpu_model"),

@@ -1,8 +1,10 @@
 """Rules eval_val / eval_wikitext / eval_lm_eval: one evaluation of one cell."""
 
-from leviathan.workflow.steps import evaluate
+from leviathan.workflow.actions import evaluate
+from leviathan.workflow.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
+rule_log(sm)
 kind = sm.rule.removeprefix("eval_")
 extra = {k: sm.input[k] for k in ("val", "counts", "word_counts") if k in sm.input.keys()}
 evaluate(kind, sm.params.run_dir, sm.output[0], sm.config, **extra)

@@ -1,6 +1,8 @@
-"""Rule fetch_corpus: write the configured corpus (logic: leviathan.workflow.steps)."""
+"""Rule fetch_corpus: write the configured corpus (logic: leviathan.workflow.actions)."""
 
-from leviathan.workflow.steps import fetch_corpus
+from leviathan.workflow.actions import fetch_corpus
+from leviathan.workflow.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
+rule_log(sm)
 fetch_corpus(sm.params.corpus, sm.params.out_dir)

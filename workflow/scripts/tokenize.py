@@ -1,6 +1,8 @@
-"""Rule tokenize: token shards + counts for one vocabulary (logic: leviathan.workflow.steps)."""
+"""Rule tokenize: token shards + counts for one vocabulary (logic: leviathan.workflow.actions)."""
 
-from leviathan.workflow.steps import tokenize
+from leviathan.workflow.actions import tokenize
+from leviathan.workflow.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
+rule_log(sm)
 tokenize(sm.params.corpus_dir, sm.wildcards.vocab, sm.params.out_dir, sm.params.options)

@@ -1,6 +1,8 @@
-"""Rule word_counts (logic: leviathan.workflow.steps / leviathan.eval.validation)."""
+"""Rule word_counts (logic: leviathan.workflow.actions / leviathan.eval.validation)."""
 
-from leviathan.workflow.steps import word_counts
+from leviathan.workflow.actions import word_counts
+from leviathan.workflow.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
+rule_log(sm)
 word_counts(sm.input.train, sm.input.val, sm.output[0], sm.config)

@@ -117,8 +117,9 @@ def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
 def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore[type-arg]
     """One cell as the workflow trains it: train config, runtime, resources, command, plan."""
     from leviathan.train.config import workflow_runtime
+    from leviathan.workflow.cluster import resources
+    from leviathan.workflow.launch import launch_env, train_command
     from leviathan.workflow.plan import cell_train_config, plan_cell
-    from leviathan.workflow.steps import launch_env, resources, train_command
 
     tc = cell_train_config(config, cell)
     plan = plan_cell(config, cell, mfu)

@@ -40,6 +40,7 @@ from leviathan.data.sources import (
     PILE_VAL_SPLIT,
     HFSpec,
 )
+from leviathan.values import split_assignment
 from leviathan.vocab import VOCABS
 
 
@@ -97,10 +98,13 @@ def _cmd_fetch_text(args: argparse.Namespace) -> int:
 
 
 def _parse_split(text: str) -> tuple[str, str]:
-    out, sep, src = text.partition("=")
-    if not out or (sep and not src):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected OUT=DATASET_SPLIT or SPLIT")
-    return out, src or out
+    """`--split OUT=DATASET_SPLIT` as (OUT, DATASET_SPLIT); `--split SPLIT` as (SPLIT, SPLIT)."""
+    if text and "=" not in text:
+        return text, text
+    try:
+        return split_assignment(text, repr(text), "OUT=DATASET_SPLIT or SPLIT", need_value=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _cmd_fetch_hf(args: argparse.Namespace) -> int:

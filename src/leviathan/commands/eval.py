@@ -25,6 +25,8 @@ from leviathan.eval.config import PAPER_TASKS, EvalConfig, LocalTaskData
 from leviathan.eval.errors import EvalInputError
 from leviathan.layout import lm_eval_samples
 from leviathan.provenance import utc_now
+from leviathan.values import split_assignment
+from leviathan.workflow.actions import EvalFiles, run_evaluation
 
 
 def _common_model(p: argparse.ArgumentParser) -> None:
@@ -54,7 +56,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ev = p.add_subparsers(dest="eval_command", required=True, metavar="EVAL_COMMAND")
+    _add_val(ev)
+    _add_word_counts(ev)
+    _add_wikitext(ev)
+    _add_lm_eval(ev)
+    _add_lm_eval_tasks(ev)
+    _add_sample_efficiency(ev)
 
+
+def _add_val(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     v = ev.add_parser(
         "val",
         help="loss/perplexity/bits per byte over the whole validation split (+ frequency buckets)",
@@ -78,6 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     v.add_argument("--quantile-bins", type=int)
     v.set_defaults(func=run_val)
 
+
+def _add_word_counts(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     w = ev.add_parser("word-counts", help="training-corpus counts of the validation text's words")
     w.add_argument("--train", required=True, type=Path)
     w.add_argument("--val", required=True, type=Path)
@@ -85,6 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     w.add_argument("--out", required=True, type=Path)
     w.set_defaults(func=run_word_counts)
 
+
+def _add_wikitext(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     t = ev.add_parser(
         "wikitext",
         help="WikiText-103 zero-shot perplexity by lm-eval's wikitext task (word, byte, bits per byte)",
@@ -107,6 +121,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     t.set_defaults(func=run_wikitext)
 
+
+def _add_lm_eval(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lm = ev.add_parser(
         "lm-eval", help="zero-shot lm-evaluation-harness tasks (the paper's six by default)"
     )
@@ -127,8 +143,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lm.add_argument(
         "--samples", type=Path, help="per-sample log JSONL (default: OUT with .samples.jsonl)"
     )
-    lm.set_defaults(func=run_lm_eval_cmd)
+    lm.set_defaults(func=run_lm_eval)
 
+
+def _add_lm_eval_tasks(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lt = ev.add_parser(
         "lm-eval-tasks",
         help="lm-eval task YAMLs on a workflow config's local data (--include_path)",
@@ -146,6 +164,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lt.add_argument("--out", required=True, type=Path)
     lt.set_defaults(func=run_lm_eval_tasks)
 
+
+def _add_sample_efficiency(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s = ev.add_parser(
         "sample-efficiency", help="tokens each run needs to reach the baseline's final val loss"
     )
@@ -162,18 +182,25 @@ def _overrides(args: argparse.Namespace, *fields: str) -> dict[str, Any]:
     return {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
 
 
-def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
-    out = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise EvalInputError(f"{flag} {item!r}: expected KEY=FILE")
-        out.append((key, value))
-    return out
+def _file_pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
+    """`KEY=FILE` items of a repeatable flag as (key, file) pairs, in order."""
+    return [
+        split_assignment(item, f"{flag} {item!r}", "KEY=FILE", need_value=True) for item in items
+    ]
 
 
 def _print(summary: dict[str, Any]) -> None:
     print(json.dumps(summary, sort_keys=True))
+
+
+def _evaluate(
+    args: argparse.Namespace, kind: str, settings: Any, started: Any, files: EvalFiles
+) -> dict[str, Any]:
+    """Open `--checkpoint` on `--device` at `--precision` and run one evaluation of it."""
+    from leviathan.eval.checkpoint import open_checkpoint
+
+    ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
+    return run_evaluation(kind, ckpt, model, settings, started, files)
 
 
 def _write(path: Path, out: dict[str, Any], **summary: Any) -> int:
@@ -186,25 +213,14 @@ def _write(path: Path, out: dict[str, Any], **summary: Any) -> int:
 
 
 def run_val(args: argparse.Namespace) -> int:
-    from leviathan.eval.checkpoint import open_checkpoint
-    from leviathan.eval.validation import evaluate_val
-
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).val
     cfg = replace(
         cfg,
         **_overrides(args, "context", "batch_size", "max_windows", "quantile_bins"),
     )
-    ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
-    out = evaluate_val(
-        ckpt,
-        model,
-        args.val,
-        counts=args.counts,
-        word_counts=args.word_counts,
-        cfg=cfg,
-        started=started,
-    )
+    files = EvalFiles(val=args.val, counts=args.counts, word_counts=args.word_counts)
+    out = _evaluate(args, "val", cfg, started, files)
     o = out["results"]["overall"]
     keys = ("loss", "perplexity", "bits_per_byte", "targets", "tokens_per_s")
     return _write(args.out, out, **{k: o[k] for k in keys})
@@ -222,9 +238,6 @@ def run_word_counts(args: argparse.Namespace) -> int:
 
 
 def run_wikitext(args: argparse.Namespace) -> int:
-    from leviathan.eval.checkpoint import open_checkpoint
-    from leviathan.eval.wikitext import evaluate_wikitext
-
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).wikitext
     changes = _overrides(
@@ -232,12 +245,11 @@ def run_wikitext(args: argparse.Namespace) -> int:
     )
     if args.data_files:
         files: dict[str, list[str]] = {}
-        for split, f in _pairs(args.data_files, "--data-files"):
+        for split, f in _file_pairs(args.data_files, "--data-files"):
             files.setdefault(split, []).append(f)
         changes["data_files"] = files
     cfg = replace(cfg, **changes)
-    ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
-    out = evaluate_wikitext(ckpt, model, cfg, started=started)
+    out = _evaluate(args, "wikitext", cfg, started, EvalFiles())
     r = out["results"]
     return _write(
         args.out,
@@ -248,17 +260,31 @@ def run_wikitext(args: argparse.Namespace) -> int:
     )
 
 
-def run_lm_eval_cmd(args: argparse.Namespace) -> int:
-    from leviathan.eval.checkpoint import open_checkpoint
-    from leviathan.eval.lm_eval_tasks import run_lm_eval
-
+def run_lm_eval(args: argparse.Namespace) -> int:
     started = utc_now()
     cfg = EvalConfig.from_file(args.config).lm_eval
     changes = _overrides(args, "limit", "num_fewshot", "bootstrap_iters", "batch_size")
     if args.tasks:
         changes["tasks"] = tuple(args.tasks)
-    data = dict(cfg.data)
-    for key, f in _pairs(args.task_data, "--task-data"):
+    changes["data"] = _task_data(cfg.data, args.task_data)
+    cfg = replace(cfg, **changes)
+    samples = args.samples or lm_eval_samples(args.out)
+    out = _evaluate(args, "lm_eval", cfg, started, EvalFiles(samples=samples))
+    tasks = out["results"]["tasks"]
+    return _write(
+        args.out,
+        out,
+        samples=str(samples),
+        mean_acc=out["results"]["mean_acc"],
+        acc={t: v["metrics"].get("acc,none") for t, v in tasks.items()},
+    )
+
+
+def _task_data(data: dict[str, LocalTaskData], items: list[str]) -> dict[str, LocalTaskData]:
+    """The config's local task data with each `--task-data TASK:SPLIT=FILE` added to the task's
+    files of that split (after the config's own)."""
+    data = dict(data)
+    for key, f in _file_pairs(items, "--task-data"):
         task, sep, split = key.partition(":")
         if not sep or not split:
             raise EvalInputError(
@@ -270,25 +296,13 @@ def run_lm_eval_cmd(args: argparse.Namespace) -> int:
             f,
         ]
         data[task] = LocalTaskData(files, data[task].builder if task in data else None)
-    changes["data"] = data
-    cfg = replace(cfg, **changes)
-    ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
-    samples = args.samples or lm_eval_samples(args.out)
-    out = run_lm_eval(ckpt, model, cfg, samples_out=samples, started=started)
-    tasks = out["results"]["tasks"]
-    return _write(
-        args.out,
-        out,
-        samples=str(samples),
-        mean_acc=out["results"]["mean_acc"],
-        acc={t: v["metrics"].get("acc,none") for t, v in tasks.items()},
-    )
+    return data
 
 
 def run_lm_eval_tasks(args: argparse.Namespace) -> int:
     from leviathan.eval.lm_eval_tasks import write_local_tasks
+    from leviathan.workflow.actions import eval_config
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.steps import eval_config
 
     cfg = eval_config(resolve(args.configfile)).lm_eval
     if not cfg.data:

@@ -48,9 +48,9 @@ def run_paper_check(args: argparse.Namespace) -> int:
 def run_tables(args: argparse.Namespace) -> int:
     from leviathan.paper import repo_root
     from leviathan.report.build import write_report
+    from leviathan.workflow.actions import sample_efficiency_groups
     from leviathan.workflow.config import resolve
     from leviathan.workflow.grid import cells
-    from leviathan.workflow.steps import sample_efficiency_groups
 
     config = resolve([args.config], root=repo_root())  # as the workflow does: defaults filled
     se = [

@@ -36,9 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from leviathan.workflow.actions import enabled_evals
     from leviathan.workflow.config import resolve
     from leviathan.workflow.grid import cells
-    from leviathan.workflow.steps import enabled_evals
 
     cell = Cell(args.scale, get_vocab(args.vocab).name, args.variant, args.seed)
     config = resolve(args.configfile)

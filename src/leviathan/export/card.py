@@ -22,23 +22,35 @@ def model_card(
 ) -> str:
     """README.md of an export; `checkpoint` is `Checkpoint.record()`, `vocab` a vocab record."""
     cell = record_cell_key(checkpoint)
-    code = checkpoint.get("code") or {}
-    commit = code.get("git_commit") or "unknown (not trained from a git checkout)"
-    dirty = " (with uncommitted changes)" if code.get("git_dirty") else ""
-    variant = checkpoint["variant"]
+    return "\n".join(
+        [
+            _front_matter(),
+            _description(cell, checkpoint["variant"]),
+            _record_table(cell, checkpoint, vocab, dtype),
+            _usage(export_dir),
+            _model_config(checkpoint, export_dir),
+        ]
+    )
+
+
+def _front_matter() -> str:
+    """The Hub's metadata block."""
+    return """---
+library_name: transformers
+pipeline_tag: text-generation
+tags: [leviathan, llama, reproduction]
+---
+"""
+
+
+def _description(cell: str, variant: str) -> str:
+    """What the model is: the reproduction, the export format, the variant's input table."""
     tied = (
         "yes (`tie_word_embeddings`)"
         if variant == "tied"
         else "no (`lm_head` is the trained output head)"
     )
-    config = json.dumps(checkpoint.get("model_config"), indent=2, sort_keys=True)
-    return f"""---
-library_name: transformers
-pipeline_tag: text-generation
-tags: [leviathan, llama, reproduction]
----
-
-# Leviathan reproduction: {cell}
+    return f"""# Leviathan reproduction: {cell}
 
 A decoder-only language model trained by the Leviathan reproduction pipeline (a
 reproduction of "Leviathan: Decoupling Input and Output Representations in Language
@@ -48,8 +60,15 @@ with `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained`,
 The input representation of the `{variant}` variant is {VARIANT_INPUTS.get(variant, variant)};
 it is stored here as the materialised V x D `embed_tokens` table, so the exported model
 computes exactly what the trained one computes. Tied input and output: {tied}.
+"""
 
-| | |
+
+def _record_table(cell: str, checkpoint: dict[str, Any], vocab: dict[str, Any], dtype: str) -> str:
+    """Where the weights came from: cell, step, checkpoint hash, code, tokenizer, dtype."""
+    code = checkpoint.get("code") or {}
+    commit = code.get("git_commit") or "unknown (not trained from a git checkout)"
+    dirty = " (with uncommitted changes)" if code.get("git_dirty") else ""
+    return f"""| | |
 |---|---|
 | cell (scale/vocabulary/variant/seed) | `{cell}` |
 | training step / tokens | {checkpoint.get("step")} / {checkpoint.get("tokens")} |
@@ -62,8 +81,12 @@ computes exactly what the trained one computes. Tied input and output: {tied}.
 
 A model trained on the pipeline's default (embedded, offline) corpus is a smoke-test
 artifact: its scores mean nothing about the paper's claims.
+"""
 
-## Use
+
+def _usage(export_dir: str) -> str:
+    """Loading the export with transformers and scoring it with lm-eval."""
+    return f"""## Use
 
 ```python
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -74,8 +97,13 @@ tokenizer = AutoTokenizer.from_pretrained("{export_dir}")
 ```bash
 lm_eval --model hf --model_args pretrained={export_dir} --tasks hellaswag,arc_easy
 ```
+"""
 
-## Model config (as trained)
+
+def _model_config(checkpoint: dict[str, Any], export_dir: str) -> str:
+    """The model config as trained, and how to audit the export."""
+    config = json.dumps(checkpoint.get("model_config"), indent=2, sort_keys=True)
+    return f"""## Model config (as trained)
 
 ```json
 {config}

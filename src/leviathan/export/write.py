@@ -17,11 +17,12 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from leviathan.data.tokenizers import load_tokenizer
-from leviathan.eval.checkpoint import load_model, read_checkpoint
+from leviathan.eval.checkpoint import Checkpoint, load_model, read_checkpoint
 from leviathan.export.card import model_card
 from leviathan.export.hf import check_dtype, to_llama
 from leviathan.export.tokenizer import hf_tokenizer
@@ -81,39 +82,52 @@ def export_run(
         llama.save_pretrained(tmp, safe_serialization=True)
         hf_tok.save_pretrained(tmp)
         (tmp / MODEL_CARD).write_text(model_card(record, vocab, dtype, display_path(final)))
-        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name != WEIGHTS}
-        inputs = [
-            input_record(ckpt.path / WEIGHTS, ckpt.sha256, role="checkpoint"),
-            input_record(ckpt.path / STATE, record["state_sha256"], role="checkpoint_state"),
-        ]
-        if record["manifest"]:
-            inputs.append(
-                input_record(
-                    record["manifest"], record["manifest_sha256"], role="checkpoint_manifest"
-                )
-            )
-        manifest = write_manifest(
-            tmp / WEIGHTS,
-            kind=MANIFEST_KIND,
-            recorded_path=final / WEIGHTS,
-            inputs=inputs,
-            vocab=vocab,
-            config={"dtype": dtype, "format": "transformers LlamaForCausalLM"},
-            started=started,
-            device="cpu",
-            fields={
-                "export_dir": display_path(final),
-                "files": files,
-                "checkpoint": record,
-                "transformers": _transformers_version(),
-            },
-        )
+        manifest = _write_export_manifest(tmp, final, ckpt, record, vocab, dtype, started)
         if final.is_dir() and not any(final.iterdir()):
             final.rmdir()
         publish_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ExportResult(final, manifest)
+
+
+def _write_export_manifest(
+    tmp: Path,
+    final: Path,
+    ckpt: Checkpoint,
+    record: dict[str, Any],
+    vocab: dict[str, Any],
+    dtype: str,
+    started: datetime,
+) -> dict[str, Any]:
+    """The manifest of the export written in `tmp` (to be published as `final`): every file's
+    sha256 (the weights' as the artifact's own), the checkpoint's weights, state and manifest
+    as inputs (`record`: `ckpt.record()`), the BPE file, the dtype."""
+    files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name != WEIGHTS}
+    inputs = [
+        input_record(ckpt.path / WEIGHTS, ckpt.sha256, role="checkpoint"),
+        input_record(ckpt.path / STATE, record["state_sha256"], role="checkpoint_state"),
+    ]
+    if record["manifest"]:
+        inputs.append(
+            input_record(record["manifest"], record["manifest_sha256"], role="checkpoint_manifest")
+        )
+    return write_manifest(
+        tmp / WEIGHTS,
+        kind=MANIFEST_KIND,
+        recorded_path=final / WEIGHTS,
+        inputs=inputs,
+        vocab=vocab,
+        config={"dtype": dtype, "format": "transformers LlamaForCausalLM"},
+        started=started,
+        device="cpu",
+        fields={
+            "export_dir": display_path(final),
+            "files": files,
+            "checkpoint": record,
+            "transformers": _transformers_version(),
+        },
+    )
 
 
 def _transformers_version() -> str:

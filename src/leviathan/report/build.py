@@ -41,7 +41,7 @@ def report_inputs(
     """What the report reads, from the workflow config (studies, enabled evaluations)."""
     from leviathan.paper import reported_path
     from leviathan.report.basis import SmokePolicy
-    from leviathan.workflow.steps import enabled_evals
+    from leviathan.workflow.actions import enabled_evals
 
     return ReportInputs(
         studies=config["studies"],

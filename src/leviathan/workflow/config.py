@@ -4,7 +4,7 @@ The Snakefile loads `config/config.yaml` only when no `--configfile` is given: a
 config file is complete on its own and never inherits the offline default's stand-ins. Keys a
 file leaves out get the schema's defaults (Snakemake's `validate`), and the runtime and the
 resources get theirs from the code (leviathan.train.config.workflow_runtime,
-leviathan.workflow.steps.RESOURCE_DEFAULTS). The schema checks the config's shape; the names
+leviathan.workflow.cluster.RESOURCE_DEFAULTS). The schema checks the config's shape; the names
 in it (scales, vocabularies, variants, training keys) are checked against the code's own
 registries by `check_names`, so the schema is no second registry; their values against the
 code's own types, and each cell's whole training config, by `check_config`. `resolve` does the same
@@ -105,8 +105,8 @@ def check_config(config: dict[str, Any]) -> None:
 
 
 def _check_cells(config: Mapping[str, Any], study_cells: Sequence[Any]) -> None:
+    from leviathan.workflow.cluster import resources
     from leviathan.workflow.plan import cell_train_config
-    from leviathan.workflow.steps import resources
 
     for cell in study_cells:
         try:

@@ -43,7 +43,7 @@ class CellPlan:
 
 def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
     from leviathan.train.config import train_config
-    from leviathan.workflow.steps import train_overrides
+    from leviathan.workflow.launch import train_overrides
 
     return train_config(
         cell.scale, cell.vocab, cell.variant, seed=cell.seed, **train_overrides(config, cell)
@@ -68,7 +68,7 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -
     from leviathan.train.config import workflow_runtime
     from leviathan.train.telemetry import peak_flops
     from leviathan.train.trainer import cell_model_config
-    from leviathan.workflow.steps import scale_resources
+    from leviathan.workflow.cluster import scale_resources
 
     tc = cell_train_config(config, cell)
     acc = account(cell_model_config(tc), tc.context)
@@ -238,7 +238,7 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) 
     from leviathan.model.accounting import account
     from leviathan.train.telemetry import peak_flops
     from leviathan.train.trainer import cell_model_config
-    from leviathan.workflow.steps import eval_resources
+    from leviathan.workflow.cluster import eval_resources
 
     tc = cell_train_config(config, cell)
     acc = account(cell_model_config(tc), tc.context)

@@ -5,15 +5,15 @@ from pathlib import Path
 import yaml
 
 from leviathan import layout
-from leviathan.workflow.grid import Cell, cells, wildcard_pattern
-from leviathan.workflow.steps import (
+from leviathan.workflow.cluster import (
     default_resource,
     preempt_grace_s,
     resources,
     rule_resources,
-    train_command,
     train_slurm_keys,
 )
+from leviathan.workflow.grid import Cell, cells, wildcard_pattern
+from leviathan.workflow.launch import train_command
 
 STUDIES = {
     "main": {
@@ -34,7 +34,8 @@ STUDIES = {
 def test_cells_are_the_deduplicated_union_of_studies() -> None:
     got = cells(STUDIES)
     assert len(got) == 4 + 6 - 2  # 400m tied/leviathan shared by both studies
-    assert len(set(got)) == len(got) and got == sorted(got)
+    assert len(set(got)) == len(got)
+    assert got == sorted(got)
     assert Cell("400m", "o200k_base", "leviathan", 0) in got
 
 
@@ -42,7 +43,8 @@ def test_wildcard_pattern_is_exact_alternatives() -> None:
     import re
 
     pattern = wildcard_pattern(["1.2b", "400m"])
-    assert re.fullmatch(pattern, "1.2b") and re.fullmatch(pattern, "400m")
+    assert re.fullmatch(pattern, "1.2b")
+    assert re.fullmatch(pattern, "400m")
     assert not re.fullmatch(pattern, "1x2b")
 
 
@@ -69,12 +71,10 @@ def test_resources_per_scale_in_the_plugins_terms() -> None:
         "slurm_extra": f"--signal=TERM@{preempt_grace_s(config, '400m')}",
     }
     cpu = resources({"resources": {"micro": {"cpus": 2}}}, "micro")
-    assert (
-        cpu["gpu"] == 0
-        and cpu["gpu_model"] == ""
-        and cpu["cpus_per_gpu"] == 0
-        and cpu["threads"] == 2
-    )
+    assert cpu["gpu"] == 0
+    assert cpu["gpu_model"] == ""
+    assert cpu["cpus_per_gpu"] == 0
+    assert cpu["threads"] == 2
 
 
 def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
@@ -87,19 +87,21 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
     args = shlex.split(
         train_command(cell, config, "data/tokens/pile/o200k_base", layout.run_dir(cell))
     )
-    assert (
-        args[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--nproc-per-node" in args
-    )
+    assert args[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert "--nproc-per-node" in args
     assert args[args.index("--nproc-per-node") + 1] == "4"
-    assert "--set" in args and "lr=0.0003" in args and "betas=[0.9, 0.95]" in args
-    assert "val_every=500" in args and not any(a.startswith("threads=") for a in args)
+    assert "--set" in args
+    assert "lr=0.0003" in args
+    assert "betas=[0.9, 0.95]" in args
+    assert "val_every=500" in args
+    assert not any(a.startswith("threads=") for a in args)
     assert yaml.safe_load("[0.9, 0.95]") == [0.9, 0.95]  # what the CLI parses back
     single = shlex.split(train_command(cell, {"resources": {"400m": {"gpus": 1}}}, "t", "r"))
     assert single[:3] == [sys.executable, "-m", "leviathan.cli"]
 
 
 def test_cell_overrides_apply_after_scale_overrides() -> None:
-    from leviathan.workflow.steps import train_overrides
+    from leviathan.workflow.launch import train_overrides
 
     cell = Cell("micro", "gpt2", "leviathan", 0)
     config = {
@@ -120,7 +122,7 @@ def test_runtime_and_resource_defaults_have_one_home() -> None:
     from dataclasses import fields
 
     from leviathan.train.config import RuntimeConfig
-    from leviathan.workflow.steps import RESOURCE_DEFAULTS, SLURM_KEYS
+    from leviathan.workflow.cluster import RESOURCE_DEFAULTS, SLURM_KEYS
 
     schema = yaml.safe_load(
         (Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml").read_text()
@@ -136,7 +138,8 @@ def test_workflow_runtime_defaults_reach_the_training_job() -> None:
     """The workflow's choices (no bars in job logs, restart a changed cell) where config is silent."""
     cell = Cell("micro", "gpt2", "tied", 0)
     args = shlex.split(train_command(cell, {}, "t", "r"))
-    assert "progress=false" in args and "restart_on_mismatch=true" in args
+    assert "progress=false" in args
+    assert "restart_on_mismatch=true" in args
     args = shlex.split(train_command(cell, {"runtime": {"progress": True}}, "t", "r"))
     assert not any(a.startswith("progress=") for a in args)  # RuntimeConfig's own default
 
@@ -153,10 +156,8 @@ def test_slurm_settings_per_scale_only_where_set() -> None:
             "micro": {"cpus": 2},
         }
     }
-    assert (
-        resources(config, "400m")["slurm_partition"] == "h100"
-        and resources(config, "400m")["constraint"] == "ib"
-    )
+    assert resources(config, "400m")["slurm_partition"] == "h100"
+    assert resources(config, "400m")["constraint"] == "ib"
     assert "slurm_partition" not in resources(config, "micro")
     assert train_slurm_keys(config) == ["slurm_partition", "constraint", "slurm_extra"]
     assert train_slurm_keys({"resources": {"micro": {"cpus": 2}}}) == []
@@ -172,7 +173,8 @@ def test_default_resource_reads_snakemakes_default_resources_arguments() -> None
     assert default_resource(args, "slurm_partition") == "debug"
     assert default_resource(args, "slurm_account") == "<your-account>"
     assert default_resource(args, "mem_mb") == 8000
-    assert default_resource(args, "qos") is None and default_resource(None, "qos") is None
+    assert default_resource(args, "qos") is None
+    assert default_resource(None, "qos") is None
 
 
 def test_rule_resources_come_from_the_config_without_threads() -> None:

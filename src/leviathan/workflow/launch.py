@@ -1,0 +1,147 @@
+"""The command of a cell's training job: the launcher (the interpreter, torchrun, or srun with
+one torchrun per node), `leviathan train` with the cell's arguments and the workflow's runtime,
+and the launcher's environment. The train rule's script execs `train_argv`; `leviathan config
+show --cell` prints `train_command`, the same words."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from leviathan import layout
+from leviathan.values import format_assignment
+from leviathan.workflow.cluster import preempt_grace_s, scale_resources
+from leviathan.workflow.grid import Cell
+
+
+def train_overrides(config: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
+    """config.train[<scale>], then config.train[<cell key>] (one cell's own overrides)."""
+    train = config.get("train") or {}
+    return {**(train.get(cell.scale) or {}), **(train.get(cell.key) or {})}
+
+
+def launcher_args(config: Mapping[str, Any], scale: str) -> str:
+    """How a training job starts Python, up to `-m leviathan.cli train`: `{python}` alone;
+    torchrun on one node when the job has several GPUs; on several nodes, `srun` starting one
+    torchrun per node (one task per node, the node's GPUs and CPUs, `--overlap` with the job
+    step the rule runs in) that meet at a c10d rendezvous on the first node. `{python}`,
+    `{rdzv_host}` and `{rdzv_id}` are filled in by the job (`launch_argv`): the interpreter, the
+    host the rule runs on (the allocation's first node) and the SLURM job id. On one node the
+    interpreter is left implicit: these words are the train rule's `launch` param, part of a
+    cell's identity, so a single-node cell's stay the same wherever Python is installed."""
+    r = scale_resources(config, scale)
+    gpus, nodes = r["gpus"], r["nodes"]
+    if nodes > 1:
+        srun = ["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}"]
+        srun += ["--ntasks-per-node=1", "--kill-on-bad-exit=1", "--mem=0"]
+        cpus = r["cpus_per_gpu"] * gpus if gpus else r["cpus"]
+        srun += [f"--cpus-per-task={cpus}", *([f"--gpus-per-node={gpus}"] if gpus else [])]
+        torchrun = ["{python}", "-m", "torch.distributed.run", f"--nnodes={nodes}"]
+        torchrun += [f"--nproc-per-node={max(1, gpus)}", "--rdzv-backend=c10d"]
+        torchrun += [f"--rdzv-endpoint={{rdzv_host}}:{r['rdzv_port']}", "--rdzv-id={rdzv_id}"]
+        return shlex.join(srun + torchrun)
+    if gpus > 1:
+        return shlex.join(
+            ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus)]
+        )
+    return ""
+
+
+def launch_argv(launch: str, *, python: str, rdzv_host: str, rdzv_id: str) -> list[str]:
+    """`launcher_args`' words with what only the running job knows filled in (the interpreter
+    first where the launcher does not place it)."""
+    values = {"python": python, "rdzv_host": rdzv_host, "rdzv_id": rdzv_id}
+    words = shlex.split(launch)
+    if "{python}" not in words:
+        words.insert(0, "{python}")
+    return [word.format(**values) for word in words]
+
+
+def launch_env(config: Mapping[str, Any], scale: str) -> dict[str, str]:
+    """Environment of a training job's launcher: torchrun, which forwards SLURM's SIGTERM to
+    its workers, waits the preemption grace for them before killing them (its default: 30 s)."""
+    r = scale_resources(config, scale)
+    if r["nodes"] > 1 or r["gpus"] > 1:
+        return {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(preempt_grace_s(config, scale))}
+    return {}
+
+
+def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
+    """`leviathan train` arguments that define the cell's run (its identity): a change here
+    reruns the cell. Overrides come from config.train[<scale>] and config.train[<cell>]."""
+    shards = layout.shards(tokens)
+    args = [
+        "--scale",
+        cell.scale,
+        "--vocab",
+        cell.vocab,
+        "--variant",
+        cell.variant,
+        "--seed",
+        str(cell.seed),
+        "--train",
+        shards["train"],
+        "--val",
+        shards["val"],
+        "--run-dir",
+        run_dir,
+    ]
+    for key, value in sorted(train_overrides(config, cell).items()):
+        args += ["--set", format_assignment(key, value)]
+    return shlex.join(args)
+
+
+def runtime_args(config: Mapping[str, Any]) -> str:
+    """`--runtime` arguments: the workflow's runtime (leviathan.train.config.workflow_runtime)
+    where it differs from RuntimeConfig's defaults; how training runs, not what it computes.
+    Kept out of the rule's params, so changing them (logging, threads, ...) reruns nothing."""
+    from dataclasses import asdict
+
+    from leviathan.train.config import RuntimeConfig, workflow_runtime
+
+    defaults, resolved = asdict(RuntimeConfig()), asdict(workflow_runtime(config.get("runtime")))
+    args: list[str] = []
+    for key, value in sorted(resolved.items()):
+        if value != defaults[key]:
+            args += ["--runtime", format_assignment(key, value)]
+    return shlex.join(args)
+
+
+def train_argv(
+    launch: str,
+    cell: str,
+    config: Mapping[str, Any],
+    *,
+    python: str,
+    rdzv_host: str,
+    rdzv_id: str,
+) -> list[str]:
+    """The words of a cell's training job: the launcher (`launch`: `launcher_args`, filled in by
+    `launch_argv`), `-m leviathan.cli train`, the cell's arguments (`cell`: `cell_args`) and
+    the workflow's runtime (`runtime_args`). The train rule's script execs these."""
+    return [
+        *launch_argv(launch, python=python, rdzv_host=rdzv_host, rdzv_id=rdzv_id),
+        "-m",
+        "leviathan.cli",
+        "train",
+        *shlex.split(cell),
+        *shlex.split(runtime_args(config)),
+    ]
+
+
+def train_command(
+    cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str, python: str = sys.executable
+) -> str:
+    """The whole command of a cell's training job, as the train rule's script runs it
+    (`train_argv`); what only the running job knows is shown as <first node> and <job id>."""
+    argv = train_argv(
+        launcher_args(config, cell.scale),
+        cell_args(cell, config, tokens, run_dir),
+        config,
+        python=python,
+        rdzv_host="<first node>",
+        rdzv_id="<job id>",
+    )
+    return shlex.join(argv)

@@ -1,0 +1,140 @@
+"""Every rule script sends its output to the rule's log (leviathan.workflow.logs), so a failed
+cluster job leaves its error in the file Snakemake names; the train script execs the same
+command `leviathan config show --cell` prints (leviathan.workflow.launch.train_command)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from workflow_helpers import ROOT, snakemake, workflow_copy
+
+from leviathan import layout
+from leviathan.workflow.grid import Cell
+from leviathan.workflow.launch import cell_args, launcher_args, train_command
+
+SCRIPTS = sorted((ROOT / "workflow" / "scripts").glob("*.py"))
+
+
+def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_log_gets_stdout_stderr_logging_child_output_and_the_traceback(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "rule" / "job.log"
+    out = _run_python(
+        f"""
+        import logging, subprocess, sys
+        from leviathan.workflow.logs import send_output_to_log
+        print("before the log")
+        send_output_to_log({str(log)!r})
+        print("from print")
+        print("from stderr", file=sys.stderr)
+        logging.getLogger("leviathan.test").info("from logging")
+        subprocess.run([sys.executable, "-c", "print('from a child process')"], check=True)
+        raise RuntimeError("the job failed here")
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 1
+    text = log.read_text()
+    for line in ("from print", "from stderr", "from logging", "from a child process"):
+        assert line in text
+    assert "Traceback (most recent call last)" in text
+    assert "RuntimeError: the job failed here" in text
+    assert "before the log" not in text  # the file is the job's own: truncated, not appended to
+    assert "from print" not in out.stdout + out.stderr
+
+
+def test_every_rule_script_sends_its_output_to_the_log_before_its_work() -> None:
+    assert len(SCRIPTS) >= 8
+    for script in SCRIPTS:
+        body = ast.parse(script.read_text()).body
+        code = [s for s in body if not isinstance(s, ast.Import | ast.ImportFrom)]
+        code = code[1:] if ast.get_docstring(ast.Module(body, [])) else code
+        first, second = code[0], code[1]
+        assert isinstance(first, ast.Assign), script.name  # sm = snakemake
+        assert ast.unparse(second) == "rule_log(sm)", script.name
+
+
+def test_every_rule_with_a_script_declares_a_log() -> None:
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for rule in smk.read_text().split("\nrule ")[1:]:
+            if "script:" in rule:
+                assert "    log:" in rule, f"{smk.name}: rule {rule.split(':')[0]}"
+
+
+def test_the_train_script_execs_the_command_config_show_prints(tmp_path: Path) -> None:
+    """The script runs with a stand-in `snakemake` object and os.execvp replaced by a recorder."""
+    cell = Cell("micro", "gpt2", "leviathan", 0)
+    config = {
+        "resources": {"micro": {"gpus": 2}},
+        "train": {"micro": {"lr": 1e-3}},
+        "runtime": {"log_every": 7},
+    }
+    tokens, run_dir = layout.tokens_dir("embedded", "gpt2"), layout.run_dir(cell)
+    params = {
+        "launch": launcher_args(config, "micro"),
+        "cell": cell_args(cell, config, tokens, run_dir),
+    }
+    log, record = tmp_path / "train.log", tmp_path / "argv.json"
+    out = _run_python(
+        f"""
+        import json, os, runpy, types
+        def execvp(file, argv):
+            open({str(record)!r}, "w").write(json.dumps(argv))
+        os.execvp = execvp
+        sm = types.SimpleNamespace(
+            params=types.SimpleNamespace(**{params!r}),
+            config={config!r},
+            log=[{str(log)!r}],
+            rule="train",
+            wildcards=types.SimpleNamespace(scale="micro", items=lambda: [("scale", "micro")]),
+        )
+        runpy.run_path({str(ROOT / "workflow/scripts/train.py")!r}, init_globals={{"snakemake": sm}})
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    argv = json.loads(record.read_text())
+    expected = shlex.split(train_command(cell, config, tokens, run_dir, python=sys.executable))
+    assert argv == expected
+    assert "--runtime" in argv  # the workflow's runtime (log_every) reaches the job
+    assert "torch.distributed.run" in argv  # two GPUs: torchrun
+    assert "rule train (scale=micro)" in log.read_text()
+
+
+@pytest.mark.slow
+def test_a_rule_log_is_written_by_a_real_run_and_holds_a_failing_jobs_error(
+    tmp_path: Path,
+) -> None:
+    work = workflow_copy(tmp_path)
+    config_path = work / "config" / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    name = config["corpus"]["name"]
+    target = str(layout.corpus_file(layout.corpus_dir(name), "train"))
+    log = work / layout.log_file("fetch_corpus", name)
+    ok = snakemake(work, "--profile", "profiles/local", "--cores", "1", target)
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    assert "rule fetch_corpus (corpus=embedded)" in log.read_text()
+    # a text corpus without paths fails in the job, not before it
+    config["corpus"].update(kind="text", paths=[])
+    config_path.write_text(yaml.safe_dump(config))
+    failed = snakemake(work, "--profile", "profiles/local", "--cores", "1", "-F", target)
+    assert failed.returncode != 0
+    text = log.read_text()
+    assert "Traceback (most recent call last)" in text
+    assert "corpus.kind=text needs corpus.paths" in text
