@@ -96,7 +96,8 @@ def test_watch_then_resume_with_dvclive(tmp_path: Path, random_shards: tuple[Pat
     job.send_signal(signal.SIGTERM)
     _, err = job.communicate(timeout=600)
     assert job.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert "micro/gpt2/leviathan:" in err and "/40 [" in err  # the progress bar (step of 40)
+    assert "micro/gpt2/leviathan:" in err
+    assert "/40 [" in err  # the progress bar (step of 40)
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-2000:]
     result = json.loads(again.stdout.strip().splitlines()[-1])
@@ -131,4 +132,5 @@ def test_train_on_your_own_text(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     written = layout.shards(layout.tokens_dir("mytext", "gpt2"))
     manifest = json.loads((tmp_path / layout.manifest_path(written["train"])).read_text())
-    assert manifest["tokens"] > 0 and (tmp_path / written["val"]).is_file()
+    assert manifest["tokens"] > 0
+    assert (tmp_path / written["val"]).is_file()

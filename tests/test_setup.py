@@ -86,7 +86,8 @@ def test_find_python_takes_a_newer_supported_python(tmp_path: Path) -> None:
 def test_find_python_says_what_is_missing(tmp_path: Path) -> None:
     out = _find_with_only(tmp_path, ["3.10"] if _interpreter("3.10") else [])
     assert out.returncode == 1
-    assert "needs CPython 3.11 to 3.13" in out.stderr and "make run PYTHON=" in out.stderr
+    assert "needs CPython 3.11 to 3.13" in out.stderr
+    assert "make run PYTHON=" in out.stderr
 
 
 def test_find_python_honours_an_explicit_choice(tmp_path: Path) -> None:
@@ -96,7 +97,8 @@ def test_find_python_honours_an_explicit_choice(tmp_path: Path) -> None:
     out = subprocess.run(
         ["sh", str(FIND_PYTHON)], env={**os.environ, "PYTHON": exe}, capture_output=True, text=True
     )
-    assert out.returncode == 0 and out.stdout.strip() == exe
+    assert out.returncode == 0
+    assert out.stdout.strip() == exe
 
 
 def test_slurm_tests_can_be_switched_off() -> None:

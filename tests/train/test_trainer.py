@@ -190,11 +190,9 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
         state["tokens"],
         state["model_config"],
     )
-    assert (
-        m["env"]["slurm_job_id"] == "777"
-        and m["env"]["device"] == "cpu"
-        and m["env"]["packages"]["torch"]
-    )
+    assert m["env"]["slurm_job_id"] == "777"
+    assert m["env"]["device"] == "cpu"
+    assert m["env"]["packages"]["torch"]
     started, finished = (dt.datetime.fromisoformat(m[k]) for k in ("started_utc", "finished_utc"))
     assert before <= started <= finished
     # step checkpoints carry one too, and all of the run share its start
