@@ -79,6 +79,14 @@ def _numpy_state() -> list[Any]:
     return [keys.tolist(), int(pos), int(has_gauss), float(cached)]
 
 
+def seed_rngs(seed: int) -> None:
+    """Seed every generator a checkpoint records (torch, NumPy's and Python's global ones), so
+    that two runs of a cell save the same `rng.pt` byte for byte, as they save the same weights."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
 def rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),

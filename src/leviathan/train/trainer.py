@@ -90,7 +90,7 @@ def cell_model_config(cfg: TrainConfig) -> ModelConfig:
 
 def build_cell_model(cfg: TrainConfig) -> LanguageModel:
     mcfg = cell_model_config(cfg)
-    torch.manual_seed(cfg.seed)
+    ckpt.seed_rngs(cfg.seed)
     return build_model(mcfg)
 
 
