@@ -48,3 +48,18 @@ def _read_documents(path: Path) -> list[Document]:
 def corpus_documents() -> Callable[[Path], list[Document]]:
     """The documents of a `<split>.jsonl.zst` corpus file, as a reference."""
     return _read_documents
+
+
+@pytest.fixture
+def resident_file_kb() -> Callable[[], int]:
+    """A reader of this process's file-backed resident memory in KiB (Linux: RssFile in
+    /proc/self/status); skips where there is none."""
+    status = Path("/proc/self/status")
+    if not status.is_file() or "RssFile:" not in status.read_text():
+        pytest.skip("no RssFile in /proc/self/status (not Linux)")
+
+    def read() -> int:
+        line = next(x for x in status.read_text().splitlines() if x.startswith("RssFile:"))
+        return int(line.split()[1])
+
+    return read

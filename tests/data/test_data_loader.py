@@ -287,18 +287,10 @@ def test_batch_rows_are_the_windows_read_from_the_files(
 
 
 def test_a_run_over_the_whole_shard_keeps_none_of_it_resident(
-    tmp_path: Path, make_shard: Callable[..., Path]
+    tmp_path: Path, make_shard: Callable[..., Path], resident_file_kb: Callable[[], int]
 ) -> None:
     """Batches read every part of a 64 MB shard, yet the process keeps no file pages resident
     (reads, not a map: at the study's size a map would keep the 100 GB shard in each rank)."""
-    status = Path("/proc/self/status")
-    if not status.is_file():
-        pytest.skip("no /proc/self/status (not Linux)")
-
-    def resident_file_kb() -> int:
-        line = next(x for x in status.read_text().splitlines() if x.startswith("RssFile:"))
-        return int(line.split()[1])
-
     n = 32 << 20  # uint16 tokens: 64 MB
     path = make_shard(tmp_path / "big.bin", np.arange(n) % 50_000)
     loader = TrainLoader(path, context=512, global_batch=512, seed=0)

@@ -208,17 +208,11 @@ def test_failed_rerun_keeps_the_previous_complete_pair(
     assert sorted(p.name for p in out.iterdir()) == ["val.bin", "val.bin.json"]
 
 
-def _resident_file_kb() -> int:
-    """File-backed resident memory of this process (Linux: RssFile in /proc/self/status)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssFile:"):
-            return int(line.split()[1])
-    pytest.skip("no RssFile in /proc/self/status (not Linux)")
-
-
-def test_a_pass_over_a_shard_file_keeps_no_pages_resident(tmp_path: Path) -> None:
-    """Reading a shard slice by slice from its file (what counts and word counts do) leaves its pages in
-    the page cache, not in the process's resident memory; a memory map of the same pass keeps
+def test_a_pass_over_a_shard_file_keeps_no_pages_resident(
+    tmp_path: Path, resident_file_kb: Callable[[], int]
+) -> None:
+    """Reading a shard slice by slice from its file (what counts and word counts do) leaves its
+    pages in the page cache, not in the process's resident memory; a memory map of the same pass keeps
     every page it touched (64 MB here, the whole shard at the study's size)."""
     path = tmp_path / "tokens.bin"
     n = 32 << 20  # uint16 tokens: 64 MB
@@ -226,12 +220,12 @@ def test_a_pass_over_a_shard_file_keeps_no_pages_resident(tmp_path: Path) -> Non
     rng.integers(0, 50_000, size=n, dtype=np.uint16).tofile(path)
 
     def grown_kb(tokens: object) -> int:
-        before = _resident_file_kb()
+        before = resident_file_kb()
         total = 0
         for start in range(0, n, 1 << 20):
             total += int(np.asarray(tokens[start : start + (1 << 20)]).sum())  # type: ignore[index]
         assert total > 0
-        return _resident_file_kb() - before
+        return resident_file_kb() - before
 
     streamed = FileTokens(path, np.dtype(np.uint16), n)
     from_file = grown_kb(streamed)
