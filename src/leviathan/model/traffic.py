@@ -1,0 +1,135 @@
+"""A count of the bytes every kernel of a step reads and writes: what a GPU pays for.
+
+`TrafficCounter` is a `TorchDispatchMode`: every ATen op that reaches it adds the bytes of its
+tensor inputs (read) and of its tensor outputs (written) to a per-op record. Run it over
+FakeTensors (`torch._subclasses.fake_tensor.FakeTensorMode`) and a step of the paper's
+shapes is counted in seconds with no memory allocated and no GPU: the roofline
+(`leviathan.model.roofline`) is held to this count.
+
+What it counts, and so what it is not:
+  * one eager kernel per op, each reading its inputs once and writing its outputs once (no
+    cache: a GPU's L2 may serve a small input that several kernels re-read; the caller
+    says which tables stay there);
+  * a tensor's bytes are its distinct elements (a broadcast stride-0 input counts once per
+    element it really holds); views, reshapes and empty allocations move nothing;
+  * an in-place op reads what it mutates and writes it back (`add_`), except a plain
+    `copy_`/`fill_`/`zero_`, which only write their destination.
+Each record is attributed to a part: an explicit `part(name)` block wins; else
+`part_of(parents)` maps the modules the op runs under (`torch.utils.module_tracker`, which
+follows forward and backward alike) to a name.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.module_tracker import ModuleTracker
+
+aten = torch.ops.aten
+# ops that allocate or describe memory without reading or writing element data
+_NO_TRAFFIC = {
+    aten.empty,
+    aten.empty_like,
+    aten.empty_strided,
+    aten.new_empty,
+    aten.new_empty_strided,
+    aten.detach,
+    aten.alias,
+    aten.lift_fresh,
+    aten.set_,
+    aten.resize_,
+    aten.sym_size,
+    aten.sym_stride,
+    aten.sym_numel,
+    aten.sym_storage_offset,
+    aten.is_same_size,
+}
+# in-place ops that overwrite their destination without reading it
+_WRITE_ONLY_DEST = {aten.copy_, aten.fill_, aten.zero_}
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of the distinct elements `t` holds: a stride-0 (broadcast) dimension adds none."""
+    distinct = 1
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        if stride != 0:
+            distinct *= size
+    return distinct * t.element_size()
+
+
+@dataclass
+class OpRecord:
+    """Bytes read and written by the calls of one op within one part."""
+
+    calls: int = 0
+    read: int = 0
+    written: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.read + self.written
+
+
+class TrafficCounter(TorchDispatchMode):
+    """Adds up the bytes each op reads and writes, per part and op (see the module docstring)."""
+
+    def __init__(self, part_of: Callable[[set[str]], str] | None = None) -> None:
+        super().__init__()
+        self._part_of = part_of or (lambda parents: "all")
+        self._forced: list[str] = []
+        self._tracker = ModuleTracker()
+        self._stack = ExitStack()
+        self.records: dict[tuple[str, str], OpRecord] = defaultdict(OpRecord)
+
+    def __enter__(self) -> TrafficCounter:
+        self._stack.enter_context(self._tracker)
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        self._stack.close()
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        """Within the block every op counts towards `name`, whatever module it runs in."""
+        self._forced.append(name)
+        try:
+            yield
+        finally:
+            self._forced.pop()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func.overloadpacket
+        if func.namespace == "prim" or func.is_view or packet in _NO_TRAFFIC:
+            return out  # metadata (prim.device, ...), views and bare allocations
+        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if packet in _WRITE_ONLY_DEST and inputs:
+            inputs = inputs[1:]  # the destination is written, not read
+        part = self._forced[-1] if self._forced else self._part_of(set(self._tracker.parents))
+        record = self.records[(part, str(packet))]
+        record.calls += 1
+        record.read += sum(map(tensor_bytes, inputs))
+        record.written += sum(map(tensor_bytes, outputs))
+        return out
+
+    def by_part(self) -> dict[str, int]:
+        """Total bytes (read + written) per part."""
+        totals: dict[str, int] = defaultdict(int)
+        for (part, _), record in self.records.items():
+            totals[part] += record.total
+        return dict(totals)
+
+    def top(self, part: str, n: int = 10) -> list[tuple[str, OpRecord]]:
+        """The `n` ops of `part` that move the most bytes, largest first (to see where it goes)."""
+        ops = [(op, r) for (p, op), r in self.records.items() if p == part]
+        return sorted(ops, key=lambda item: item[1].total, reverse=True)[:n]
