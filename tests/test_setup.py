@@ -101,6 +101,27 @@ def test_find_python_honours_an_explicit_choice(tmp_path: Path) -> None:
     assert out.stdout.strip() == exe
 
 
+def _slurm_tests(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
+        + [str(ROOT / "tests" / "slurm")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+
+
+def test_slurm_tests_install_nothing_unless_asked() -> None:
+    """`make test` on a workstation (no CI, no switch): no cluster is installed or started."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "LEVIATHAN_SLURM_TESTS")}
+    out = _slurm_tests(env)
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert "not asked for: LEVIATHAN_SLURM_TESTS=1" in out.stdout
+    assert int(re.search(r"(\d+) skipped", out.stdout).group(1)) >= 3  # type: ignore[union-attr]
+
+
 def test_slurm_tests_can_be_switched_off() -> None:
     """`LEVIATHAN_SLURM_TESTS=0 make test` on a workstation: nothing is installed or started."""
     env = {**os.environ, "LEVIATHAN_SLURM_TESTS": "0", "CI": "true"}
