@@ -19,8 +19,11 @@ from leviathan.data.corpus import CorpusError, Document, decode_bytes, jsonl_lin
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.zst", ".json.zst", ".jsonl.zstd")
 
-# The original Pile is no longer on the Hub; this is the default mirror (without the
-# copyrighted subsets). Every value is overridable from the config / command line.
+# The original Pile is no longer on the Hub; this is the default mirror: the Pile without the
+# 5 of its 22 subsets its own paper does not clear for training (Books3, BookCorpus2,
+# OpenSubtitles, YTSubtitles, OWT2; the mirror's dataset card). A RECON choice (README):
+# every value is overridable from the config / command line, and `corpus.local_dir` takes
+# the original Pile's files where one has them.
 PILE_DATASET = "monology/pile-uncopyrighted"
 PILE_TRAIN_SPLIT = "train"
 PILE_VAL_SPLIT = "validation"

@@ -416,7 +416,11 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "The paper's reported figures beside ours at the same scale (ours empty where that scale "
-        f"was not trained); train_tokens and evidence: what ours rests on; {GAIN_CONVENTION}",
+        "was not trained); train_tokens and evidence: what ours rests on. Ours are on the "
+        "configured corpus: the default Hub source, monology/pile-uncopyrighted, is the Pile "
+        "without 5 of its 22 subsets (Books3, BookCorpus2, OpenSubtitles, YTSubtitles, OWT2), "
+        "so our validation loss is not on the paper's validation set (README, RECON); "
+        f"{GAIN_CONVENTION}",
         ["table", "scale", "variant", "quantity", *BASIS_COLUMNS],
         {"paper": "num", "ours": "num", "difference": "num"},
     )
