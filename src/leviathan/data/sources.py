@@ -85,12 +85,35 @@ def jsonl_documents(
             obj = json.loads(text_line)
         except json.JSONDecodeError as exc:
             raise CorpusError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        if text_field not in obj:
-            raise CorpusError(
-                f"{path}:{lineno}: no field {text_field!r} (fields: {sorted(obj)}); "
-                f"pass the right --text-field"
-            )
-        yield Document(f"{base}:{lineno}", str(obj[text_field]))
+        yield Document(f"{base}:{lineno}", _line_text(obj, text_field, f"{path}:{lineno}"))
+
+
+def _line_text(obj: Any, text_field: str, where: str) -> str:
+    """The text of one JSON line's object: its `text_field`, which must be a string."""
+    if not isinstance(obj, dict):
+        raise CorpusError(f"{where}: a JSON {type(obj).__name__}, not an object with a text field")
+    if text_field not in obj:
+        raise CorpusError(
+            f"{where}: no field {text_field!r} (fields: {sorted(obj)}); pass the right --text-field"
+        )
+    text = obj[text_field]
+    if not isinstance(text, str):
+        raise CorpusError(
+            f"{where}: field {text_field!r} is {json.dumps(text)[:40]} (a JSON "
+            f"{_JSON_TYPES.get(type(text), type(text).__name__)}), not a string; fix the line "
+            "or pass the right --text-field"
+        )
+    return text
+
+
+_JSON_TYPES = {
+    type(None): "null",
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    list: "array",
+    dict: "object",
+}
 
 
 def text_documents(
