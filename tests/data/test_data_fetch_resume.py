@@ -303,7 +303,8 @@ def test_local_files_enter_a_file_at_its_position(
     docs = whole.documents()
     head = [next(docs) for _ in range(123)]
     position = whole.position()
-    assert position["line"] == 123 and head[-1].id.endswith(":123")
+    assert position["line"] == 123
+    assert head[-1].id.endswith(":123")
     rest = list(docs)
     counts = _count_reads(monkeypatch, [corpus])
     with caplog.at_level(logging.INFO):

@@ -234,3 +234,42 @@ def test_a_pass_over_a_shard_file_keeps_no_pages_resident(
     np.testing.assert_array_equal(streamed[n - 1000 : n + 5], mapped[n - 1000 :])  # same tokens
     assert from_map > 48 << 10  # the map: most of the 64 MB resident
     assert from_file < 8 << 10  # the file: about nothing
+
+
+# A tokenize of the val split that stalls once its temporary shard is open (the encoder is
+# the only part replaced), so that the parent can SIGKILL it mid-write.
+STALLED_TOKENIZE = """
+import sys, time
+import leviathan.data.shards as shards
+shards.encode_file = lambda *args, **kwargs: time.sleep(600)
+from leviathan.data.tokenizers import load_tokenizer
+shards.tokenize_split(sys.argv[1], "val", load_tokenizer("gpt2"), sys.argv[2], progress=False)
+"""
+
+
+def test_a_killed_tokenize_leaves_no_temporary_shard_after_a_rerun(
+    embedded_corpus: Path, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from leviathan.data.shards import tokenize_split
+
+    out = tmp_path / "tok"
+    child = subprocess.Popen(
+        [sys.executable, "-c", STALLED_TOKENIZE, str(embedded_corpus), str(out)]
+    )
+    temp = out / f".val.bin.{child.pid}.tmp"
+    deadline = time.monotonic() + 60
+    while not temp.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert temp.exists(), "the tokenize never opened its temporary shard"
+    os.kill(child.pid, signal.SIGKILL)
+    assert child.wait() == -signal.SIGKILL
+    assert temp.exists()  # what a SIGKILL leaves: atomic_path's cleanup never ran
+    tokenize_split(embedded_corpus, "val", load_tokenizer("gpt2"), out, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["val.bin", "val.bin.json"]
+    assert len(open_shard(out / "val.bin")) > 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import logging
 import os
 import sys
 import time
@@ -26,7 +27,7 @@ from tqdm import tqdm
 from leviathan.data.corpus import read_corpus_manifest
 from leviathan.data.encode import DEFAULT_BATCH_BYTES, Encoded, default_parallelism, encode_file
 from leviathan.data.tokenizers import Tokenizer, token_dtype
-from leviathan.io import atomic_path
+from leviathan.io import atomic_path, remove_dead_temps
 from leviathan.layout import shard_path
 from leviathan.manifest import (
     display_path,
@@ -38,6 +39,8 @@ from leviathan.manifest import (
 )
 from leviathan.provenance import utc_now
 from leviathan.vocab import get_vocab
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_BATCH_BYTES",
@@ -221,6 +224,8 @@ def tokenize_split(
     corpus_manifest = read_corpus_manifest(corpus_dir, split)
     src = Path(corpus_dir) / corpus_manifest["artifact"]["name"]
     out = shard_path(out_dir, split)
+    for leftover in remove_dead_temps(out):  # a killed tokenize's, never renamed into place
+        log.info("%s: removed the temporary shard a killed tokenize left", leftover)
     with atomic_path(out) as tmp:
         result = tokenize_file(
             src,
