@@ -273,3 +273,33 @@ def test_a_killed_tokenize_leaves_no_temporary_shard_after_a_rerun(
     tokenize_split(embedded_corpus, "val", load_tokenizer("gpt2"), out, progress=False)
     assert sorted(p.name for p in out.iterdir()) == ["val.bin", "val.bin.json"]
     assert len(open_shard(out / "val.bin")) > 0
+
+
+def test_a_record_of_a_shard_names_the_check_that_was_made(
+    make_shard: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A shard opened with its sampled fingerprint is recorded with the manifest's sha256 and
+    says so (how many of its bytes were read), never as if the whole file had been hashed."""
+    from leviathan.data.shards import (
+        FINGERPRINT_BLOCK_BYTES,
+        FINGERPRINT_BLOCKS,
+        sampled_fingerprint,
+    )
+    from leviathan.manifest import vocab_record, write_manifest
+    from leviathan.vocab import get_vocab
+
+    tokens = np.random.default_rng(0).integers(0, 50_000, 3_000_000)  # 6 MB of uint16
+    path = make_shard(tmp_path / "train.bin", tokens)
+    assert open_shard(path).check == "size"  # a manifest without a fingerprint
+    fields = {"split": "train", "dtype": "uint16", "tokens": len(tokens), "documents": 1}
+    fields["fingerprint"] = sampled_fingerprint(path)  # as tokenize records it
+    write_manifest(path, kind="tokens", vocab=vocab_record(get_vocab("gpt2")), fields=fields)
+    size = path.stat().st_size
+    sampled = FINGERPRINT_BLOCKS * FINGERPRINT_BLOCK_BYTES
+    assert size > sampled  # the sample is a part of the file
+    shard = open_shard(path)
+    assert shard.check == f"size + sampled fingerprint ({sampled} of {size} bytes read)"
+    assert open_shard(path, verify_sha256=True).check == "full sha256"
+    record = counts_from_shard(path, tmp_path / "c.npy")["inputs"][0]
+    assert record["check"] == shard.check
+    assert record["sha256"] == sha256_file(path)
