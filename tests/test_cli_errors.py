@@ -64,6 +64,19 @@ def test_train_reads_3e_minus_4_as_the_number(
         (("--set", "speed=3"), "--set: unknown key 'speed'"),
         (("--set", "micro_batch=3"), "train.micro_batch=3 does not divide the per-rank batch 8"),
         (("--set", "lr"), "--set 'lr': expected KEY=VALUE"),
+        # every range, refused where it is read, naming the key and what it may be
+        (("--runtime", "log_every=0"), "--runtime: runtime log_every=0 must be >= 1"),
+        (("--runtime", "threads=-2"), "runtime threads=-2 must be >= 0 (torch CPU threads; 0: all"),
+        (("--runtime", "val_windows=-1"), "runtime val_windows=-1 must be >= 0"),
+        (("--runtime", "ckpt_every=-1"), "runtime ckpt_every=-1 must be >= 0"),
+        (("--runtime", "keep_last=0"), "runtime keep_last=0 must be >= 1"),
+        (("--runtime", "dist_timeout_s=0"), "runtime dist_timeout_s=0 must be >= 1 (seconds)"),
+        (("--runtime", "device=bogus"), "runtime device='bogus' is not a device: use auto, cpu"),
+        (("--runtime", "device=cuda:x"), "runtime device='cuda:x' is not a device"),
+        (("--set", "eps=-1"), "train.eps=-1.0 must be > 0"),
+        (("--set", "betas=[2,3]"), "train.betas=[2.0, 3.0] must each be in [0, 1)"),
+        (("--set", "betas=[0.9,1]"), "train.betas=[0.9, 1.0] must each be in [0, 1)"),
+        (("--set", "context=100000"), "train.context=100000 exceeds the model's max_seq_len 64"),
     ],
 )
 def test_train_refuses_bad_values_before_anything_runs(
@@ -104,6 +117,16 @@ def test_train_config_file_errors(
             "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
             "train: {micro: {lr: fast}}\n",
             "config train.micro: lr='fast' is not a number",
+        ),
+        (
+            "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
+            "corpus: {name: '..'}\n",
+            "'..' does not match",
+        ),
+        (
+            "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
+            "runtime: {keep_last: 0}\n",
+            "0 is less than the minimum of 1",
         ),
     ],
 )

@@ -47,7 +47,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    tmp = _temp_of(final, os.getpid())
     try:
         yield tmp
         with open(tmp, "rb+") as fh:  # data on disk before the rename makes it visible
@@ -56,6 +56,35 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _temp_of(final: Path, pid: int | str) -> Path:
+    """The temporary sibling `atomic_path` writes `final` through in process `pid`."""
+    return final.with_name(f".{final.name}.{pid}.tmp")
+
+
+def remove_dead_temps(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary siblings of `path` that writers killed mid-write left (those of a
+    process no longer running here; a SIGKILL skips `atomic_path`'s cleanup); return them."""
+    final = Path(path)
+    removed = []
+    for tmp in final.parent.glob(_temp_of(final, "*").name):
+        pid = tmp.name[len(final.name) + 2 : -len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def fsync_dir(path: Path) -> None:

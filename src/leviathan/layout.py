@@ -251,6 +251,15 @@ def eval_partial(output: PathLike) -> Path:
     return out.with_name(f".{out.stem}.partial.npz")
 
 
+DAMAGED_SUFFIX = ".damaged"
+
+
+def damaged(path: PathLike) -> Path:
+    """Where a file that cannot be read back is set aside (`<name>.damaged`, kept for a look)."""
+    p = Path(path)
+    return p.with_name(p.name + DAMAGED_SUFFIX)
+
+
 def lm_eval_cache(output: PathLike, key: str) -> Path:
     """lm-eval's request cache (its `use_cache` prefix) of an unfinished evaluation beside its
     output: one per checkpoint and settings (`key`), removed when the evaluation is done."""

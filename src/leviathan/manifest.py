@@ -57,10 +57,18 @@ def vocab_record(spec: VocabSpec, bpe_sha256: str | None = None) -> dict[str, An
 
 
 def input_record(
-    path: str | os.PathLike[str], sha256: str | None = None, *, role: str | None = None
+    path: str | os.PathLike[str],
+    sha256: str | None = None,
+    *,
+    role: str | None = None,
+    check: str | None = None,
 ) -> dict[str, str]:
-    """One input of a step: its path and content hash (computed unless given), and role."""
+    """One input of a step: its path and content hash (computed unless given), and role;
+    `check`: what was checked of the file where the hash is not one computed from it now
+    (e.g. a shard's sampled fingerprint: the hash is then its manifest's)."""
     rec = {"path": display_path(path), "sha256": sha256 or sha256_file(path)}
+    if check is not None:
+        rec["check"] = check
     return {"role": role, **rec} if role is not None else rec
 
 

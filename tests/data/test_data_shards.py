@@ -234,3 +234,72 @@ def test_a_pass_over_a_shard_file_keeps_no_pages_resident(
     np.testing.assert_array_equal(streamed[n - 1000 : n + 5], mapped[n - 1000 :])  # same tokens
     assert from_map > 48 << 10  # the map: most of the 64 MB resident
     assert from_file < 8 << 10  # the file: about nothing
+
+
+# A tokenize of the val split that stalls once its temporary shard is open (the encoder is
+# the only part replaced), so that the parent can SIGKILL it mid-write.
+STALLED_TOKENIZE = """
+import sys, time
+import leviathan.data.shards as shards
+shards.encode_file = lambda *args, **kwargs: time.sleep(600)
+from leviathan.data.tokenizers import load_tokenizer
+shards.tokenize_split(sys.argv[1], "val", load_tokenizer("gpt2"), sys.argv[2], progress=False)
+"""
+
+
+def test_a_killed_tokenize_leaves_no_temporary_shard_after_a_rerun(
+    embedded_corpus: Path, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from leviathan.data.shards import tokenize_split
+
+    out = tmp_path / "tok"
+    child = subprocess.Popen(
+        [sys.executable, "-c", STALLED_TOKENIZE, str(embedded_corpus), str(out)]
+    )
+    temp = out / f".val.bin.{child.pid}.tmp"
+    deadline = time.monotonic() + 60
+    while not temp.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert temp.exists(), "the tokenize never opened its temporary shard"
+    os.kill(child.pid, signal.SIGKILL)
+    assert child.wait() == -signal.SIGKILL
+    assert temp.exists()  # what a SIGKILL leaves: atomic_path's cleanup never ran
+    tokenize_split(embedded_corpus, "val", load_tokenizer("gpt2"), out, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["val.bin", "val.bin.json"]
+    assert len(open_shard(out / "val.bin")) > 0
+
+
+def test_a_record_of_a_shard_names_the_check_that_was_made(
+    make_shard: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A shard opened with its sampled fingerprint is recorded with the manifest's sha256 and
+    says so (how many of its bytes were read), never as if the whole file had been hashed."""
+    from leviathan.data.shards import (
+        FINGERPRINT_BLOCK_BYTES,
+        FINGERPRINT_BLOCKS,
+        sampled_fingerprint,
+    )
+    from leviathan.manifest import vocab_record, write_manifest
+    from leviathan.vocab import get_vocab
+
+    tokens = np.random.default_rng(0).integers(0, 50_000, 3_000_000)  # 6 MB of uint16
+    path = make_shard(tmp_path / "train.bin", tokens)
+    assert open_shard(path).check == "size"  # a manifest without a fingerprint
+    fields = {"split": "train", "dtype": "uint16", "tokens": len(tokens), "documents": 1}
+    fields["fingerprint"] = sampled_fingerprint(path)  # as tokenize records it
+    write_manifest(path, kind="tokens", vocab=vocab_record(get_vocab("gpt2")), fields=fields)
+    size = path.stat().st_size
+    sampled = FINGERPRINT_BLOCKS * FINGERPRINT_BLOCK_BYTES
+    assert size > sampled  # the sample is a part of the file
+    shard = open_shard(path)
+    assert shard.check == f"size + sampled fingerprint ({sampled} of {size} bytes read)"
+    assert open_shard(path, verify_sha256=True).check == "full sha256"
+    record = counts_from_shard(path, tmp_path / "c.npy")["inputs"][0]
+    assert record["check"] == shard.check
+    assert record["sha256"] == sha256_file(path)

@@ -71,6 +71,29 @@ def test_fetch_text_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"text": null}', "field 'text' is null (a JSON null), not a string"),
+        ('{"text": 123}', "field 'text' is 123 (a JSON number), not a string"),
+        ('{"text": ["a", "b"]}', 'field \'text\' is ["a", "b"] (a JSON array), not a string'),
+        ('{"text": {"a": 1}}', "(a JSON object), not a string"),
+        ('{"text": true}', "(a JSON boolean), not a string"),
+        ('["text"]', "a JSON list, not an object with a text field"),
+    ],
+)
+def test_a_text_field_that_is_no_string_is_refused_at_its_line(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    src = tmp_path / "x.jsonl"
+    src.write_text('{"text": "fine"}\n\n' + line + "\n")
+    with pytest.raises(CorpusError) as e:
+        fetch_text(tmp_path / "out", [str(src)])
+    assert str(e.value).startswith(f"{src}:3: ")
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
 def test_hf_streaming_json_with_split_mapping(tmp_path: Path, texts: Texts) -> None:
     train = _jsonl(tmp_path / "train.jsonl", [f"train row {i}" for i in range(12)])
     spec = HFSpec(dataset="json", split="train", data_files=(str(train),))

@@ -259,3 +259,56 @@ def test_lm_eval_task_yamls_load_in_lm_eval_on_the_same_files(
     local = root / "workflow/resources/smoke/lm_eval/piqa_validation.jsonl"
     assert len(list(piqa.validation_docs())) == sum(1 for _ in open(local))
     assert piqa.config.dataset_kwargs["data_files"]["validation"] == [str(local)]
+
+
+def test_val_from_the_command_line_resumes_a_killed_pass(
+    runs, small_val: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """`leviathan eval val` keeps its running sums beside --out every --persist-seconds, as
+    the workflow's val rule does: a rerun after the pass died continues from them and writes
+    the numbers of an uninterrupted run, then removes them."""
+    from leviathan import layout
+    from leviathan.eval.checkpoint import EvalModel
+
+    def argv(out: Path) -> list[str]:
+        return [
+            "eval",
+            "val",
+            "--checkpoint",
+            str(runs["leviathan"]),
+            "--val",
+            str(small_val),
+            "--device",
+            "cpu",
+            "--batch-size",
+            "2",
+            "--persist-seconds",
+            "0",
+            "--out",
+            str(out),
+        ]
+
+    rc, whole, _ = run(argv(tmp_path / "whole.json"), capsys)
+    assert rc == 0
+    assert whole["resumed_windows"] == 0
+    out = tmp_path / "val.json"
+    real, calls = EvalModel.token_losses, []
+
+    def dying(self: EvalModel, x, y):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) > 3:
+            raise KeyboardInterrupt  # what a kill does to the pass
+        return real(self, x, y)
+
+    with monkeypatch.context() as m:
+        m.setattr(EvalModel, "token_losses", dying)
+        with pytest.raises(KeyboardInterrupt):
+            main(argv(out))
+    assert layout.eval_partial(out).is_file()
+    assert not out.exists()
+    rc, summary, _ = run(argv(out), capsys)
+    assert rc == 0
+    assert summary["resumed_windows"] == 3 * 2
+    for key in ("loss", "perplexity", "bits_per_byte", "targets"):
+        assert summary[key] == whole[key]
+    assert not layout.eval_partial(out).exists()

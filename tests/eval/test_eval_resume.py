@@ -118,6 +118,39 @@ def test_an_interrupted_pass_continues_to_the_same_numbers(
     assert np.array_equal(rerun.token_losses, whole.token_losses)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+def test_a_damaged_partial_file_is_set_aside_and_the_pass_starts_over(
+    loaded, small_val: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    """Running sums that cannot be read back (a torn write, flipped bytes, another file) are
+    set aside with a WARNING and the pass runs from the start to the uninterrupted numbers,
+    instead of failing every rerun."""
+    import logging
+
+    _, em = loaded
+    opts: dict[str, Any] = dict(vocab="gpt2", context=CTX, batch_size=3)
+    whole = evaluate_shard(em, small_val, **opts)
+    partial = tmp_path / "p.npz"
+    with pytest.raises(_Stop):
+        evaluate_shard(_Failing(em, 4), small_val, partial=partial, persist_seconds=0, **opts)  # type: ignore[arg-type]
+    data = bytearray(partial.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":  # the zip's central directory, at its end
+        for i in range(len(data) - 40, len(data) - 10):
+            data[i] ^= 0xFF
+    else:
+        data = bytearray(b"not a zip file at all\n" * 10)
+    partial.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="leviathan.eval.perplexity"):
+        rerun = evaluate_shard(em, small_val, partial=partial, **opts)
+    assert f"{partial}: cannot be read back" in caplog.text
+    assert rerun.resumed_windows == 0
+    assert np.array_equal(rerun.loss_sum, whole.loss_sum)
+    assert np.array_equal(rerun.count, whole.count)
+    assert layout.damaged(partial).read_bytes() == bytes(data)  # kept for a look
+
+
 CHILD = """
 import sys, time
 from leviathan.eval.checkpoint import EvalModel

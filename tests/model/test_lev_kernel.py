@@ -139,3 +139,63 @@ def test_deterministic_segment_reduction_equals_index_add() -> None:
     M = spline_product(t, S, 1e-30, 40, "plain")
     for a, b in zip(det_grads, torch.autograd.grad(M.sum(), (t, S)), strict=True):
         torch.testing.assert_close(a, b)
+
+
+# A fresh interpreter (a library once loaded stays loaded in a process) that loads the kernel
+# from the cache named by LEVIATHAN_KERNEL_CACHE, logging to stderr, and checks one product
+# against the plain path.
+LOAD_KERNEL = """
+import logging, torch
+logging.basicConfig(level=logging.WARNING)
+from leviathan.model import lev_native
+from leviathan.model.lev import spline_product
+assert lev_native.available()
+torch.manual_seed(0)
+t = torch.rand(5, 2, 3).clamp(0.02, 0.98)  # t [N, h, P] in (0, 1), as test_lev's inputs
+S = 1 + 0.3 * torch.randn(2, 3, 6, 3)  # S [h, P, kappa, r]
+native = spline_product(t, S, 1e-30, 1 << 20, "native")
+plain = spline_product(t, S, 1e-30, 1 << 20, "plain")
+assert torch.allclose(native, plain, rtol=1e-5, atol=1e-6), (native - plain).abs().max()
+"""
+
+# A library with the kernel's entry points that computes nothing: what a foreign or tampered
+# cache entry could be (the old loader took any file of the right name)
+FOREIGN = """
+#include <stdint.h>
+void lev_spline_forward(void) {}
+void lev_spline_backward(void) {}
+"""
+
+
+@needs_native
+@pytest.mark.parametrize("damage", ["foreign", "garbage"])
+def test_a_library_in_the_cache_that_is_not_the_built_one_is_rebuilt(tmp_path, damage) -> None:
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from leviathan.io import read_json, sha256_file
+
+    env = {**os.environ, "LEVIATHAN_KERNEL_CACHE": str(tmp_path / "cache")}
+    first = subprocess.run(
+        [sys.executable, "-c", LOAD_KERNEL], env=env, capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stderr
+    (lib,) = (tmp_path / "cache").glob("lev_spline_*.so")
+    assert read_json(lib.with_name(lib.name + ".sha256.json"))["sha256"] == sha256_file(lib)
+    if damage == "foreign":
+        src = tmp_path / "foreign.c"
+        src.write_text(FOREIGN)
+        cc = shutil.which(os.environ.get("CC", "cc"))
+        subprocess.run([cc, "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    else:
+        lib.write_bytes(b"\x7fELF not a library")
+    placed = sha256_file(lib)
+    again = subprocess.run(
+        [sys.executable, "-c", LOAD_KERNEL], env=env, capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr  # the kernel computes LEV's product again
+    assert "not the library built from this source" in again.stderr
+    assert sha256_file(lib) != placed
+    assert read_json(lib.with_name(lib.name + ".sha256.json"))["sha256"] == sha256_file(lib)

@@ -88,3 +88,23 @@ def test_prune_keeps_the_newest_and_removes_dead_writers_leftovers(tmp_path) -> 
     ckpt.prune(tmp_path, keep_last=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000002", "step_00000003"]
     assert ckpt.latest_checkpoint(tmp_path).step == 3
+
+
+def test_threads_zero_means_every_cpu_of_the_process() -> None:
+    import os
+
+    from leviathan.train.config import RuntimeConfig
+
+    assert RuntimeConfig(threads=0).threads == len(os.sched_getaffinity(0))
+    assert RuntimeConfig().threads is None  # torch's own default
+
+
+@pytest.mark.parametrize("spec", ["auto", "cpu", "cuda", "cuda:3", "mps"])
+def test_device_strings_torch_reads_are_accepted(spec: str) -> None:
+    import torch
+
+    from leviathan.train.config import RuntimeConfig
+
+    assert RuntimeConfig(device=spec).device == spec
+    if spec != "auto":
+        torch.device(spec)  # the independent check: torch reads every string accepted

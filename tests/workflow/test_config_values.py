@@ -67,6 +67,13 @@ def test_exponent_numbers_are_floats_in_the_resolved_config(tmp_path: Path) -> N
             {"speed": 3},
             "config (top level): Additional properties are not allowed ('speed' was unexpected)",
         ),
+        ({"runtime": {"device": "bogus"}}, "config runtime.device: 'bogus' does not match"),
+        ({"runtime": {"keep_last": 0}}, "config runtime.keep_last: 0 is less than the minimum"),
+        ({"corpus": {"name": ".."}}, "config corpus.name: '..' does not match"),
+        ({"corpus": {"name": "a/b"}}, "config corpus.name: 'a/b' does not match"),
+        ({"train": {"micro": {"eps": -1.0}}}, "train.eps=-1.0 must be > 0"),
+        ({"train": {"micro": {"betas": [0.9, 1.5]}}}, "train.betas=[0.9, 1.5] must each be in"),
+        ({"train": {"micro": {"context": 4096}}}, "train.context=4096 exceeds the model's"),
     ],
 )
 def test_bad_values_fail_at_resolution_in_one_line(
@@ -96,3 +103,20 @@ def test_snakemake_refuses_a_bad_value_before_any_job(tmp_path: Path) -> None:
     good = _file(tmp_path, train={CELL: {"lr": "1e-3"}})
     run = snakemake(work, "all", "-n", "--configfile", str(good))
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "a/b", "../x", ""])
+def test_corpus_name_is_a_plain_name_in_code_too(name: str) -> None:
+    """The code refuses what the schema's pattern refuses (a config checked without it)."""
+    from leviathan.workflow.config import check_names
+
+    with pytest.raises(ValueError, match=r"config corpus.name .*: not a plain directory name"):
+        check_names({"corpus": {"name": name}})
+
+
+def test_runtime_ranges_are_checked_in_code_too() -> None:
+    from leviathan.workflow.config import check_config
+
+    config = {"studies": STUDY, "runtime": {"dist_timeout_s": 0}}
+    with pytest.raises(ValueError, match=r"^config runtime: runtime dist_timeout_s=0 must be >= 1"):
+        check_config(config)

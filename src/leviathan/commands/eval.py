@@ -2,6 +2,8 @@
 
     leviathan eval val --checkpoint RUN --val val.bin [--counts counts.npy]
                        [--word-counts word_counts.json] --out val.json
+                       (running sums kept beside --out every persist_seconds: a rerun of a
+                       killed evaluation continues from them)
     leviathan eval word-counts --train train.bin --val val.bin --out word_counts.json
     leviathan eval wikitext --checkpoint RUN [--data-files test=wiki.test.parquet] --out wikitext.json
     leviathan eval lm-eval --checkpoint RUN [--tasks hellaswag piqa ...]
@@ -23,7 +25,7 @@ from typing import Any
 
 from leviathan.eval.config import PAPER_TASKS, EvalConfig, LocalTaskData
 from leviathan.eval.errors import EvalInputError
-from leviathan.layout import lm_eval_samples
+from leviathan.layout import eval_partial, lm_eval_samples
 from leviathan.provenance import utc_now
 from leviathan.values import split_assignment
 from leviathan.workflow.actions import EvalFiles, run_evaluation
@@ -86,6 +88,11 @@ def _add_val(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--max-windows", type=int, help="evaluate only the first N windows (default: all)"
     )
     v.add_argument("--quantile-bins", type=int)
+    v.add_argument(
+        "--persist-seconds",
+        type=float,
+        help="running sums saved this often beside --out (a killed evaluation rerun continues)",
+    )
     v.set_defaults(func=run_val)
 
 
@@ -217,13 +224,20 @@ def run_val(args: argparse.Namespace) -> int:
     cfg = EvalConfig.from_file(args.config).val
     cfg = replace(
         cfg,
-        **_overrides(args, "context", "batch_size", "max_windows", "quantile_bins"),
+        **_overrides(
+            args, "context", "batch_size", "max_windows", "quantile_bins", "persist_seconds"
+        ),
     )
-    files = EvalFiles(val=args.val, counts=args.counts, word_counts=args.word_counts)
+    partial = eval_partial(args.out)  # where the workflow's val rule keeps its sums too
+    files = EvalFiles(
+        val=args.val, counts=args.counts, word_counts=args.word_counts, partial=partial
+    )
     out = _evaluate(args, "val", cfg, started, files)
     o = out["results"]["overall"]
-    keys = ("loss", "perplexity", "bits_per_byte", "targets", "tokens_per_s")
-    return _write(args.out, out, **{k: o[k] for k in keys})
+    keys = ("loss", "perplexity", "bits_per_byte", "targets", "tokens_per_s", "resumed_windows")
+    code = _write(args.out, out, **{k: o[k] for k in keys})
+    partial.unlink(missing_ok=True)
+    return code
 
 
 def run_word_counts(args: argparse.Namespace) -> int:

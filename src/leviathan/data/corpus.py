@@ -201,6 +201,21 @@ Progress = Mapping[str, tuple[int, int]]
 Routed = Iterable[tuple[str, Document]]
 
 
+class ResumableStream:
+    """A routed document stream that can be entered at a recorded position: `position` is
+    where the documents routed so far end (JSON; saved with each part of a fetch), and
+    `routed` continues from such a position, or from the start where it is None."""
+
+    def routed(self, progress: Progress, position: Any) -> Routed:
+        raise NotImplementedError
+
+    def position(self) -> Any:
+        raise NotImplementedError
+
+
+Source = Routed | Callable[[Progress], Routed] | ResumableStream
+
+
 def _load_state(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
     """The state of an unfinished fetch of the same corpus into `out`, or None (then any
     leftover of another fetch is removed)."""
@@ -224,18 +239,23 @@ def _remove_partial(out: Path, names: Iterable[str]) -> None:
         p.unlink(missing_ok=True)
 
 
-def _save_state(out: Path, identity: dict[str, Any], writers: dict[str, _SplitWriter]) -> None:
-    """Close the current part of every split (durably), then record them all atomically."""
+def _save_state(
+    out: Path, identity: dict[str, Any], writers: dict[str, _SplitWriter], routed: Source
+) -> None:
+    """Close the current part of every split (durably), then record them all atomically, with
+    the source's position where it has one (a resume enters it there)."""
     # the state (content digest included) is taken before end_part starts the next part
     splits = {name: {**w.stats.state(), "length": w.end_part()} for name, w in writers.items()}
-    state = {"identity": identity, "splits": splits}
+    state: dict[str, Any] = {"identity": identity, "splits": splits}
+    if isinstance(routed, ResumableStream):
+        state["position"] = routed.position()
     with atomic_path(fetch_state(out)) as tmp:
         tmp.write_text(json.dumps(state, sort_keys=True))
 
 
 def write_corpus(
     out_dir: str | os.PathLike[str],
-    routed: Routed | Callable[[Progress], Routed],
+    routed: Source,
     *,
     splits: Iterable[str],
     source: dict[str, Any],
@@ -258,9 +278,11 @@ def write_corpus(
     frame per `part_bytes` of source text read; after each part every split is fsynced and
     the fetch state (`.fetch-state.json`: lengths, counts, content hash) is saved. A rerun
     of the same fetch (same splits, source and config) after an error or a kill truncates
-    the files to the last complete part and continues from there: `routed` is then called
-    with each split's progress (a source that can skip cheaply does so), or, for a plain
-    iterable, the documents already consumed are read again and dropped. The result is the
+    the files to the last complete part and continues from there: a `ResumableStream` is
+    entered at the position saved with that part (finished files and shards are not read
+    again), a callable is called with each split's progress (a source that can skip cheaply
+    does so), and for a plain iterable the documents already consumed are read again and
+    dropped. The result is the
     same, byte for byte, as an unbroken fetch. Complete files are renamed into place at the
     end and the state removed.
     """
@@ -288,7 +310,7 @@ def write_corpus(
 def _write_parts(
     out: Path,
     identity: dict[str, Any],
-    routed: Routed | Callable[[Progress], Routed],
+    routed: Source,
     part_bytes: int,
 ) -> dict[str, _SplitWriter]:
     """Stream every document into its split's partial file, saving the fetch state after each
@@ -302,12 +324,12 @@ def _write_parts(
         for name in names:
             writers[name] = _resumed_writer(out, name, state)
         since = 0
-        for split, doc in _resumed_stream(out, routed, writers, resuming=state is not None):
+        for split, doc in _resumed_stream(out, routed, writers, state):
             if split not in writers:
                 raise CorpusError(f"document {doc.id!r} routed to unknown split {split!r}")
             since += writers[split].add(doc)
             if since >= part_bytes:
-                _save_state(out, identity, writers)
+                _save_state(out, identity, writers, routed)
                 saved, since = True, 0
     except BaseException:
         for writer in writers.values():
@@ -334,15 +356,18 @@ def _resumed_writer(out: Path, name: str, state: dict[str, Any] | None) -> _Spli
 
 def _resumed_stream(
     out: Path,
-    routed: Routed | Callable[[Progress], Routed],
+    routed: Source,
     writers: dict[str, _SplitWriter],
-    resuming: bool,
+    state: dict[str, Any] | None,
 ) -> Routed:
-    """The documents still to write: a callable source is told each split's progress; a
-    plain iterable is read again from the start and the documents already consumed dropped."""
+    """The documents still to write: a ResumableStream is entered at the saved position, a
+    callable source is told each split's progress, a plain iterable is read again from the
+    start and the documents already consumed dropped."""
     progress = {n: (w.stats.consumed, w.stats.raw_bytes) for n, w in writers.items()}
-    if resuming:
+    if state is not None:
         log.info("%s: resuming the fetch after %s documents", out, progress)
+    if isinstance(routed, ResumableStream):
+        return routed.routed(progress, state.get("position") if state else None)
     if callable(routed):
         return routed(progress)
     return itertools.islice(routed, sum(c for c, _ in progress.values()), None)
@@ -407,17 +432,42 @@ def _open_zstd(raw: IO[bytes]) -> IO[bytes]:
     return reader  # type: ignore[no-any-return]
 
 
-def jsonl_lines(path: Path) -> Iterator[bytes]:
+def jsonl_lines(path: Path, start: int = 0, digest: Any = None) -> Iterator[bytes]:
     """Every raw line of a JSONL file, decompressed when its name ends in `.zst`/`.zstd`.
 
     The one reader of JSONL files (corpus splits, local sources): blank lines are yielded
-    too, so that callers number lines as an editor does.
+    too, so that callers number lines as an editor does. `start`: a byte offset to enter an
+    uncompressed file at (a line's start); `digest` (a hashlib object) is fed every byte read
+    from the file, compressed as stored, so a reader that reads a file whole gets its sha256
+    without a second pass.
     """
     with open(path, "rb") as raw:
         if path.name.endswith(ZSTD_SUFFIXES):
-            yield from io.BufferedReader(_open_zstd(raw), buffer_size=1 << 20)  # type: ignore[type-var]
-        else:
-            yield from raw
+            if start:
+                raise ValueError(f"{path}: a zstd stream cannot be entered at byte {start}")
+            source = _Hashing(raw, digest) if digest is not None else raw
+            yield from io.BufferedReader(_open_zstd(source), buffer_size=1 << 20)  # type: ignore[type-var]
+            return
+        raw.seek(start)
+        for line in raw:
+            if digest is not None:
+                digest.update(line)
+            yield line
+
+
+class _Hashing(io.RawIOBase):
+    """A file read through, every byte also fed to a hash."""
+
+    def __init__(self, raw: IO[bytes], digest: Any) -> None:
+        self._raw, self._digest = raw, digest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
+        self._digest.update(memoryview(buffer)[:n])
+        return int(n)
 
 
 def read_corpus_manifest(corpus_dir: str | os.PathLike[str], split: str) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from leviathan.data.shards import Shard, ShardError, open_shard
 from leviathan.io import atomic_path
 from leviathan.manifest import (
     display_path,
-    input_record,
     invalidate_manifest,
     read_manifest,
     vocab_record,
@@ -68,7 +67,7 @@ def write_counts(
     return write_manifest(
         out,
         kind="counts",
-        inputs=[input_record(shard.path, shard.sha256)],
+        inputs=[shard.input_record()],
         vocab=vocab_record(spec),
         config={
             "step": "counts",

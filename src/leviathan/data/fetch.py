@@ -8,18 +8,18 @@ or from `hash_split` on the document ids (`val_fraction`).
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from leviathan.data.corpus import (
     DEFAULT_PART_BYTES,
     Document,
     Progress,
+    ResumableStream,
     Routed,
     hash_split,
     limit,
@@ -33,11 +33,11 @@ from leviathan.data.sources import (
     PILE_TRAIN_SPLIT,
     PILE_VAL_SPLIT,
     HFSpec,
+    HubSplit,
+    LocalFiles,
     expand_paths,
-    hf_documents,
     hf_source,
-    pile_local_documents,
-    text_documents,
+    pile_local_files,
     text_source,
 )
 from leviathan.manifest import input_record
@@ -70,51 +70,80 @@ def _route(split: str, docs: Iterable[Document]) -> Iterator[tuple[str, Document
         yield split, doc
 
 
-# Documents that resume: those after passing over the first n (a manifest's `source` is the
-# record of where they come from).
-ResumableDocs = Callable[[int], Iterable[Document]]
+class DocumentSource(Protocol):
+    """Documents a fetch resumes: `documents(skip, position)` continues at a position that
+    `position()` gave (None: after passing over the first `skip`)."""
+
+    def documents(self, skip: int, position: Any) -> Iterable[Document]: ...
+
+    def position(self) -> Any: ...
 
 
-def _rereading(docs: Callable[[], Iterable[Document]]) -> ResumableDocs:
-    """Documents that can skip only by reading (a Hub stream, the embedded corpus)."""
-    return lambda n: itertools.islice(docs(), n, None)
+class _Rereading:
+    """Documents that can skip only by reading them again (the embedded corpus)."""
+
+    def __init__(self, docs: Callable[[], Iterable[Document]]) -> None:
+        self._docs = docs
+
+    def documents(self, skip: int, position: Any) -> Iterable[Document]:
+        return itertools.islice(self._docs(), skip, None)
+
+    def position(self) -> Any:
+        return None
 
 
-def _limited(docs: ResumableDocs, limits: Limits, done: tuple[int, int]) -> Iterator[Document]:
-    """`limit` of documents resumed after `done` = (documents, bytes) already read."""
+def _limited(
+    docs: DocumentSource, limits: Limits, done: tuple[int, int], position: Any
+) -> Iterator[Document]:
+    """`limit` of documents resumed after `done` = (documents, bytes) already read, at
+    `position`; a limit already reached reads nothing."""
     (max_docs, max_bytes), (n, nbytes) = limits, done
-    return limit(
-        docs(n),
-        None if max_docs is None else max_docs - n,
-        None if max_bytes is None else max_bytes - nbytes,
-    )
+    left_docs = None if max_docs is None else max_docs - n
+    left_bytes = None if max_bytes is None else max_bytes - nbytes
+    stream = docs.documents(n, position)  # sets the source's position, reads nothing yet
+    if (left_docs is not None and left_docs <= 0) or (left_bytes is not None and left_bytes <= 0):
+        return iter(())
+    return limit(stream, left_docs, left_bytes)
 
 
-def _hash_split_stream(
-    docs: ResumableDocs, limits: Limits, val_fraction: float
-) -> Callable[[Progress], Routed]:
-    """One document stream hash-split into train/val, resumable (write_corpus passes the
-    progress)."""
+class _HashSplitStream(ResumableStream):
+    """One document source hash-split into train/val, resumable at its position."""
 
-    def stream(progress: Progress) -> Routed:
+    def __init__(self, docs: DocumentSource, limits: Limits, val_fraction: float) -> None:
+        self.docs, self.limits, self.val_fraction = docs, limits, val_fraction
+
+    def routed(self, progress: Progress, position: Any) -> Routed:
         done = tuple(sum(p[i] for p in progress.values()) for i in (0, 1))
-        return hash_split(_limited(docs, limits, (done[0], done[1])), val_fraction)
+        docs = _limited(self.docs, self.limits, (done[0], done[1]), position)
+        return hash_split(docs, self.val_fraction)
 
-    return stream
+    def position(self) -> Any:
+        return self.docs.position()
 
 
-def _split_stream(
-    docs: Mapping[str, ResumableDocs], limits: Mapping[str, Limits]
-) -> Callable[[Progress], Routed]:
-    """One document stream per split, read one after the other, resumable."""
+class _SplitStream(ResumableStream):
+    """One document source per split, read one after the other, each resumable at its own
+    position."""
 
-    def stream(progress: Progress) -> Routed:
+    def __init__(self, docs: Mapping[str, DocumentSource], limits: Mapping[str, Limits]) -> None:
+        self.docs, self.limits = docs, limits
+
+    def routed(self, progress: Progress, position: Any) -> Routed:
+        at = position or {}
         return itertools.chain.from_iterable(
-            _route(name, _limited(split_docs, limits[name], progress[name]))
-            for name, split_docs in docs.items()
+            _route(name, _limited(docs, self.limits[name], progress[name], at.get(name)))
+            for name, docs in self.docs.items()
         )
 
-    return stream
+    def position(self) -> Any:
+        return {name: docs.position() for name, docs in self.docs.items()}
+
+
+def _inputs(files: LocalFiles, paths: Sequence[Path] | None = None) -> list[dict[str, str]]:
+    """Input records of local files (`paths`, default: those read), each sha256 taken from the
+    read where it read the file whole, else computed."""
+    index = {p: i for i, p in enumerate(files.paths)}
+    return [input_record(p, files.sha256(index[p])) for p in (paths or files.used())]
 
 
 def fetch_embedded(
@@ -126,10 +155,10 @@ def fetch_embedded(
     """The embedded stdlib corpus, split by document-id hash."""
     started = utc_now()
     source = {**embedded_source(), "val_fraction": val_fraction}
-    docs = _rereading(lambda: embedded_documents(workers=workers))
+    docs = _Rereading(lambda: embedded_documents(workers=workers))
     return write_corpus(
         out,
-        _hash_split_stream(docs, (None, None), val_fraction),
+        _HashSplitStream(docs, (None, None), val_fraction),
         splits=("train", "val"),
         source=source,
         config=_config("embedded", val_fraction=val_fraction),
@@ -147,7 +176,8 @@ def fetch_text(
     part_bytes: int = DEFAULT_PART_BYTES,
 ) -> Manifests:
     """Local files/globs (one document per file, or per line of JSONL[.zst]), hash split.
-    Resumable (write_corpus); a resumed fetch skips the documents it has without parsing them."""
+    Resumable (write_corpus): a resumed fetch skips the files it finished unread and enters
+    the current one at its byte offset (`LocalFiles`)."""
     started = utc_now()
     config = _config(
         "text",
@@ -158,13 +188,13 @@ def fetch_text(
     )
     paths = expand_paths(patterns)
     source = {**text_source(paths), "val_fraction": val_fraction, "limits": _limits_record(limits)}
-    inputs = [input_record(p) for p in paths]
+    files = LocalFiles(paths, text_field)
     return write_corpus(
         out,
-        _hash_split_stream(lambda n: text_documents(paths, text_field, n), limits, val_fraction),
+        _HashSplitStream(files, limits, val_fraction),
         splits=("train", "val"),
         source=source,
-        inputs=inputs,
+        inputs=lambda: _inputs(files, paths),
         config=config,
         started=started,
         part_bytes=part_bytes,
@@ -178,8 +208,9 @@ def fetch_hf(
     limits: Limits = (None, None),
     part_bytes: int = DEFAULT_PART_BYTES,
 ) -> Manifests:
-    """Dataset splits through `datasets` streaming (resumable: a resumed fetch reads the
-    rows it has again, without writing them).
+    """Dataset splits through `datasets` streaming, resumable: a resumed fetch enters each
+    stream at the state saved with the last part (`HubSplit`: finished shards are not read
+    again).
 
     `specs` maps each output split name to the dataset split it comes from. With
     `val_fraction`, exactly one spec is given and is hash-split into train/val.
@@ -204,10 +235,9 @@ def fetch_hf(
             "val_fraction": val_fraction,
             "splits": {"train+val": hf_source(spec, _limits_record(limits))},
         }
-        docs = _rereading(lambda: hf_documents(spec))
         return write_corpus(
             out,
-            _hash_split_stream(docs, limits, val_fraction),
+            _HashSplitStream(HubSplit(spec), limits, val_fraction),
             splits=("train", "val"),
             source=source,
             inputs=inputs,
@@ -219,10 +249,10 @@ def fetch_hf(
         "kind": "hf",
         "splits": {name: hf_source(s, _limits_record(limits)) for name, s in specs.items()},
     }
-    docs = {name: _hf_docs(spec) for name, spec in specs.items()}
+    docs = {name: HubSplit(spec) for name, spec in specs.items()}
     return write_corpus(
         out,
-        _split_stream(docs, dict.fromkeys(specs, limits)),
+        _SplitStream(docs, dict.fromkeys(specs, limits)),
         splits=specs.keys(),
         source=source,
         inputs=inputs,
@@ -230,10 +260,6 @@ def fetch_hf(
         started=started,
         part_bytes=part_bytes,
     )
-
-
-def _hf_docs(spec: HFSpec) -> ResumableDocs:
-    return _rereading(lambda: hf_documents(spec))
 
 
 def _local_files(spec: HFSpec) -> list[Path]:
@@ -258,7 +284,8 @@ def fetch_pile(
     """The Pile: a Hub mirror through `datasets` streaming, or a local folder of its files.
 
     The Pile's own validation split is used as val. Limits allow partial downloads.
-    Resumable (write_corpus): local files skip what was fetched without parsing it.
+    Resumable (write_corpus): local files finished are not read again, a Hub stream is
+    entered at its saved state.
     """
     limits = {"train": train_limits, "val": val_limits}
     started = utc_now()
@@ -301,17 +328,13 @@ def _fetch_pile_local(
         val_glob=globs["val"],
         **_pile_limits(limits),
     )
-    opened: list[Path] = []
-    docs: dict[str, ResumableDocs] = {
-        name: functools.partial(pile_local_documents, root, globs[name], opened)
-        for name in ("train", "val")
-    }
+    docs = {name: pile_local_files(root, globs[name]) for name in ("train", "val")}
     return write_corpus(
         out,
-        _split_stream(docs, limits),
+        _SplitStream(docs, limits),
         splits=("train", "val"),
         source=source,
-        inputs=lambda: [input_record(p) for p in dict.fromkeys(opened)],
+        inputs=lambda: [r for files in docs.values() for r in _inputs(files)],
         config=config,
         started=started,
         part_bytes=part_bytes,
@@ -342,7 +365,7 @@ def _fetch_pile_hf(
     }
     return write_corpus(
         out,
-        _split_stream({name: _hf_docs(spec) for name, spec in specs.items()}, limits),
+        _SplitStream({name: HubSplit(spec) for name, spec in specs.items()}, limits),
         splits=("train", "val"),
         source=source,
         config=step_config,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import logging
 import os
 import sys
 import time
@@ -26,7 +27,7 @@ from tqdm import tqdm
 from leviathan.data.corpus import read_corpus_manifest
 from leviathan.data.encode import DEFAULT_BATCH_BYTES, Encoded, default_parallelism, encode_file
 from leviathan.data.tokenizers import Tokenizer, token_dtype
-from leviathan.io import atomic_path
+from leviathan.io import atomic_path, remove_dead_temps
 from leviathan.layout import shard_path
 from leviathan.manifest import (
     display_path,
@@ -38,6 +39,8 @@ from leviathan.manifest import (
 )
 from leviathan.provenance import utc_now
 from leviathan.vocab import get_vocab
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_BATCH_BYTES",
@@ -221,6 +224,8 @@ def tokenize_split(
     corpus_manifest = read_corpus_manifest(corpus_dir, split)
     src = Path(corpus_dir) / corpus_manifest["artifact"]["name"]
     out = shard_path(out_dir, split)
+    for leftover in remove_dead_temps(out):  # a killed tokenize's, never renamed into place
+        log.info("%s: removed the temporary shard a killed tokenize left", leftover)
     with atomic_path(out) as tmp:
         result = tokenize_file(
             src,
@@ -333,10 +338,16 @@ class Shard:
     path: Path
     tokens: np.memmap[Any, np.dtype[Any]]
     manifest: dict[str, Any]
+    check: str = "size"  # what open_shard checked of the file against its manifest
 
     @property
     def sha256(self) -> str:
+        """The file's sha256 as its manifest records it (`check` says what was verified)."""
         return str(self.manifest["artifact"]["sha256"])
+
+    def input_record(self, role: str | None = None) -> dict[str, str]:
+        """This shard as a step's input: its manifest's sha256 and the check that was made."""
+        return input_record(self.path, self.sha256, role=role, check=self.check)
 
     @property
     def vocab(self) -> str:
@@ -401,12 +412,7 @@ def open_shard(
             f"{dtype.name} = {expected} bytes; the file is truncated or not this manifest's; "
             f"re-run `leviathan data tokenize`"
         )
-    recorded = manifest.get("fingerprint")
-    if recorded and sampled_fingerprint(p, recorded["blocks"], recorded["block_bytes"]) != recorded:
-        raise ShardError(
-            f"{p}: sampled blocks differ from those its manifest records; the file changed "
-            f"after tokenization; re-run `leviathan data tokenize`"
-        )
+    check = _check_fingerprint(p, manifest.get("fingerprint"), size)
     if verify_sha256:
         from leviathan.io import sha256_file
 
@@ -416,8 +422,23 @@ def open_shard(
                 f"{p}: sha256 {actual} != manifest {manifest['artifact']['sha256']}; "
                 f"the file changed after tokenization; re-run `leviathan data tokenize`"
             )
+        check = "full sha256"
     tokens: np.memmap[Any, np.dtype[Any]] = np.memmap(p, dtype=dtype.newbyteorder("<"), mode="r")
-    return Shard(path=p, tokens=tokens, manifest=manifest)
+    return Shard(path=p, tokens=tokens, manifest=manifest, check=check)
+
+
+def _check_fingerprint(p: Path, recorded: dict[str, Any] | None, size: int) -> str:
+    """Check the sampled fingerprint the manifest records (if any); return what was checked,
+    as a record of the shard states it (the sha256 beside it is then the manifest's)."""
+    if not recorded:
+        return "size"
+    if sampled_fingerprint(p, recorded["blocks"], recorded["block_bytes"]) != recorded:
+        raise ShardError(
+            f"{p}: sampled blocks differ from those its manifest records; the file changed "
+            f"after tokenization; re-run `leviathan data tokenize`"
+        )
+    read = min(size, recorded["blocks"] * recorded["block_bytes"])
+    return f"size + sampled fingerprint ({read} of {size} bytes read)"
 
 
 def verify_shards(paths: list[Path], progress: bool = False) -> None:

@@ -8,14 +8,19 @@ limits; or local paths). Reading is streaming throughout: nothing holds a whole 
 from __future__ import annotations
 
 import glob
+import hashlib
+import itertools
 import json
+import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leviathan.data.corpus import CorpusError, Document, decode_bytes, jsonl_lines
+from leviathan.data.corpus import ZSTD_SUFFIXES, CorpusError, Document, decode_bytes, jsonl_lines
+
+log = logging.getLogger(__name__)
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.zst", ".json.zst", ".jsonl.zstd")
 
@@ -59,6 +64,157 @@ def _is_jsonl(path: Path) -> bool:
     return path.name.endswith(JSONL_SUFFIXES)
 
 
+def _line_text(obj: Any, text_field: str, where: str) -> str:
+    """The text of one JSON line's object: its `text_field`, which must be a string."""
+    if not isinstance(obj, dict):
+        raise CorpusError(f"{where}: a JSON {type(obj).__name__}, not an object with a text field")
+    if text_field not in obj:
+        raise CorpusError(
+            f"{where}: no field {text_field!r} (fields: {sorted(obj)}); pass the right --text-field"
+        )
+    text = obj[text_field]
+    if not isinstance(text, str):
+        raise CorpusError(
+            f"{where}: field {text_field!r} is {json.dumps(text)[:40]} (a JSON "
+            f"{_JSON_TYPES.get(type(text), type(text).__name__)}), not a string; fix the line "
+            "or pass the right --text-field"
+        )
+    return text
+
+
+_JSON_TYPES = {
+    type(None): "null",
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    list: "array",
+    dict: "object",
+}
+
+
+class LocalFiles:
+    """Documents of local files, in order, that a fetch resumes where it stopped.
+
+    JSONL(.zst) files give one document per line (id `<id_base(path)>:<line number>`), any
+    other file one document (id: its path). `position()` is where the documents yielded so
+    far end: the file, its line and byte offset, and the sha256 of every file finished
+    (computed from the bytes read, so a file is read once). `documents(skip, position)`
+    continues there: finished files are not opened; an uncompressed JSONL file is entered at
+    its byte offset; a zstd one is decompressed again from its start to the line (a zstd
+    stream can be entered only at a frame boundary, and a file compressed in one go, as the
+    Pile's are, is one frame), which a log line says. Without a position, the first `skip`
+    documents are passed over unparsed (a fetch state written before positions were saved).
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        text_field: str = "text",
+        id_base: Callable[[Path], str] | None = None,
+    ) -> None:
+        self.paths, self.text_field = list(paths), text_field
+        self.id_base = id_base or (lambda path: path.as_posix())
+        self._at: dict[str, Any] = _file_start(0, [])
+
+    def position(self) -> dict[str, Any]:
+        return dict(self._at, sha256=list(self._at["sha256"]))
+
+    def used(self) -> list[Path]:
+        """The files read so far (those finished and the current one)."""
+        return self.paths[: min(len(self.paths), self._at["file"] + 1)]
+
+    def sha256(self, index: int) -> str | None:
+        """The sha256 of file `index` where reading it whole gave it, else None."""
+        known = self._at["sha256"]
+        return known[index] if index < len(known) else None
+
+    def documents(
+        self, skip: int = 0, position: Mapping[str, Any] | None = None
+    ) -> Iterator[Document]:
+        if position is not None:
+            self._at = {**position, "sha256": list(position["sha256"])}
+            if position["file"]:
+                log.info("%d finished file(s) skipped unread", position["file"])
+        else:
+            self._at = _file_start(0, [])
+        return self._documents(Skip(skip if position is None else 0))
+
+    def _documents(self, skip: Skip) -> Iterator[Document]:
+        while self._at["file"] < len(self.paths):
+            index, path = self._at["file"], self.paths[self._at["file"]]
+            if _is_jsonl(path):
+                yield from self._jsonl(index, path, skip)
+            elif skip.take():
+                self._at = _file_start(index + 1, [*self._at["sha256"], None])
+            else:
+                data = path.read_bytes()
+                self._at = _file_start(
+                    index + 1, [*self._at["sha256"], hashlib.sha256(data).hexdigest()]
+                )
+                yield Document(path.as_posix(), decode_bytes(data))
+
+    def _jsonl(self, index: int, path: Path, skip: Skip) -> Iterator[Document]:
+        """The documents of one JSONL file, from the position's line on; the position moves to
+        the next file with the last line (a one-line look-ahead), so a finished file is
+        never entered again."""
+        line0, offset = self._at["line"], self._at["offset"]
+        zstd = path.name.endswith(ZSTD_SUFFIXES)
+        whole = line0 == 0 and not skip.remaining
+        digest = hashlib.sha256() if whole else None
+        if zstd and line0:
+            log.info(
+                "%s: decompressing it again to line %d (a zstd stream is entered only at a frame boundary)",
+                path,
+                line0,
+            )
+        lines = jsonl_lines(path, 0 if zstd else offset, digest)
+        numbered = enumerate(lines, start=1) if zstd else enumerate(lines, start=line0 + 1)
+        base = self.id_base(path)
+        for (lineno, line), last in _with_last(numbered):
+            offset += len(line)
+            if zstd and lineno <= line0:
+                continue
+            if last:  # the file's hash is complete: the reader has read its end
+                self._at = _file_start(
+                    index + 1, [*self._at["sha256"], digest.hexdigest() if digest else None]
+                )
+            else:
+                self._at = {**self._at, "line": lineno, "offset": offset}
+            if not line.strip() or skip.take():
+                continue
+            obj = _json_line(line, f"{path}:{lineno}")
+            yield Document(f"{base}:{lineno}", _line_text(obj, self.text_field, f"{path}:{lineno}"))
+        if self._at["file"] == index:  # an empty file
+            self._at = _file_start(
+                index + 1, [*self._at["sha256"], digest.hexdigest() if digest else None]
+            )
+
+
+def _file_start(index: int, sha256: list[str | None]) -> dict[str, Any]:
+    return {"file": index, "line": 0, "offset": 0, "sha256": sha256}
+
+
+def _with_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
+    """Each item with whether it is the last one (one item read ahead)."""
+    it = iter(items)
+    try:
+        previous = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield previous, False
+        previous = item
+    yield previous, True
+
+
+def _json_line(line: bytes, where: str) -> Any:
+    text_line = decode_bytes(line)  # bad bytes: replaced and counted by write_corpus
+    try:
+        return json.loads(text_line)
+    except json.JSONDecodeError as exc:
+        raise CorpusError(f"{where}: not valid JSON ({exc.msg})") from None
+
+
 class Skip:
     """Documents still to pass over, unparsed, before a source yields (a resumed fetch)."""
 
@@ -71,42 +227,6 @@ class Skip:
             self.remaining -= 1
             return True
         return False
-
-
-def jsonl_documents(
-    path: Path, text_field: str = "text", id_base: str | None = None, skip: Skip | None = None
-) -> Iterator[Document]:
-    """One document per JSON line; id `<id_base or path>:<line number>`. `skip`: lines
-    passed over without parsing them, as a resumed fetch asks."""
-    base = id_base if id_base is not None else path.as_posix()
-    skip = skip or Skip()
-    for lineno, line in enumerate(jsonl_lines(path), start=1):
-        if not line.strip() or skip.take():
-            continue
-        text_line = decode_bytes(line)  # bad bytes: replaced and counted by write_corpus
-        try:
-            obj = json.loads(text_line)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        if text_field not in obj:
-            raise CorpusError(
-                f"{path}:{lineno}: no field {text_field!r} (fields: {sorted(obj)}); "
-                f"pass the right --text-field"
-            )
-        yield Document(f"{base}:{lineno}", str(obj[text_field]))
-
-
-def text_documents(
-    paths: Sequence[Path], text_field: str = "text", skip: int = 0
-) -> Iterator[Document]:
-    """Local files: JSONL(.zst) files give one document per line, others one per file.
-    The first `skip` documents are passed over without parsing or reading them."""
-    left = Skip(skip)
-    for path in paths:
-        if _is_jsonl(path):
-            yield from jsonl_documents(path, text_field, skip=left)
-        elif not left.take():
-            yield Document(path.as_posix(), decode_bytes(path.read_bytes()))
 
 
 def text_source(paths: Sequence[Path]) -> dict[str, Any]:
@@ -145,31 +265,89 @@ def _row_text(row: dict[str, Any], spec: HFSpec, index: int) -> str:
         ) from None
 
 
-def hf_documents(spec: HFSpec) -> Iterator[Document]:
-    """Stream a split with `datasets.load_dataset(..., streaming=True)`; id `<split>/<row>`."""
+class HubSplit:
+    """One dataset split streamed through `datasets` (`load_dataset(..., streaming=True)`),
+    id `<split>/<row>`, that a fetch resumes where it stopped.
+
+    `position()` is the stream's own resumable state (`IterableDataset.state_dict()`: the
+    shard and the row in it) after the last row yielded; `documents(skip, position)` loads
+    it (`load_state_dict`), so finished shards are neither downloaded nor read again and
+    the current one is read from its start to the row (`datasets` skips rows by reading
+    them). Without a position the first `skip` rows are read again and dropped.
+    """
+
+    def __init__(self, spec: HFSpec) -> None:
+        self.spec = spec
+        self._ds: Any = None
+        self._position: Any = None
+
+    def position(self) -> Any:
+        return self._ds.state_dict() if self._ds is not None else self._position
+
+    def documents(self, skip: int = 0, position: Any = None) -> Iterator[Document]:
+        self._position = position
+        return self._rows(skip, position)
+
+    def _rows(self, skip: int, position: Any) -> Iterator[Document]:
+        spec = self.spec
+        try:
+            ds = _load_stream(spec)
+            self._ds = ds
+            rows = self._entered(ds, skip, position)
+            for index, row in enumerate(rows, start=skip):
+                yield Document(f"{spec.split}/{index}", _row_text(row, spec, index))
+        except (ConnectionError, TimeoutError) as exc:
+            raise HubUnreachableError(f"{_hub_fix(spec)} (cause: {exc})") from exc
+        except (FileNotFoundError, ValueError) as exc:
+            if isinstance(exc, CorpusError):
+                raise
+            raise CorpusError(
+                f"dataset {spec.dataset!r} (config {spec.config!r}, split {spec.split!r}): {exc}; "
+                f"check the dataset id, config, split names (--split/--train-split/--val-split) "
+                f"and data files"
+            ) from exc
+
+    def _entered(self, ds: Any, skip: int, position: Any) -> Iterable[Any]:
+        """The rows of `ds` after `position` (its saved state), else after the first `skip`."""
+        spec = self.spec
+        if position is not None and hasattr(ds, "load_state_dict"):
+            ds.load_state_dict(position)
+            log.info(
+                "dataset %r split %r: entering the stream at its saved state %s (finished "
+                "shards are not read again)",
+                spec.dataset,
+                spec.split,
+                json.dumps(position)[:400],
+            )
+            return ds  # type: ignore[no-any-return]
+        if skip:
+            log.info(
+                "dataset %r split %r: reading the first %d rows again to skip them (no saved "
+                "stream state%s)",
+                spec.dataset,
+                spec.split,
+                skip,
+                "" if position is None else ": this datasets version cannot load one",
+            )
+        return itertools.islice(ds, skip, None)
+
+
+def _load_stream(spec: HFSpec) -> Any:
     import datasets
 
-    try:
-        ds = datasets.load_dataset(
-            spec.dataset,
-            spec.config,
-            split=spec.split,
-            revision=spec.revision,
-            data_files=list(spec.data_files) if spec.data_files else None,
-            streaming=True,
-        )
-        for index, row in enumerate(ds):
-            yield Document(f"{spec.split}/{index}", _row_text(row, spec, index))
-    except (ConnectionError, TimeoutError) as exc:
-        raise HubUnreachableError(f"{_hub_fix(spec)} (cause: {exc})") from exc
-    except (FileNotFoundError, ValueError) as exc:
-        if isinstance(exc, CorpusError):
-            raise
-        raise CorpusError(
-            f"dataset {spec.dataset!r} (config {spec.config!r}, split {spec.split!r}): {exc}; "
-            f"check the dataset id, config, split names (--split/--train-split/--val-split) "
-            f"and data files"
-        ) from exc
+    return datasets.load_dataset(
+        spec.dataset,
+        spec.config,
+        split=spec.split,
+        revision=spec.revision,
+        data_files=list(spec.data_files) if spec.data_files else None,
+        streaming=True,
+    )
+
+
+def hf_documents(spec: HFSpec) -> Iterator[Document]:
+    """Stream a split with `datasets.load_dataset(..., streaming=True)`; id `<split>/<row>`."""
+    return HubSplit(spec).documents()
 
 
 def hub_commit(spec: HFSpec) -> str | None:
@@ -204,15 +382,10 @@ def hf_source(spec: HFSpec, limits: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def pile_local_documents(
-    root: Path, pattern: str, opened: list[Path] | None = None, skip: int = 0
-) -> Iterator[Document]:
-    """Documents of the Pile's own `*.jsonl.zst` files under `root` matching `pattern`.
-
-    Files are read in sorted order; each file is appended to `opened` when first read, so
-    a partial (limited) read records only the files it used. The first `skip` documents
-    are passed over without parsing them.
-    """
+def pile_local_files(root: Path, pattern: str) -> LocalFiles:
+    """The Pile's own `*.jsonl.zst` files under `root` matching `pattern`, in sorted order
+    (ids `<path under root>:<line>`); a limited read records only the files it used
+    (`LocalFiles.used`)."""
     if not root.is_dir():
         raise CorpusError(
             f"{root}: Pile directory not found; pass the folder that holds "
@@ -221,8 +394,4 @@ def pile_local_documents(
     files = sorted(root.glob(pattern))
     if not files:
         raise CorpusError(f"{root}: no files match {pattern!r}; check --local-dir and the globs")
-    left = Skip(skip)
-    for path in files:
-        if opened is not None:
-            opened.append(path)
-        yield from jsonl_documents(path, "text", path.relative_to(root).as_posix(), left)
+    return LocalFiles(files, "text", lambda path: path.relative_to(root).as_posix())

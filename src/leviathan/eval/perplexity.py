@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
 import time
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from leviathan import layout
 from leviathan.data.loader import IGNORE_INDEX, ValWindows, val_batches
 from leviathan.data.shards import open_shard
 from leviathan.eval.checkpoint import EvalModel
@@ -40,6 +42,7 @@ from leviathan.eval.results import perplexity
 from leviathan.eval.token_bytes import token_bytes
 from leviathan.io import atomic_path
 
+log = logging.getLogger(__name__)
 LN2 = math.log(2.0)
 
 
@@ -157,28 +160,50 @@ class _Partial:
             )
 
     @classmethod
-    def load(cls, path: Path, key: str) -> _Partial | None:
-        """The saved state if it is of this evaluation (else None: start over)."""
+    def load(cls, path: Path, key: str, vocab_size: int) -> _Partial | None:
+        """The saved state if it is of this evaluation (else None: start over). A file that
+        cannot be read back (truncated, not a zip, wrong shapes) is set aside with a WARNING
+        (`layout.damaged`) and the evaluation starts over."""
         try:
             with np.load(path, allow_pickle=False) as z:
                 if str(z["key"]) != key:
                     return None
-                kept = torch.from_numpy(z["kept"].copy())
-                return cls(
-                    key,
-                    int(z["windows_done"]),
-                    torch.from_numpy(z["loss_sum"].copy()),
-                    torch.from_numpy(z["count"].copy()),
-                    [kept] if kept.numel() else [],
-                    float(z["seconds"]),
+                state = cls._from_arrays(z, key)
+            if state.loss_sum.shape != (vocab_size,) or state.count.shape != (vocab_size,):
+                raise ValueError(
+                    f"sums of {state.loss_sum.shape} ids, not the model's {vocab_size}"
                 )
-        except (OSError, ValueError, KeyError):  # missing or unreadable: start over
+            return state
+        except FileNotFoundError:
             return None
+        except Exception as exc:  # noqa: BLE001 (zipfile, zlib, numpy: anything unreadable)
+            aside = layout.damaged(path)
+            os.replace(path, aside)
+            log.warning(
+                "%s: cannot be read back (%s: %s); set aside as %s, evaluating from the start",
+                path,
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+                aside,
+            )
+            return None
+
+    @classmethod
+    def _from_arrays(cls, z: Any, key: str) -> _Partial:
+        kept = torch.from_numpy(z["kept"].copy())
+        return cls(
+            key,
+            int(z["windows_done"]),
+            torch.from_numpy(z["loss_sum"].copy()),
+            torch.from_numpy(z["count"].copy()),
+            [kept] if kept.numel() else [],
+            float(z["seconds"]),
+        )
 
     @classmethod
     def resume_or_start(cls, path: Path | None, key: str, vocab_size: int) -> _Partial:
         """The state saved at `path` if it is of this evaluation, else empty sums."""
-        saved = cls.load(path, key) if path is not None and path.is_file() else None
+        saved = cls.load(path, key, vocab_size) if path is not None and path.is_file() else None
         return saved or cls(
             key,
             0,

@@ -132,7 +132,7 @@ def evaluate_val(
     summary = stats.summary()
     check_finite_loss(summary["loss"], ckpt)
     results: dict[str, Any] = {"overall": summary}
-    inputs = [file_record(shard.path, "val_tokens", sha256=shard.sha256)]
+    inputs = [{**file_record(shard.path, "val_tokens", sha256=shard.sha256), "check": shard.check}]
     if train_counts is not None:
         results["frequency_tokens"] = token_frequency(
             stats.count,

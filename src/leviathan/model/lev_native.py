@@ -21,7 +21,9 @@ vectorised; the lane sums of grad_t are taken several ids at a time, each in lan
 
 The kernel is plain C (no torch headers), compiled once per source + compiler flags into
 a cache directory (`LEVIATHAN_KERNEL_CACHE`, default ~/.cache/leviathan/kernels) with the
-system C compiler (`CC`, default cc); where none is available `available()` is False and
+system C compiler (`CC`, default cc), named by the sha256 of what it is built from and
+checked against the sha256 its build recorded before it is loaded (a library that differs is
+rebuilt, never loaded); where no compiler is available `available()` is False and
 LEV uses the plain torch path (same numbers to fp32 rounding; tests compare the two).
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+log = logging.getLogger(__name__)
 RESCALE = 8
 
 _SOURCE = r"""
@@ -197,31 +201,68 @@ def _cpu_id() -> str:
 
 @cache
 def _library() -> ctypes.CDLL | None:
-    """Compile (once, cached by content) and load the kernel; None without a C compiler."""
+    """Compile (once, cached by content) and load the kernel; None without a C compiler.
+
+    The cache is keyed by the sha256 of what the library is built from (source, flags,
+    compiler, CPU); beside each library its build recorded that key and the library's own
+    sha256, both checked before it is loaded: a library that differs (a damaged or foreign
+    file, in a cache that `LEVIATHAN_KERNEL_CACHE` may share) is rebuilt, not loaded."""
     if os.environ.get("LEVIATHAN_NATIVE_KERNEL", "1") == "0":
         return None
     cc = shutil.which(os.environ.get("CC", "cc"))
     if cc is None:
         return None
-    key = hashlib.sha256((_SOURCE + " ".join(_FLAGS) + cc + _cpu_id()).encode()).hexdigest()[:16]
+    key = hashlib.sha256((_SOURCE + " ".join(_FLAGS) + cc + _cpu_id()).encode()).hexdigest()
     lib = _cache_dir() / f"lev_spline_{key}.so"
-    if not lib.exists():
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
-            src = Path(tmp) / "lev_spline.c"
-            src.write_text(_SOURCE)
-            out = Path(tmp) / lib.name
-            done = subprocess.run(
-                [cc, *_FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True, text=True
-            )
-            if done.returncode != 0:
-                return None
-            out.replace(lib)  # atomic: concurrent processes see a whole library or none
+    if not _verified(lib, key) and not _build(cc, lib, key):
+        return None
     dll = ctypes.CDLL(str(lib))
     i64, i32, f32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
     dll.lev_spline_forward.argtypes = [ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, i32]
     dll.lev_spline_backward.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, i32]
     return dll
+
+
+def _record(lib: Path) -> Path:
+    """What the build of `lib` recorded: its key and its own sha256."""
+    return lib.with_name(lib.name + ".sha256.json")
+
+
+def _verified(lib: Path, key: str) -> bool:
+    """Whether `lib` is the library its build recorded for `key` (else it is rebuilt)."""
+    if not lib.exists():
+        return False
+    from leviathan.io import read_json, sha256_file
+
+    try:
+        record = read_json(_record(lib))
+        ok = record.get("key") == key and record.get("sha256") == sha256_file(lib)
+    except (OSError, ValueError, AttributeError):
+        ok = False
+    if not ok:
+        log.warning("%s: not the library built from this source (%s); rebuilding it", lib, key[:16])
+    return ok
+
+
+def _build(cc: str, lib: Path, key: str) -> bool:
+    """Compile the kernel into `lib` and record its key and sha256 beside it (each renamed
+    into place whole: concurrent processes see a whole library or none); False if the
+    compiler fails."""
+    from leviathan.io import sha256_file, write_json
+
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
+        src = Path(tmp) / "lev_spline.c"
+        src.write_text(_SOURCE)
+        out = Path(tmp) / lib.name
+        done = subprocess.run(
+            [cc, *_FLAGS, str(src), "-o", str(out), "-lm"], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            return False
+        write_json(_record(lib), {"key": key, "sha256": sha256_file(out)})
+        out.replace(lib)
+    return True
 
 
 def available() -> bool:

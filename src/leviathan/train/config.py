@@ -13,6 +13,7 @@ peak learning rate) is the scale's (`leviathan.scales`). The paper gives no warm
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -84,7 +85,29 @@ class TrainConfig:
             )
         if self.grad_clip < 0:
             raise ValueError(f"train.grad_clip={self.grad_clip} must be >= 0 (0 disables)")
+        self._check_optimizer()
+        self._check_context()
         return self
+
+    def _check_optimizer(self) -> None:
+        if not self.eps > 0:
+            raise ValueError(f"train.eps={self.eps} must be > 0 (the paper's: 1e-8)")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(
+                f"train.betas={list(self.betas)} must each be in [0, 1) (the paper's: [0.9, 0.999])"
+            )
+        if self.weight_decay < 0:
+            raise ValueError(f"train.weight_decay={self.weight_decay} must be >= 0")
+
+    def _check_context(self) -> None:
+        """`context` within the model's max_seq_len: the scale's context unless
+        model_overrides sets max_seq_len (a longer sequence is a step that cannot end soon)."""
+        limit = self.model_overrides.get("max_seq_len", get_scale(self.scale).context)
+        if isinstance(limit, int) and self.context > limit:
+            raise ValueError(
+                f"train.context={self.context} exceeds the model's max_seq_len {limit} (scale "
+                f"{self.scale}): use at most {limit}, or raise model_overrides.max_seq_len"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -127,7 +150,9 @@ class RuntimeConfig:
     dvclive: bool = (
         False  # live curves through DVCLive in <run_dir>/dvclive/ (pip install 'leviathan[live]')
     )
-    threads: int | None = None  # torch CPU threads (None: torch's default)
+    threads: int | None = (
+        None  # torch CPU threads (None: torch's default; 0: all this process's CPUs)
+    )
     # torch.use_deterministic_algorithms(True) (and cuBLAS's fixed workspace): every
     # variant's step bitwise reproducible on CUDA too, at some cost (bench/gpu_check.py)
     deterministic: bool = False
@@ -142,10 +167,46 @@ class RuntimeConfig:
     verify_shards: str = "sampled"
     dist_timeout_s: int = 1800  # the process group's collective and rendezvous timeout
 
+    def __post_init__(self) -> None:
+        """Every value's range, checked where it is read: a ValueError naming the key and what
+        it may be. `threads=0` becomes this process's CPU count."""
+        for key, (low, meaning) in _RUNTIME_MINIMA.items():
+            value = getattr(self, key)
+            if value is not None and value < low:
+                raise ValueError(f"runtime {key}={value!r} must be >= {low} ({meaning})")
+        if not _DEVICE.fullmatch(self.device):
+            raise ValueError(
+                f"runtime device={self.device!r} is not a device: use auto, cpu, cuda, cuda:N or mps"
+            )
+        if self.threads == 0:
+            from leviathan.data.encode import usable_cpus
+
+            object.__setattr__(self, "threads", usable_cpus())
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "runtime") -> RuntimeConfig:
-        """From values as written, checked against the fields' types (see TrainConfig)."""
-        return cls(**coerce(cls, d, where))
+        """From values as written, checked against the fields' types (see TrainConfig) and
+        their ranges; errors name `where`."""
+        values = coerce(cls, d, where)
+        try:
+            return cls(**values)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+
+# RuntimeConfig's integer keys: the least value each may take, and what it counts
+_RUNTIME_MINIMA: dict[str, tuple[int, str]] = {
+    "log_every": (1, "steps between metric lines"),
+    "val_every": (0, "steps between validation passes; 0: only at the end"),
+    "val_windows": (0, "validation windows per pass; 0: all"),
+    "val_batch": (1, "validation sequences per batch"),
+    "ckpt_every": (0, "steps between checkpoints; 0: only the final one"),
+    "keep_last": (1, "step checkpoints kept; the newest is the one a resume needs"),
+    "prefetch": (0, "batches read ahead; 0: none"),
+    "threads": (0, "torch CPU threads; 0: all CPUs; null: torch's default"),
+    "dist_timeout_s": (1, "seconds"),
+}
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
 
 
 # How the workflow runs training where config.runtime is silent (the one home of these

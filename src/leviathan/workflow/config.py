@@ -92,6 +92,7 @@ def check_config(config: dict[str, Any]) -> None:
         train[key] = coerce(TrainConfig, values or {}, f"config train.{key}")
     runtime = {k: v for k, v in (config.get("runtime") or {}).items() if v is not None}
     config.get("runtime", {}).update(coerce(RuntimeConfig, runtime, "config runtime"))
+    RuntimeConfig.from_dict(runtime, "config runtime")  # the values' ranges
     study_cells = cells(config.get("studies") or {})
     keys = {c.key for c in study_cells}
     for key in train:
@@ -157,6 +158,16 @@ def check_names(config: Mapping[str, Any]) -> None:
     for section in ("resources", "eval_resources"):
         for key in config.get(section) or {}:
             _check_name(section, key, "scale", registries["scale"])
+    _check_corpus_name((config.get("corpus") or {}).get("name"))
+
+
+def _check_corpus_name(name: Any) -> None:
+    """corpus.name is one plain directory name: never `.`, `..` or a path."""
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*", str(name)):
+        raise ValueError(
+            f"config corpus.name {name!r}: not a plain directory name; use letters, digits, "
+            "_, - and . (not first), e.g. pile or my_corpus"
+        )
 
 
 def _data_files(section: Any) -> Iterator[str]:
