@@ -375,26 +375,68 @@ def make_other_shard(gpt2_shards: Path, tmp_path: Path, make_shard) -> Path:
 def test_non_finite_loss_stops_and_names_the_last_good_checkpoint(
     reference_run: Path, tmp_path: Path, gpt2_shards: Path
 ) -> None:
+    import json
     import shutil
 
     from safetensors.torch import save_file
+
+    from leviathan.io import sha256_file
 
     run_dir = tmp_path / "run"
     shutil.copytree(reference_run, run_dir)
     for name in ("final", "step_00000008"):
         shutil.rmtree(run_dir / "checkpoints" / name)
-    # weights that went bad between checkpoints: one NaN in the output head
+    # weights that went bad before they were saved: one NaN in the output head, and the
+    # manifest records them so (the hashes match: verification passes)
     ckpt4 = run_dir / "checkpoints" / "step_00000004"
     state = load_file(ckpt4 / "model.safetensors")
     state["io.head.weight"][0, 0] = float("nan")
     save_file(state, ckpt4 / "model.safetensors")
+    manifest = json.loads((ckpt4 / "model.safetensors.json").read_text())
+    manifest["artifact"]["sha256"] = sha256_file(ckpt4 / "model.safetensors")
+    (ckpt4 / "model.safetensors.json").write_text(json.dumps(manifest))
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     with pytest.raises(
         NonFiniteLoss,
-        match=r"non-finite training loss nan at step 4 .*Last good checkpoint: .*step_00000004",
+        match=r"non-finite training loss nan at step 4 .*first step after resuming from "
+        r".*step_00000004: that checkpoint may be damaged",
     ):
         run_train(gpt2_shards, run_dir)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before  # nothing written
+
+
+@pytest.mark.slow
+def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_bitwise_from_the_older(
+    reference_run: Path, tmp_path: Path, gpt2_shards: Path
+) -> None:
+    """One byte flipped in the newest checkpoint's optim.pt (torch checks no CRC): the run
+    resumes from the one before, to the reference's final weights bit for bit, and the final
+    manifest records the verified checkpoint it resumed from."""
+    import json
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run, run_dir)
+    shutil.rmtree(run_dir / "checkpoints" / "final")
+    optim = run_dir / "checkpoints" / "step_00000008" / "optim.pt"
+    data = bytearray(optim.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    optim.write_bytes(bytes(data))
+    result = run_train(gpt2_shards, run_dir)
+    assert result.start_step == 4
+    assert_bitwise_equal(weights(run_dir), weights(reference_run))
+    assert (run_dir / "checkpoints" / "step_00000008.damaged-1" / "optim.pt").is_file()
+    start = read_metrics(run_dir / "metrics.jsonl", "start")[-1]
+    assert start["damaged"][0]["file"] == "optim.pt"
+    final = json.loads((run_dir / "checkpoints" / "final" / "model.safetensors.json").read_text())
+    assert final["resumed_from"]["step"] == 4
+    assert final["resumed_from"]["path"].endswith("step_00000004")
+    assert final["resumed_from"]["verified"] == [
+        "model.safetensors",
+        "optim.pt",
+        "rng.pt",
+        "state.json",
+    ]
 
 
 def test_a_model_smaller_than_its_vocabulary_is_refused(

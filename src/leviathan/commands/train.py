@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -75,6 +76,8 @@ def _world_size() -> int:
 def run(args: argparse.Namespace) -> int:
     from leviathan.train.trainer import NonFiniteLoss, Preempted, train
 
+    # the trainer's WARNINGs (a damaged checkpoint or a torn metrics line set aside), one line
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     file_cfg = _config_file(args.config) if args.config else {}
     train_values = {**file_cfg.get("train", {}), **parse_assignments(args.set, "--set")}
     where = f"{args.config} train: / --set" if args.config else "--set"

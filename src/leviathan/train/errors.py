@@ -19,13 +19,34 @@ class ConfigMismatch(ValueError):
     pass
 
 
-def check_loss(loss: float, *, step: int, lr: float, last_good: str) -> None:
-    """Refuse a non-finite training loss (before the update: nothing applied, nothing saved)."""
+class NoIntactCheckpoint(ValueError):
+    """Every checkpoint of a run was damaged and set aside."""
+
+    def __init__(self, root: Path, set_aside: list[str]) -> None:
+        super().__init__(
+            f"no intact checkpoint left in {root}: every one was damaged and set aside "
+            f"({', '.join(set_aside) or 'see the warnings'}); rerun to start the run afresh, "
+            "or put an intact copy back from a backup"
+        )
+
+
+def check_loss(
+    loss: float, *, step: int, lr: float, last_good: str, resumed_from: str | None = None
+) -> None:
+    """Refuse a non-finite training loss (before the update: nothing applied, nothing saved).
+    `resumed_from`: the checkpoint restored just before this step, the likelier culprit."""
     if not math.isfinite(loss):
+        cause = (
+            f"It is the first step after resuming from {resumed_from}: that checkpoint may be "
+            "damaged (its files match their manifest, so it was saved so). Move it aside to "
+            "resume from the one before, or restart"
+            if resumed_from
+            else f"Last good checkpoint: {last_good}. Lower train.lr or check the data, "
+            "then resume or restart"
+        )
         raise NonFiniteLoss(
-            f"non-finite training loss {loss} at step {step} "
-            f"(lr {lr:.3g}); nothing was saved. Last good checkpoint: {last_good}. "
-            "Lower train.lr or check the data, then resume or restart"
+            f"non-finite training loss {loss} at step {step} (lr {lr:.3g}); nothing was saved. "
+            + cause
         )
 
 

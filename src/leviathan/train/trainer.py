@@ -2,7 +2,7 @@
 
 `train(cfg, train_bins=..., val_bin=..., run_dir=...)` runs the paper's recipe on CPU, one
 GPU or a torchrun DDP job through the same code. Restarting the same call resumes from the
-newest complete checkpoint (bitwise on CPU); SIGTERM/SIGUSR1 checkpoint and raise
+newest intact checkpoint (every file checked against its manifest first; bitwise on CPU); SIGTERM/SIGUSR1 checkpoint and raise
 `Preempted`; a non-finite loss raises `NonFiniteLoss` naming the step and the last good
 checkpoint, writing nothing.
 
@@ -262,7 +262,9 @@ class Trainer:
         x, y = batches.get(step)  # the loader's position moves past `step`
         loss = self._forward_backward(x, y)
         last_good = self.checkpoints.last_good
-        check_loss(loss, step=step, lr=lr, last_good=last_good)
+        r = self.restored
+        resumed = str(r.path) if r.path is not None and step == r.step else None
+        check_loss(loss, step=step, lr=lr, last_good=last_good, resumed_from=resumed)
         grad_norm = self._clip_gradients()
         check_grad_norm(grad_norm, step=step, loss=loss, lr=lr, last_good=last_good)
         self.optimizer.step()
@@ -316,6 +318,7 @@ class Trainer:
             resumed_from=r.path,
             set_aside=r.set_aside,
             because=r.because,
+            damaged=r.damaged,
         )
         # the data the checkpoints come from, with the sha256 their manifests record
         if info.is_main:
@@ -331,7 +334,12 @@ class Trainer:
                     self.val_bin, recorded_sha256(self.val_bin, "tokens"), role="val_tokens"
                 )
             )
-        return ckpt.ManifestInfo(inputs=data, started=self.started, device=str(self.info.device))
+        return ckpt.ManifestInfo(
+            inputs=data,
+            started=self.started,
+            device=str(self.info.device),
+            resumed_from=self.restored.resumed_from(),
+        )
 
     def _set_lr(self, step: int) -> float:
         cfg = self.cfg
