@@ -110,6 +110,7 @@ def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
         assert (reference_run / "checkpoints" / name / "model.safetensors.json").is_file()
     steps = sorted(p.name for p in (reference_run / "checkpoints").iterdir())
     assert steps == ["final", "step_00000004", "step_00000008"]  # keep_last=2 (12 is final)
+    assert not (reference_run / ".lock").exists()  # the run directory's lock went with its process
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ from leviathan import layout
 from leviathan.data.loader import Prefetcher, TrainLoader
 from leviathan.data.shards import verify_shards
 from leviathan.device import set_deterministic
+from leviathan.lock import hold_lock
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
 from leviathan.model.accounting import account_model
@@ -109,26 +110,34 @@ def train(
     run_dir: Path | str,
     runtime: RuntimeConfig = RuntimeConfig(),
 ) -> TrainResult:
+    """Train (or resume) the run in `run_dir`: one process per run directory (the launch's
+    main process holds its lock, `leviathan.lock`; a second one is refused in one line)."""
     run_dir = Path(run_dir)
     if runtime.verify_shards not in ("sampled", "full"):
         raise ValueError(f"runtime.verify_shards={runtime.verify_shards!r}: use sampled or full")
-    if runtime.verify_shards == "full" and int(os.environ.get("RANK", "0")) == 0:
-        # before the process group exists: no collective waits on this pass over the data
-        shards = [Path(p) for p in [*train_bins, *([val_bin] if val_bin else [])]]
-        verify_shards(shards, progress=runtime.progress)
-    info = init_distributed(runtime.device, runtime.dist_timeout_s)
-    try:
-        trainer = Trainer(
-            cfg,
-            [Path(p) for p in train_bins],
-            Path(val_bin) if val_bin else None,
-            run_dir,
-            runtime,
-            info,
-        )
-        return trainer.fit()
-    finally:
-        shutdown(info)
+    launch_main = int(os.environ.get("RANK", "0")) == 0
+    with (
+        hold_lock(run_dir, "run directory", folder=True)
+        if launch_main
+        else contextlib.nullcontext()
+    ):
+        if runtime.verify_shards == "full" and launch_main:
+            # before the process group exists: no collective waits on this pass over the data
+            shards = [Path(p) for p in [*train_bins, *([val_bin] if val_bin else [])]]
+            verify_shards(shards, progress=runtime.progress)
+        info = init_distributed(runtime.device, runtime.dist_timeout_s)
+        try:
+            trainer = Trainer(
+                cfg,
+                [Path(p) for p in train_bins],
+                Path(val_bin) if val_bin else None,
+                run_dir,
+                runtime,
+                info,
+            )
+            return trainer.fit()
+        finally:
+            shutdown(info)
 
 
 class Trainer:
