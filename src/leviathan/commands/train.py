@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -22,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="train one cell (scale x vocab x variant x seed) from token shards",
         description=(
             "Train one experiment cell. Rerunning the same command resumes from the newest "
-            "complete checkpoint in RUN_DIR/checkpoints. SIGTERM/SIGUSR1 write a checkpoint "
-            "and exit with 128+signal. Multi-GPU: torchrun --nproc-per-node N -m leviathan.cli train ..."
+            "intact checkpoint in RUN_DIR/checkpoints. SIGTERM/SIGUSR1 and Ctrl-C write a "
+            "checkpoint and exit with 128+signal (a second Ctrl-C stops at once). Multi-GPU: torchrun --nproc-per-node N -m leviathan.cli train ..."
         ),
     )
     p.add_argument("--scale", required=True, choices=list(SCALES))
@@ -73,6 +74,14 @@ def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def _resume_hint(run_dir: Path) -> str:
+    from leviathan.layout import checkpoints_dir
+    from leviathan.train.checkpoint import latest_checkpoint
+
+    ref = latest_checkpoint(checkpoints_dir(run_dir))
+    return f"resume from {ref.path}" if ref else "no checkpoint yet: a rerun starts afresh"
+
+
 def run(args: argparse.Namespace) -> int:
     from leviathan.train.trainer import NonFiniteLoss, Preempted, train
 
@@ -93,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
     except Preempted as exc:
         print(f"leviathan train: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before training began)
+        print(
+            f"leviathan train: stopped at once by Ctrl-C; {_resume_hint(args.run_dir)}",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
     except NonFiniteLoss as exc:
         print(f"leviathan train: error: {exc}", file=sys.stderr)
         return 3

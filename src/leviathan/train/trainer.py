@@ -256,10 +256,13 @@ class Trainer:
                         saved = self.checkpoints.save_step(record.step, record.loss, wait=True)
                         raise preemption.stop(saved)
                     self.checkpoints.save_if_due(record.step, record.loss)
-            loss = record.loss if record else None
-            val_loss = self._validate(stop, telemetry)
-            final = self.checkpoints.save_final(stop, loss, val_loss)
-            telemetry.end(stop, train_loss=loss, val_loss=val_loss)
+                # a signal from here on is answered once `final` is written: the run is whole
+                loss = record.loss if record else None
+                val_loss = self._validate(stop, telemetry)
+                final = self.checkpoints.save_final(stop, loss, val_loss)
+                telemetry.end(stop, train_loss=loss, val_loss=val_loss)
+                if preemption.requested():
+                    raise preemption.stop(final)
         return TrainResult(self.run_dir, final, stop, start, loss, val_loss)
 
     def train_step(self, step: int, batches: Prefetcher) -> StepRecord:
