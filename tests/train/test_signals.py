@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_trainer import assert_bitwise_equal, cli, reference_run, weights
+from test_trainer import assert_bitwise_equal, cli, reference_run, wait_for_training, weights
 
 from leviathan.train.telemetry import read_metrics
 
@@ -80,15 +80,6 @@ def test_a_signal_in_the_final_phase_ends_with_the_final_checkpoint(
     again = subprocess.run(cli(gpt2_shards, run_dir), capture_output=True, text=True, check=True)
     assert '"start_step": 12' in again.stdout  # the rerun finds the run complete
     assert [r["kind"] for r in read_metrics(run_dir / "metrics.jsonl")][-1] == "end"
-
-
-def wait_for_training(run_dir: Path) -> None:
-    metrics = run_dir / "metrics.jsonl"
-    deadline = time.time() + 120
-    while (
-        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
-    ) and time.time() < deadline:
-        time.sleep(0.05)
 
 
 @pytest.mark.slow

@@ -68,6 +68,16 @@ def cli(shards: Path, run_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+def wait_for_training(run_dir: Path, timeout: float = 120) -> None:
+    """Until the run's metrics log holds a training step's record (or `timeout` seconds)."""
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + timeout
+    while (
+        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
+    ) and time.time() < deadline:
+        time.sleep(0.05)
+
+
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(run_dir / "checkpoints" / "final" / "model.safetensors")
 
@@ -240,11 +250,7 @@ def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(
         cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0"), stderr=subprocess.PIPE, text=True
     )
     metrics = run_dir / "metrics.jsonl"
-    deadline = time.time() + 120
-    while (
-        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
-    ) and time.time() < deadline:
-        time.sleep(0.05)
+    wait_for_training(run_dir)
     sent = time.time()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -545,11 +551,7 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
 
     nodes = launch()
     metrics = run_dir / "metrics.jsonl"
-    deadline = time.time() + 300
-    while (
-        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
-    ) and time.time() < deadline:
-        time.sleep(0.05)
+    wait_for_training(run_dir, 300)
     nodes[0].send_signal(signal.SIGTERM)  # one node's launcher: torchrun forwards it
     errs = [n.communicate(timeout=300)[1] for n in nodes]
     assert all(n.returncode != 0 for n in nodes), errs
