@@ -444,6 +444,14 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_bitwise_from_the_
         "rng.pt",
         "state.json",
     ]
+    # the audit follows the chain through the resume, to the checkpoint resumed from
+    from leviathan.report.chain import ChainWalker
+
+    audit = ChainWalker()
+    audit.audit_artifact(run_dir / "checkpoints" / "final")
+    assert audit.failures == []
+    resumed = [f for f in audit.findings if f.what.startswith("resumed from")]
+    assert [f.status.name for f in resumed] == ["OK"]
 
 
 def test_a_model_smaller_than_its_vocabulary_is_refused(
@@ -526,8 +534,9 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_path: Path) -> None:
     """Two torchrun launchers on one host (`--nnodes 2`, c10d rendezvous: the multi-node launch
-    of docs/slurm.md) against one launcher with the same two ranks: the same losses; SIGTERM to
-    one launcher stops both ranks at the same step with a checkpoint, and the relaunch resumes
+    of docs/slurm.md, through leviathan.torchrun as the workflow runs it) against one launcher
+    with the same two ranks: the same losses; SIGTERM to one launcher stops both ranks at the
+    same step with a checkpoint (both launchers exit 143), and the relaunch resumes
     to the same final weights, bit for bit."""
     common = ["--set", "global_batch=8", "--set", "micro_batch=4"]
     common += ["--runtime", "ckpt_every=0", "--runtime", "threads=1"]
@@ -544,7 +553,8 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
     port = _free_port()
 
     def launch() -> list[subprocess.Popen[str]]:
-        node = [*torchrun, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+        node = [sys.executable, "-m", "leviathan.torchrun", "--nnodes", "2"]
+        node += ["--nproc-per-node", "1", "--rdzv-backend", "c10d"]
         node += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes"]
         argv = node + cli(gpt2_shards, run_dir, *common)[1:]
         return [subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True) for _ in "ab"]
@@ -554,7 +564,8 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
     wait_for_training(run_dir, 300)
     nodes[0].send_signal(signal.SIGTERM)  # one node's launcher: torchrun forwards it
     errs = [n.communicate(timeout=300)[1] for n in nodes]
-    assert all(n.returncode != 0 for n in nodes), errs
+    # both launchers exit as leviathan train does: 128 + SIGTERM (torchrun's own status is 1)
+    assert [n.returncode for n in nodes] == [128 + signal.SIGTERM] * 2, errs
     saved = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
     assert len(saved) == 1, errs
     assert not (run_dir / "checkpoints" / "final").exists(), errs

@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description=(
             "Train one experiment cell. Rerunning the same command resumes from the newest "
             "intact checkpoint in RUN_DIR/checkpoints. SIGTERM/SIGUSR1 and Ctrl-C write a "
-            "checkpoint and exit with 128+signal (a second Ctrl-C stops at once). Multi-GPU: torchrun --nproc-per-node N -m leviathan.cli train ..."
+            "checkpoint and exit with 128+signal (a second Ctrl-C stops at once). Multi-GPU: "
+            "python -m leviathan.torchrun --nproc-per-node N -m leviathan.cli train ... "
+            "(torchrun's arguments; exits 128+signal on preemption too)"
         ),
     )
     p.add_argument("--scale", required=True, choices=list(SCALES))

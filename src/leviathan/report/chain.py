@@ -229,8 +229,13 @@ class ChainWalker:
         what = f"resumed from {self.show(resumed['path'])} (step {resumed.get('step')})"
         if not mpath.is_file():
             self.unverifiable(depth, what, "no longer kept (retention); verified when resumed")
-        elif self.check_hash(mpath, resumed.get("manifest_sha256"), where, depth):
-            self.walk(mpath.with_name(WEIGHTS), depth)
+        elif (sha := self.sha(mpath)) != resumed.get("manifest_sha256"):
+            self.failed(
+                depth, what, f"its manifest changed since it was verified (recorded in {where})"
+            )
+        else:
+            self.passed(depth, what, f"manifest sha256 {sha[:12]}, as verified when resumed")
+            self.walk(mpath.with_name(WEIGHTS), depth + 1)
 
     def walk_eval(self, path: Path, doc: Mapping[str, Any], depth: int) -> None:
         depth, where = depth + 1, self.show(path)

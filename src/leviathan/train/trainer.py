@@ -278,7 +278,9 @@ class Trainer:
         resumed = str(r.path) if r.path is not None and step == r.step else None
         check_loss(loss, step=step, lr=lr, last_good=last_good, resumed_from=resumed)
         grad_norm = self._clip_gradients()
-        check_grad_norm(grad_norm, step=step, loss=loss, lr=lr, last_good=last_good)
+        check_grad_norm(
+            grad_norm, step=step, loss=loss, lr=lr, last_good=last_good, resumed_from=resumed
+        )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepRecord(step + 1, loss, lr, grad_norm, self._step_time(t0))
