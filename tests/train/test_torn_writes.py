@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from test_checkpoint import manager
 from test_integrity import with_manifest
+from test_trainer import cli
 
 from leviathan.io import DiskFull
 from leviathan.train import checkpoint as ckpt
+from leviathan.train.integrity import verify_checkpoint
 from leviathan.train.telemetry import MetricsLog, read_metrics, rewind_metrics
 
 
@@ -114,3 +116,27 @@ def test_disk_full_at_a_metrics_record_is_one_line_and_cuts_no_record(
     log.close()
     assert path.read_bytes() == before
     assert [r["step"] for r in read_metrics(path)] == list(range(1, step + 1))
+
+
+@pytest.mark.slow
+def test_leviathan_train_on_a_full_disk_says_so_in_one_line(
+    small_fs: Callable[[str], Path], gpt2_shards: Path
+) -> None:
+    """A real run on a 60 MB filesystem: its first checkpoint (step 4) fits, the next does not;
+    `leviathan train` ends with one line and exit 2, and step 4 is intact."""
+    run_dir = small_fs("60m") / "run"
+    argv = cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("leviathan train: error: no space left on the filesystem of ")
+    assert "resumes from the newest checkpoint left" in lines[0]
+    step4 = run_dir / "checkpoints" / "step_00000004"
+    assert sorted(p.name for p in step4.parent.iterdir()) == ["step_00000004"]
+    assert verify_checkpoint(step4).files == (  # intact: every file as its manifest records
+        "model.safetensors",
+        "optim.pt",
+        "rng.pt",
+        "state.json",
+    )

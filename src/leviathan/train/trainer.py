@@ -1,22 +1,28 @@
 """Train one cell: token shards in, checkpoints and a metrics log out.
 
 `train(cfg, train_bins=..., val_bin=..., run_dir=...)` runs the paper's recipe on CPU, one
-GPU or a torchrun DDP job through the same code. Restarting the same call resumes from the
-newest intact checkpoint (every file checked against its manifest first; bitwise on CPU); SIGTERM/SIGUSR1 checkpoint and raise
-`Preempted`; a non-finite loss raises `NonFiniteLoss` naming the step and the last good
-checkpoint, writing nothing.
+GPU or a torchrun DDP job through the same code, one process per run directory (a lock).
+Restarting the same call resumes from the newest intact checkpoint (every file checked
+against its manifest first; bitwise on CPU); SIGTERM/SIGUSR1/SIGINT checkpoint and raise
+`Preempted`, in the final phase too; a non-finite loss raises `NonFiniteLoss` naming the step
+and the last good checkpoint, writing nothing.
 
 `Trainer` wires the components, `Trainer.train_step` is one optimizer step of the recipe and
 `Trainer.fit` the loop; each component decides its own interval. Beside it:
   checkpoint.py   CheckpointManager: saves/restores model, optimizer, loader, train state, RNG
-  preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1 -> checkpoint, exit 128+signal
+  integrity.py    every checkpoint file's sha256: recorded at save, checked before a restore
+  preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1/SIGINT -> checkpoint, exit
+                  128+signal
   telemetry.py    TrainTelemetry: metrics records, progress bar; rewind_metrics on a restart
   validation.py   Validator, evaluate_val_loss
-  errors.py       NonFiniteLoss, ConfigMismatch and their texts
+  errors.py       NonFiniteLoss, ConfigMismatch, NoIntactCheckpoint and their texts
 
 Run directory:
-  checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`)
-  metrics.jsonl                               kind = start | train | val | end
+  .lock                                       held by the process training it (leviathan.lock)
+  checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`); damaged ones set aside as
+                                              <name>.damaged-<n>/
+  metrics.jsonl                               kind = start | train | val | end (a torn line
+                                              set aside as metrics.torn-<n>.jsonl)
 """
 
 from __future__ import annotations
