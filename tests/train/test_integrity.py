@@ -156,3 +156,25 @@ def test_the_audit_of_a_checkpoint_folder_checks_every_recorded_hash(tmp_path: P
     edited.audit_artifact(folder)
     assert [Path(f.what).name for f in edited.failures] == ["state.json"]
     assert "the file changed" in edited.failures[0].detail
+
+
+def test_a_file_saved_unreadable_is_caught_by_its_loader(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """optim.pt cut short before it was hashed (its manifest agrees with it): the hashes pass,
+    torch.load fails, the checkpoint is set aside all the same; with the older one damaged too
+    none is left."""
+    from leviathan.io import sha256_file
+
+    two_checkpoints(tmp_path)
+    newest = tmp_path / "step_00000002"
+    truncate(newest / "optim.pt")
+    manifest = json.loads((newest / "model.safetensors.json").read_text())
+    manifest["files"]["optim.pt"] = sha256_file(newest / "optim.pt")
+    (newest / "model.safetensors.json").write_text(json.dumps(manifest))
+    flip_byte(tmp_path / "step_00000001" / "rng.pt")
+    with caplog.at_level(logging.WARNING, logger="leviathan.train"):
+        with pytest.raises(NoIntactCheckpoint):
+            with_manifest(manager(tmp_path)).restore(restart_on_mismatch=False)
+    first = caplog.records[0].getMessage()
+    assert "step_00000002 is damaged (optim.pt: unreadable" in first

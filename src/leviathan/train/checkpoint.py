@@ -442,9 +442,10 @@ class CheckpointManager:
                     loaded = read_checkpoint_files(ref.path, self.info.device)
                     break
                 except DamagedCheckpoint as exc:
-                    aside = set_aside_damaged(exc)
+                    verified, aside = None, set_aside_damaged(exc)
                     damaged.append(
                         {"checkpoint": str(ref.path), "set_aside": str(aside), "file": exc.file}
+                        | {"reason": exc.reason}
                     )
         barrier(self.info)  # the damaged ones are out of the way on every rank
         none_left = torch.tensor([float(bool(damaged) and verified is None)])
