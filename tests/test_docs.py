@@ -55,6 +55,7 @@ UNCHECKED = {
     "tail": "follows a running job's files",
     "tensorboard": "a server (tensorboard is not a dependency)",
     "torchrun": "several processes; its leviathan arguments are checked below",
+    "python": "python -m leviathan.torchrun: as torchrun",
     "lm_eval": "lm-eval's own CLI on an export",
     "leviathan-lm-eval": "lm-eval's CLI (its flags are lm-eval's)",
 }
@@ -87,9 +88,11 @@ def _of(program: str) -> list[tuple[str, str]]:
 
 
 def _leviathan_commands() -> list[tuple[str, str]]:
-    """`leviathan ...` lines, `torchrun ... -m leviathan.cli ...` lines and `$(leviathan ...)`."""
+    """`leviathan ...` lines, `[python -m leviathan.]torchrun ... -m leviathan.cli ...` lines and
+    `$(leviathan ...)`."""
     nested = [(d, m) for d, c in doc_commands() for m in re.findall(r"\$\((leviathan [^)]*)\)", c)]
-    return _of("leviathan") + _of("torchrun") + nested
+    launched = [(d, c) for d, c in _of("python") if "leviathan.cli" in c.split()]
+    return _of("leviathan") + _of("torchrun") + launched + nested
 
 
 def _leviathan_argv(command: str) -> list[str]:

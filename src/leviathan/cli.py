@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from leviathan import __version__
+from leviathan.io import DiskFull
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -32,9 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run a command. A user error (a bad value, key or file: ValueError, FileNotFoundError) is
-    one line on stderr and exit status 2; a reader that closes the pipe early
-    (`leviathan params --json | head`) ends the command quietly, as `cat` does."""
+    """Run a command. A user error (a bad value, key or file: ValueError, FileNotFoundError; a
+    full disk: DiskFull) is one line on stderr and exit status 2; a reader that closes the
+    pipe early (`leviathan params --json | head`) ends the command quietly, as `cat` does."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # pipe again at exit) and stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, FileNotFoundError) as exc:  # user errors: message, no traceback
+    except (ValueError, FileNotFoundError, DiskFull) as exc:  # user errors: one line
         print(f"leviathan {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -7,6 +7,7 @@ temporary sibling path and it is renamed into place only on success.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -16,6 +17,22 @@ from pathlib import Path
 from typing import Any
 
 _CHUNK = 1 << 20
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a full quota
+
+
+class DiskFull(OSError):
+    """A write failed for lack of space; the message names the path, the bytes and the fix."""
+
+
+def disk_full(path: str | os.PathLike[str], needed: int, fix: str) -> DiskFull:
+    """The one-line error of a write of `needed` bytes at `path` that found its disk full."""
+    where = Path(path)
+    probe = next((p for p in (where, *where.parents) if p.exists()), Path("."))
+    free = shutil.disk_usage(probe).free
+    return DiskFull(
+        f"no space left on the filesystem of {where}: writing it needs about {needed:,} bytes "
+        f"and {free:,} are free; {fix}"
+    )
 
 
 def sha256_file(path: str | os.PathLike[str], progress: bool = False) -> str:
@@ -120,6 +137,15 @@ def publish_dir(tmp: Path, final: Path) -> None:
     tmp.rename(final)
     fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def free_name(path: Path, tag: str) -> Path:
+    """`<name>.<tag>-<n><suffix>` beside `path`, with the first n not taken: where something
+    set aside (never deleted) goes."""
+    n = 1
+    while (target := path.with_name(f"{path.stem}.{tag}-{n}{path.suffix}")).exists():
+        n += 1
+    return target
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

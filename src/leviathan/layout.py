@@ -54,6 +54,17 @@ DEFAULT_CONFIG = "config/config.yaml"
 CONFIG_SCHEMA = "workflow/schemas/config.schema.yaml"
 PAPER_REPORTED = "config/paper_reported.yaml"
 
+# ---------------------------------------------------------------- locks
+LOCK = ".lock"  # one process per run directory or output (leviathan.lock)
+
+
+def lock_file(target: PathLike, folder: bool) -> Path:
+    """The lock file of a directory (`folder`: `<dir>/.lock`) or of a file to be written
+    (`.<name>.lock` beside it)."""
+    p = Path(target)
+    return p / LOCK if folder else p.with_name(f".{p.name}{LOCK}")
+
+
 # ---------------------------------------------------------------- manifests
 MANIFEST_SUFFIX = ".json"
 

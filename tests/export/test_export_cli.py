@@ -108,12 +108,31 @@ def test_bad_input_clear_errors_nothing_half_written(
     assert not [p for p in tmp_path.parent.iterdir() if p.name.endswith((".tmp", ".old"))]
 
 
-def test_force_replaces_and_bfloat16(micro_run: Path, tmp_path: Path) -> None:
+def test_force_replaces_an_earlier_export_and_bfloat16(micro_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    out.mkdir()
+    assert main(["export", str(micro_run), str(out)]) == 0
     (out / "stale.txt").write_text("old")
     assert main(["export", str(micro_run), str(out), "--force", "--dtype", "bfloat16"]) == 0
     assert not (out / "stale.txt").exists()
     assert not [p for p in tmp_path.iterdir() if p.name != "out"]  # no temp or old directories left
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.model.embed_tokens.weight.dtype == torch.bfloat16
+
+
+def test_force_never_replaces_a_run_or_another_folder(
+    micro_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`export RUN RUN --force` used to delete the run's checkpoints and exit 0."""
+    run = tmp_path / "run"
+    shutil.copytree(micro_run, run)
+    before = {p.relative_to(run): sha256_file(p) for p in run.rglob("*") if p.is_file()}
+    assert main(["export", str(run), str(run), "--force"]) == 2
+    assert "overlaps the run exported" in capsys.readouterr().err
+    other = tmp_path / "other"
+    shutil.copytree(micro_run, other)  # another run: not an export
+    assert main(["export", str(run), str(other), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "is not an export" in err
+    assert "--force replaces only an earlier `leviathan export`" in err
+    assert {p.relative_to(run): sha256_file(p) for p in run.rglob("*") if p.is_file()} == before
+    assert (other / "checkpoints" / "final" / "model.safetensors").is_file()

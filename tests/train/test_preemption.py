@@ -1,16 +1,19 @@
 """PreemptionWatch on its own: a signal is recorded (not fatal) while entered, turns into
-`Preempted` with the scheduler's exit code, and the old handlers come back on exit."""
+`Preempted` with the scheduler's exit code, and the old handlers come back on exit; Ctrl-C is
+such a request, a second Ctrl-C (not a copy of the first one) stops at once."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from leviathan.train.distributed import DistInfo
-from leviathan.train.preemption import PreemptionWatch
+from leviathan.train.preemption import SAME_CTRL_C_S, PreemptionWatch
 
 CPU = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
@@ -32,3 +35,19 @@ def test_a_rank_without_a_signal_of_its_own_reports_sigterm() -> None:
     stop = PreemptionWatch(CPU).stop(Path("c"))  # another rank got it: the all-reduce said stop
     assert stop.signum == signal.SIGTERM
     assert stop.exit_code == 128 + signal.SIGTERM
+
+
+def test_ctrl_c_is_a_request_and_a_second_one_stops_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with PreemptionWatch(CPU) as watch:
+        os.kill(os.getpid(), signal.SIGINT)  # the process lives on
+        assert watch.requested()
+        assert "Ctrl-C: writing a checkpoint at the end of this step" in capsys.readouterr().err
+        os.kill(os.getpid(), signal.SIGINT)  # the same Ctrl-C forwarded by a launcher
+        time.sleep(SAME_CTRL_C_S)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # delivered here at the latest
+        assert watch.stop(Path("c")).exit_code == 128 + signal.SIGINT
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -68,6 +68,16 @@ def cli(shards: Path, run_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+def wait_for_training(run_dir: Path, timeout: float = 120) -> None:
+    """Until the run's metrics log holds a training step's record (or `timeout` seconds)."""
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + timeout
+    while (
+        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
+    ) and time.time() < deadline:
+        time.sleep(0.05)
+
+
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(run_dir / "checkpoints" / "final" / "model.safetensors")
 
@@ -110,6 +120,7 @@ def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
         assert (reference_run / "checkpoints" / name / "model.safetensors.json").is_file()
     steps = sorted(p.name for p in (reference_run / "checkpoints").iterdir())
     assert steps == ["final", "step_00000004", "step_00000008"]  # keep_last=2 (12 is final)
+    assert not (reference_run / ".lock").exists()  # the run directory's lock went with its process
 
 
 @pytest.mark.slow
@@ -239,11 +250,7 @@ def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(
         cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0"), stderr=subprocess.PIPE, text=True
     )
     metrics = run_dir / "metrics.jsonl"
-    deadline = time.time() + 120
-    while (
-        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
-    ) and time.time() < deadline:
-        time.sleep(0.05)
+    wait_for_training(run_dir)
     sent = time.time()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -375,26 +382,76 @@ def make_other_shard(gpt2_shards: Path, tmp_path: Path, make_shard) -> Path:
 def test_non_finite_loss_stops_and_names_the_last_good_checkpoint(
     reference_run: Path, tmp_path: Path, gpt2_shards: Path
 ) -> None:
+    import json
     import shutil
 
     from safetensors.torch import save_file
+
+    from leviathan.io import sha256_file
 
     run_dir = tmp_path / "run"
     shutil.copytree(reference_run, run_dir)
     for name in ("final", "step_00000008"):
         shutil.rmtree(run_dir / "checkpoints" / name)
-    # weights that went bad between checkpoints: one NaN in the output head
+    # weights that went bad before they were saved: one NaN in the output head, and the
+    # manifest records them so (the hashes match: verification passes)
     ckpt4 = run_dir / "checkpoints" / "step_00000004"
     state = load_file(ckpt4 / "model.safetensors")
     state["io.head.weight"][0, 0] = float("nan")
     save_file(state, ckpt4 / "model.safetensors")
+    manifest = json.loads((ckpt4 / "model.safetensors.json").read_text())
+    manifest["artifact"]["sha256"] = sha256_file(ckpt4 / "model.safetensors")
+    (ckpt4 / "model.safetensors.json").write_text(json.dumps(manifest))
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     with pytest.raises(
         NonFiniteLoss,
-        match=r"non-finite training loss nan at step 4 .*Last good checkpoint: .*step_00000004",
+        match=r"non-finite training loss nan at step 4 .*first step after resuming from "
+        r".*step_00000004: that checkpoint may be damaged",
     ):
         run_train(gpt2_shards, run_dir)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before  # nothing written
+
+
+@pytest.mark.slow
+def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_bitwise_from_the_older(
+    reference_run: Path, tmp_path: Path, gpt2_shards: Path
+) -> None:
+    """One byte flipped in the newest checkpoint's optim.pt (torch checks no CRC): the run
+    resumes from the one before, to the reference's final weights bit for bit, and the final
+    manifest records the verified checkpoint it resumed from."""
+    import json
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run, run_dir)
+    shutil.rmtree(run_dir / "checkpoints" / "final")
+    optim = run_dir / "checkpoints" / "step_00000008" / "optim.pt"
+    data = bytearray(optim.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    optim.write_bytes(bytes(data))
+    result = run_train(gpt2_shards, run_dir)
+    assert result.start_step == 4
+    assert_bitwise_equal(weights(run_dir), weights(reference_run))
+    assert (run_dir / "checkpoints" / "step_00000008.damaged-1" / "optim.pt").is_file()
+    start = read_metrics(run_dir / "metrics.jsonl", "start")[-1]
+    assert start["damaged"][0]["file"] == "optim.pt"
+    final = json.loads((run_dir / "checkpoints" / "final" / "model.safetensors.json").read_text())
+    assert final["resumed_from"]["step"] == 4
+    assert final["resumed_from"]["path"].endswith("step_00000004")
+    assert final["resumed_from"]["verified"] == [
+        "model.safetensors",
+        "optim.pt",
+        "rng.pt",
+        "state.json",
+    ]
+    # the audit follows the chain through the resume, to the checkpoint resumed from
+    from leviathan.report.chain import ChainWalker
+
+    audit = ChainWalker()
+    audit.audit_artifact(run_dir / "checkpoints" / "final")
+    assert audit.failures == []
+    resumed = [f for f in audit.findings if f.what.startswith("resumed from")]
+    assert [f.status.name for f in resumed] == ["OK"]
 
 
 def test_a_model_smaller_than_its_vocabulary_is_refused(
@@ -477,8 +534,9 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_path: Path) -> None:
     """Two torchrun launchers on one host (`--nnodes 2`, c10d rendezvous: the multi-node launch
-    of docs/slurm.md) against one launcher with the same two ranks: the same losses; SIGTERM to
-    one launcher stops both ranks at the same step with a checkpoint, and the relaunch resumes
+    of docs/slurm.md, through leviathan.torchrun as the workflow runs it) against one launcher
+    with the same two ranks: the same losses; SIGTERM to one launcher stops both ranks at the
+    same step with a checkpoint (both launchers exit 143), and the relaunch resumes
     to the same final weights, bit for bit."""
     common = ["--set", "global_batch=8", "--set", "micro_batch=4"]
     common += ["--runtime", "ckpt_every=0", "--runtime", "threads=1"]
@@ -495,21 +553,19 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
     port = _free_port()
 
     def launch() -> list[subprocess.Popen[str]]:
-        node = [*torchrun, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+        node = [sys.executable, "-m", "leviathan.torchrun", "--nnodes", "2"]
+        node += ["--nproc-per-node", "1", "--rdzv-backend", "c10d"]
         node += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes"]
         argv = node + cli(gpt2_shards, run_dir, *common)[1:]
         return [subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True) for _ in "ab"]
 
     nodes = launch()
     metrics = run_dir / "metrics.jsonl"
-    deadline = time.time() + 300
-    while (
-        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
-    ) and time.time() < deadline:
-        time.sleep(0.05)
+    wait_for_training(run_dir, 300)
     nodes[0].send_signal(signal.SIGTERM)  # one node's launcher: torchrun forwards it
     errs = [n.communicate(timeout=300)[1] for n in nodes]
-    assert all(n.returncode != 0 for n in nodes), errs
+    # both launchers exit as leviathan train does: 128 + SIGTERM (torchrun's own status is 1)
+    assert [n.returncode for n in nodes] == [128 + signal.SIGTERM] * 2, errs
     saved = [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
     assert len(saved) == 1, errs
     assert not (run_dir / "checkpoints" / "final").exists(), errs

@@ -87,7 +87,7 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
     args = shlex.split(
         train_command(cell, config, "data/tokens/pile/o200k_base", layout.run_dir(cell))
     )
-    assert args[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert args[:3] == [sys.executable, "-m", "leviathan.torchrun"]  # torchrun, 128+signal
     assert "--nproc-per-node" in args
     assert args[args.index("--nproc-per-node") + 1] == "4"
     assert "--set" in args

@@ -113,7 +113,7 @@ def test_the_train_script_execs_the_command_config_show_prints(tmp_path: Path) -
     expected = shlex.split(train_command(cell, config, tokens, run_dir, python=sys.executable))
     assert argv == expected
     assert "--runtime" in argv  # the workflow's runtime (log_every) reaches the job
-    assert "torch.distributed.run" in argv  # two GPUs: torchrun
+    assert "leviathan.torchrun" in argv  # two GPUs: torchrun (with a preemption's status)
     assert "rule train (scale=micro)" in log.read_text()
 
 

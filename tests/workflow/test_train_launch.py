@@ -43,7 +43,7 @@ def test_a_multi_node_job_asks_slurm_for_its_nodes_and_runs_one_torchrun_per_nod
     assert "--nodes=2" in srun
     assert "--gpus-per-node=8" in srun
     assert "--cpus-per-task=64" in srun
-    assert torchrun[:3] == ["/env/python", "-m", "torch.distributed.run"]
+    assert torchrun[:3] == ["/env/python", "-m", "leviathan.torchrun"]  # torchrun, 128+signal
     assert {"--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d"} <= set(torchrun)
     assert "--rdzv-endpoint=gpu-001:29500" in torchrun
     assert "--rdzv-id=4242" in torchrun

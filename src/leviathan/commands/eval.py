@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def _add_val(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=float,
         help="running sums saved this often beside --out (a killed evaluation rerun continues)",
     )
-    v.set_defaults(func=run_val)
+    v.set_defaults(func=_locked(run_val))
 
 
 def _add_word_counts(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -102,7 +103,7 @@ def _add_word_counts(ev: argparse._SubParsersAction) -> None:  # type: ignore[ty
     w.add_argument("--val", required=True, type=Path)
     w.add_argument("--max-train-tokens", type=int, help="count only the first N training tokens")
     w.add_argument("--out", required=True, type=Path)
-    w.set_defaults(func=run_word_counts)
+    w.set_defaults(func=_locked(run_word_counts))
 
 
 def _add_wikitext(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -126,7 +127,7 @@ def _add_wikitext(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-
     t.add_argument(
         "--stride", type=int, help="stride of the secondary stream figure (default: the context)"
     )
-    t.set_defaults(func=run_wikitext)
+    t.set_defaults(func=_locked(run_wikitext))
 
 
 def _add_lm_eval(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -150,7 +151,7 @@ def _add_lm_eval(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     lm.add_argument(
         "--samples", type=Path, help="per-sample log JSONL (default: OUT with .samples.jsonl)"
     )
-    lm.set_defaults(func=run_lm_eval)
+    lm.set_defaults(func=_locked(run_lm_eval))
 
 
 def _add_lm_eval_tasks(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -169,7 +170,7 @@ def _add_lm_eval_tasks(ev: argparse._SubParsersAction) -> None:  # type: ignore[
         help="workflow config (default: config/config.yaml), resolved as Snakemake does",
     )
     lt.add_argument("--out", required=True, type=Path)
-    lt.set_defaults(func=run_lm_eval_tasks)
+    lt.set_defaults(func=_locked(run_lm_eval_tasks))
 
 
 def _add_sample_efficiency(ev: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -181,7 +182,20 @@ def _add_sample_efficiency(ev: argparse._SubParsersAction) -> None:  # type: ign
         "--run", required=True, action="append", type=Path, help="run directory (repeatable)"
     )
     s.add_argument("--out", required=True, type=Path)
-    s.set_defaults(func=run_sample_efficiency)
+    s.set_defaults(func=_locked(run_sample_efficiency))
+
+
+def _locked(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """One process per evaluation output: `--out` is locked while it is computed (a second
+    process on it is refused in one line, `leviathan.lock`)."""
+
+    def locked(args: argparse.Namespace) -> int:
+        from leviathan.lock import hold_lock
+
+        with hold_lock(args.out, "evaluation output", folder=False):
+            return run(args)
+
+    return locked
 
 
 def _overrides(args: argparse.Namespace, *fields: str) -> dict[str, Any]:

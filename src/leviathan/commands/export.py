@@ -29,7 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default="float32",
         help=f"weights dtype: {' or '.join(DTYPES)} (default: %(default)s)",
     )
-    p.add_argument("--force", action="store_true", help="replace OUT if it exists and is not empty")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace OUT if it is an earlier export (never a run or any other folder)",
+    )
     p.set_defaults(func=run_export)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -21,8 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="train one cell (scale x vocab x variant x seed) from token shards",
         description=(
             "Train one experiment cell. Rerunning the same command resumes from the newest "
-            "complete checkpoint in RUN_DIR/checkpoints. SIGTERM/SIGUSR1 write a checkpoint "
-            "and exit with 128+signal. Multi-GPU: torchrun --nproc-per-node N -m leviathan.cli train ..."
+            "intact checkpoint in RUN_DIR/checkpoints. SIGTERM/SIGUSR1 and Ctrl-C write a "
+            "checkpoint and exit with 128+signal (a second Ctrl-C stops at once). Multi-GPU: "
+            "python -m leviathan.torchrun --nproc-per-node N -m leviathan.cli train ... "
+            "(torchrun's arguments; exits 128+signal on preemption too)"
         ),
     )
     p.add_argument("--scale", required=True, choices=list(SCALES))
@@ -72,9 +76,19 @@ def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def _resume_hint(run_dir: Path) -> str:
+    from leviathan.layout import checkpoints_dir
+    from leviathan.train.checkpoint import latest_checkpoint
+
+    ref = latest_checkpoint(checkpoints_dir(run_dir))
+    return f"resume from {ref.path}" if ref else "no checkpoint yet: a rerun starts afresh"
+
+
 def run(args: argparse.Namespace) -> int:
     from leviathan.train.trainer import NonFiniteLoss, Preempted, train
 
+    # the trainer's WARNINGs (a damaged checkpoint or a torn metrics line set aside), one line
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     file_cfg = _config_file(args.config) if args.config else {}
     train_values = {**file_cfg.get("train", {}), **parse_assignments(args.set, "--set")}
     where = f"{args.config} train: / --set" if args.config else "--set"
@@ -90,6 +104,12 @@ def run(args: argparse.Namespace) -> int:
     except Preempted as exc:
         print(f"leviathan train: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # a second Ctrl-C (or one before training began)
+        print(
+            f"leviathan train: stopped at once by Ctrl-C; {_resume_hint(args.run_dir)}",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
     except NonFiniteLoss as exc:
         print(f"leviathan train: error: {exc}", file=sys.stderr)
         return 3

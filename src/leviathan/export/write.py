@@ -9,7 +9,8 @@
                                    checkpoint it came from (the provenance chain), the BPE file
 
 Everything is written into a temporary sibling directory and renamed into place whole, so
-OUT is either absent, the old export (with `force`), or complete.
+OUT is either absent, the old export (with `force`), or complete. `force` replaces only an
+earlier export (its manifest's kind says so), never a run or any other folder.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from leviathan.eval.checkpoint import Checkpoint, load_model, read_checkpoint
 from leviathan.export.card import model_card
 from leviathan.export.hf import check_dtype, to_llama
 from leviathan.export.tokenizer import hf_tokenizer
-from leviathan.io import publish_dir, sha256_file
-from leviathan.layout import MODEL_CARD, STATE, WEIGHTS
+from leviathan.io import publish_dir, read_json, sha256_file
+from leviathan.layout import MODEL_CARD, STATE, WEIGHTS, manifest_path
 from leviathan.manifest import display_path, input_record, vocab_record, write_manifest
 from leviathan.provenance import utc_now
 
@@ -44,14 +45,34 @@ class ExportResult:
     manifest: dict[str, Any]
 
 
-def check_out(out: Path, force: bool) -> None:
-    """Refuse to replace a non-empty OUT unless `force`; a file is never replaced."""
+def check_out(out: Path, force: bool, source: Path) -> None:
+    """Refuse to replace a non-empty OUT unless `force`, and then only an earlier export (its
+    manifest says so: never a run, a checkpoint or anything else); a file is never replaced,
+    nor a folder that holds or lies inside `source`, the run exported."""
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out}: exists and is not a directory; choose another OUT")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    a, b = out.resolve(), source.resolve()
+    if a == b or a in b.parents or b in a.parents:
+        raise ExportError(f"{out}: overlaps the run exported, {source}; choose another OUT")
+    if not (out.is_dir() and any(out.iterdir())):
+        return
+    if not force:
         raise ExportError(
             f"{out}: exists and is not empty; pass --force to replace it, or choose another OUT"
         )
+    if not _is_export(out):
+        raise ExportError(
+            f"{out}: is not an export (no {manifest_path(WEIGHTS)} of kind {MANIFEST_KIND!r} "
+            "in it): --force replaces only an earlier `leviathan export`; choose another OUT"
+        )
+
+
+def _is_export(directory: Path) -> bool:
+    try:
+        manifest = read_json(manifest_path(directory / WEIGHTS))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("kind") == MANIFEST_KIND
 
 
 def export_run(
@@ -64,7 +85,7 @@ def export_run(
     started = utc_now()
     check_dtype(dtype)
     final = Path(out)
-    check_out(final, force)
+    check_out(final, force, Path(run_dir))
     try:
         ckpt = read_checkpoint(run_dir)
     except FileNotFoundError as exc:

@@ -3,7 +3,8 @@
 The chain, each link checked against the hash its consumer recorded:
 
     evaluation JSON      it records the checkpoint's weights and state sha256 and its data inputs
-      -> checkpoint      model.safetensors.json: weights sha256, train/val shards
+      -> checkpoint      model.safetensors.json: weights, optim.pt, rng.pt, state.json sha256,
+                         train/val shards, the checkpoint its run resumed from (if any)
         -> token shards  train.bin.json: shard sha256, raw corpus, vocabulary file
           -> raw corpus        train.jsonl.zst.json
           -> vocabulary file   the BPE file's sha256 (checked where it is in the cache here)
@@ -183,9 +184,15 @@ class ChainWalker:
         if verified is None or recorded != verified:  # else: the line above already says it
             self.check_hash(path, recorded, f"its manifest {mpath}", depth)
         self.check_commit(manifest.get("code"), mpath, depth + 1)
-        # the other files of a directory artifact
-        for name, sha in (manifest.get("files") or {}).items():
+        # the other files of a directory artifact (a checkpoint's state.json, also as recorded
+        # by manifests older than `files`)
+        files = dict(manifest.get("files") or {})
+        if manifest.get("kind") == "checkpoint" and STATE not in files:
+            files[STATE] = manifest.get("state_sha256")
+        for name, sha in files.items():
             self.check_hash(path.parent / name, sha, f"its manifest {mpath}", depth + 1)
+        if manifest.get("resumed_from"):
+            self.check_resumed_from(manifest["resumed_from"], mpath, depth + 1)
         vocab = manifest.get("vocab")
         if vocab and vocab.get("bpe_file"):
             self.check_vocab_file(vocab, mpath, depth + 1)
@@ -205,12 +212,30 @@ class ChainWalker:
             )
             return
         manifest = read_json(mpath)
+        self.walk(weights, depth, verified)  # every file its manifest records, state.json too
         state = ckpt_dir / STATE  # the configs the tables' params/FLOPs read
-        if self.check_hash(state, manifest.get("state_sha256"), self.show(mpath), depth) and (
-            read_json(state).get("model_config") != manifest.get("model_config")
+        recorded = (manifest.get("files") or {}).get(STATE) or manifest.get("state_sha256")
+        if (
+            state.is_file()
+            and self.sha(state) == recorded
+            and read_json(state).get("model_config") != manifest.get("model_config")
         ):
             self.failed(depth, self.show(state), f"model_config differs from {self.show(mpath)}")
-        self.walk(weights, depth, verified)
+
+    def check_resumed_from(self, resumed: Mapping[str, Any], where: str, depth: int) -> None:
+        """The checkpoint a run resumed from (verified then, as its manifest recorded it): its
+        manifest unchanged where it is still kept, and its chain; retention may have removed it."""
+        mpath = manifest_path(self.path(resumed["path"]) / WEIGHTS)
+        what = f"resumed from {self.show(resumed['path'])} (step {resumed.get('step')})"
+        if not mpath.is_file():
+            self.unverifiable(depth, what, "no longer kept (retention); verified when resumed")
+        elif (sha := self.sha(mpath)) != resumed.get("manifest_sha256"):
+            self.failed(
+                depth, what, f"its manifest changed since it was verified (recorded in {where})"
+            )
+        else:
+            self.passed(depth, what, f"manifest sha256 {sha[:12]}, as verified when resumed")
+            self.walk(mpath.with_name(WEIGHTS), depth + 1)
 
     def walk_eval(self, path: Path, doc: Mapping[str, Any], depth: int) -> None:
         depth, where = depth + 1, self.show(path)

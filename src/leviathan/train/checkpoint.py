@@ -9,16 +9,22 @@ holding
                       model configs with the config fingerprint, code version, metrics
   model.safetensors.json
                       the manifest (kind "checkpoint", `leviathan.manifest`): sha256 of the
-                      weights, the token shards trained and validated on (with the sha256
-                      their manifests record), the train config and its sha256, state.json's
-                      sha256, code, environment, start/end time. Never read when resuming.
+                      weights and (`files`) of optim.pt, rng.pt and state.json, the token
+                      shards trained and validated on (with the sha256 their manifests
+                      record), the train config and its sha256, code, environment, start/end
+                      time, and (`resumed_from`) the verified checkpoint the run resumed from.
 It is written under a temporary name and renamed into place only when complete, so a
 directory named `step_*`/`final` is always whole; `state.json` and then the manifest are
 written last (the manifest records the final directory's path, not the temporary one).
+A full disk during a save is one line (`leviathan.io.DiskFull`); the older checkpoints stay.
 
 `CheckpointManager` is the trainer's side: it owns the model, optimizer, data loader (stateful
 by contract, `Stateful`) and train state of a run, writes them together and restores them on a
-restart (refusing, or setting aside, checkpoints of another config or other data).
+restart. Before a restore every file of the newest checkpoint is checked against its manifest
+(`integrity.py`); a damaged one (a file missing, unreadable or changed) is set aside as
+`<name>.damaged-<n>` with a WARNING naming the file and the next older one is tried. One of
+another config or other data is refused, or set aside. Retention never removes the checkpoint
+just written, whatever `keep_last` it is given.
 
 Saving without stalling. A checkpoint is a snapshot taken at the end of a step: weights,
 optimizer state and RNG states copied to host memory (`snapshot`), then written. With
@@ -33,6 +39,7 @@ by its own thread. The files are the same bytes as an in-line save of the same s
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import os
 import random
 import shutil
@@ -44,19 +51,27 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from leviathan.data.loader import DataMismatchError
-from leviathan.io import publish_dir, read_json, sha256_file, write_json
+from leviathan.io import NO_SPACE, disk_full, free_name, publish_dir, read_json, write_json
 from leviathan.layout import FINAL, OPTIM, RNG, STATE, WEIGHTS, step_dir, step_of
 from leviathan.manifest import display_path, write_manifest
 from leviathan.model import LanguageModel
 from leviathan.provenance import code_version, environment
 from leviathan.train.config import TrainConfig
-from leviathan.train.distributed import DistInfo, barrier
-from leviathan.train.errors import ConfigMismatch, config_mismatch
+from leviathan.train.distributed import DistInfo, all_reduce_sum, barrier
+from leviathan.train.errors import ConfigMismatch, NoIntactCheckpoint, config_mismatch
+from leviathan.train.integrity import (
+    DamagedCheckpoint,
+    Verified,
+    file_hashes,
+    read_checkpoint_files,
+    verify_checkpoint,
+)
 
 MANIFEST_KIND = "checkpoint"
+log = logging.getLogger("leviathan.train")
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,7 @@ class ManifestInfo:
     inputs: Sequence[Mapping[str, str]]  # {"role", "path", "sha256"} of the token shards
     started: _dt.datetime | None = None  # when the training process began
     device: str | None = None
+    resumed_from: Mapping[str, Any] | None = None  # `Verified.record` of the restored one
 
 
 @dataclass(frozen=True)
@@ -132,20 +148,18 @@ class Snapshot:
 
     @property
     def nbytes(self) -> int:
-        tensors: list[torch.Tensor] = []
+        return tensor_bytes([self.model_state, self.optim_state])
 
-        def collect(obj: Any) -> None:
-            if isinstance(obj, torch.Tensor):
-                tensors.append(obj)
-            elif isinstance(obj, dict):
-                for v in obj.values():
-                    collect(v)
-            elif isinstance(obj, (list, tuple)):
-                for v in obj:
-                    collect(v)
 
-        collect([self.model_state, self.optim_state])
-        return sum(t.numel() * t.element_size() for t in tensors)
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in `obj` (nested dicts/lists/tuples): about a checkpoint's size."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
 
 
 def snapshot(
@@ -178,14 +192,15 @@ def save_checkpoint(
 
     With `manifest`, `model.safetensors.json` is written inside the temporary directory
     after state.json, so a visible checkpoint always has it. `rng`: the RNG states to record
-    (default: the current ones).
+    (default: the current ones). A full disk raises `DiskFull` (one line: the path, the bytes,
+    the fix); nothing is left of the attempt and older checkpoints are untouched.
     """
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
     tmp = root / f".{name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
+        tmp.mkdir()
         save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, tmp / WEIGHTS)
         torch.save(optim_state, tmp / OPTIM)
         torch.save(rng if rng is not None else rng_state(), tmp / RNG)
@@ -193,9 +208,37 @@ def save_checkpoint(
         if manifest is not None:
             _write_manifest(tmp, final, state, manifest)
         publish_dir(tmp, final)  # on disk, then renamed; an old `final` is replaced whole
+    except Exception as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # the space it took, before measuring
+        needed = tensor_bytes([model_state, optim_state])
+        if _no_space(exc, root, needed):
+            fix = (
+                "free space there (or lower runtime.keep_last), then rerun: it resumes from "
+                f"the newest checkpoint left, {_newest(root)}"
+            )
+            raise disk_full(final, needed, fix) from exc
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _no_space(exc: BaseException | None, root: Path, needed: int) -> bool:
+    """Whether a failed save failed for lack of space: its error (or a cause) says so, or the
+    space free now is less than the checkpoint needs (torch.save's C++ writer reports a full
+    disk as "iostream error", safetensors' as its own error)."""
+    if shutil.disk_usage(root).free < needed:
+        return True
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _newest(root: Path) -> str:
+    ref = latest_checkpoint(root)
+    return str(ref.path) if ref else "none (it starts afresh)"
 
 
 def _write_manifest(tmp: Path, final: Path, state: dict[str, Any], info: ManifestInfo) -> None:
@@ -212,8 +255,10 @@ def _write_manifest(tmp: Path, final: Path, state: dict[str, Any], info: Manifes
             "step": state["step"],
             "tokens": state["tokens"],
             "train_fingerprint": state["train_fingerprint"],
-            "state_sha256": sha256_file(tmp / STATE),
+            "files": (files := file_hashes(tmp)),
+            "state_sha256": files[STATE],
             "model_config": state["model_config"],
+            "resumed_from": dict(info.resumed_from) if info.resumed_from else None,
         },
     )
 
@@ -231,18 +276,25 @@ def list_checkpoints(root: Path) -> list[CheckpointRef]:
 
 
 def latest_checkpoint(root: Path) -> CheckpointRef | None:
-    """The newest complete checkpoint: `final` if present, else the highest step."""
+    """The newest complete checkpoint: `final` if present, else the highest step (a `final`
+    whose state.json cannot be read has step -1: verifying it sets it aside)."""
     final = root / FINAL
     if (final / STATE).is_file():
-        return CheckpointRef(final, int(read_json(final / STATE)["step"]))
+        try:
+            step = int(read_json(final / STATE)["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            step = -1
+        return CheckpointRef(final, step)
     refs = list_checkpoints(root)
     return refs[-1] if refs else None
 
 
-def prune(root: Path, keep_last: int) -> None:
-    """Keep the newest `keep_last` step checkpoints (and `final`); remove stale temp dirs."""
-    refs = list_checkpoints(root)
-    for ref in refs[: max(0, len(refs) - keep_last)]:
+def prune(root: Path, keep_last: int, keep: Path | None = None) -> None:
+    """Keep the newest `keep_last` step checkpoints (and `final`, and `keep`: the one just
+    written, whatever `keep_last` says); remove stale temp dirs."""
+    refs = [r for r in list_checkpoints(root) if keep is None or r.path != keep]
+    kept = max(0, keep_last - (keep is not None and step_of(keep) is not None))
+    for ref in refs[: max(0, len(refs) - kept)]:
         shutil.rmtree(ref.path, ignore_errors=True)
     # leftovers of writers killed mid-write (another pid: never renamed into place)
     for p in root.iterdir():
@@ -258,19 +310,20 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
     """Read a checkpoint directory: {'model', 'optim', 'rng', 'state'} (safe loaders only)."""
     if not (path / STATE).is_file():
         raise FileNotFoundError(f"{path}: not a complete checkpoint (no {STATE})")
-    return {
-        "model": load_file(path / WEIGHTS, device=str(device)),
-        "optim": torch.load(path / OPTIM, map_location=device, weights_only=True),
-        "rng": torch.load(path / RNG, weights_only=True),
-        "state": read_json(path / STATE),
-    }
+    return read_checkpoint_files(path, device)
 
 
-def free_name(path: Path, tag: str) -> Path:
-    """`<name>.<tag>-<n><suffix>` beside `path`, with the first n not taken."""
-    n = 1
-    while (target := path.with_name(f"{path.stem}.{tag}-{n}{path.suffix}")).exists():
-        n += 1
+def set_aside_damaged(damage: DamagedCheckpoint) -> Path:
+    """Move a damaged checkpoint out of the way, to `<name>.damaged-<n>` beside it (kept)."""
+    target = free_name(damage.checkpoint, "damaged")
+    damage.checkpoint.rename(target)
+    log.warning(
+        "checkpoint %s is damaged (%s: %s): set aside as %s; trying the next older one",
+        damage.checkpoint,
+        damage.file,
+        damage.reason,
+        target,
+    )
     return target
 
 
@@ -293,6 +346,14 @@ class Restored:
     state: dict[str, Any] | None = None  # its state.json
     set_aside: Path | None = None  # checkpoints of another config/data, moved here
     because: str | None = None  # why they were set aside
+    verified: Verified | None = None  # the check of the checkpoint resumed from
+    damaged: tuple[dict[str, str], ...] = ()  # checkpoints set aside as damaged, newest first
+
+    def resumed_from(self) -> dict[str, Any] | None:
+        """What later checkpoints' manifests record of this one (None: a fresh start)."""
+        if self.verified is None:
+            return None
+        return self.verified.record(self.step)
 
     @property
     def finished(self) -> bool:
@@ -335,12 +396,13 @@ class CheckpointManager:
         self._pending: Future[Path] | None = None
 
     def restore(self, restart_on_mismatch: bool) -> Restored:
-        """Load the newest complete checkpoint into model, optimizer, loader and RNG. One of
-        another config or other data is refused, or with `restart_on_mismatch` set aside."""
-        ref = latest_checkpoint(self.root)
-        if ref is None:
+        """Load the newest intact checkpoint into model, optimizer, loader and RNG (damaged
+        ones set aside). One of another config or other data is refused, or with
+        `restart_on_mismatch` set aside."""
+        found = self._newest_intact()
+        if found is None:
             return Restored()
-        loaded = load_checkpoint(ref.path, self.info.device)
+        ref, loaded, verified, damaged = found
         state = loaded["state"]
         try:
             if state["train_fingerprint"] != self.fingerprint:
@@ -356,7 +418,45 @@ class CheckpointManager:
         self.optimizer.load_state_dict(loaded["optim"])
         set_rng_state(loaded["rng"])
         self.last_good = str(ref.path)
-        return Restored(step=int(state["step"]), path=ref.path, state=state)
+        return Restored(
+            step=int(state["step"]),
+            path=ref.path,
+            state=state,
+            verified=verified,
+            damaged=damaged,
+        )
+
+    def _newest_intact(
+        self,
+    ) -> tuple[CheckpointRef, dict[str, Any], Verified | None, tuple[dict[str, str], ...]] | None:
+        """The newest checkpoint whose files all hash as its manifest records, loaded. The main
+        rank checks them, newest first, and sets aside each damaged one; the other ranks then
+        load the one it kept. None: no checkpoint (a fresh start); none intact is refused."""
+        verified: Verified | None = None
+        loaded: dict[str, Any] | None = None
+        damaged: list[dict[str, str]] = []
+        if self.info.is_main:
+            while (ref := latest_checkpoint(self.root)) is not None:
+                try:
+                    verified = verify_checkpoint(ref.path)
+                    loaded = read_checkpoint_files(ref.path, self.info.device)
+                    break
+                except DamagedCheckpoint as exc:
+                    verified, aside = None, set_aside_damaged(exc)
+                    damaged.append(
+                        {"checkpoint": str(ref.path), "set_aside": str(aside), "file": exc.file}
+                        | {"reason": exc.reason}
+                    )
+        barrier(self.info)  # the damaged ones are out of the way on every rank
+        none_left = torch.tensor([float(bool(damaged) and verified is None)])
+        if bool(all_reduce_sum(none_left.to(self.info.device), self.info).item()):
+            raise NoIntactCheckpoint(self.root, [d["set_aside"] for d in damaged])
+        ref = latest_checkpoint(self.root)
+        if ref is None:
+            return None
+        if loaded is None:  # not the main rank: the checkpoint it kept
+            loaded = read_checkpoint_files(ref.path, self.info.device)
+        return ref, loaded, verified, tuple(damaged)
 
     def _set_aside(self) -> Path:
         """Move the checkpoints out of the way (kept, never deleted)."""
@@ -420,7 +520,7 @@ class CheckpointManager:
             manifest=self.manifest,
             rng=snap.rng,
         )
-        prune(self.root, self.keep_last)
+        prune(self.root, self.keep_last, keep=path)  # never the one a message names
         return path
 
     def wait(self) -> None:

@@ -1,16 +1,25 @@
 """Training telemetry: device peak FLOP/s for MFU, JSONL metrics, optional TensorBoard and
-DVCLive views, the progress bar, and the rewind of a run's metrics to its checkpoint."""
+DVCLive views, the progress bar, and the rewind of a run's metrics to its checkpoint.
+
+The metrics log is written one whole record per `write` call, appended and flushed at once
+(no buffer to lose); a write that fails (a full disk) is cut back to the last whole record
+and raises `leviathan.io.DiskFull`. A line that is still not a whole record (a kill in the
+middle of a write) is set aside, with a WARNING naming both files, when the run restarts."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 
+from leviathan.io import NO_SPACE, disk_full, free_name
 from leviathan.provenance import code_version
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import DistInfo
@@ -25,6 +34,7 @@ PEAK_BF16_FLOPS: list[tuple[str, float]] = [
     ("L40S", 362e12),
     ("A10G", 70e12),
 ]
+log = logging.getLogger("leviathan.train")
 
 
 def device_name(device: torch.device) -> str:
@@ -73,7 +83,7 @@ class MetricsLog:
     ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fh: TextIO = open(path, "a", buffering=1)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._tb = None
         if tensorboard_dir is not None:
             try:
@@ -87,7 +97,7 @@ class MetricsLog:
 
     def write(self, record: dict[str, Any]) -> None:
         record = {"time": round(time.time(), 3), **record}
-        self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+        self._append((json.dumps(record, sort_keys=True) + "\n").encode())
         if self._tb is not None and "step" in record:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key not in ("step", "time"):
@@ -100,8 +110,22 @@ class MetricsLog:
                 self._live.log_metric(f"{record.get('kind', 'train')}/{key}", value)
             self._live.make_summary()
 
+    def _append(self, data: bytes) -> None:
+        """Append one whole record; on failure cut the file back to what it was."""
+        size = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(data)
+            while view:  # a short write (a disk filling up) then raises on the next call
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            os.ftruncate(self._fd, size)
+            if exc.errno in NO_SPACE:
+                fix = "free space there, then rerun: the run resumes from its newest checkpoint"
+                raise disk_full(self.path, len(data), fix) from exc
+            raise
+
     def close(self) -> None:
-        self._fh.close()
+        os.close(self._fd)
         if self._tb is not None:
             self._tb.close()
         if self._live is not None:
@@ -136,8 +160,10 @@ class TrainTelemetry:
         resumed_from: Path | None,
         set_aside: Path | None,
         because: str | None,
+        damaged: Sequence[Mapping[str, str]] = (),
     ) -> None:
-        """The run's first record: what it trains, where it resumed from, what was set aside."""
+        """The run's first record: what it trains, where it resumed from, what was set aside
+        (checkpoints of another config or data; `damaged` ones)."""
         if self.log:
             self.log.write(
                 {
@@ -147,6 +173,7 @@ class TrainTelemetry:
                     "set_aside": {"checkpoints": str(set_aside), "because": because}
                     if set_aside
                     else None,
+                    "damaged": [dict(d) for d in damaged],
                     "max_steps": self.cfg.max_steps,
                     "world_size": self.info.world_size,
                     "device": self.device,
@@ -252,24 +279,60 @@ def rewind_metrics(path: Path, step: int, aside: Path) -> int:
     """
     if not path.is_file():
         return 0
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text(errors="replace")
+    records, torn = _split_records(text)
+    if torn:
+        torn_file = free_name(path, "torn")
+        torn_file.write_text("".join(line + "\n" for line in torn))
+        log.warning(
+            "%s: %d line(s) not a whole record (a write cut short by a kill or a full disk): "
+            "set aside as %s",
+            path,
+            len(torn),
+            torn_file,
+        )
     keep: list[str] = []
     moved: list[str] = []
-    for line in lines:
-        (keep if step > 0 and int(json.loads(line).get("step", 0)) <= step else moved).append(line)
+    for line, rec in records:
+        (keep if step > 0 and int(rec.get("step", 0)) <= step else moved).append(line)
     if moved:
         aside.parent.mkdir(parents=True, exist_ok=True)
         with open(aside, "a") as fh:
             fh.writelines(line + "\n" for line in moved)
     # a new file, never the old one edited: it may be a hard link into DVC's cache (docs/dvc.md)
-    if moved or path.stat().st_nlink > 1:
+    if moved or torn or not text.endswith("\n") or path.stat().st_nlink > 1:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(line + "\n" for line in keep))
         tmp.replace(path)
     return len(moved)
 
 
+def _split_records(text: str) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The lines of a metrics log that are whole records (each with it parsed), and the others."""
+    records: list[tuple[str, dict[str, Any]]] = []
+    torn: list[str] = []
+    for line in filter(str.strip, text.splitlines()):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        if isinstance(rec, dict):
+            records.append((line, rec))
+        else:
+            torn.append(line)
+    return records, torn
+
+
 def read_metrics(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
     """Records of a metrics JSONL, optionally only those of one kind ("train", "val", ...)."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{path}:{n}: not a whole JSON record ({exc}): a write cut short; rerun "
+                    "the training command, which sets such lines aside"
+                ) from exc
     return [r for r in rows if kind is None or r.get("kind") == kind]

@@ -1,22 +1,28 @@
 """Train one cell: token shards in, checkpoints and a metrics log out.
 
 `train(cfg, train_bins=..., val_bin=..., run_dir=...)` runs the paper's recipe on CPU, one
-GPU or a torchrun DDP job through the same code. Restarting the same call resumes from the
-newest complete checkpoint (bitwise on CPU); SIGTERM/SIGUSR1 checkpoint and raise
-`Preempted`; a non-finite loss raises `NonFiniteLoss` naming the step and the last good
-checkpoint, writing nothing.
+GPU or a torchrun DDP job through the same code, one process per run directory (a lock).
+Restarting the same call resumes from the newest intact checkpoint (every file checked
+against its manifest first; bitwise on CPU); SIGTERM/SIGUSR1/SIGINT checkpoint and raise
+`Preempted`, in the final phase too; a non-finite loss raises `NonFiniteLoss` naming the step
+and the last good checkpoint, writing nothing.
 
 `Trainer` wires the components, `Trainer.train_step` is one optimizer step of the recipe and
 `Trainer.fit` the loop; each component decides its own interval. Beside it:
   checkpoint.py   CheckpointManager: saves/restores model, optimizer, loader, train state, RNG
-  preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1 -> checkpoint, exit 128+signal
+  integrity.py    every checkpoint file's sha256: recorded at save, checked before a restore
+  preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1/SIGINT -> checkpoint, exit
+                  128+signal
   telemetry.py    TrainTelemetry: metrics records, progress bar; rewind_metrics on a restart
   validation.py   Validator, evaluate_val_loss
-  errors.py       NonFiniteLoss, ConfigMismatch and their texts
+  errors.py       NonFiniteLoss, ConfigMismatch, NoIntactCheckpoint and their texts
 
 Run directory:
-  checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`)
-  metrics.jsonl                               kind = start | train | val | end
+  .lock                                       held by the process training it (leviathan.lock)
+  checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`); damaged ones set aside as
+                                              <name>.damaged-<n>/
+  metrics.jsonl                               kind = start | train | val | end (a torn line
+                                              set aside as metrics.torn-<n>.jsonl)
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from leviathan import layout
 from leviathan.data.loader import Prefetcher, TrainLoader
 from leviathan.data.shards import verify_shards
 from leviathan.device import set_deterministic
+from leviathan.lock import hold_lock
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
 from leviathan.model.accounting import account_model
@@ -109,26 +116,34 @@ def train(
     run_dir: Path | str,
     runtime: RuntimeConfig = RuntimeConfig(),
 ) -> TrainResult:
+    """Train (or resume) the run in `run_dir`: one process per run directory (the launch's
+    main process holds its lock, `leviathan.lock`; a second one is refused in one line)."""
     run_dir = Path(run_dir)
     if runtime.verify_shards not in ("sampled", "full"):
         raise ValueError(f"runtime.verify_shards={runtime.verify_shards!r}: use sampled or full")
-    if runtime.verify_shards == "full" and int(os.environ.get("RANK", "0")) == 0:
-        # before the process group exists: no collective waits on this pass over the data
-        shards = [Path(p) for p in [*train_bins, *([val_bin] if val_bin else [])]]
-        verify_shards(shards, progress=runtime.progress)
-    info = init_distributed(runtime.device, runtime.dist_timeout_s)
-    try:
-        trainer = Trainer(
-            cfg,
-            [Path(p) for p in train_bins],
-            Path(val_bin) if val_bin else None,
-            run_dir,
-            runtime,
-            info,
-        )
-        return trainer.fit()
-    finally:
-        shutdown(info)
+    launch_main = int(os.environ.get("RANK", "0")) == 0
+    with (
+        hold_lock(run_dir, "run directory", folder=True)
+        if launch_main
+        else contextlib.nullcontext()
+    ):
+        if runtime.verify_shards == "full" and launch_main:
+            # before the process group exists: no collective waits on this pass over the data
+            shards = [Path(p) for p in [*train_bins, *([val_bin] if val_bin else [])]]
+            verify_shards(shards, progress=runtime.progress)
+        info = init_distributed(runtime.device, runtime.dist_timeout_s)
+        try:
+            trainer = Trainer(
+                cfg,
+                [Path(p) for p in train_bins],
+                Path(val_bin) if val_bin else None,
+                run_dir,
+                runtime,
+                info,
+            )
+            return trainer.fit()
+        finally:
+            shutdown(info)
 
 
 class Trainer:
@@ -247,10 +262,13 @@ class Trainer:
                         saved = self.checkpoints.save_step(record.step, record.loss, wait=True)
                         raise preemption.stop(saved)
                     self.checkpoints.save_if_due(record.step, record.loss)
-            loss = record.loss if record else None
-            val_loss = self._validate(stop, telemetry)
-            final = self.checkpoints.save_final(stop, loss, val_loss)
-            telemetry.end(stop, train_loss=loss, val_loss=val_loss)
+                # a signal from here on is answered once `final` is written: the run is whole
+                loss = record.loss if record else None
+                val_loss = self._validate(stop, telemetry)
+                final = self.checkpoints.save_final(stop, loss, val_loss)
+                telemetry.end(stop, train_loss=loss, val_loss=val_loss)
+                if preemption.requested():
+                    raise preemption.stop(final)
         return TrainResult(self.run_dir, final, stop, start, loss, val_loss)
 
     def train_step(self, step: int, batches: Prefetcher) -> StepRecord:
@@ -262,9 +280,13 @@ class Trainer:
         x, y = batches.get(step)  # the loader's position moves past `step`
         loss = self._forward_backward(x, y)
         last_good = self.checkpoints.last_good
-        check_loss(loss, step=step, lr=lr, last_good=last_good)
+        r = self.restored
+        resumed = str(r.path) if r.path is not None and step == r.step else None
+        check_loss(loss, step=step, lr=lr, last_good=last_good, resumed_from=resumed)
         grad_norm = self._clip_gradients()
-        check_grad_norm(grad_norm, step=step, loss=loss, lr=lr, last_good=last_good)
+        check_grad_norm(
+            grad_norm, step=step, loss=loss, lr=lr, last_good=last_good, resumed_from=resumed
+        )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepRecord(step + 1, loss, lr, grad_norm, self._step_time(t0))
@@ -316,6 +338,7 @@ class Trainer:
             resumed_from=r.path,
             set_aside=r.set_aside,
             because=r.because,
+            damaged=r.damaged,
         )
         # the data the checkpoints come from, with the sha256 their manifests record
         if info.is_main:
@@ -331,7 +354,12 @@ class Trainer:
                     self.val_bin, recorded_sha256(self.val_bin, "tokens"), role="val_tokens"
                 )
             )
-        return ckpt.ManifestInfo(inputs=data, started=self.started, device=str(self.info.device))
+        return ckpt.ManifestInfo(
+            inputs=data,
+            started=self.started,
+            device=str(self.info.device),
+            resumed_from=self.restored.resumed_from(),
+        )
 
     def _set_lr(self, step: int) -> float:
         cfg = self.cfg

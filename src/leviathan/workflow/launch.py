@@ -49,13 +49,23 @@ def launcher_args(config: Mapping[str, Any], scale: str) -> str:
     return ""
 
 
+# torchrun, as a cell's launch words name it; what runs it: the same launcher with a preempted
+# run's exit status, 128 + signal, instead of torchrun's 1 (leviathan.torchrun)
+TORCHRUN, TORCHRUN_AS_RUN = "torch.distributed.run", "leviathan.torchrun"
+
+
 def launch_argv(launch: str, *, python: str, rdzv_host: str, rdzv_id: str) -> list[str]:
     """`launcher_args`' words with what only the running job knows filled in (the interpreter
-    first where the launcher does not place it)."""
+    first where the launcher does not place it), torchrun run as `leviathan.torchrun` (the
+    words, a cell's identity, stay torchrun's)."""
     values = {"python": python, "rdzv_host": rdzv_host, "rdzv_id": rdzv_id}
     words = shlex.split(launch)
     if "{python}" not in words:
         words.insert(0, "{python}")
+    words = [
+        TORCHRUN_AS_RUN if w == TORCHRUN and i and words[i - 1] == "-m" else w
+        for i, w in enumerate(words)
+    ]
     return [word.format(**values) for word in words]
 
 

@@ -1,0 +1,80 @@
+"""One process per folder: an OS file lock on a run directory or an evaluation output.
+
+`hold_lock(target, what, folder=...)` takes an exclusive `fcntl.flock` on the target's lock file
+(`leviathan.layout.lock_file`: `<dir>/.lock` for a directory, `.<name>.lock` beside a file)
+for as long as the block runs, and removes the file when it ends. The kernel releases a flock
+when its process exits by any means (SIGKILL included), so a lock file a dead process left
+behind holds no lock: it is recognised as stale and taken over. The file records its holder
+(pid, host, start time), so that a second process is refused in one line naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from leviathan.layout import lock_file
+from leviathan.provenance import utc_now
+
+log = logging.getLogger("leviathan.lock")
+
+
+class FolderBusy(ValueError):
+    """Another live process holds the lock of a run directory or an output."""
+
+
+def _holder(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.read(fd, 4096).decode(errors="replace").strip()
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    """Whether `path` is still the file `fd` locked (its holder may have removed it on release)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _acquire(path: Path, what: str, target: Path) -> int:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd) or "another process"
+            os.close(fd)
+            raise FolderBusy(
+                f"{target}: this {what} is in use by {holder}; wait for it to end (or stop it), "
+                "or use another path"
+            ) from None
+        if _same_file(path, fd):
+            return fd
+        os.close(fd)  # locked a file its holder had just removed: take the new one
+
+
+@contextlib.contextmanager
+def hold_lock(target: str | os.PathLike[str], what: str, *, folder: bool) -> Iterator[None]:
+    """Hold the lock of `target` (a directory with `folder`, else a file to be written) while
+    the block runs; another process holding it is refused with `FolderBusy`."""
+    target = Path(target)
+    path = lock_file(target, folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _acquire(path, what, target)
+    try:
+        if stale := _holder(fd):
+            log.info("%s: taking over the stale lock of %s (no longer running)", target, stale)
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        started = utc_now().isoformat(timespec="seconds")
+        os.write(fd, f"process {os.getpid()} on {socket.gethostname()} since {started}\n".encode())
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # while still locked: a waiting process then takes a new file
+        os.close(fd)

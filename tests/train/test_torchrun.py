@@ -1,0 +1,59 @@
+"""`python -m leviathan.torchrun`: torchrun whose exit status is a preempted run's 128 + signal
+(torchrun's own is 1), whether its workers answered a signal themselves or the launcher was
+signalled; any other failure keeps torchrun's status. Real launchers, real workers, real
+signals."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_trainer import _free_port
+
+WORKER = """
+import signal, sys, time
+mode = sys.argv[1]
+if mode == "answer":  # as leviathan train answers a preemption: its own exit status
+    sys.exit(128 + signal.SIGTERM)
+if mode == "fail":
+    sys.exit(1)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(128 + signal.SIGTERM))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def launcher(tmp_path: Path, mode: str) -> list[str]:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    port = str(_free_port())
+    return [sys.executable, "-m", "leviathan.torchrun", "--nproc-per-node", "2"] + [
+        "--master-port",
+        port,
+        str(script),
+        mode,
+    ]
+
+
+@pytest.mark.parametrize(("mode", "status"), [("answer", 143), ("fail", 1)])
+def test_the_workers_status_of_a_preemption_is_the_launchers(
+    tmp_path: Path, mode: str, status: int
+) -> None:
+    done = subprocess.run(launcher(tmp_path, mode), capture_output=True, text=True, timeout=120)
+    assert done.returncode == status, done.stderr
+
+
+def test_a_signalled_launcher_exits_128_plus_the_signal(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        launcher(tmp_path, "wait"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)  # both workers started
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
