@@ -8,7 +8,8 @@ readable and stable; <cell> is <scale>/<vocab>/<variant>/seed<k>:
     config/config.yaml, config/paper_reported.yaml   the default config, the paper's figures
     data/corpus/<corpus>/             raw text splits <split>.jsonl.zst (+ manifests)
     data/tokens/<corpus>/<vocab>/     train.bin, val.bin, counts.npy, word_counts.json (+ manifests)
-    results/runs/<cell>/              checkpoints/step_<N>/, checkpoints/final/, metrics.jsonl
+    results/runs/<cell>/              checkpoints/step_<N>/, checkpoints/final/, metrics.jsonl,
+                                      out_of_memory.json (the last out-of-memory refusal)
     results/eval/<cell>/              <kind>.json (val, wikitext, lm_eval), lm_eval.samples.jsonl,
                                       lm_eval_harness/
     results/eval/<scale>/<vocab>/     sample_efficiency_seed<k>.json
@@ -175,6 +176,15 @@ def run_of(marker: PathLike) -> str:
 
 def metrics_file(run: PathLike) -> Path:
     return Path(run) / METRICS
+
+
+OUT_OF_MEMORY = "out_of_memory.json"  # the last out-of-memory refusal (its micro_batch, step)
+
+
+def out_of_memory_file(run: PathLike) -> Path:
+    """The record of a run's last out-of-memory error: a workflow retry of the same
+    micro_batch reads it and stops at once; a run that starts removes it."""
+    return Path(run) / OUT_OF_MEMORY
 
 
 def tensorboard_dir(run: PathLike) -> Path:

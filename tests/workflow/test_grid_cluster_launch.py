@@ -185,3 +185,24 @@ def test_rule_resources_come_from_the_config_without_threads() -> None:
     }
     assert rule_resources(config, "tokenize") == {"mem_mb": 4000, "runtime": 720, "qos": "short"}
     assert rule_resources(config, "report") == {}
+
+
+def test_micro_batch_stays_out_of_the_train_rules_params() -> None:
+    """The train rule's params (its rerun trigger) are `launcher_args` and `cell_args`: a
+    change of train.<scale>.micro_batch leaves both as they were, and reaches the job's
+    command (`memory_args`) with the same training fingerprint."""
+    from leviathan.workflow.launch import cell_args, launcher_args, memory_args
+    from leviathan.workflow.plan import cell_train_config
+
+    cell = Cell("micro", "gpt2", "leviathan", 0)
+    before = {"train": {"micro": {"lr": 1e-3, "micro_batch": 8}}}
+    after = {"train": {"micro": {"lr": 1e-3, "micro_batch": 2}}}
+    assert cell_args(cell, before, "t", "r") == cell_args(cell, after, "t", "r")
+    assert launcher_args(before, "micro") == launcher_args(after, "micro")
+    assert "micro_batch" not in cell_args(cell, after, "t", "r")
+    assert shlex.split(memory_args(after, cell)) == ["--set", "micro_batch=2"]
+    assert "micro_batch=2" in shlex.split(train_command(cell, after, "t", "r"))
+    fingerprints = {cell_train_config(c, cell).fingerprint() for c in (before, after)}
+    assert len(fingerprints) == 1
+    lr_changed = {"train": {"micro": {"lr": 2e-3, "micro_batch": 8}}}
+    assert cell_args(cell, lr_changed, "t", "r") != cell_args(cell, before, "t", "r")

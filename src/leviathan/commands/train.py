@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description=(
             "Train one experiment cell. Rerunning the same command resumes from the newest "
             "complete checkpoint in RUN_DIR/checkpoints. SIGTERM/SIGUSR1 write a checkpoint "
-            "and exit with 128+signal. Multi-GPU: torchrun --nproc-per-node N -m leviathan.cli train ..."
+            "and exit with 128+signal; a non-finite loss exits with 3, the device running out of "
+            "memory with 4 (one line naming the micro_batch to set). Multi-GPU: torchrun --nproc-per-node N -m leviathan.cli train ..."
         ),
     )
     p.add_argument("--scale", required=True, choices=list(SCALES))
@@ -73,7 +74,8 @@ def _world_size() -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leviathan.train.trainer import NonFiniteLoss, Preempted, train
+    from leviathan.train.errors import OUT_OF_MEMORY_EXIT
+    from leviathan.train.trainer import NonFiniteLoss, OutOfMemory, Preempted, train
 
     file_cfg = _config_file(args.config) if args.config else {}
     train_values = {**file_cfg.get("train", {}), **parse_assignments(args.set, "--set")}
@@ -93,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
     except NonFiniteLoss as exc:
         print(f"leviathan train: error: {exc}", file=sys.stderr)
         return 3
+    except OutOfMemory as exc:
+        print(f"leviathan train: error: {exc}", file=sys.stderr)
+        return OUT_OF_MEMORY_EXIT
     print(
         json.dumps(
             {
