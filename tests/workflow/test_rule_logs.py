@@ -78,11 +78,12 @@ def test_every_rule_with_a_script_declares_a_log() -> None:
 
 
 def _run_train_script(
-    tmp_path: Path, config: dict, cell: Cell
+    tmp_path: Path, config: dict, cell: Cell, tokens: str | None = None, execute: bool = False
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """The train script with a stand-in `snakemake` object and os.execvp replaced by a recorder
-    (of the argv it would exec, written to the returned path)."""
-    tokens, run_dir = layout.tokens_dir("embedded", "gpt2"), layout.run_dir(cell)
+    """The train script with a stand-in `snakemake` object and, unless `execute`, os.execvp
+    replaced by a recorder (of the argv it would exec, written to the returned path)."""
+    tokens = tokens or layout.tokens_dir("embedded", "gpt2")
+    run_dir = layout.run_dir(cell)
     params = {
         "launch": launcher_args(config, cell.scale),
         "cell": cell_args(cell, config, tokens, run_dir),
@@ -95,7 +96,8 @@ def _run_train_script(
         import json, os, runpy, types
         def execvp(file, argv):
             open({str(record)!r}, "w").write(json.dumps(argv))
-        os.execvp = execvp
+        if not {execute!r}:
+            os.execvp = execvp
         wildcards = types.SimpleNamespace(**{wildcards!r}, items=lambda: [("scale", "micro")])
         sm = types.SimpleNamespace(
             params=types.SimpleNamespace(**{params!r}),
@@ -150,6 +152,31 @@ def test_a_retry_of_a_micro_batch_that_ran_out_of_memory_stops_at_once(tmp_path:
     out, record = _run_train_script(tmp_path, lowered, cell)
     assert out.returncode == 0, out.stderr
     assert "micro_batch=4" in json.loads(record.read_text())
+
+
+@pytest.mark.slow  # a 12-step training of the micro model (~15 s)
+def test_a_training_jobs_log_shows_a_progress_line_every_n_steps(
+    tmp_path: Path, gpt2_shards: Path
+) -> None:
+    from leviathan.train.telemetry import read_metrics
+
+    cell = Cell("micro", "gpt2", "tied", 0)
+    config = {
+        "train": {"micro": {"total_tokens": 8 * 64 * 12}},
+        "runtime": {"log_line_every": 4, "log_line_s": 0, "val_every": 0, "prefetch": 0},
+    }
+    out, _ = _run_train_script(tmp_path, config, cell, str(gpt2_shards), execute=True)
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "train.log").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("step ")]
+    assert [line.split(" | ")[0] for line in lines] == [f"step {s}/12" for s in (1, 4, 8, 12)]
+    metrics = read_metrics(tmp_path / layout.metrics_file(layout.run_dir(cell)), "train")
+    loss = {r["step"]: r["loss"] for r in metrics}
+    for line in lines:
+        step = int(line.split(" ")[1].split("/")[0])
+        assert f"| loss {loss[step]:.3f} |" in line
+        assert " tok/s | MFU unknown | ETA " in line  # CPU: no peak known, no memory figure
+    assert lines[-1].endswith("ETA 0s")
 
 
 @pytest.mark.slow

@@ -6,4 +6,15 @@ Each module exposes `register(subparsers)`, adding its subcommand with `set_defa
 """
 
 # `leviathan --help` lists them in this order: the pipeline's own order.
-COMMANDS = ("params", "data", "train", "eval", "export", "target", "config", "report", "audit")
+COMMANDS = (
+    "params",
+    "data",
+    "train",
+    "status",
+    "eval",
+    "export",
+    "target",
+    "config",
+    "report",
+    "audit",
+)

@@ -121,6 +121,10 @@ class RuntimeConfig:
     compile: bool = False  # torch.compile the model
     bf16: bool = True  # bf16 autocast on CUDA (never on CPU)
     log_every: int = 1  # steps between metric lines
+    # a readable progress line on stderr (the job's log in the workflow) every this many
+    # steps and/or seconds (0: not by that measure), and at the first and the last step
+    log_line_every: int = 0
+    log_line_s: float = 60.0
     val_every: int = 100  # steps between validation passes (and at the end)
     val_windows: int = 64  # fixed validation windows per pass (None-like: 0 = all)
     val_batch: int = 16
