@@ -200,8 +200,17 @@ class TrainTelemetry:
         set_aside: Path | None,
         because: str | None,
     ) -> None:
-        """The run's first record: what it trains, where it resumed from, what was set aside."""
+        """The run's first record: what it trains, where it resumed from, what was set aside
+        (also a WARNING on stderr, in a workflow job's log: which folder, and why)."""
         self._began = self._last_line = (time.perf_counter(), step)
+        if set_aside and self.info.is_main:
+            print(
+                f"leviathan train: WARNING: set aside the checkpoints of another run as "
+                f"{set_aside} (kept, not deleted; remove it when no longer needed) and started "
+                f"afresh, because: {because}",
+                file=sys.stderr,
+                flush=True,
+            )
         if self.log:
             self.log.write(
                 {
