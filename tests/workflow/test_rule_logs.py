@@ -89,7 +89,7 @@ def _run_train_script(
         "cell": cell_args(cell, config, tokens, run_dir),
     }
     wildcards = {"scale": cell.scale, "vocab": cell.vocab, "variant": cell.variant}
-    wildcards["seed"] = str(cell.seed)
+    wildcards.update(seed=str(cell.seed), results=cell.results)
     log, record = tmp_path / "train.log", tmp_path / "argv.json"
     out = _run_python(
         f"""
@@ -115,7 +115,7 @@ def _run_train_script(
 
 
 def test_the_train_script_execs_the_command_config_show_prints(tmp_path: Path) -> None:
-    cell = Cell("micro", "gpt2", "leviathan", 0)
+    cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
     config = {
         "resources": {"micro": {"gpus": 2}},
         "train": {"micro": {"lr": 1e-3, "micro_batch": 2}},
@@ -139,7 +139,7 @@ def test_a_retry_of_a_micro_batch_that_ran_out_of_memory_stops_at_once(tmp_path:
     from leviathan.io import write_json
     from leviathan.train.errors import OUT_OF_MEMORY_EXIT, out_of_memory
 
-    cell = Cell("micro", "gpt2", "leviathan", 0)
+    cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
     refusal = out_of_memory("micro", 8, 8, step=3, device="cuda:0", last_good="none")
     write_json(tmp_path / layout.out_of_memory_file(layout.run_dir(cell)), refusal.record)
     out, record = _run_train_script(tmp_path, {}, cell)  # the scale's micro_batch: 8
@@ -160,7 +160,7 @@ def test_a_training_jobs_log_shows_a_progress_line_every_n_steps(
 ) -> None:
     from leviathan.train.telemetry import read_metrics
 
-    cell = Cell("micro", "gpt2", "tied", 0)
+    cell = Cell("micro", "gpt2", "tied", 0, "embedded")
     config = {
         "train": {"micro": {"total_tokens": 8 * 64 * 12}},
         "runtime": {"log_line_every": 4, "log_line_s": 0, "val_every": 0, "prefetch": 0},

@@ -15,7 +15,7 @@ from leviathan import layout
 from leviathan.train.config import RuntimeConfig
 from leviathan.train.telemetry import read_metrics, rewind_metrics
 from leviathan.train.trainer import train
-from leviathan.workflow.grid import Cell, cells
+from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.plan import cell_train_config
 from leviathan.workflow.status import cell_status, render_status
 
@@ -23,11 +23,12 @@ VARIANTS = ["albert", "flat_mlp", "leviathan", "tied", "untied"]
 CONFIG = {
     "studies": {"s": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": VARIANTS, "seeds": [0]}},
     "train": {"micro": {"total_tokens": 8 * 64 * 6}},
+    "corpus": {"name": "embedded", "kind": "embedded"},
 }
 
 
 def _cell(variant: str) -> Cell:
-    return Cell("micro", "gpt2", variant, 0)
+    return Cell("micro", "gpt2", variant, 0, "embedded")
 
 
 def _copy_unfinished(done: Cell, to: Cell, step: int, age_s: float) -> Path:
@@ -57,10 +58,10 @@ def test_status_tells_every_state_apart(
     _copy_unfinished(done, _cell("untied"), 4, age_s=5)  # running
     _copy_unfinished(done, _cell("albert"), 2, age_s=3600)  # stopped: preempted
     _copy_unfinished(done, _cell("flat_mlp"), 4, age_s=3600)  # stopped by an error
-    log = Path(layout.log_file("train", _cell("flat_mlp").key))
+    log = Path(layout.cell_log("train", _cell("flat_mlp")))
     log.parent.mkdir(parents=True)
     log.write_text("step 4/6 | loss 10.1\nleviathan train: error: non-finite training loss\n")
-    rows = {r.cell.variant: r for r in (cell_status(CONFIG, c) for c in cells(CONFIG["studies"]))}
+    rows = {r.cell.variant: r for r in (cell_status(CONFIG, c) for c in config_cells(CONFIG))}
     assert {v: r.state for v, r in rows.items()} == {
         "tied": "done",
         "untied": "running",
@@ -92,10 +93,9 @@ def test_the_command_reads_the_configfile_as_snakemake_does(
     from leviathan.cli import main
 
     study = tmp_path / "study.yaml"
-    corpus = {"name": "embedded", "kind": "embedded"}
-    study.write_text(yaml.safe_dump({**CONFIG, "corpus": corpus}))
+    study.write_text(yaml.safe_dump(CONFIG))
     monkeypatch.chdir(ROOT)
     assert main(["status", "--configfile", str(study)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out[1:-1]] == [c.key for c in cells(CONFIG["studies"])]
+    assert [line.split()[0] for line in out[1:-1]] == [c.key for c in config_cells(CONFIG)]
     assert all(line.split()[-3] == "0/6" for line in out[1:-1] if "not started" in line)

@@ -21,7 +21,7 @@ from leviathan.workflow.logs import rule_log
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)
 wc = sm.wildcards
-cell = Cell(wc.scale, wc.vocab, wc.variant, int(wc.seed))
+cell = Cell(wc.scale, wc.vocab, wc.variant, int(wc.seed), wc.results)
 refusal = known_out_of_memory(sm.config, cell, layout.run_of(sm.output.final))
 if refusal:
     print(f"leviathan train: error: {refusal}", file=sys.stderr)

@@ -30,11 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import cells
+    from leviathan.workflow.grid import config_cells
     from leviathan.workflow.status import STALE_S, cell_status, render_status
 
     config = resolve(args.configfile)
     stale = args.stale_after if args.stale_after is not None else STALE_S
-    rows = [cell_status(config, cell, stale_s=stale) for cell in cells(config["studies"])]
+    rows = [cell_status(config, cell, stale_s=stale) for cell in config_cells(config)]
     print(render_status(rows))
     return 0

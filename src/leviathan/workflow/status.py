@@ -90,7 +90,7 @@ def cell_status(
 
     run = layout.run_dir(cell)
     now = time.time() if now is None else now
-    state = _state(run, Path(layout.log_file("train", cell.key)), now, stale_s)
+    state = _state(run, Path(layout.cell_log("train", cell)), now, stale_s)
     total = cell_train_config(config, cell).max_steps
     step, loss, per_step = _progress(layout.metrics_file(run))
     eta = (total - step) * per_step if state == "running" and per_step is not None else None
