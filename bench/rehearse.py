@@ -286,11 +286,11 @@ def study(config: dict[str, Any]) -> dict[str, Any]:
     from leviathan.train.config import workflow_runtime
     from leviathan.vocab import get_vocab
     from leviathan.workflow import actions, cluster, plan
-    from leviathan.workflow.grid import cells
+    from leviathan.workflow.grid import config_cells
 
     budgets = plan.vocab_budgets(config)
     margin = 1 + float(config["corpus"]["size_margin"])
-    cell_plans = [plan.plan_cell(config, c) for c in cells(config["studies"])]
+    cell_plans = [plan.plan_cell(config, c) for c in config_cells(config)]
     per_scale: dict[str, Any] = {}
     for p in cell_plans:
         best = per_scale.get(p.cell.scale)

@@ -13,18 +13,29 @@ from leviathan.eval.checkpoint import resolve_checkpoint
 from leviathan.train.checkpoint import latest_checkpoint, save_checkpoint
 from leviathan.workflow.grid import Cell
 
-CELL = Cell("400m", "o200k_base", "leviathan", 0)
+CELL = Cell("400m", "o200k_base", "leviathan", 0, "pile")
 
 
 def test_cell_paths_are_readable_and_stable() -> None:
-    assert layout.run_dir(CELL) == "results/runs/400m/o200k_base/leviathan/seed0"
+    assert layout.run_dir(CELL) == "results/runs/pile/400m/o200k_base/leviathan/seed0"
     assert (
         layout.final_marker(CELL)
-        == "results/runs/400m/o200k_base/leviathan/seed0/checkpoints/final/state.json"
+        == "results/runs/pile/400m/o200k_base/leviathan/seed0/checkpoints/final/state.json"
     )
-    assert layout.eval_dir(CELL) == "results/eval/400m/o200k_base/leviathan/seed0"
-    assert layout.export_dir(CELL) == "results/export/400m/o200k_base/leviathan/seed0"
+    assert layout.eval_dir(CELL) == "results/eval/pile/400m/o200k_base/leviathan/seed0"
+    assert layout.export_dir(CELL) == "results/export/pile/400m/o200k_base/leviathan/seed0"
+    assert layout.tables_dir("pile") == "results/report/pile/tables"
+    assert layout.cell_log("train", CELL) == "logs/train/pile/400m/o200k_base/leviathan/seed0.log"
     assert CELL.key == "400m/o200k_base/leviathan/seed0"
+
+
+def test_a_study_s_results_are_keyed_by_its_corpus_and_name() -> None:
+    assert layout.results_key("pile") == "pile"
+    assert layout.results_key("pile", "lr_sweep") == "pile+lr_sweep"
+    config = {"corpus": {"name": "mytext"}, "study_name": "a"}
+    assert layout.config_results_key(config) == "mytext+a"
+    with pytest.raises(ValueError, match="reserved"):
+        layout.results_key("metrics")
 
 
 def test_the_inverses_undo_the_paths() -> None:
@@ -35,7 +46,7 @@ def test_the_inverses_undo_the_paths() -> None:
     assert layout.run_of(layout.final_marker(CELL)) == layout.run_dir(CELL)
     assert layout.eval_cell_key(layout.eval_output(CELL, "val")) == CELL.key
     assert layout.eval_cell_key("elsewhere/val.json") is None
-    se = layout.sample_efficiency_path("400m", "o200k_base", 3)
+    se = layout.sample_efficiency_path("pile", "400m", "o200k_base", 3)
     assert layout.sample_efficiency_group(se) == ("400m", "o200k_base", "seed3")
     assert layout.is_sample_efficiency(se)
     shard = layout.shard_path(layout.tokens_dir("pile", "gpt2"), "val")
@@ -72,6 +83,6 @@ def test_trainer_checkpoints_are_what_the_workflow_and_the_evaluation_expect(
 
 def test_a_dvc_metrics_file_names_its_folder_back() -> None:
     key = "micro/gpt2/leviathan/seed0"
-    path = layout.dvc_metrics_file(layout.DVC_METRICS_DIR, key)
-    assert path == Path("results/report/metrics/micro/gpt2/leviathan/seed0.json")
-    assert layout.dvc_metrics_dir(path, key) == Path(layout.DVC_METRICS_DIR)
+    path = layout.dvc_metrics_file(layout.dvc_metrics_dir_of("embedded"), key)
+    assert path == Path("results/report/metrics/embedded/micro/gpt2/leviathan/seed0.json")
+    assert layout.dvc_metrics_dir(path, key) == Path(layout.dvc_metrics_dir_of("embedded"))

@@ -3,21 +3,26 @@
 The rules (through workflow/rules/common.smk, their scripts through `params:`), the trainer's
 checkpoints, the evaluation's checkpoint loader, the report and the audit all take their paths
 from here. Paths are relative to the working directory (the repository root for the workflow),
-readable and stable; <cell> is <scale>/<vocab>/<variant>/seed<k>:
+readable and stable; <cell> is <scale>/<vocab>/<variant>/seed<k>, and <study> names what
+makes a study's results different from another's in the same clone: the corpus, and the
+config's `study_name` where one is given (`<corpus>+<study_name>`; `results_key`):
 
     config/config.yaml, config/paper_reported.yaml   the default config, the paper's figures
     data/corpus/<corpus>/             raw text splits <split>.jsonl.zst (+ manifests)
     data/tokens/<corpus>/<vocab>/     train.bin, val.bin, counts.npy, word_counts.json (+ manifests)
-    results/runs/<cell>/              checkpoints/step_<N>/, checkpoints/final/, metrics.jsonl
-    results/eval/<cell>/              <kind>.json (val, wikitext, lm_eval), lm_eval.samples.jsonl,
+    results/runs/<study>/<cell>/      checkpoints/step_<N>/, checkpoints/final/, metrics.jsonl,
+                                      out_of_memory.json (the last out-of-memory refusal)
+    results/eval/<study>/<cell>/      <kind>.json (val, wikitext, lm_eval), lm_eval.samples.jsonl,
                                       lm_eval_harness/
-    results/eval/<scale>/<vocab>/     sample_efficiency_seed<k>.json
-    results/export/<cell>/            transformers checkpoint (`leviathan export`)
-    results/report/                   tables/, figures/, plots/
-    logs/<step>/...                   one log per job
+    results/eval/<study>/<scale>/<vocab>/  sample_efficiency_seed<k>.json
+    results/export/<study>/<cell>/    transformers checkpoint (`leviathan export`)
+    results/report/<study>/           tables/, figures/, plots/
+    results/report/metrics/<study>/   one DVC metrics JSON per cell (every study's: `dvc metrics show`)
+    logs/<step>/...                   one log per job (a cell's: logs/<step>/<study>/<cell>...)
 A job's Snakemake benchmark file sits beside its outputs: <dir>/<rule>[.<tag>].benchmark.tsv.
 
-A cell is anything with `scale`, `vocab`, `variant` and `seed` attributes: a
+A cell is anything with `scale`, `vocab`, `variant`, `seed` and `results` (its <study>)
+attributes: a
 `leviathan.workflow.grid.Cell`, Snakemake's wildcards of a cell rule, or `WILDCARDS` (the
 rules' patterns). Functions of cells and of the workflow's directories return str (what
 Snakemake and DVC name); functions of the files inside a run, a checkpoint or an output
@@ -42,12 +47,32 @@ class CellLike(Protocol):
     vocab: Any
     variant: Any
     seed: Any
+    results: Any  # the study's results key (`results_key`)
 
 
 # the cell of a rule's pattern: its paths hold Snakemake's wildcards
 WILDCARDS: CellLike = SimpleNamespace(
-    scale="{scale}", vocab="{vocab}", variant="{variant}", seed="{seed}"
+    scale="{scale}", vocab="{vocab}", variant="{variant}", seed="{seed}", results="{results}"
 )
+
+# ---------------------------------------------------------------- studies
+STUDY_SEP = "+"  # corpus+study_name (neither name may hold it: the schema's pattern)
+
+
+def results_key(corpus: str, study_name: str | None = None) -> str:
+    """The directory under results/runs, results/eval, results/export and results/report of a
+    study's results: its corpus, and its `study_name` where the config gives one. Two studies
+    that differ in either never share a file."""
+    key = f"{corpus}{STUDY_SEP}{study_name}" if study_name else corpus
+    if key == Path(DVC_METRICS_DIR).name:
+        raise ValueError(f"corpus.name {key!r} is reserved (results/report/{key}/): rename it")
+    return key
+
+
+def config_results_key(config: Mapping[str, Any]) -> str:
+    """`results_key` of a workflow config (corpus.name, study_name)."""
+    return results_key(config["corpus"]["name"], config.get("study_name"))
+
 
 # ---------------------------------------------------------------- configuration
 DEFAULT_CONFIG = "config/config.yaml"
@@ -167,7 +192,7 @@ def parse_cell_key(key: str) -> tuple[str, str, str, int]:
 
 
 def run_dir(cell: CellLike) -> str:
-    return f"{RUNS_ROOT}/{cell_key(cell)}"
+    return f"{RUNS_ROOT}/{cell.results}/{cell_key(cell)}"
 
 
 def final_marker(cell: CellLike) -> str:
@@ -186,6 +211,15 @@ def run_of(marker: PathLike) -> str:
 
 def metrics_file(run: PathLike) -> Path:
     return Path(run) / METRICS
+
+
+OUT_OF_MEMORY = "out_of_memory.json"  # the last out-of-memory refusal (its micro_batch, step)
+
+
+def out_of_memory_file(run: PathLike) -> Path:
+    """The record of a run's last out-of-memory error: a workflow retry of the same
+    micro_batch reads it and stops at once; a run that starts removes it."""
+    return Path(run) / OUT_OF_MEMORY
 
 
 def tensorboard_dir(run: PathLike) -> Path:
@@ -228,7 +262,7 @@ LM_EVAL_HARNESS = "lm_eval_harness"  # lm-eval's own --output_path layout
 
 
 def eval_dir(cell: CellLike) -> str:
-    return f"{EVAL_ROOT}/{cell_key(cell)}"
+    return f"{EVAL_ROOT}/{cell.results}/{cell_key(cell)}"
 
 
 def eval_output(cell: CellLike, kind: str) -> str:
@@ -238,9 +272,9 @@ def eval_output(cell: CellLike, kind: str) -> str:
 
 def eval_cell_key(output: PathLike) -> str | None:
     """The key of the cell whose evaluation directory holds `output` (None if it is not in one):
-    the inverse of eval_output, on any path that ends like it (`.../eval/<cell>/<file>`)."""
+    the inverse of eval_output, on any path that ends like it (`.../eval/<study>/<cell>/<file>`)."""
     parts = Path(output).parent.parts
-    if len(parts) < 5 or parts[-5] != Path(EVAL_ROOT).name:
+    if len(parts) < 6 or parts[-6] != Path(EVAL_ROOT).name:
         return None
     return "/".join(parts[-4:])
 
@@ -281,16 +315,16 @@ def lm_eval_cache(output: PathLike, key: str) -> Path:
 SAMPLE_EFFICIENCY_PREFIX = "sample_efficiency_"
 
 
-def sample_efficiency_dir(scale: str, vocab: str) -> str:
-    return f"{EVAL_ROOT}/{scale}/{vocab}"
+def sample_efficiency_dir(results: str, scale: str, vocab: str) -> str:
+    return f"{EVAL_ROOT}/{results}/{scale}/{vocab}"
 
 
 def sample_efficiency_name(seed: int | str) -> str:
     return f"{SAMPLE_EFFICIENCY_PREFIX}seed{seed}"
 
 
-def sample_efficiency_path(scale: str, vocab: str, seed: int | str) -> str:
-    return f"{sample_efficiency_dir(scale, vocab)}/{sample_efficiency_name(seed)}.json"
+def sample_efficiency_path(results: str, scale: str, vocab: str, seed: int | str) -> str:
+    return f"{sample_efficiency_dir(results, scale, vocab)}/{sample_efficiency_name(seed)}.json"
 
 
 def sample_efficiency_group(path: PathLike) -> tuple[str, str, str]:
@@ -309,15 +343,37 @@ MODEL_CARD = "README.md"  # the Hugging Face Hub's name for it
 
 
 def export_dir(cell: CellLike) -> str:
-    return f"{EXPORT_ROOT}/{cell_key(cell)}"
+    return f"{EXPORT_ROOT}/{cell.results}/{cell_key(cell)}"
 
 
 # ---------------------------------------------------------------- report
 REPORT_DIR = "results/report"
-TABLES_DIR = f"{REPORT_DIR}/tables"
-FIGURES_DIR = f"{REPORT_DIR}/figures"
-PLOTS_DIR = f"{REPORT_DIR}/plots"
-DVC_METRICS_DIR = f"{REPORT_DIR}/metrics"  # one JSON per cell: a row of `dvc metrics show`
+# every study's per-cell JSONs under <study>/: one row each of `dvc metrics show`
+DVC_METRICS_DIR = f"{REPORT_DIR}/metrics"
+
+
+def report_dir(results: str) -> str:
+    """A study's report: tables/, figures/, plots/ (only its own)."""
+    return f"{REPORT_DIR}/{results}"
+
+
+def tables_dir(results: str) -> str:
+    return f"{report_dir(results)}/tables"
+
+
+def figures_dir(results: str) -> str:
+    return f"{report_dir(results)}/figures"
+
+
+def plots_dir(results: str) -> str:
+    return f"{report_dir(results)}/plots"
+
+
+def dvc_metrics_dir_of(results: str) -> str:
+    """A study's DVC metrics directory (the report removes stale files in it, no other)."""
+    return f"{DVC_METRICS_DIR}/{results}"
+
+
 TABLE_FORMATS = ("csv", "md", "tex")
 PLAIN_TABLE_FORMATS = ("csv", "md")  # tables without a LaTeX rendering (paper_check, resources)
 FIGURE_FORMATS = ("png", "pdf")
@@ -362,6 +418,11 @@ BENCHMARK_SUFFIX = ".benchmark.tsv"
 def log_file(step: str, *parts: str) -> str:
     """A job's log: `logs/<step>/<parts...>.log`."""
     return f"{LOGS_ROOT}/{'/'.join((step, *parts))}.log"
+
+
+def cell_log(step: str, cell: CellLike, *parts: str) -> str:
+    """A cell job's log: `logs/<step>/<study>/<cell>[/<parts...>].log`."""
+    return log_file(step, str(cell.results), cell_key(cell), *parts)
 
 
 def benchmark_path(directory: str, rule: str, tag: str = "") -> str:

@@ -35,7 +35,7 @@ def test_exponent_numbers_are_floats_in_the_resolved_config(tmp_path: Path) -> N
     assert load_configfile(str(study))["train"][CELL]["lr"] == "1e-3"  # Snakemake's reader
     config = resolve([study], root=ROOT)
     assert config["train"][CELL] == {"lr": 1e-3}
-    cell = Cell("micro", "gpt2", "leviathan", 0)
+    cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
     assert cell_train_config(config, cell).lr == 1e-3
     assert cell_train_config(config, cell).total_tokens == 30_000
     assert "lr=0.001" in cell_args(cell, config, "data/tokens", "results/runs/x")

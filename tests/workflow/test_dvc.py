@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 VENV = Path(sys.executable).parent.parent
 DVC = str(BIN / "dvc")
 STAGES = ("data", "train", "evaluate", "report")
-CELLS = [f"results/runs/micro/gpt2/{variant}/seed0" for variant in ("tied", "leviathan")]
+CELLS = [f"results/runs/embedded/micro/gpt2/{variant}/seed0" for variant in ("tied", "leviathan")]
 # what the pipeline writes that DVC versions (the step checkpoints are .dvcignore'd, not pushed)
 TRACKED = ("data", "results/runs", "results/eval", "results/report", "results/report.zip")
 
@@ -207,7 +207,9 @@ def test_push_then_pull_into_a_fresh_clone_does_not_retrain(built: Built, tmp_pa
     assert "Data and pipelines are up to date" in ok([DVC, "status"], clone, env).stdout
     # the manifests came along: the provenance audit re-verifies table -> eval -> checkpoint -> shards
     audit = ok(
-        [str(BIN / "leviathan"), "audit", "results/report/tables/main.csv", "-q"], clone, env
+        [str(BIN / "leviathan"), "audit", "results/report/embedded/tables/main.csv", "-q"],
+        clone,
+        env,
     )
     assert "audit passed" in audit.stdout
     # DVC's own views work on the fresh clone: the same metrics as where they were made
@@ -253,8 +255,8 @@ def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(
 
 
 # ----------------------------------------------------------------------------- params, metrics, plots, experiments
-METRICS = "results/report/tables/metrics.json"
-DVC_METRICS = "results/report/metrics/"  # one file per cell
+METRICS = "results/report/embedded/tables/metrics.json"
+DVC_METRICS = "results/report/metrics/embedded/"  # one file per cell of the study
 LEV, TIED = "micro/gpt2/leviathan/seed0", "micro/gpt2/tied/seed0"
 
 
@@ -272,7 +274,7 @@ def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Pat
     cells = metrics_of(repo, env)
     assert set(cells) == {LEV, TIED}
     # the numbers are the report's metrics table (the CSV the audit checks), not a copy made elsewhere
-    table = pd.read_csv(repo / "results/report/tables/metrics.csv").set_index("row")
+    table = pd.read_csv(repo / "results/report/embedded/tables/metrics.csv").set_index("row")
     assert cells[LEV]["val_loss"] == pytest.approx(table.loc[LEV, "val_loss"], rel=1e-12)
     assert {"val_loss", "val_ppl", "val_bpb", "val_loss_gain", "val_ppl_gain"} <= set(cells[LEV])
     assert {  # the offline stand-in data's numbers, under `stand_in.`
@@ -302,7 +304,9 @@ def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Pat
     assert LEV in html
     assert TIED in html
     assert '"field": "cell"' in html
-    assert "results/report/figures/loss_curves.png" in html  # the seaborn figures beside them
+    assert (
+        "results/report/embedded/figures/loss_curves.png" in html
+    )  # the seaborn figures beside them
 
     params = ok([DVC, "params", "diff", "--all"], repo, env).stdout
     assert "config/config.yaml" in params

@@ -30,12 +30,16 @@ def test_stage_outputs_are_the_layout_roots() -> None:
 
 
 def test_metrics_and_plots_are_layout_files() -> None:
+    """Metrics: every study's (one folder, each study's cells under its own); plots: the
+    default study's (config/config.yaml)."""
     dvc = _dvc()
     assert [Path(m) for m in dvc["metrics"]] == [Path(layout.DVC_METRICS_DIR)]
+    default = yaml.safe_load((ROOT / layout.DEFAULT_CONFIG).read_text())
+    results = layout.config_results_key(default)
     for entry in dvc["plots"]:
         path = Path(next(iter(entry)) if isinstance(entry, dict) else entry)
         name = path.stem
         assert path in (
-            layout.plot_file(layout.PLOTS_DIR, name),
-            layout.figure_files(layout.FIGURES_DIR, name)["png"],
+            layout.plot_file(layout.plots_dir(results), name),
+            layout.figure_files(layout.figures_dir(results), name)["png"],
         ), f"dvc.yaml plot {path} is not where leviathan.layout puts {name}"

@@ -16,7 +16,7 @@ from leviathan.train.trainer import cell_model_config
 from leviathan.workflow.actions import eval_device
 from leviathan.workflow.cluster import eval_resources
 from leviathan.workflow.config import resolve
-from leviathan.workflow.grid import Cell, cells
+from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.plan import (
     DEFAULT_MFU,
     EVAL_MFU_SHARE,
@@ -68,7 +68,7 @@ def test_evaluation_plan_re_derived(paper: dict[str, Any]) -> None:
     """Tokens from the configured sample and the stated task sizes; FLOPs per token the
     forward pass without the input generator (the table is materialised), re-derived here
     from the layer shapes: 2 x (block weights + head) + attention's 4 T D per layer."""
-    cell = Cell("1.2b", "o200k_base", "leviathan", 0)
+    cell = Cell("1.2b", "o200k_base", "leviathan", 0, "pile")
     evals = {e.kind: e for e in plan_evals(paper, cell)}
     tc = cell_train_config(paper, cell)
     cfg = cell_model_config(tc)
@@ -89,7 +89,7 @@ def test_evaluation_plan_re_derived(paper: dict[str, Any]) -> None:
 
 
 def test_study_disk_re_derived(paper: dict[str, Any]) -> None:
-    plans = [plan_cell(paper, c) for c in cells(paper["studies"])]
+    plans = [plan_cell(paper, c) for c in config_cells(paper)]
     disk = study_disk(paper, plans)
     step = 262_144
     o200k = math.ceil(24.1e9 / step) * step  # 1.2b's budget in whole steps

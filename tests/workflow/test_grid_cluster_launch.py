@@ -32,11 +32,11 @@ STUDIES = {
 
 
 def test_cells_are_the_deduplicated_union_of_studies() -> None:
-    got = cells(STUDIES)
+    got = cells(STUDIES, "embedded")
     assert len(got) == 4 + 6 - 2  # 400m tied/leviathan shared by both studies
     assert len(set(got)) == len(got)
     assert got == sorted(got)
-    assert Cell("400m", "o200k_base", "leviathan", 0) in got
+    assert Cell("400m", "o200k_base", "leviathan", 0, "embedded") in got
 
 
 def test_wildcard_pattern_is_exact_alternatives() -> None:
@@ -78,7 +78,7 @@ def test_resources_per_scale_in_the_plugins_terms() -> None:
 
 
 def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
-    cell = Cell("400m", "o200k_base", "leviathan", 1)
+    cell = Cell("400m", "o200k_base", "leviathan", 1, "embedded")
     config = {
         "resources": {"400m": {"gpus": 4}},
         "train": {"400m": {"lr": 3e-4, "betas": [0.9, 0.95]}},
@@ -103,7 +103,7 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
 def test_cell_overrides_apply_after_scale_overrides() -> None:
     from leviathan.workflow.launch import train_overrides
 
-    cell = Cell("micro", "gpt2", "leviathan", 0)
+    cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
     config = {
         "train": {
             "micro": {"lr": 1e-3, "total_tokens": 512},
@@ -111,7 +111,7 @@ def test_cell_overrides_apply_after_scale_overrides() -> None:
         }
     }
     assert train_overrides(config, cell) == {"lr": 5e-4, "total_tokens": 512}
-    assert train_overrides(config, Cell("micro", "gpt2", "tied", 0)) == {
+    assert train_overrides(config, Cell("micro", "gpt2", "tied", 0, "embedded")) == {
         "lr": 1e-3,
         "total_tokens": 512,
     }
@@ -136,7 +136,7 @@ def test_runtime_and_resource_defaults_have_one_home() -> None:
 
 def test_workflow_runtime_defaults_reach_the_training_job() -> None:
     """The workflow's choices (no bars in job logs, restart a changed cell) where config is silent."""
-    cell = Cell("micro", "gpt2", "tied", 0)
+    cell = Cell("micro", "gpt2", "tied", 0, "embedded")
     args = shlex.split(train_command(cell, {}, "t", "r"))
     assert "progress=false" in args
     assert "restart_on_mismatch=true" in args
@@ -185,3 +185,24 @@ def test_rule_resources_come_from_the_config_without_threads() -> None:
     }
     assert rule_resources(config, "tokenize") == {"mem_mb": 4000, "runtime": 720, "qos": "short"}
     assert rule_resources(config, "report") == {}
+
+
+def test_micro_batch_stays_out_of_the_train_rules_params() -> None:
+    """The train rule's params (its rerun trigger) are `launcher_args` and `cell_args`: a
+    change of train.<scale>.micro_batch leaves both as they were, and reaches the job's
+    command (`memory_args`) with the same training fingerprint."""
+    from leviathan.workflow.launch import cell_args, launcher_args, memory_args
+    from leviathan.workflow.plan import cell_train_config
+
+    cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
+    before = {"train": {"micro": {"lr": 1e-3, "micro_batch": 8}}}
+    after = {"train": {"micro": {"lr": 1e-3, "micro_batch": 2}}}
+    assert cell_args(cell, before, "t", "r") == cell_args(cell, after, "t", "r")
+    assert launcher_args(before, "micro") == launcher_args(after, "micro")
+    assert "micro_batch" not in cell_args(cell, after, "t", "r")
+    assert shlex.split(memory_args(after, cell)) == ["--set", "micro_batch=2"]
+    assert "micro_batch=2" in shlex.split(train_command(cell, after, "t", "r"))
+    fingerprints = {cell_train_config(c, cell).fingerprint() for c in (before, after)}
+    assert len(fingerprints) == 1
+    lr_changed = {"train": {"micro": {"lr": 2e-3, "micro_batch": 8}}}
+    assert cell_args(cell, lr_changed, "t", "r") != cell_args(cell, before, "t", "r")

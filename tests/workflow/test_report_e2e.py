@@ -27,7 +27,7 @@ TABLES = [
     "metrics",
 ]
 FIGURES = ["loss_curves", "frequency", "vocabulary", "ablation"]
-LEV = "results/runs/micro/gpt2/leviathan/seed0"
+LEV = "results/runs/embedded/micro/gpt2/leviathan/seed0"
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +58,15 @@ def audit(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
-    tables = work / "results/report/tables"
+    tables = work / "results/report/embedded/tables"
     for name in TABLES:
         for fmt in ("csv", "md", "tex"):
             assert (tables / f"{name}.{fmt}").stat().st_size > 0
             assert (tables / f"{name}.{fmt}.json").is_file()
     main = pd.read_csv(tables / "main.csv").set_index("row")
-    val = json.loads((work / "results/eval/micro/gpt2/leviathan/seed0/val.json").read_text())
+    val = json.loads(
+        (work / "results/eval/embedded/micro/gpt2/leviathan/seed0/val.json").read_text()
+    )
     assert main.loc["micro/gpt2/leviathan", "val_loss"] == val["results"]["overall"]["loss"]
     manifest = json.loads((tables / "main.csv.json").read_text())
     cell = next(
@@ -93,8 +95,8 @@ def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
 
 def test_figures_png_and_pdf(work: Path) -> None:
     for name in FIGURES:
-        png = (work / f"results/report/figures/{name}.png").read_bytes()
-        pdf = (work / f"results/report/figures/{name}.pdf").read_bytes()
+        png = (work / f"results/report/embedded/figures/{name}.png").read_bytes()
+        pdf = (work / f"results/report/embedded/figures/{name}.pdf").read_bytes()
         assert png.startswith(b"\x89PNG")
         assert pdf.startswith(b"%PDF")
         assert len(png) > 10_000
@@ -109,10 +111,12 @@ def test_snakemake_report_archive(work: Path) -> None:
 
 
 def test_audit_passes_on_the_clean_run(work: Path) -> None:
-    out = audit(work, "results/report/tables/main.csv", "--all")
+    out = audit(work, "results/report/embedded/tables/main.csv", "--all")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "audit passed" in out.stdout
-    one = audit(work, "results/report/tables/main.tex", "--cell", "micro/gpt2/leviathan,val_loss")
+    one = audit(
+        work, "results/report/embedded/tables/main.tex", "--cell", "micro/gpt2/leviathan,val_loss"
+    )
     assert one.returncode == 0, one.stdout + one.stderr
     for link in (
         f"{LEV}/checkpoints/final/model.safetensors",
@@ -129,7 +133,7 @@ def _tampered(work: Path, path: str, tamper) -> subprocess.CompletedProcess[str]
     shutil.copy2(target, backup)
     try:
         tamper(target)
-        return audit(work, "results/report/tables/main.csv", "--all")
+        return audit(work, "results/report/embedded/tables/main.csv", "--all")
     finally:
         backup.replace(target)
 
@@ -146,12 +150,12 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
     assert f"{shard}: sha256" in out.stderr
 
     weights = f"{LEV}/checkpoints/final/model.safetensors"
-    tied = work / "results/runs/micro/gpt2/tied/seed0/checkpoints/final/model.safetensors"
+    tied = work / "results/runs/embedded/micro/gpt2/tied/seed0/checkpoints/final/model.safetensors"
     out = _tampered(work, weights, lambda p: shutil.copy(tied, p))
     assert out.returncode == 1
     assert f"{weights}: sha256" in out.stderr
 
-    table = "results/report/tables/main.csv"
+    table = "results/report/embedded/tables/main.csv"
 
     def edit_value(p: Path) -> None:
         frame = pd.read_csv(p)
@@ -179,9 +183,9 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
 
 
 def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(work: Path) -> None:
-    lev = work / "results/eval/micro/gpt2/leviathan/seed0/val.json"
+    lev = work / "results/eval/embedded/micro/gpt2/leviathan/seed0/val.json"
     backup = lev.read_bytes()
-    shutil.copy(work / "results/eval/micro/gpt2/tied/seed0/val.json", lev)
+    shutil.copy(work / "results/eval/embedded/micro/gpt2/tied/seed0/val.json", lev)
     try:
         rebuilt = subprocess.run(
             [str(BIN / "leviathan"), "report", "tables", "--no-figures"],
@@ -193,7 +197,10 @@ def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(
         )
         assert rebuilt.returncode == 0, rebuilt.stderr
         out = audit(
-            work, "results/report/tables/main.csv", "--cell", "micro/gpt2/leviathan,val_loss"
+            work,
+            "results/report/embedded/tables/main.csv",
+            "--cell",
+            "micro/gpt2/leviathan,val_loss",
         )
         assert out.returncode == 1
         assert "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr

@@ -16,7 +16,10 @@ from leviathan.report.plots import write_plot_data
 from leviathan.report.resources import resource_table, write_resources
 from leviathan.workflow.grid import Cell
 
-CELLS = [Cell("micro", "gpt2", "tied", 0), Cell("micro", "gpt2", "leviathan", 0)]
+CELLS = [
+    Cell("micro", "gpt2", "tied", 0, "embedded"),
+    Cell("micro", "gpt2", "leviathan", 0, "embedded"),
+]
 # the header Snakemake writes (snakemake.benchmark.BenchmarkRecord)
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -80,7 +83,9 @@ def test_resource_table_per_rule_from_benchmark_files(tmp_path: Path) -> None:
         paths.append(path)
     assert benchmark_rule(str(paths[0])) == "train"
     assert (
-        benchmark_rule(benchmark_path("results/eval/micro/gpt2", "sample_efficiency", "seed0"))
+        benchmark_rule(
+            benchmark_path("results/eval/embedded/micro/gpt2", "sample_efficiency", "seed0")
+        )
         == "sample_efficiency"
     )
     table = resource_table(paths).set_index("rule")

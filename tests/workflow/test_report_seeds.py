@@ -53,7 +53,7 @@ def seeded(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     quiet = RuntimeConfig(progress=False, val_every=0, ckpt_every=0, threads=2)
     for variant in ("tied", "leviathan"):
         for seed in SEEDS:
-            cell = Cell("micro", "gpt2", variant, seed)
+            cell = Cell("micro", "gpt2", variant, seed, "embedded")
             cfg = train_config("micro", "gpt2", variant, seed=seed, total_tokens=8 * 64 * STEPS)
             train(
                 cfg,
@@ -77,7 +77,7 @@ def seeded(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = Path.cwd()
     try:
         os.chdir(work)
-        write_report(resolved, "results/report/tables", None)
+        write_report(resolved, layout.tables_dir("embedded"), None)
     finally:
         os.chdir(cwd)
     return work
@@ -85,9 +85,9 @@ def seeded(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _losses(work: Path, variant: str) -> list[float]:
     return [
-        read_json(work / layout.eval_output(Cell("micro", "gpt2", variant, s), "val"))["results"][
-            "overall"
-        ]["loss"]
+        read_json(work / layout.eval_output(Cell("micro", "gpt2", variant, s, "embedded"), "val"))[
+            "results"
+        ]["overall"]["loss"]
         for s in SEEDS
     ]
 
@@ -100,7 +100,7 @@ def _half_width(values: list[float]) -> float:
 
 
 def test_main_table_gives_means_with_student_t_intervals(seeded: Path) -> None:
-    main = pd.read_csv(seeded / "results/report/tables/main.csv").set_index("row")
+    main = pd.read_csv(seeded / "results/report/embedded/tables/main.csv").set_index("row")
     tied, lev = _losses(seeded, "tied"), _losses(seeded, "leviathan")
     assert len(set(lev)) == 3  # three real, different runs
     row = main.loc["micro/gpt2/leviathan"]
@@ -111,14 +111,14 @@ def test_main_table_gives_means_with_student_t_intervals(seeded: Path) -> None:
     paired = [1 - math.exp(b) / math.exp(a) for a, b in zip(tied, lev, strict=True)]
     assert math.isclose(row["val_ppl_gain_ci95"], _half_width(paired), rel_tol=1e-9)
     assert math.isclose(stats.t.ppf(0.975, 2), 4.302652729749464, rel_tol=1e-9)  # the textbook t(2)
-    md = (seeded / "results/report/tables/main.md").read_text()
+    md = (seeded / "results/report/embedded/tables/main.md").read_text()
     assert "val_loss_ci95" in md
     assert "±" in md
 
 
 def test_audit_covers_the_intervals(seeded: Path) -> None:
     out = subprocess.run(
-        [str(BIN / "leviathan"), "audit", "results/report/tables/main.csv", "--all", "-q"],
+        [str(BIN / "leviathan"), "audit", "results/report/embedded/tables/main.csv", "--all", "-q"],
         cwd=seeded,
         capture_output=True,
         text=True,
@@ -126,11 +126,11 @@ def test_audit_covers_the_intervals(seeded: Path) -> None:
         timeout=300,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    manifest = read_json(seeded / "results/report/tables/main.csv.json")
+    manifest = read_json(seeded / "results/report/embedded/tables/main.csv.json")
     ops = {c["op"] for c in manifest["cells"] if c["column"].endswith("_ci95")}
     assert ops == {"mean_ci95", "exp_gain_ci95"}
     # an edited interval is caught
-    csv = seeded / "results/report/tables/main.csv"
+    csv = seeded / "results/report/embedded/tables/main.csv"
     frame = pd.read_csv(csv, dtype={"row": str, "stand_in_data": str})
     frame.loc[frame["row"] == "micro/gpt2/leviathan", "val_loss_ci95"] *= 2
     frame.to_csv(csv, index=False, float_format="%.17g")

@@ -27,7 +27,11 @@ STUDIES = {"main": STUDY, "ablation": STUDY, "vocabulary": STUDY}
 
 
 def _config(below_tokens: int | None = None) -> dict[str, Any]:
-    config: dict[str, Any] = {"studies": STUDIES, "evaluate": {"val": {}}}
+    config: dict[str, Any] = {
+        "studies": STUDIES,
+        "evaluate": {"val": {}},
+        "corpus": {"name": "embedded"},
+    }
     if below_tokens is not None:
         reason = "a stated reason"
         config["report"] = {"smoke_test": {"below_tokens": below_tokens, "reason": reason}}
@@ -38,7 +42,7 @@ def _config(below_tokens: int | None = None) -> dict[str, Any]:
 def micro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     for variant in ("tied", "leviathan"):
-        write_cell(Cell("micro", "gpt2", variant, 0), tokens=SMOKE_TOKENS)
+        write_cell(Cell("micro", "gpt2", variant, 0, "embedded"), tokens=SMOKE_TOKENS)
     write_sample_efficiency("micro", "gpt2")
     return tmp_path
 
@@ -94,7 +98,7 @@ def test_stale_cells_leave_the_dvc_metrics(micro: Path) -> None:
 
 @pytest.mark.skipif(not (BIN / "dvc").exists(), reason="dvc is not installed in the environment")
 def test_dvc_metrics_show_prints_one_row_per_cell(micro: Path) -> None:
-    write_report(_config(), "tables", None, metrics_dir="results/report/metrics")
+    write_report(_config(), "tables", None)  # the study's own metrics directory
     root = Path(__file__).parents[2]
     for name in ("dvc.yaml", "params.yaml", "config/config.yaml"):  # dvc.yaml reads the study
         Path(name).parent.mkdir(exist_ok=True)
@@ -109,7 +113,8 @@ def test_dvc_metrics_show_prints_one_row_per_cell(micro: Path) -> None:
     assert "val_loss" in header
     assert len(rows) == 2
     assert all("smoke test" in r for r in rows)
-    assert all(r.startswith("results/report/metrics/micro/gpt2/") for r in rows)  # a row per cell
+    # a row per cell, found under the study's directory (DVC reads the metrics folder whole)
+    assert all(r.startswith("results/report/metrics/embedded/micro/gpt2/") for r in rows)
 
 
 def _figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -122,7 +127,7 @@ def _figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     monkeypatch.setattr(figures, "_save", keep)
     csvs = {n: Path(f"tables/{n}.csv") for n in ("frequency", "vocabulary", "ablation")}
-    se = [Path(layout.sample_efficiency_path("micro", "gpt2", 0))]
+    se = [Path(layout.sample_efficiency_path("embedded", "micro", "gpt2", 0))]
     figures.write_figures(csvs, se, "figures", SmokePolicy.default())
     return drawn
 

@@ -29,6 +29,10 @@ TOKENS = 4_200_000_000  # the paper's 200M budget: a full run
 CURVES = {"tied": [3.5, 3.2, 3.1], "leviathan": [3.4, 3.05, 3.0]}
 
 
+CORPUS = {"name": "embedded"}  # the report's configs' corpus: their cells' results key
+RESULTS = "embedded"
+
+
 def write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
     loss = LOSS[cell.variant]
     results = {
@@ -60,8 +64,12 @@ def write_sample_efficiency(scale: str, vocab: str, seed: int = 0) -> None:
     from leviathan.eval.results import write_result
     from leviathan.eval.sample_efficiency import sample_efficiency
 
-    tied, lev = (layout.run_dir(Cell(scale, vocab, v, seed)) for v in ("tied", "leviathan"))
-    write_result(layout.sample_efficiency_path(scale, vocab, seed), sample_efficiency(tied, [lev]))
+    tied, lev = (
+        layout.run_dir(Cell(scale, vocab, v, seed, RESULTS)) for v in ("tied", "leviathan")
+    )
+    write_result(
+        layout.sample_efficiency_path(RESULTS, scale, vocab, seed), sample_efficiency(tied, [lev])
+    )
 
 
 @pytest.fixture
@@ -74,9 +82,9 @@ def at_200m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReportInputs:
         "seeds": [0],
     }
     for variant in ("tied", "leviathan"):
-        write_cell(Cell("200m", "o200k_base", variant, 0))
+        write_cell(Cell("200m", "o200k_base", variant, 0, RESULTS))
     write_sample_efficiency("200m", "o200k_base")
-    return ReportInputs({"main": study}, ["val"], str(reported_path()))
+    return ReportInputs({"main": study}, RESULTS, ["val"], str(reported_path()))
 
 
 def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
@@ -136,7 +144,7 @@ def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
 
 
 def test_write_report_renders_every_format(at_200m: ReportInputs, tmp_path: Path) -> None:
-    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}}
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
     written = write_report(config, "tables", None)
     assert {p.name for p in written} >= {"main.csv", "main.md", "main.tex", "paper_check.md"}
     md = Path("tables/main.md").read_text()
@@ -171,7 +179,7 @@ def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(
         "val_loss",
         "val_loss_gain",
     }
-    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}}
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
     write_report(config, "tables", None)
     doc = json.loads(Path("tables/metrics.json").read_text())
     assert doc["200m/o200k_base/leviathan/seed0"]["val_loss_gain"] == pytest.approx(
@@ -214,7 +222,7 @@ def test_paper_vs_ours_lists_the_tables_paper_cells_and_the_audit_checks_every_t
 
     from leviathan.report.audit import Auditor
 
-    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}}
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
     write_report(config, "tables", None)
     # every number recomputed from its sources (the fixture's checkpoints have no manifests: the
     # chain below them is the end-to-end tests'), the metrics table (the per-cell summary) included

@@ -77,44 +77,106 @@ def test_every_rule_with_a_script_declares_a_log() -> None:
                 assert "    log:" in rule, f"{smk.name}: rule {rule.split(':')[0]}"
 
 
-def test_the_train_script_execs_the_command_config_show_prints(tmp_path: Path) -> None:
-    """The script runs with a stand-in `snakemake` object and os.execvp replaced by a recorder."""
-    cell = Cell("micro", "gpt2", "leviathan", 0)
-    config = {
-        "resources": {"micro": {"gpus": 2}},
-        "train": {"micro": {"lr": 1e-3}},
-        "runtime": {"log_every": 7},
-    }
-    tokens, run_dir = layout.tokens_dir("embedded", "gpt2"), layout.run_dir(cell)
+def _run_train_script(
+    tmp_path: Path, config: dict, cell: Cell, tokens: str | None = None, execute: bool = False
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The train script with a stand-in `snakemake` object and, unless `execute`, os.execvp
+    replaced by a recorder (of the argv it would exec, written to the returned path)."""
+    tokens = tokens or layout.tokens_dir("embedded", "gpt2")
+    run_dir = layout.run_dir(cell)
     params = {
-        "launch": launcher_args(config, "micro"),
+        "launch": launcher_args(config, cell.scale),
         "cell": cell_args(cell, config, tokens, run_dir),
     }
+    wildcards = {"scale": cell.scale, "vocab": cell.vocab, "variant": cell.variant}
+    wildcards.update(seed=str(cell.seed), results=cell.results)
     log, record = tmp_path / "train.log", tmp_path / "argv.json"
     out = _run_python(
         f"""
         import json, os, runpy, types
         def execvp(file, argv):
             open({str(record)!r}, "w").write(json.dumps(argv))
-        os.execvp = execvp
+        if not {execute!r}:
+            os.execvp = execvp
+        wildcards = types.SimpleNamespace(**{wildcards!r}, items=lambda: [("scale", "micro")])
         sm = types.SimpleNamespace(
             params=types.SimpleNamespace(**{params!r}),
+            output=types.SimpleNamespace(final={layout.final_marker(cell)!r}),
             config={config!r},
             log=[{str(log)!r}],
             rule="train",
-            wildcards=types.SimpleNamespace(scale="micro", items=lambda: [("scale", "micro")]),
+            wildcards=wildcards,
         )
         runpy.run_path({str(ROOT / "workflow/scripts/train.py")!r}, init_globals={{"snakemake": sm}})
         """,
         tmp_path,
     )
+    return out, record
+
+
+def test_the_train_script_execs_the_command_config_show_prints(tmp_path: Path) -> None:
+    cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
+    config = {
+        "resources": {"micro": {"gpus": 2}},
+        "train": {"micro": {"lr": 1e-3, "micro_batch": 2}},
+        "runtime": {"log_every": 7},
+    }
+    out, record = _run_train_script(tmp_path, config, cell)
     assert out.returncode == 0, out.stderr
     argv = json.loads(record.read_text())
+    tokens, run_dir = layout.tokens_dir("embedded", "gpt2"), layout.run_dir(cell)
     expected = shlex.split(train_command(cell, config, tokens, run_dir, python=sys.executable))
     assert argv == expected
     assert "--runtime" in argv  # the workflow's runtime (log_every) reaches the job
+    assert "micro_batch=2" in argv  # so does the memory knob, outside the rule's params
     assert "leviathan.torchrun" in argv  # two GPUs: torchrun (with a preemption's status)
-    assert "rule train (scale=micro)" in log.read_text()
+    assert "rule train (scale=micro)" in (tmp_path / "train.log").read_text()
+
+
+def test_a_retry_of_a_micro_batch_that_ran_out_of_memory_stops_at_once(tmp_path: Path) -> None:
+    """The profile's retries resubmit a failed job whatever its exit status: the run's
+    out-of-memory record makes the retry refuse in seconds, until micro_batch is lowered."""
+    from leviathan.io import write_json
+    from leviathan.train.errors import OUT_OF_MEMORY_EXIT, out_of_memory
+
+    cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
+    refusal = out_of_memory("micro", 8, 8, step=3, device="cuda:0", last_good="none")
+    write_json(tmp_path / layout.out_of_memory_file(layout.run_dir(cell)), refusal.record)
+    out, record = _run_train_script(tmp_path, {}, cell)  # the scale's micro_batch: 8
+    assert out.returncode == OUT_OF_MEMORY_EXIT
+    assert not record.exists()  # nothing was started
+    text = (tmp_path / "train.log").read_text()
+    assert "with train.micro.micro_batch=8" in text
+    assert "recorded by an earlier attempt" in text
+    lowered = {"train": {"micro": {"micro_batch": 4}}}
+    out, record = _run_train_script(tmp_path, lowered, cell)
+    assert out.returncode == 0, out.stderr
+    assert "micro_batch=4" in json.loads(record.read_text())
+
+
+@pytest.mark.slow  # a 12-step training of the micro model (~15 s)
+def test_a_training_jobs_log_shows_a_progress_line_every_n_steps(
+    tmp_path: Path, gpt2_shards: Path
+) -> None:
+    from leviathan.train.telemetry import read_metrics
+
+    cell = Cell("micro", "gpt2", "tied", 0, "embedded")
+    config = {
+        "train": {"micro": {"total_tokens": 8 * 64 * 12}},
+        "runtime": {"log_line_every": 4, "log_line_s": 0, "val_every": 0, "prefetch": 0},
+    }
+    out, _ = _run_train_script(tmp_path, config, cell, str(gpt2_shards), execute=True)
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "train.log").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("step ")]
+    assert [line.split(" | ")[0] for line in lines] == [f"step {s}/12" for s in (1, 4, 8, 12)]
+    metrics = read_metrics(tmp_path / layout.metrics_file(layout.run_dir(cell)), "train")
+    loss = {r["step"]: r["loss"] for r in metrics}
+    for line in lines:
+        step = int(line.split(" ")[1].split("/")[0])
+        assert f"| loss {loss[step]:.3f} |" in line
+        assert " tok/s | MFU unknown | ETA " in line  # CPU: no peak known, no memory figure
+    assert lines[-1].endswith("ETA 0s")
 
 
 @pytest.mark.slow

@@ -17,22 +17,23 @@ from leviathan.report.registry import table_names, table_paths
 from leviathan.report.resources import RESOURCES_TABLE
 from leviathan.workflow.actions import enabled_evals, sample_efficiency_groups
 from leviathan.workflow.config import resolve
-from leviathan.workflow.grid import cells
+from leviathan.workflow.grid import config_cells
 
 
 def _layout_paths(config: dict) -> set[str]:
     """Every path the layout gives the default config's artifacts, logs and benchmarks."""
     corpus, all_cells, evals = (
         config["corpus"]["name"],
-        cells(config["studies"]),
+        config_cells(config),
         enabled_evals(config),
     )
+    results = layout.config_results_key(config)
     word_counts = config.get("evaluate", {}).get("word_counts") is not None
     paths = {str(layout.corpus_file(layout.corpus_dir(corpus), s)) for s in layout.SPLITS} | {
         layout.log_file("fetch_corpus", corpus),
         layout.benchmark_path(layout.corpus_dir(corpus), "fetch_corpus"),
-        layout.log_file("report", "report"),
-        layout.benchmark_path(layout.REPORT_DIR, "report"),
+        layout.log_file("report", results),
+        layout.benchmark_path(layout.report_dir(results), "report"),
     }
     for vocab in {c.vocab for c in all_cells}:
         tokens = layout.tokens_dir(corpus, vocab)
@@ -40,35 +41,37 @@ def _layout_paths(config: dict) -> set[str]:
         for step in ("tokenize", "word_counts"):
             paths |= {layout.log_file(step, corpus, vocab), layout.benchmark_path(tokens, step)}
     for c in all_cells:
-        key, out = layout.cell_key(c), layout.eval_output(c, "lm_eval")
-        paths |= {layout.final_marker(c), layout.export_dir(c), layout.log_file("train", key)}
-        paths |= {layout.log_file("export", key), layout.benchmark_path(layout.run_dir(c), "train")}
+        out = layout.eval_output(c, "lm_eval")
+        paths |= {layout.final_marker(c), layout.export_dir(c), layout.cell_log("train", c)}
+        paths |= {layout.cell_log("export", c), layout.benchmark_path(layout.run_dir(c), "train")}
         paths |= {str(layout.lm_eval_samples(out)), str(layout.lm_eval_harness_dir(out))}
         for kind in evals:
-            paths |= {layout.eval_output(c, kind), layout.log_file("eval", key, kind)}
+            paths |= {layout.eval_output(c, kind), layout.cell_log("eval", c, kind)}
             paths.add(layout.benchmark_path(layout.eval_dir(c), f"eval_{kind}"))
     for scale, vocab, seed in sample_efficiency_groups(all_cells):
         name = layout.sample_efficiency_name(seed)
         paths |= {
-            layout.sample_efficiency_path(scale, vocab, seed),
-            layout.log_file("eval", scale, vocab, name),
+            layout.sample_efficiency_path(results, scale, vocab, seed),
+            layout.log_file("eval", results, scale, vocab, name),
             layout.benchmark_path(
-                layout.sample_efficiency_dir(scale, vocab), "sample_efficiency", f"seed{seed}"
+                layout.sample_efficiency_dir(results, scale, vocab),
+                "sample_efficiency",
+                f"seed{seed}",
             ),
         }
     files = [
         p
         for n in table_names(report_inputs(config))
-        for p in table_paths(layout.TABLES_DIR, n).values()
+        for p in table_paths(layout.tables_dir(results), n).values()
     ]
     for name in (PAPER_CHECK, RESOURCES_TABLE):
-        files += layout.table_files(layout.TABLES_DIR, name, layout.PLAIN_TABLE_FORMATS).values()
+        tables = layout.tables_dir(results)
+        files += layout.table_files(tables, name, layout.PLAIN_TABLE_FORMATS).values()
     for name in FIGURE_NAMES:
-        files += layout.figure_files(layout.FIGURES_DIR, name).values()
-    files += [
-        layout.dvc_metrics_file(layout.DVC_METRICS_DIR, layout.cell_key(c)) for c in all_cells
-    ]
-    return paths | {str(p) for p in [*files, *plot_paths().values()]}
+        files += layout.figure_files(layout.figures_dir(results), name).values()
+    metrics = layout.dvc_metrics_dir_of(results)
+    files += [layout.dvc_metrics_file(metrics, layout.cell_key(c)) for c in all_cells]
+    return paths | {str(p) for p in [*files, *plot_paths(layout.plots_dir(results)).values()]}
 
 
 def test_every_path_the_rules_declare_comes_from_the_layout(tmp_path: Path) -> None:
@@ -86,3 +89,20 @@ def test_every_path_the_rules_declare_comes_from_the_layout(tmp_path: Path) -> N
     assert declared - paper <= expected, sorted(declared - paper - expected)
     # and nothing the layout names for this config is missing from the DAG
     assert expected <= declared, sorted(expected - declared)
+
+
+def test_two_studies_in_one_clone_share_no_result_log_or_report_file() -> None:
+    """The default study, a study on one's own text and a named study on the default corpus:
+    every path the layout gives their results, logs and reports is their own; only the data
+    of a corpus they share is shared."""
+    default = resolve(root=ROOT)
+    own_text = {**default, "corpus": {**default["corpus"], "name": "mytext", "kind": "text"}}
+    named = {**default, "study_name": "lr_sweep"}
+    paths = [_layout_paths(c) for c in (default, own_text, named)]
+    data = (layout.CORPUS_ROOT, layout.TOKENS_ROOT, "logs/fetch_corpus", "logs/tokenize")
+    data += ("logs/word_counts",)
+    for i, a in enumerate(paths):
+        for b in paths[i + 1 :]:
+            shared = {p for p in a & b if not p.startswith(data)}
+            assert not shared, sorted(shared)[:5]
+    assert layout.run_dir(config_cells(named)[0]).startswith("results/runs/embedded+lr_sweep/")

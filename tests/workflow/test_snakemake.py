@@ -77,12 +77,12 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     for variant in ("tied", "leviathan"):
         assert (
-            work / f"results/runs/micro/gpt2/{variant}/seed0/checkpoints/final/state.json"
+            work / f"results/runs/embedded/micro/gpt2/{variant}/seed0/checkpoints/final/state.json"
         ).is_file()
     assert (work / "data/tokens/embedded/gpt2/counts.npy").is_file()
     for kind in ("val", "wikitext", "lm_eval"):
-        assert (work / f"results/eval/micro/gpt2/leviathan/seed0/{kind}.json").is_file()
-    assert (work / "results/eval/micro/gpt2/sample_efficiency_seed0.json").is_file()
+        assert (work / f"results/eval/embedded/micro/gpt2/leviathan/seed0/{kind}.json").is_file()
+    assert (work / "results/eval/embedded/micro/gpt2/sample_efficiency_seed0.json").is_file()
     # every job wrote its log (rules fetch_corpus ... report: one line naming the job at least)
     logs = sorted((work / "logs").rglob("*.log"))
     assert {p.relative_to(work / "logs").parts[0] for p in logs} >= {
@@ -95,7 +95,9 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     }
     for log in logs:
         assert "leviathan.workflow: rule " in log.read_text(), log
-    metrics = pd.read_csv(work / "results/report/tables/metrics.csv", dtype={"stand_in_data": str})
+    metrics = pd.read_csv(
+        work / "results/report/embedded/tables/metrics.csv", dtype={"stand_in_data": str}
+    )
     assert list(metrics["row"]) == ["micro/gpt2/tied/seed0", "micro/gpt2/leviathan/seed0"]
     # the default config scores WikiText and lm-eval on the offline stand-ins: labelled as such,
     # and nothing else is
@@ -107,7 +109,7 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
         "metrics",
         "main",
     ):  # (paper_vs_ours has no number of ours at micro: nothing to mark)
-        md = (work / f"results/report/tables/{name}.md").read_text()
+        md = (work / f"results/report/embedded/tables/{name}.md").read_text()
         assert "\u2020 computed on the offline stand-in data" in md, name
     again = snakemake(work, "-n", "--profile", "profiles/local", "all")
     assert "Nothing to be done" in again.stdout + again.stderr
@@ -131,10 +133,12 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     rerun = snakemake(work, "--profile", "profiles/local", "all")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     state = yaml.safe_load(
-        (work / "results/runs/micro/gpt2/leviathan/seed0/checkpoints/final/state.json").read_text()
+        (
+            work / "results/runs/embedded/micro/gpt2/leviathan/seed0/checkpoints/final/state.json"
+        ).read_text()
     )
     assert state["train_config"]["lr"] == 1e-3
-    assert (work / "results/runs/micro/gpt2/leviathan/seed0/checkpoints.stale-1").is_dir()
+    assert (work / "results/runs/embedded/micro/gpt2/leviathan/seed0/checkpoints.stale-1").is_dir()
 
 
 def _job_resources(output: str) -> dict[str, list[str]]:

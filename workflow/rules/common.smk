@@ -2,7 +2,7 @@
 # unit-tested there); every path and file name comes from leviathan.layout.
 from leviathan import layout
 from leviathan.layout import WILDCARDS, benchmark_path, log_file
-from leviathan.workflow.grid import Cell, cells, wildcard_pattern
+from leviathan.workflow.grid import Cell, config_cells, wildcard_pattern
 from leviathan.workflow import actions, cluster, launch
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.figures import FIGURE_NAMES
@@ -11,7 +11,10 @@ from leviathan.report.resources import RESOURCES_TABLE
 from leviathan.report.registry import table_names, table_paths
 
 CORPUS = config["corpus"]["name"]
-CELLS = cells(config["studies"])
+# where this study's results live: results/<kind>/<corpus>[+<study_name>]/ (layout.results_key),
+# so studies of two corpora (or two study names) in one clone never touch each other's files
+RESULTS = layout.config_results_key(config)
+CELLS = config_cells(config)
 VOCABS = sorted({c.vocab for c in CELLS})
 CORPUS_DIR = layout.corpus_dir(CORPUS)
 # the paths of a rule's pattern: a cell's, a tokens directory's, a raw corpus's
@@ -28,10 +31,13 @@ wildcard_constraints:
     vocab=wildcard_pattern(VOCABS),
     variant=wildcard_pattern(c.variant for c in CELLS),
     seed=r"\d+",
+    results=wildcard_pattern([RESULTS]),
 
 
 def cell_of(wildcards):
-    return Cell(wildcards.scale, wildcards.vocab, wildcards.variant, int(wildcards.seed))
+    return Cell(
+        wildcards.scale, wildcards.vocab, wildcards.variant, int(wildcards.seed), wildcards.results
+    )
 
 
 def res(key):
@@ -63,13 +69,13 @@ REPORT_TABLES = table_names(report_inputs(config))
 
 
 def plain_table_paths(name):
-    return layout.table_files(layout.TABLES_DIR, name, layout.PLAIN_TABLE_FORMATS)
+    return layout.table_files(layout.tables_dir(RESULTS), name, layout.PLAIN_TABLE_FORMATS)
 
 
 def table_outputs():
     out = []
     for name in REPORT_TABLES:
-        paths = {fmt: str(p) for fmt, p in table_paths(layout.TABLES_DIR, name).items()}
+        paths = {fmt: str(p) for fmt, p in table_paths(layout.tables_dir(RESULTS), name).items()}
         out.append(report(paths.pop("csv"), caption=f"../report/tables/{name}.rst",
                           category="Tables", labels={"table": name, "format": "csv"}))
         out += list(paths.values())
@@ -84,7 +90,7 @@ def table_outputs():
 def figure_outputs():
     out = []
     for name in FIGURE_NAMES:
-        paths = {fmt: str(p) for fmt, p in layout.figure_files(layout.FIGURES_DIR, name).items()}
+        paths = {fmt: str(p) for fmt, p in layout.figure_files(layout.figures_dir(RESULTS), name).items()}
         out.append(report(paths.pop("png"), caption=f"../report/figures/{name}.rst",
                           category="Figures", labels={"figure": name}))
         out += list(paths.values())

@@ -2,7 +2,7 @@
 EVAL_CFG = actions.eval_config(config)  # a bad evaluate: key fails here, before any job
 EVALS = actions.enabled_evals(config)
 SE_GROUPS = actions.sample_efficiency_groups(CELLS)
-SE_DIR = layout.sample_efficiency_dir("{scale}", "{vocab}")
+SE_DIR = layout.sample_efficiency_dir("{results}", "{scale}", "{vocab}")
 LM_EVAL_OUT = layout.eval_output(WILDCARDS, "lm_eval")
 for _scale in sorted({c.scale for c in CELLS}):
     cluster.eval_resources(config, _scale)  # a GPU scale without eval_resources fails here
@@ -41,7 +41,7 @@ rule eval_val:
     conda:
         "../envs/leviathan.yaml"
     log:
-        log_file("eval", layout.cell_key(WILDCARDS), "val"),
+        layout.cell_log("eval", WILDCARDS, "val"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_val")
     threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
@@ -63,7 +63,7 @@ rule eval_wikitext:
     conda:
         "../envs/leviathan.yaml"
     log:
-        log_file("eval", layout.cell_key(WILDCARDS), "wikitext"),
+        layout.cell_log("eval", WILDCARDS, "wikitext"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_wikitext")
     threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
@@ -88,7 +88,7 @@ rule eval_lm_eval:
     conda:
         "../envs/leviathan.yaml"
     log:
-        log_file("eval", layout.cell_key(WILDCARDS), "lm_eval"),
+        layout.cell_log("eval", WILDCARDS, "lm_eval"),
     benchmark:
         benchmark_path(EVAL_DIR, "eval_lm_eval")
     threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
@@ -103,14 +103,14 @@ rule sample_efficiency:
     input:
         lambda wc: [layout.final_marker(c) for c in SE_GROUPS[wc.scale, wc.vocab, int(wc.seed)]],
     output:
-        layout.sample_efficiency_path("{scale}", "{vocab}", "{seed}"),
+        layout.sample_efficiency_path("{results}", "{scale}", "{vocab}", "{seed}"),
     params:
         # the tied baseline first (see actions.sample_efficiency_groups)
         runs=lambda wc, input: [layout.run_of(p) for p in input],
     conda:
         "../envs/leviathan.yaml"
     log:
-        log_file("eval", "{scale}", "{vocab}", layout.sample_efficiency_name("{seed}")),
+        log_file("eval", "{results}", "{scale}", "{vocab}", layout.sample_efficiency_name("{seed}")),
     benchmark:
         benchmark_path(SE_DIR, "sample_efficiency", "seed{seed}")
     resources:
@@ -120,5 +120,5 @@ rule sample_efficiency:
 
 
 EVAL_TARGETS = [layout.eval_output(c, kind) for c in CELLS for kind in EVALS] + [
-    layout.sample_efficiency_path(*key) for key in SE_GROUPS
+    layout.sample_efficiency_path(RESULTS, *key) for key in SE_GROUPS
 ]

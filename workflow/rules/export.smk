@@ -14,7 +14,7 @@ rule export:
     conda:
         "../envs/leviathan.yaml"
     log:
-        log_file("export", layout.cell_key(WILDCARDS)),
+        layout.cell_log("export", WILDCARDS),
     resources:
         **cluster.rule_resources(config, "export"),
     script:

@@ -4,10 +4,10 @@ from leviathan.paper import reported_path
 
 
 REPORT_TARGETS = (
-    [str(p) for name in REPORT_TABLES for p in table_paths(layout.TABLES_DIR, name).values()]
+    [str(p) for name in REPORT_TABLES for p in table_paths(layout.tables_dir(RESULTS), name).values()]
     + [str(p) for name in (PAPER_CHECK, RESOURCES_TABLE) for p in plain_table_paths(name).values()]
-    + [str(p) for name in FIGURE_NAMES for p in layout.figure_files(layout.FIGURES_DIR, name).values()]
-    + [str(p) for p in plot_paths().values()]
+    + [str(p) for name in FIGURE_NAMES for p in layout.figure_files(layout.figures_dir(RESULTS), name).values()]
+    + [str(p) for p in plot_paths(layout.plots_dir(RESULTS)).values()]
 )
 
 # every job's benchmark file (the report's own excepted: it is written after the job), for the
@@ -18,7 +18,7 @@ BENCHMARKS = (
     + ([benchmark_path(layout.tokens_dir(CORPUS, vocab), "word_counts") for vocab in VOCABS] if WORD_COUNTS else [])
     + [benchmark_path(layout.run_dir(c), "train") for c in CELLS]
     + [benchmark_path(layout.eval_dir(c), f"eval_{kind}") for c in CELLS for kind in EVALS]
-    + [benchmark_path(layout.sample_efficiency_dir(s, v), "sample_efficiency", f"seed{seed}") for s, v, seed in SE_GROUPS]
+    + [benchmark_path(layout.sample_efficiency_dir(RESULTS, s, v), "sample_efficiency", f"seed{seed}") for s, v, seed in SE_GROUPS]
 )
 
 
@@ -32,8 +32,8 @@ rule report:
     output:
         tables=table_outputs(),
         figures=figure_outputs(),
-        plots=[str(p) for p in plot_paths().values()],
-        metrics=[str(layout.dvc_metrics_file(layout.DVC_METRICS_DIR, c.key)) for c in CELLS],
+        plots=[str(p) for p in plot_paths(layout.plots_dir(RESULTS)).values()],
+        metrics=[str(layout.dvc_metrics_file(layout.dvc_metrics_dir_of(RESULTS), c.key)) for c in CELLS],
     params:
         tables_dir=lambda wc, output: layout.dir_of(output.tables[0]),
         figures_dir=lambda wc, output: layout.dir_of(output.figures[0]),
@@ -43,9 +43,9 @@ rule report:
     conda:
         "../envs/leviathan.yaml"
     log:
-        log_file("report", "report"),
+        log_file("report", RESULTS),
     benchmark:
-        benchmark_path(layout.REPORT_DIR, "report")
+        benchmark_path(layout.report_dir(RESULTS), "report")
     resources:
         **cluster.rule_resources(config, "report"),
     script:

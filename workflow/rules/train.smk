@@ -16,7 +16,7 @@ rule train:
     conda:
         "../envs/leviathan.yaml"
     log:
-        log_file("train", layout.cell_key(WILDCARDS)),
+        layout.cell_log("train", WILDCARDS),
     benchmark:
         benchmark_path(RUN_DIR, "train")
     threads: lambda wc: cluster.resources(config, wc.scale)["threads"]

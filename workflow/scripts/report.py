@@ -3,12 +3,12 @@
 from leviathan.report.build import write_report
 from leviathan.report.plots import write_plot_data
 from leviathan.report.resources import write_resources
-from leviathan.workflow.grid import cells
+from leviathan.workflow.grid import config_cells
 from leviathan.workflow.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)
 p = sm.params
 write_report(sm.config, p.tables_dir, p.figures_dir, p.sample_efficiency, p.metrics_dir)
-write_plot_data(cells(sm.config["studies"]), p.plots_dir)
+write_plot_data(config_cells(sm.config), p.plots_dir)
 write_resources(sm.input.benchmarks, p.tables_dir)

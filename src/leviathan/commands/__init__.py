@@ -10,6 +10,7 @@ COMMANDS = (
     "params",
     "data",
     "train",
+    "status",
     "eval",
     "generate",
     "export",

@@ -17,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     audit.add_argument(
         "table",
         help="a table file (CSV, Markdown, LaTeX or the metrics JSON), e.g. "
-        "results/report/tables/main.csv, or an artifact with a "
-        "manifest, e.g. an export directory results/export/micro/gpt2/leviathan/seed0",
+        "results/report/embedded/tables/main.csv, or an artifact with a "
+        "manifest, e.g. an export directory results/export/embedded/micro/gpt2/leviathan/seed0",
     )
     which = audit.add_mutually_exclusive_group()
     which.add_argument(

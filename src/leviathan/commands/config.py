@@ -50,26 +50,26 @@ def configfile_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _parse_cell(key: str) -> Cell:
+def _parse_cell(key: str, results: str) -> Cell:
     try:
         scale, vocab, variant, seed = layout.parse_cell_key(key)
     except ValueError as exc:
         raise ValueError(f"--cell {exc}") from None
-    return Cell(scale, get_vocab(vocab).name, variant, seed)
+    return Cell(scale, get_vocab(vocab).name, variant, seed, results)
 
 
 def run_show(args: argparse.Namespace) -> int:
     import yaml
 
     from leviathan.workflow.config import resolve, stand_in_files
-    from leviathan.workflow.grid import cells
+    from leviathan.workflow.grid import config_cells
     from leviathan.workflow.plan import DEFAULT_MFU, render_plan
 
     config = resolve(args.configfile)
     mfu = args.mfu if args.mfu is not None else DEFAULT_MFU
     if args.cell:
-        cell = _parse_cell(args.cell)
-        if cell not in cells(config["studies"]):
+        cell = _parse_cell(args.cell, layout.config_results_key(config))
+        if cell not in config_cells(config):
             raise ValueError(
                 f"{cell.key} is not a cell of the configured studies ({', '.join(config['studies'])})"
             )
@@ -102,11 +102,11 @@ def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
     """The roofline (`leviathan.model.roofline`) of each scale/vocab/variant of the studies."""
     from leviathan.model.roofline import render
     from leviathan.train.trainer import cell_model_config
-    from leviathan.workflow.grid import cells
+    from leviathan.workflow.grid import config_cells
     from leviathan.workflow.plan import cell_train_config
 
     rows = {}
-    for cell in cells(config["studies"]):
+    for cell in config_cells(config):
         label = f"{cell.scale}/{cell.vocab}/{cell.variant}"
         if label not in rows:
             tc = cell_train_config(config, cell)

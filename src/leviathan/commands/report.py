@@ -24,8 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     build.add_argument(
         "--config", default=layout.DEFAULT_CONFIG, help="workflow config (default: %(default)s)"
     )
-    build.add_argument("--tables-dir", default=layout.TABLES_DIR)
-    build.add_argument("--figures-dir", default=layout.FIGURES_DIR)
+    build.add_argument(
+        "--tables-dir", help="default: results/report/<study>/tables (leviathan.layout)"
+    )
+    build.add_argument(
+        "--figures-dir", help="default: results/report/<study>/figures (leviathan.layout)"
+    )
     build.add_argument("--no-figures", action="store_true")
     build.set_defaults(func=run_tables)
 
@@ -50,15 +54,16 @@ def run_tables(args: argparse.Namespace) -> int:
     from leviathan.report.build import write_report
     from leviathan.workflow.actions import sample_efficiency_groups
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import cells
+    from leviathan.workflow.grid import config_cells
 
     config = resolve([args.config], root=repo_root())  # as the workflow does: defaults filled
+    results = layout.config_results_key(config)
     se = [
-        layout.sample_efficiency_path(*key)
-        for key in sample_efficiency_groups(cells(config["studies"]))
+        layout.sample_efficiency_path(results, *key)
+        for key in sample_efficiency_groups(config_cells(config))
     ]
-    for path in write_report(
-        config, args.tables_dir, None if args.no_figures else args.figures_dir, se
-    ):
+    tables = args.tables_dir or layout.tables_dir(results)
+    figures = args.figures_dir or layout.figures_dir(results)
+    for path in write_report(config, tables, None if args.no_figures else figures, se):
         print(path)
     return 0

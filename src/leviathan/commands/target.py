@@ -38,11 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from leviathan.workflow.actions import enabled_evals
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import cells
+    from leviathan.workflow.grid import config_cells
 
-    cell = Cell(args.scale, get_vocab(args.vocab).name, args.variant, args.seed)
     config = resolve(args.configfile)
-    if cell not in cells(config["studies"]):
+    results = layout.config_results_key(config)
+    cell = Cell(args.scale, get_vocab(args.vocab).name, args.variant, args.seed, results)
+    if cell not in config_cells(config):
         files = " ".join(args.configfile) or layout.DEFAULT_CONFIG
         raise ValueError(
             f"{cell.key} is in no study of {files} (studies: {', '.join(config['studies'])}), so "

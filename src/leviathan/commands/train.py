@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description=(
             "Train one experiment cell. Rerunning the same command resumes from the newest "
             "intact checkpoint in RUN_DIR/checkpoints. SIGTERM/SIGUSR1 and Ctrl-C write a "
-            "checkpoint and exit with 128+signal (a second Ctrl-C stops at once). Multi-GPU: "
+            "checkpoint and exit with 128+signal (a second Ctrl-C stops at once); a non-finite "
+            "loss exits with 3, the device running out of memory with 4 (one line naming the "
+            "micro_batch to set). Multi-GPU: "
             "python -m leviathan.torchrun --nproc-per-node N -m leviathan.cli train ... "
             "(torchrun's arguments; exits 128+signal on preemption too)"
         ),
@@ -85,7 +87,8 @@ def _resume_hint(run_dir: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leviathan.train.trainer import NonFiniteLoss, Preempted, train
+    from leviathan.train.errors import OUT_OF_MEMORY_EXIT
+    from leviathan.train.trainer import NonFiniteLoss, OutOfMemory, Preempted, train
 
     # the trainer's WARNINGs (a damaged checkpoint or a torn metrics line set aside), one line
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
@@ -113,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
     except NonFiniteLoss as exc:
         print(f"leviathan train: error: {exc}", file=sys.stderr)
         return 3
+    except OutOfMemory as exc:
+        print(f"leviathan train: error: {exc}", file=sys.stderr)
+        return OUT_OF_MEMORY_EXIT
     print(
         json.dumps(
             {

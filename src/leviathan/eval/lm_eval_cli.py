@@ -4,7 +4,7 @@ lm-eval 0.4 has no plugin discovery for models (its registry holds what was impo
 entry point imports our model (which registers itself under `leviathan`) and then runs
 lm-eval's CLI unchanged: every flag, task and output option is lm-eval's own.
 
-    leviathan-lm-eval --model leviathan --model_args pretrained=results/runs/micro/gpt2/leviathan/seed0 \\
+    leviathan-lm-eval --model leviathan --model_args pretrained=results/runs/embedded/micro/gpt2/leviathan/seed0 \\
         --tasks piqa --batch_size 16 --output_path results/lm_eval --log_samples
     python -m leviathan.eval.lm_eval_cli ...      (the same)
 """

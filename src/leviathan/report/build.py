@@ -16,15 +16,9 @@ from typing import Any
 
 import pandas as pd
 
+from leviathan import layout
 from leviathan.io import atomic_path
-from leviathan.layout import (
-    DVC_METRICS_DIR,
-    FIGURES_DIR,
-    PLAIN_TABLE_FORMATS,
-    TABLES_DIR,
-    dvc_metrics_file,
-    table_files,
-)
+from leviathan.layout import PLAIN_TABLE_FORMATS, dvc_metrics_file, table_files
 from leviathan.manifest import display_path, input_record, read_manifest, write_manifest
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import ReportInputs
@@ -45,6 +39,7 @@ def report_inputs(
 
     return ReportInputs(
         studies=config["studies"],
+        results=layout.config_results_key(config),
         evals=enabled_evals(config),
         paper_path=display_path(paper_path or reported_path()),
         smoke=SmokePolicy.from_config(config) if "report" in config else SmokePolicy.default(),
@@ -102,11 +97,10 @@ def write_table(
     return paths
 
 
-def write_dvc_metrics(
-    table: Table, csv: Path, out_dir: str | os.PathLike[str] = DVC_METRICS_DIR
-) -> list[Path]:
+def write_dvc_metrics(table: Table, csv: Path, out_dir: str | os.PathLike[str]) -> list[Path]:
     """The per-cell DVC metrics files of the metrics table (renderings of its CSV; the manifest of
-    the CSV traces their numbers); files of cells no longer in the study are removed."""
+    the CSV traces their numbers) in the study's own `out_dir`; files there of cells no longer in
+    the study are removed (another study's, in their own directory, are not touched)."""
     written = []
     for row, doc in dvc_metrics(table, table_from_csv(csv, read_manifest(csv))[1]).items():
         path = dvc_metrics_file(out_dir, row)
@@ -151,13 +145,13 @@ def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[
 
 def write_report(
     config: Mapping[str, Any],
-    tables_dir: str | os.PathLike[str] = TABLES_DIR,
-    figures_dir: str | os.PathLike[str] | None = FIGURES_DIR,
+    tables_dir: str | os.PathLike[str],
+    figures_dir: str | os.PathLike[str] | None,
     sample_efficiency: Sequence[str | os.PathLike[str]] = (),
-    metrics_dir: str | os.PathLike[str] = DVC_METRICS_DIR,
+    metrics_dir: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
     """Every table (and, unless figures_dir is None, every figure) of the configured studies,
-    and the per-cell DVC metrics files."""
+    and the per-cell DVC metrics files (default: the study's, `layout.dvc_metrics_dir_of`)."""
     started = _dt.datetime.now(_dt.UTC)
     inp = report_inputs(config)
     docs = DocumentCache()
@@ -168,6 +162,7 @@ def write_report(
         paths = write_table(table, docs, tables_dir, started)
         csvs[table.name] = paths["csv"]
         written.extend(paths.values())
+    metrics_dir = metrics_dir or layout.dvc_metrics_dir_of(inp.results)
     written.extend(write_dvc_metrics(tables["metrics"], csvs["metrics"], metrics_dir))
     written.extend(write_paper_check(tables_dir, inp.paper_path))
     if figures_dir is not None:

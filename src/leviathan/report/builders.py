@@ -348,7 +348,7 @@ def _sample_efficiency_sources(
     built by hand from runs without periodic validation has none: its cells stay empty)."""
     out = []
     for c in cells:
-        path = layout.sample_efficiency_path(c.scale, c.vocab, c.seed)
+        path = layout.sample_efficiency_path(c.results, c.scale, c.vocab, c.seed)
         if not docs.path(path).is_file():
             return ()
         if field_.startswith("baseline/"):

@@ -9,7 +9,7 @@ The chain, each link checked against the hash its consumer recorded:
           -> raw corpus        train.jsonl.zst.json
           -> vocabulary file   the BPE file's sha256 (checked where it is in the cache here)
 
-An export (`leviathan export`, results/export/<cell>/) is walked the same way from its
+An export (`leviathan export`, results/export/<study>/<cell>/) is walked the same way from its
 manifest model.safetensors.json: every file of the directory, then the checkpoint it came
 from and on down the chain. Every recorded git commit must exist in this checkout's history.
 Each check leaves a `Finding`; the walk never stops at the first failure.
@@ -269,7 +269,7 @@ class ChainWalker:
             self.walk_checkpoint_dir(ckpt_dir, depth, ckpt.get("sha256"))
 
     def check_cell_identity(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
-        """An evaluation under results/eval/<scale>/<vocab>/<variant>/seed<k>/ must be of that cell."""
+        """An evaluation under results/eval/<study>/<scale>/<vocab>/<variant>/seed<k>/ must be of that cell."""
         sits_in = layout.eval_cell_key(path)
         if sits_in is None:
             return

@@ -63,15 +63,22 @@ def tied_and_leviathan(groups: Configurations) -> list[tuple[str, str]]:
 @dataclass(frozen=True)
 class ReportInputs:
     studies: Mapping[str, Mapping[str, Any]]
+    results: str  # the study's results key (leviathan.layout.results_key)
     evals: Sequence[str]  # enabled evaluation kinds (val always)
     paper_path: str  # config/paper_reported.yaml as recorded
     smoke: SmokePolicy = field(default_factory=SmokePolicy.default)  # report.smoke_test
 
     def study(self, name: str) -> Configurations:
-        return configurations(study_cells(self.studies[name])) if name in self.studies else {}
+        return (
+            configurations(study_cells(self.studies[name], self.results))
+            if name in self.studies
+            else {}
+        )
 
     def all_cells(self) -> Configurations:
-        return configurations(c for s in self.studies.values() for c in study_cells(s))
+        return configurations(
+            c for s in self.studies.values() for c in study_cells(s, self.results)
+        )
 
 
 @dataclass

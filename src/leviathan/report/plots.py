@@ -21,7 +21,6 @@ import pandas as pd
 from leviathan import layout
 from leviathan.eval.sample_efficiency import metrics_path, read_curve
 from leviathan.io import atomic_path, read_json
-from leviathan.layout import PLOTS_DIR
 from leviathan.manifest import input_record, write_manifest
 from leviathan.workflow.grid import Cell
 
@@ -30,7 +29,7 @@ PLOT_NAMES = ("loss_curves", "frequency")
 PERIODIC_LOSS = "periodic_val_loss"
 
 
-def plot_paths(out_dir: str | os.PathLike[str] = PLOTS_DIR) -> dict[str, Path]:
+def plot_paths(out_dir: str | os.PathLike[str]) -> dict[str, Path]:
     return {name: layout.plot_file(out_dir, name) for name in PLOT_NAMES}
 
 
@@ -64,9 +63,7 @@ def frequency(cells: Iterable[Cell]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["cell", "bucket_index", "bucket", "tokens", "mean_loss"])
 
 
-def write_plot_data(
-    cells: Iterable[Cell], out_dir: str | os.PathLike[str] = PLOTS_DIR
-) -> list[Path]:
+def write_plot_data(cells: Iterable[Cell], out_dir: str | os.PathLike[str]) -> list[Path]:
     cells = sorted(cells)
     paths = plot_paths(out_dir)
     sources = {

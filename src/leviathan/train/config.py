@@ -1,8 +1,10 @@
 """Training configuration of one cell (SPEC section 4): every recipe value is a field.
 
 `TrainConfig` holds what determines the run (hashed: resuming with a different value is
-refused); `RuntimeConfig` holds how it runs here (device, compile, logging cadence), which
-may change between a run and its resumption.
+refused), and the memory knob `micro_batch` (recorded, not hashed: gradient accumulation
+computes the same step in another summation order, so a run continues across a change of it);
+`RuntimeConfig` holds how it runs here (device, compile, logging cadence), which may change
+between a run and its resumption.
 
 Paper recipe: AdamW (0.9, 0.999), eps 1e-8, no weight decay; linear warm-up then cosine
 decay to 10% of the peak; clip 1.0. What depends on the size (context, batch, token budget,
@@ -22,6 +24,11 @@ from leviathan.provenance import config_sha256
 from leviathan.scales import get_scale
 from leviathan.values import coerce
 
+# Fields recorded with a run but left out of its fingerprint: how the step is computed, not
+# what it computes (micro_batch: the same optimizer step, split into more or fewer
+# forward/backward passes; the gradients agree up to the summation order).
+NOT_IDENTITY = ("micro_batch",)
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -32,7 +39,8 @@ class TrainConfig:
     # the scale's recipe (leviathan.scales.RECIPE_FIELDS): no defaults here, a scale sets them
     context: int = field(kw_only=True)
     global_batch: int = field(kw_only=True)  # sequences per optimizer step, over all ranks
-    micro_batch: int = field(kw_only=True)  # sequences per forward/backward on one device
+    # sequences per forward/backward on one device: memory, not identity (NOT_IDENTITY)
+    micro_batch: int = field(kw_only=True)
     total_tokens: int = field(kw_only=True)
     lr: float = field(kw_only=True)
     min_lr_ratio: float = 0.1  # cosine decays to this fraction of the peak
@@ -121,8 +129,10 @@ class TrainConfig:
         return cls(**coerce(cls, d, where))
 
     def fingerprint(self) -> str:
-        """sha256 of the canonical JSON of the config (what a resume must match)."""
-        return config_sha256(self.to_dict())
+        """sha256 of the canonical JSON of the config without its NOT_IDENTITY fields: what
+        a resume must match, and what names the run (a change of micro_batch continues it)."""
+        identity = {k: v for k, v in self.to_dict().items() if k not in NOT_IDENTITY}
+        return config_sha256(identity)
 
     def with_(self, **changes: Any) -> TrainConfig:
         return replace(self, **changes)
@@ -134,6 +144,10 @@ class RuntimeConfig:
     compile: bool = False  # torch.compile the model
     bf16: bool = True  # bf16 autocast on CUDA (never on CPU)
     log_every: int = 1  # steps between metric lines
+    # a readable progress line on stderr (the job's log in the workflow) every this many
+    # steps and/or seconds (0: not by that measure), and at the first and the last step
+    log_line_every: int = 0
+    log_line_s: float = 60.0
     val_every: int = 100  # steps between validation passes (and at the end)
     val_windows: int = 64  # fixed validation windows per pass (None-like: 0 = all)
     val_batch: int = 16

@@ -10,9 +10,55 @@ import math
 from pathlib import Path
 from typing import Any
 
+# Exit status of `leviathan train` after an out-of-memory error (README: exit statuses). A
+# workflow retry of the same micro_batch stops at once with the same line (scripts/train.py).
+OUT_OF_MEMORY_EXIT = 4
+
 
 class NonFiniteLoss(RuntimeError):
     pass
+
+
+class OutOfMemory(RuntimeError):
+    """The device ran out of memory in a training step: the one-line refusal, and the facts a
+    retry reads back from the run's out-of-memory record (`record`)."""
+
+    def __init__(self, message: str, record: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+def smaller_micro_batch(micro_batch: int, per_rank: int) -> int | None:
+    """The micro-batch to try after one of `micro_batch` sequences ran out of memory: the
+    largest divisor of the per-rank batch at most half of it (None below 2). A halving, not a
+    prediction: a memory model's predicted fit would replace this one function."""
+    for size in range(micro_batch // 2, 0, -1):
+        if per_rank % size == 0:
+            return size
+    return None
+
+
+def out_of_memory(
+    scale: str, micro_batch: int, per_rank: int, *, step: int, device: str, last_good: str
+) -> OutOfMemory:
+    """The refusal of an out-of-memory error at optimizer step `step`: one line naming the
+    workflow key (train.<scale>.micro_batch) and a smaller value, or what else to do."""
+    key = f"train.{scale}.micro_batch"
+    smaller = smaller_micro_batch(micro_batch, per_rank)
+    fix = (
+        f"set {key}: {smaller} in the workflow config (leviathan train: --set "
+        f"micro_batch={smaller}) and rerun; micro_batch is no part of the run's identity, so "
+        f"it resumes from {last_good}"
+        if smaller
+        else f"{key} is already 1: use a GPU with more memory or more GPUs per step "
+        f"(resources.{scale}.gpus)"
+    )
+    message = (
+        f"out of memory on {device} at step {step} with {key}={micro_batch} "
+        f"(per-device batch {per_rank}): {fix}"
+    )
+    record = {"step": step, "micro_batch": micro_batch, "device": device, "message": message}
+    return OutOfMemory(message, record)
 
 
 class ConfigMismatch(ValueError):

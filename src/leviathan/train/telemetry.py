@@ -1,5 +1,7 @@
 """Training telemetry: device peak FLOP/s for MFU, JSONL metrics, optional TensorBoard and
-DVCLive views, the progress bar, and the rewind of a run's metrics to its checkpoint.
+DVCLive views, the progress bar, the readable progress line (`ProgressLine`: in a workflow
+job's log, `tail -f logs/train/<cell>.log`), and the rewind of a run's metrics to its
+checkpoint.
 
 The metrics log is written one whole record per `write` call, appended and flushed at once
 (no buffer to lose); a write that fails (a full disk) is cut back to the last whole record
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +73,64 @@ class StepRecord:
     lr: float
     grad_norm: float
     seconds: float
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as a person reads it: 45s, 12m05s, 3h12m, 2d03h."""
+    s = max(0, round(seconds))
+    days, rest = divmod(s, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def format_rate(per_s: float) -> str:
+    """A rate with a k/M suffix: 950, 412k, 1.25M."""
+    if per_s >= 1e6:
+        return f"{per_s / 1e6:.2f}M"
+    return f"{per_s / 1e3:.0f}k" if per_s >= 1e3 else f"{per_s:.0f}"
+
+
+@dataclass(frozen=True)
+class ProgressLine:
+    """One readable line of a run's progress (nanoGPT's style), e.g.
+    `step 120/16000 | loss 3.412 | lr 3.0e-04 | 412k tok/s | MFU 38% | mem 61.2 GB | ETA 3h12m`:
+    tokens/s over the steps since the previous line, MFU of that rate (or "unknown"), the
+    device's peak allocated memory so far (GB = 1e9 bytes; GPU only), the time left at this
+    process's mean step time."""
+
+    step: int
+    total: int
+    loss: float
+    lr: float
+    tokens_per_s: float
+    mfu: float | str
+    peak_memory: int | None
+    eta_s: float
+
+    def __str__(self) -> str:
+        parts = [
+            f"step {self.step}/{self.total}",
+            f"loss {self.loss:.3f}",
+            f"lr {self.lr:.1e}",
+            f"{format_rate(self.tokens_per_s)} tok/s",
+            f"MFU {self.mfu:.0%}" if isinstance(self.mfu, float) else f"MFU {self.mfu}",
+        ]
+        if self.peak_memory is not None:
+            parts.append(f"mem {self.peak_memory / 1e9:.1f} GB")
+        parts.append(f"ETA {format_duration(self.eta_s)}")
+        return " | ".join(parts)
+
+
+def peak_memory(device: torch.device) -> int | None:
+    """The most bytes the device has held in tensors so far (CUDA), None elsewhere."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return None
 
 
 class MetricsLog:
@@ -151,6 +212,8 @@ class TrainTelemetry:
         self.device = device_name(info.device)
         self.peak = peak_flops(self.device)
         self.bar: Any = None
+        # (perf_counter, step) at this process's first step and at the last progress line
+        self._began = self._last_line = (time.perf_counter(), 0)
 
     def start(
         self,
@@ -163,7 +226,17 @@ class TrainTelemetry:
         damaged: Sequence[Mapping[str, str]] = (),
     ) -> None:
         """The run's first record: what it trains, where it resumed from, what was set aside
-        (checkpoints of another config or data; `damaged` ones)."""
+        (checkpoints of another config or data, also a WARNING on stderr, in a workflow job's
+        log: which folder, and why; `damaged` ones)."""
+        self._began = self._last_line = (time.perf_counter(), step)
+        if set_aside and self.info.is_main:
+            print(
+                f"leviathan train: WARNING: set aside the checkpoints of another run as "
+                f"{set_aside} (kept, not deleted; remove it when no longer needed) and started "
+                f"afresh, because: {because}",
+                file=sys.stderr,
+                flush=True,
+            )
         if self.log:
             self.log.write(
                 {
@@ -217,9 +290,47 @@ class TrainTelemetry:
                     "mfu": mfu(tok_s, self.flops_per_token, self.peak, self.info.world_size),
                 }
             )
+        if self.info.is_main and self.line_due(record.step):
+            self._write_line(self.progress_line(record))
         if self.bar:
             self.bar.set_postfix(loss=f"{record.loss:.4f}", tok_s=f"{tok_s:,.0f}", refresh=False)
             self.bar.update(1)
+
+    def line_due(self, step: int) -> bool:
+        """Whether step `step` gets a progress line: this process's first step, the last,
+        every `runtime.log_line_every` steps, and once `runtime.log_line_s` seconds passed."""
+        every, seconds = self.runtime.log_line_every, self.runtime.log_line_s
+        return (
+            step == self._began[1] + 1
+            or step == self.cfg.max_steps
+            or (every > 0 and step % every == 0)
+            or (seconds > 0 and time.perf_counter() - self._last_line[0] >= seconds)
+        )
+
+    def progress_line(self, record: StepRecord) -> ProgressLine:
+        """The progress line after `record`'s step; the next line's rate starts here."""
+        now = time.perf_counter()
+        (t_line, s_line), (t_began, s_began) = self._last_line, self._began
+        tok_s = (record.step - s_line) * self.cfg.tokens_per_step / max(now - t_line, 1e-9)
+        step_s = (now - t_began) / max(record.step - s_began, 1)
+        self._last_line = (now, record.step)
+        return ProgressLine(
+            step=record.step,
+            total=self.cfg.max_steps,
+            loss=record.loss,
+            lr=record.lr,
+            tokens_per_s=tok_s,
+            mfu=mfu(tok_s, self.flops_per_token, self.peak, self.info.world_size),
+            peak_memory=peak_memory(self.info.device),
+            eta_s=(self.cfg.max_steps - record.step) * step_s,
+        )
+
+    def _write_line(self, line: ProgressLine) -> None:
+        """On stderr (above the bar where there is one), flushed: the job's log has it now."""
+        if self.bar:
+            self.bar.write(str(line), file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def val(self, step: int, val_loss: float) -> None:
         if self.log:

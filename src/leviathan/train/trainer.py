@@ -5,7 +5,9 @@ GPU or a torchrun DDP job through the same code, one process per run directory (
 Restarting the same call resumes from the newest intact checkpoint (every file checked
 against its manifest first; bitwise on CPU); SIGTERM/SIGUSR1/SIGINT checkpoint and raise
 `Preempted`, in the final phase too; a non-finite loss raises `NonFiniteLoss` naming the step
-and the last good checkpoint, writing nothing.
+and the last good checkpoint, writing nothing; the device running out of memory raises
+`OutOfMemory`, one line naming train.<scale>.micro_batch and a smaller value (micro_batch is
+no part of the run's identity: the rerun with it resumes).
 
 `Trainer` wires the components, `Trainer.train_step` is one optimizer step of the recipe and
 `Trainer.fit` the loop; each component decides its own interval. Beside it:
@@ -23,6 +25,7 @@ Run directory:
                                               <name>.damaged-<n>/
   metrics.jsonl                               kind = start | train | val | end (a torn line
                                               set aside as metrics.torn-<n>.jsonl)
+  out_of_memory.json                          the last out-of-memory refusal (removed at a start)
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from leviathan import layout
 from leviathan.data.loader import Prefetcher, TrainLoader
 from leviathan.data.shards import verify_shards
 from leviathan.device import set_deterministic
+from leviathan.io import write_json
 from leviathan.lock import hold_lock
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
@@ -56,7 +60,14 @@ from leviathan.train.distributed import (
     shutdown,
     wrap_model,
 )
-from leviathan.train.errors import ConfigMismatch, NonFiniteLoss, check_grad_norm, check_loss
+from leviathan.train.errors import (
+    ConfigMismatch,
+    NonFiniteLoss,
+    OutOfMemory,
+    check_grad_norm,
+    check_loss,
+    out_of_memory,
+)
 from leviathan.train.preemption import Preempted, PreemptionWatch
 from leviathan.train.schedule import lr_at
 from leviathan.train.telemetry import MetricsLog, StepRecord, TrainTelemetry, rewind_metrics
@@ -66,6 +77,7 @@ from leviathan.vocab import check_covers
 __all__ = [
     "ConfigMismatch",
     "NonFiniteLoss",
+    "OutOfMemory",
     "Preempted",
     "TrainResult",
     "Trainer",
@@ -274,7 +286,30 @@ class Trainer:
     def train_step(self, step: int, batches: Prefetcher) -> StepRecord:
         """Optimizer step `step` (0-based) of the recipe: the scheduled learning rate, the
         step's batch, forward and backward over its micro-batches, refusal of a non-finite loss
-        or gradient norm (nothing applied), clipping, the AdamW update."""
+        or gradient norm (nothing applied), clipping, the AdamW update. The device running out
+        of memory is refused in one line (`OutOfMemory`), recorded in the run directory."""
+        try:
+            return self._step(step, batches)
+        except torch.OutOfMemoryError:
+            pass  # outside the handler: the failed step's tensors are freed with its frames
+        raise self._out_of_memory(step + 1)
+
+    def _out_of_memory(self, step: int) -> OutOfMemory:
+        """The refusal of an out-of-memory error in step `step`, written to the run's record
+        (by the rank that ran out: on several ranks, whichever did)."""
+        exc = out_of_memory(
+            self.cfg.scale,
+            self.cfg.micro_batch,
+            self.loader.local_batch,
+            step=step,
+            device=str(self.info.device),
+            last_good=self.checkpoints.last_good,
+        )
+        write_json(layout.out_of_memory_file(self.run_dir), exc.record)
+        return exc
+
+    def _step(self, step: int, batches: Prefetcher) -> StepRecord:
+        """The body of `train_step`."""
         t0 = time.perf_counter()
         lr = self._set_lr(step)
         x, y = batches.get(step)  # the loader's position moves past `step`
@@ -316,6 +351,8 @@ class Trainer:
         metrics = layout.metrics_file(self.run_dir)
         if info.is_main:  # the metrics of exactly the run the checkpoints belong to
             rewind_metrics(metrics, r.step, r.aside_for(metrics))
+            # an earlier out-of-memory refusal is history once a run starts stepping again
+            layout.out_of_memory_file(self.run_dir).unlink(missing_ok=True)
         log = (
             MetricsLog(
                 metrics,

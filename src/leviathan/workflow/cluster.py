@@ -54,12 +54,13 @@ def _largest_checkpoint(config: Mapping[str, Any], scale: str) -> int:
 def _largest_checkpoint_cached(config_json: str, scale: str) -> int:
     import json
 
-    from leviathan.workflow.grid import cells
+    from leviathan.workflow.grid import config_cells
     from leviathan.workflow.plan import cell_checkpoint_bytes
 
     config = json.loads(config_json)
-    mine = [c for c in cells(config.get("studies") or {}) if c.scale == scale]
-    return max(cell_checkpoint_bytes(config, c) for c in mine or [Cell(scale, *LARGEST, 0)])
+    studies = config.get("studies") or {}
+    mine = [c for c in config_cells(config) if c.scale == scale] if studies else []
+    return max(cell_checkpoint_bytes(config, c) for c in mine or [Cell(scale, *LARGEST, 0, "")])
 
 
 def preempt_grace_s(config: Mapping[str, Any], scale: str) -> int:

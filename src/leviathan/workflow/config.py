@@ -93,7 +93,7 @@ def check_config(config: dict[str, Any]) -> None:
     runtime = {k: v for k, v in (config.get("runtime") or {}).items() if v is not None}
     config.get("runtime", {}).update(coerce(RuntimeConfig, runtime, "config runtime"))
     RuntimeConfig.from_dict(runtime, "config runtime")  # the values' ranges
-    study_cells = cells(config.get("studies") or {})
+    study_cells = cells(config.get("studies") or {}, "")  # keys and recipes here, no paths
     keys = {c.key for c in study_cells}
     for key in train:
         if "/" in str(key) and key not in keys:

@@ -19,6 +19,7 @@ class Cell:
     vocab: str
     variant: str
     seed: int
+    results: str  # the study's results key (layout.results_key): where its files live
 
     @property
     def key(self) -> str:
@@ -31,12 +32,13 @@ class Cell:
             "vocab": self.vocab,
             "variant": self.variant,
             "seed": str(self.seed),
+            "results": self.results,
         }
 
 
-def study_cells(study: Mapping[str, Any]) -> list[Cell]:
+def study_cells(study: Mapping[str, Any], results: str) -> list[Cell]:
     return [
-        Cell(scale, vocab, variant, int(seed))
+        Cell(scale, vocab, variant, int(seed), results)
         for scale in study["scales"]
         for vocab in study["vocabs"]
         for variant in study["variants"]
@@ -44,9 +46,15 @@ def study_cells(study: Mapping[str, Any]) -> list[Cell]:
     ]
 
 
-def cells(studies: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
-    """The union of all studies' cells, deduplicated, in a stable (sorted) order."""
-    return sorted({cell for study in studies.values() for cell in study_cells(study)})
+def cells(studies: Mapping[str, Mapping[str, Any]], results: str) -> list[Cell]:
+    """The union of all studies' cells, deduplicated, in a stable (sorted) order; their
+    results under `results` (layout.results_key)."""
+    return sorted({cell for study in studies.values() for cell in study_cells(study, results)})
+
+
+def config_cells(config: Mapping[str, Any]) -> list[Cell]:
+    """The cells of a workflow config's studies, with its results key."""
+    return cells(config["studies"], layout.config_results_key(config))
 
 
 def wildcard_pattern(values: Iterable[Any]) -> str:

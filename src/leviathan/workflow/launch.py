@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from leviathan import layout
+from leviathan.train.config import NOT_IDENTITY
 from leviathan.values import format_assignment
 from leviathan.workflow.cluster import preempt_grace_s, scale_resources
 from leviathan.workflow.grid import Cell
@@ -80,7 +81,8 @@ def launch_env(config: Mapping[str, Any], scale: str) -> dict[str, str]:
 
 def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
     """`leviathan train` arguments that define the cell's run (its identity): a change here
-    reruns the cell. Overrides come from config.train[<scale>] and config.train[<cell>]."""
+    reruns the cell. Overrides come from config.train[<scale>] and config.train[<cell>], less
+    the memory knobs (`memory_args`)."""
     shards = layout.shards(tokens)
     args = [
         "--scale",
@@ -99,8 +101,41 @@ def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) 
         run_dir,
     ]
     for key, value in sorted(train_overrides(config, cell).items()):
-        args += ["--set", format_assignment(key, value)]
+        if key not in NOT_IDENTITY:
+            args += ["--set", format_assignment(key, value)]
     return shlex.join(args)
+
+
+def memory_args(config: Mapping[str, Any], cell: Cell) -> str:
+    """`--set` arguments of the overrides that are no part of the cell's identity
+    (`leviathan.train.config.NOT_IDENTITY`: micro_batch). Kept out of the rule's params, so
+    lowering train.<scale>.micro_batch after an out-of-memory error reruns nothing: the next
+    job resumes the run from its checkpoint."""
+    args: list[str] = []
+    for key, value in sorted(train_overrides(config, cell).items()):
+        if key in NOT_IDENTITY:
+            args += ["--set", format_assignment(key, value)]
+    return shlex.join(args)
+
+
+def known_out_of_memory(config: Mapping[str, Any], cell: Cell, run_dir: str) -> str | None:
+    """The refusal a training job gives at once, before any work, when the run's
+    out-of-memory record (`layout.out_of_memory_file`) says its micro_batch (or a smaller one)
+    already ran out of memory: a retry of the same job (the profile's `retries`) fails in
+    seconds with the same line instead of repeating the failure; None when it may run."""
+    from leviathan.io import read_json
+    from leviathan.workflow.plan import cell_train_config
+
+    record_file = layout.out_of_memory_file(run_dir)
+    if not record_file.is_file():
+        return None
+    record = read_json(record_file)
+    if cell_train_config(config, cell).micro_batch < int(record["micro_batch"]):
+        return None
+    return (
+        f"{record['message']} (recorded by an earlier attempt in {record_file}; delete it "
+        "to try the same micro_batch again, e.g. on a GPU with more memory)"
+    )
 
 
 def runtime_args(config: Mapping[str, Any]) -> str:
@@ -123,20 +158,23 @@ def train_argv(
     launch: str,
     cell: str,
     config: Mapping[str, Any],
+    memory: str,
     *,
     python: str,
     rdzv_host: str,
     rdzv_id: str,
 ) -> list[str]:
     """The words of a cell's training job: the launcher (`launch`: `launcher_args`, filled in by
-    `launch_argv`), `-m leviathan.cli train`, the cell's arguments (`cell`: `cell_args`) and
-    the workflow's runtime (`runtime_args`). The train rule's script execs these."""
+    `launch_argv`), `-m leviathan.cli train`, the cell's arguments (`cell`: `cell_args`), its
+    memory knobs (`memory`: `memory_args`) and the workflow's runtime (`runtime_args`). The
+    train rule's script execs these."""
     return [
         *launch_argv(launch, python=python, rdzv_host=rdzv_host, rdzv_id=rdzv_id),
         "-m",
         "leviathan.cli",
         "train",
         *shlex.split(cell),
+        *shlex.split(memory),
         *shlex.split(runtime_args(config)),
     ]
 
@@ -150,6 +188,7 @@ def train_command(
         launcher_args(config, cell.scale),
         cell_args(cell, config, tokens, run_dir),
         config,
+        memory_args(config, cell),
         python=python,
         rdzv_host="<first node>",
         rdzv_id="<job id>",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leviathan.workflow.grid import Cell, cells
+from leviathan.workflow.grid import Cell, config_cells
 
 DEFAULT_MFU = 0.40  # stated, not measured: `--mfu` changes it
 OPTIMIZER_SLOTS = 2  # AdamW keeps exp_avg and exp_avg_sq: two fp32 tensors per parameter
@@ -97,7 +97,7 @@ def vocab_budgets(config: Mapping[str, Any]) -> dict[str, int]:
     """The largest training-token budget of each vocabulary's cells (torch-free: the
     workflow sizes the download at parse time)."""
     out: dict[str, int] = {}
-    for cell in cells(config["studies"]):
+    for cell in config_cells(config):
         tc = cell_train_config(config, cell)
         out[cell.vocab] = max(out.get(cell.vocab, 0), tc.max_steps * tc.tokens_per_step)
     return dict(sorted(out.items()))
@@ -321,9 +321,7 @@ def study_disk(
     from leviathan.vocab import get_vocab
 
     plans = (
-        plans
-        if plans is not None
-        else [plan_cell(config, c, mfu) for c in cells(config["studies"])]
+        plans if plans is not None else [plan_cell(config, c, mfu) for c in config_cells(config)]
     )
     budgets = vocab_budgets(config)
     margin = 1 + float((config.get("corpus") or {})["size_margin"])
@@ -420,7 +418,7 @@ def render_plan(config: Mapping[str, Any], mfu: float = DEFAULT_MFU) -> str:
     from leviathan.data.tokenizers import token_dtype
     from leviathan.vocab import get_vocab
 
-    plans = [plan_cell(config, c, mfu) for c in cells(config["studies"])]
+    plans = [plan_cell(config, c, mfu) for c in config_cells(config)]
     lines = [
         f"plan: {len(plans)} cells (each trained once, whichever studies share it); "
         f"GPU-hours at MFU {mfu:.0%} of the GPU model's dense bf16 peak"

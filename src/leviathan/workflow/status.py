@@ -1,0 +1,122 @@
+"""Where every cell of a study stands (`leviathan status`), read from its files alone: the run
+directory (final checkpoint, step checkpoints, metrics log, out-of-memory record) and the
+train job's log, all named by `leviathan.layout`. Nothing is asked of a scheduler.
+
+A cell's state:
+  done         its final checkpoint exists
+  running      its metrics log was written in the last `stale_s` seconds
+  failed       its job's log ends in an error (a `leviathan train: error:` line or a
+               traceback), or it ran out of memory (`out_of_memory.json`)
+  preempted    stopped before the end without an error (a signal, a job that vanished):
+               it resumes from its newest checkpoint
+  not started  nothing of it exists yet
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from leviathan import layout
+from leviathan.workflow.grid import Cell
+
+STALE_S = 900.0  # a metrics log silent this long: its job is no longer running
+STATES = ("not started", "running", "preempted", "done", "failed")
+
+
+@dataclass(frozen=True)
+class CellStatus:
+    cell: Cell
+    state: str
+    step: int  # optimizer steps done (by the newest record)
+    total: int  # the cell's max_steps
+    loss: float | None  # the last training loss recorded
+    eta_s: float | None  # while running: the time left at the run's mean step time
+
+
+def _progress(metrics: Path) -> tuple[int, float | None, float | None]:
+    """(step, last loss, seconds per step since the last start) from a metrics log."""
+    from leviathan.train.telemetry import read_metrics
+
+    if not metrics.is_file():
+        return 0, None, None
+    records = read_metrics(metrics)
+    starts = [r for r in records if r.get("kind") == "start"]
+    trains = [r for r in records if r.get("kind") == "train"]
+    if not trains:
+        return (int(starts[-1]["step"]) if starts else 0), None, None
+    last = trains[-1]
+    per_step = None
+    if starts and int(last["step"]) > int(starts[-1]["step"]):
+        elapsed = float(last["time"]) - float(starts[-1]["time"])
+        per_step = elapsed / (int(last["step"]) - int(starts[-1]["step"]))
+    return int(last["step"]), float(last["loss"]), per_step
+
+
+def _job_failed(log: Path) -> bool:
+    """Whether a train job's log ends in an error rather than a stop by signal or a result."""
+    if not log.is_file():
+        return False
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("leviathan train: error:") or line.startswith("Traceback"):
+            return True
+        if line.startswith("leviathan train: stopped by signal") or line.startswith("{"):
+            return False
+    return False
+
+
+def _state(run: str, log: Path, now: float, stale_s: float) -> str:
+    if (layout.final_dir(run) / layout.STATE).is_file():
+        return "done"
+    metrics = layout.metrics_file(run)
+    if metrics.is_file() and now - metrics.stat().st_mtime < stale_s:
+        return "running"
+    if layout.out_of_memory_file(run).is_file() or _job_failed(log):
+        return "failed"
+    if metrics.is_file() or layout.checkpoints_dir(run).is_dir():
+        return "preempted"
+    return "not started"
+
+
+def cell_status(
+    config: Mapping[str, Any], cell: Cell, now: float | None = None, stale_s: float = STALE_S
+) -> CellStatus:
+    """The state of one cell of the configured studies."""
+    from leviathan.workflow.plan import cell_train_config
+
+    run = layout.run_dir(cell)
+    now = time.time() if now is None else now
+    state = _state(run, Path(layout.cell_log("train", cell)), now, stale_s)
+    total = cell_train_config(config, cell).max_steps
+    step, loss, per_step = _progress(layout.metrics_file(run))
+    eta = (total - step) * per_step if state == "running" and per_step is not None else None
+    return CellStatus(cell, state, step, total, loss, eta)
+
+
+def render_status(rows: Sequence[CellStatus]) -> str:
+    """A table of the cells' states, with a count of each state below it."""
+    from leviathan.train.telemetry import format_duration
+
+    header = ("cell", "state", "step", "loss", "ETA")
+    body = [
+        (
+            r.cell.key,
+            r.state,
+            f"{r.step}/{r.total}",
+            f"{r.loss:.3f}" if r.loss is not None else "-",
+            format_duration(r.eta_s) if r.eta_s is not None else "-",
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *body]
+    ]
+    counts = {s: sum(r.state == s for r in rows) for s in STATES}
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no cells")
+    return "\n".join(lines)
