@@ -261,6 +261,7 @@ def test_lm_eval_task_yamls_load_in_lm_eval_on_the_same_files(
     assert piqa.config.dataset_kwargs["data_files"]["validation"] == [str(local)]
 
 
+@pytest.mark.slow  # three CPU passes over the validation sample (~50 s on a loaded machine)
 def test_val_from_the_command_line_resumes_a_killed_pass(
     runs, small_val: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:

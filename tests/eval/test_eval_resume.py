@@ -118,6 +118,7 @@ def test_an_interrupted_pass_continues_to_the_same_numbers(
     assert np.array_equal(rerun.token_losses, whole.token_losses)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # two CPU passes over the sample per kind of damage (~15-40 s each)
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
 def test_a_damaged_partial_file_is_set_aside_and_the_pass_starts_over(
     loaded, small_val: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
