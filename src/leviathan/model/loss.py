@@ -67,6 +67,7 @@ from torch.autograd.function import once_differentiable
 from leviathan.device import chunk_elems as device_chunk_elems
 from leviathan.device import forced_policy, uses_gpu_policy
 from leviathan.model.traffic import TrafficCounter
+from leviathan.model.transformer import activation_dtype
 
 IGNORE_INDEX = -100
 DEFAULT_CHUNK_ELEMS = 1 << 25  # logits held at once on a CPU: 128 MiB in fp32
@@ -85,17 +86,10 @@ def _rows_per_chunk(vocab: int, chunk_elems: int) -> int:
     return max(1, chunk_elems // vocab)
 
 
-def _matmul_dtype(t: torch.Tensor) -> torch.dtype:
-    """The dtype a matmul of `t` computes in here (autocast's, if it is on)."""
-    if torch.is_autocast_enabled(t.device.type):
-        return torch.get_autocast_dtype(t.device.type)
-    return t.dtype
-
-
 def matmul_weight(weight: torch.Tensor) -> torch.Tensor:
     """`weight` as the loss's matmuls take it: in the matmul dtype, and under the GPU rule
     with zero rows appended up to a multiple of HEAD_ROWS_MULTIPLE."""
-    w = weight.to(_matmul_dtype(weight))
+    w = weight.to(activation_dtype(weight))
     pad = -weight.shape[0] % HEAD_ROWS_MULTIPLE
     return F.pad(w, (0, 0, 0, pad)) if pad and uses_gpu_policy(weight.device) else w
 
