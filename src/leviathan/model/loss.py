@@ -17,8 +17,8 @@ in registers (fp32 accumulators of the bf16 products), keeps an online logsumexp
 vocabulary and the target's logit, and writes two floats per token; the backward recomputes
 each tile and writes G = softmax - onehot (scaled by the upstream gradient) once, in bf16,
 which the two cuBLAS GEMMs (dh = G w, dw = G^T h) read. `FUSED_BYTES_PER_LOGIT` = 6 bytes per
-logit (`fused_loss_bytes` for the whole loss; counted 7.85 at the 400m micro-batch, against
-70.9 for the chunked code below: BENCHMARKS.md, "Bytes per step"). Chosen over:
+logit (`fused_loss_bytes` for the whole loss; counted 7.79 at the 400m micro-batch, against
+70.7 for the chunked code below: BENCHMARKS.md, "Bytes per step"). Chosen over:
   * a maintained fused linear-cross-entropy (Liger Kernel, Cut Cross-Entropy): neither is in
     the GPU image (torch, NumPy, safetensors, tiktoken, PyYAML, tqdm and Triton only). Liger
     writes each chunk's bf16 logits and overwrites them with G (~12 bytes per logit, logits
@@ -69,16 +69,17 @@ from leviathan.device import forced_policy, uses_gpu_policy
 from leviathan.model.traffic import TrafficCounter
 from leviathan.model.transformer import activation_dtype
 
+LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 IGNORE_INDEX = -100
 DEFAULT_CHUNK_ELEMS = 1 << 25  # logits held at once on a CPU: 128 MiB in fp32
 HEAD_GRAD_SHARE = 8  # GPU rule: G may hold this many chunk buffers' bytes (1/8 of memory)
-LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 HEAD_ROWS_MULTIPLE = 128  # GPU rule: the head's rows padded to a multiple of this
-# The GPU path's HBM bytes (see `fused_loss_bytes`): per logit, G in bf16 written once by its
-# kernel and read by the two GEMMs of the backward; per element of the hidden states [N, D]
-# and of the head [V, D], their bf16 casts and reads by the kernels and GEMMs (bf16 autocast).
+# The GPU path's HBM bytes under bf16 autocast (see `fused_loss_bytes`): per logit, G in bf16
+# written once by its kernel and read by the two GEMMs of the backward; per element of the
+# hidden states [N, D] (bf16, as the backbone's final norm gives them) and of the head [V, D]
+# (an fp32 parameter), their reads by the kernels and GEMMs and the head's casts.
 FUSED_BYTES_PER_LOGIT = 6
-FUSED_BYTES_PER_HIDDEN = 20  # cast 4 + 2, three reads, dh written 2 and cast back 2 + 4
+FUSED_BYTES_PER_HIDDEN = 8  # read by both kernels and d W's GEMM, dh written: 4 x 2
 FUSED_BYTES_PER_HEAD = 28  # cast 6, pad and its backward 4 + 4, three reads, dw 2, cast back 6
 
 
@@ -197,11 +198,12 @@ def fused_loss_bytes(n_tokens: int, vocab: int, d_model: int) -> int:
 
 def counted_loss_bytes(n_tokens: int, vocab: int, d_model: int, loss: LossFn | None = None) -> int:
     """Bytes `TrafficCounter` counts for one forward and backward of `loss` (default: the
-    GPU path's, `fused_linear_cross_entropy`) under the GPU rule: fp32 hidden states and head
-    on FakeTensors (no memory, any shape in seconds), bf16 CPU autocast as a GPU runs it.
-    (CPU tensors: a CPU build has no fake CUDA autograd; the kernels count alike anywhere.)"""
+    GPU path's, `fused_linear_cross_entropy`) under the GPU rule and bf16 CPU autocast, as a
+    GPU runs it: bf16 hidden states (the backbone's final norm gives them so), an fp32 head,
+    on FakeTensors (no memory, any shape in seconds; CPU ones: a CPU build has no fake CUDA
+    autograd, and the kernels' custom ops count alike on any device)."""
     with FakeTensorMode(), forced_policy("gpu"):
-        hidden = torch.empty(n_tokens, d_model, requires_grad=True)
+        hidden = torch.empty(n_tokens, d_model, dtype=torch.bfloat16, requires_grad=True)
         weight = torch.empty(vocab, d_model, requires_grad=True)
         targets = torch.zeros(n_tokens, dtype=torch.long)
         with TrafficCounter() as counter, torch.autocast("cpu", dtype=torch.bfloat16):
