@@ -34,7 +34,8 @@ pytest.importorskip("triton", reason="the GPU path's kernels are Triton's")
 
 # Runs in the fresh interpreter: for each case, the fused loss and its gradients (the policy
 # given: "gpu" pads the head 300 -> 384; "cpu" with a small chunk budget forms G in groups
-# of rows), and the per-token losses from the forward kernel alone.
+# of rows), and the per-token losses from the forward kernel alone; then the first case
+# compiled (Dynamo's graph and break counts, the compiled loss and gradients).
 _CHILD = """
 import sys, torch
 from leviathan.device import forced_policy
@@ -48,14 +49,23 @@ for h, w, t, policy, chunk_elems in cases:
         grads = torch.autograd.grad(value, (h, w))
         lse, picked = loss._fused_lse_and_pick(h.detach(), w.detach(), t)
     out.append((value.detach(), *grads, torch.where(t != -100, lse - picked, 0.0)))
+if sys.argv[3] == "compile":  # the first case under Dynamo and AOTAutograd (no inductor)
+    h, w, t, policy, _ = cases[0]
+    with forced_policy(policy):
+        explained = torch._dynamo.explain(loss.fused_linear_cross_entropy)(h, w, t)
+        compiled = torch.compile(loss.fused_linear_cross_entropy, backend="aot_eager")(h, w, t)
+        grads = torch.autograd.grad(compiled, (h, w))
+    counts = torch.tensor([explained.graph_count, explained.graph_break_count])
+    out = (out[0], (compiled.detach(), *grads), counts)
 torch.save(out, sys.argv[2])
 """
 
 
-def _interpreted(cases: list[tuple[Any, ...]], tmp_path: Path) -> list[tuple[torch.Tensor, ...]]:
+def _interpreted(cases: list[tuple[Any, ...]], tmp_path: Path, mode: str = "eager") -> Any:
     torch.save(cases, tmp_path / "cases.pt")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path("src").resolve())}
-    args = [sys.executable, "-c", _CHILD, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")]
+    files = [str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")]
+    args = [sys.executable, "-c", _CHILD, *files, mode]
     subprocess.run(args, env=env, check=True, timeout=300)
     return torch.load(tmp_path / "out.pt")
 
@@ -92,6 +102,18 @@ def test_kernels_match_float64_cross_entropy_in_the_interpreter(tmp_path: Path) 
         for a, b in zip(ours, (*refs, per_token), strict=True):
             assert a.shape == b.shape
             torch.testing.assert_close(a.double(), b.detach(), rtol=rtol, atol=max(atol, 5 * rtol))
+
+
+@pytest.mark.slow  # Dynamo and AOTAutograd in a fresh interpreter: ~15 s on a 2-core machine
+def test_compiled_loss_is_one_graph_with_the_eager_numbers(tmp_path: Path) -> None:
+    """torch.compile (Dynamo, AOTAutograd's traced backward; aot_eager, no inductor) of the
+    GPU path: one graph, no break, the loss and gradients of the eager kernels."""
+    eager, compiled, counts = _interpreted(
+        [(*_case(50, 300, 24, torch.float32, 0), "gpu", 1 << 25)], tmp_path, "compile"
+    )
+    assert counts.tolist() == [1, 0]
+    for a, b in zip(compiled, eager, strict=False):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_the_gpu_path_is_the_gpu_rule_on_cuda_only() -> None:

@@ -54,7 +54,6 @@ take no probability and give no gradient. The parameters, exports, parameter cou
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -217,16 +216,22 @@ def uses_fused_kernels(device: torch.device) -> bool:
     return device.type == "cuda" and uses_gpu_policy(device)
 
 
-@functools.cache
+_kernel_module: ModuleType | None = None  # `loss_kernel`, once imported and registered
+
+
 def _kernels() -> ModuleType:
     """The kernels' module, imported (Triton with it) on first use, with the backward of its
-    `lse_and_pick` registered."""
-    from leviathan.model import loss_kernel
+    `lse_and_pick` registered. Done at import where CUDA is present, so that code traced by
+    torch.compile only reads the global (Dynamo guards on it) and calls the registered ops."""
+    global _kernel_module
+    if _kernel_module is None:
+        from leviathan.model import loss_kernel
 
-    torch.library.register_autograd(
-        "leviathan::lse_and_pick", _lse_and_pick_backward, setup_context=_lse_and_pick_setup
-    )
-    return loss_kernel
+        torch.library.register_autograd(
+            "leviathan::lse_and_pick", _lse_and_pick_backward, setup_context=_lse_and_pick_setup
+        )
+        _kernel_module = loss_kernel
+    return _kernel_module
 
 
 def _lse_and_pick_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -276,7 +281,8 @@ def _fused_lse_and_pick(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     w = matmul_weight(weight)
-    return _kernels().lse_and_pick(hidden.to(w.dtype), w, targets, weight.shape[0])
+    _kernels()
+    return torch.ops.leviathan.lse_and_pick(hidden.to(w.dtype), w, targets, weight.shape[0])
 
 
 def linear_cross_entropy(
@@ -346,3 +352,7 @@ def token_losses_and_greedy(
         out[rows] = losses
         greedy[rows] = logits.argmax(-1) == targets[rows]
     return out, greedy
+
+
+if torch.cuda.is_available():
+    _kernels()  # registered before anything is traced (see `_kernels`)
