@@ -84,7 +84,7 @@ def test_kernels_match_float64_cross_entropy_in_the_interpreter(tmp_path: Path) 
     same numbers (ignore_index=-100): fp32 with the head padded 300 -> 384 rows (rtol 1e-5),
     fp32 with G in groups of 7 rows (a chunk budget of 3,000 logits), and bf16 (G and the
     products rounded to bf16: atol 2e-3 of gradients ~0.04, 1e-2 of a loss of ~7). Three
-    cases of 37-50 tokens, D 24: ~8 s, 4-5 of them the fresh interpreter's imports."""
+    cases of 37-50 tokens, D 24: 8-10 s, 4-5 of them the fresh interpreter's imports."""
     cases = [
         (*_case(50, 300, 24, torch.float32, 0), "gpu", 1 << 25),
         (*_case(45, 300, 24, torch.float32, 1), "cpu", 3000),
