@@ -20,6 +20,7 @@ GPU_CHUNK_FRACTION = 1 / 64  # of the device's memory, per fp32 chunk buffer (H2
 REFERENCE_GPU_BYTES = 80 * 2**30  # an H100's memory: the GPU rule where no GPU is present
 POLICIES = ("auto", "cpu", "gpu")
 _forced = "auto"
+_memory: dict[torch.device, int] = {}  # device_memory's answers, per CUDA device
 
 
 def resolve_device(spec: str | torch.device | None, local_rank: int = 0) -> torch.device:
@@ -65,8 +66,15 @@ def chunk_elems(device: torch.device, cpu_elems: int) -> int:
     the CPU rule; `GPU_CHUNK_FRACTION` of the device's memory under the GPU rule."""
     if not uses_gpu_policy(device):
         return cpu_elems
-    if device.type == "cuda":
-        memory = torch.cuda.get_device_properties(device).total_memory
-    else:
-        memory = REFERENCE_GPU_BYTES
-    return max(cpu_elems, int(memory * GPU_CHUNK_FRACTION) // 4)
+    return max(cpu_elems, int(device_memory(device) * GPU_CHUNK_FRACTION) // 4)
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory of `device`, asked of the driver once per CUDA device and then read
+    from `_memory` (code traced by torch.compile after the first call holds no device query);
+    REFERENCE_GPU_BYTES for any other device (the GPU rule applied where no GPU is)."""
+    if device.type != "cuda":
+        return REFERENCE_GPU_BYTES
+    if device not in _memory:
+        _memory[device] = int(torch.cuda.get_device_properties(device).total_memory)
+    return _memory[device]

@@ -4,9 +4,12 @@ traced graph does not grow with the number of distinct ids."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+import leviathan.device as device_module
 from leviathan.device import REFERENCE_GPU_BYTES, chunk_elems, forced_policy
 from leviathan.model import LEVConfig, model_config
 from leviathan.model.lev import LEV, _chunks
@@ -59,3 +62,24 @@ def test_traced_lev_graph_does_not_grow_with_distinct_ids() -> None:
             traced(torch.randperm(cfg.vocab_size)[:n_ids]).sum().backward()
     assert len(counts) == 2, counts
     assert counts[0] == counts[1], counts
+
+
+def test_device_memory_asks_the_driver_once_per_cuda_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The GPU rule's chunk sizes read the device's memory from a cache after the first ask
+    (no device query left for code traced later); a CPU gets the reference GPU's memory."""
+    asked: list[torch.device] = []
+
+    def properties(device: torch.device) -> SimpleNamespace:
+        asked.append(device)
+        return SimpleNamespace(total_memory=141 * 2**30)
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    monkeypatch.setattr(device_module, "_memory", {})
+    gpu = torch.device("cuda", 3)
+    with forced_policy("gpu"):
+        first = chunk_elems(gpu, DEFAULT_CHUNK_ELEMS)
+        assert chunk_elems(gpu, DEFAULT_CHUNK_ELEMS) == first == int(141 * 2**30 / 64) // 4
+        assert chunk_elems(CPU, 1) == REFERENCE_GPU_BYTES // 64 // 4
+    assert asked == [gpu]

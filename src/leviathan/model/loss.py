@@ -3,61 +3,93 @@
 `linear_cross_entropy(hidden, weight, targets)` equals
 `F.cross_entropy(hidden @ weight.T, targets, ignore_index=-100)` (mean over counted
 targets) but computes the logits `chunk_rows` tokens at a time. When gradients are needed
-it computes them during the same pass (softmax - one-hot, then the two matmuls) and keeps
-only d hidden and d weight, so peak memory is one chunk of logits, whatever the batch.
-Logits and softmax are fp32; the matmuls follow autocast (bf16 on GPU).
+the chunked code computes them during the same pass (softmax - one-hot, then the two
+matmuls) and keeps only d hidden and d weight, so peak memory is one chunk of logits,
+whatever the batch. Logits and softmax are fp32; the matmuls follow autocast (bf16 on GPU).
 `token_losses` gives the per-token losses (no gradient) for evaluation;
 `token_losses_and_greedy` adds whether each target is the argmax (lm-eval's requests).
 
-Shapes follow the device (`leviathan.device`). Under the CPU rule: `chunk_elems` logits per
+Which code runs follows the device (`leviathan.device`).
+
+The GPU path (the GPU rule on a CUDA device, `uses_fused_kernels`): the Triton kernels of
+`leviathan.model.loss_kernel`, wrapped as custom ops. The forward forms the logits tile by tile
+in registers (fp32 accumulators of the bf16 products), keeps an online logsumexp over the
+vocabulary and the target's logit, and writes two floats per token; the backward recomputes
+each tile and writes G = softmax - onehot (scaled by the upstream gradient) once, in bf16,
+which the two cuBLAS GEMMs (dh = G w, dw = G^T h) read. `FUSED_BYTES_PER_LOGIT` = 6 bytes per
+logit (`fused_loss_bytes` for the whole loss; counted 7.79 at the 400m micro-batch, against
+70.7 for the chunked code below: BENCHMARKS.md, "Bytes per step"). Chosen over:
+  * a maintained fused linear-cross-entropy (Liger Kernel, Cut Cross-Entropy): neither is in
+    the GPU image (torch, NumPy, safetensors, tiktoken, PyYAML, tqdm and Triton only). Liger
+    writes each chunk's bf16 logits and overwrites them with G (~12 bytes per logit, logits
+    rounded to bf16); CCE's backward adds into dh and dw under spin locks, in the order the
+    programs happen to run (not deterministic), and by default filters small gradients,
+    zeroing the rare rows this study measures;
+  * the chunked loss compiled with its loop kept rolled: inductor fuses the softmax passes,
+    but the fp32 logits are still written by the GEMM and read back (~12 bytes per logit by
+    the roofline's estimate) and each chunk is still its own GEMMs.
+It is deterministic (each partial logsumexp, each G element by one program, reduced in a
+fixed order; cuBLAS GEMMs), one node each way to torch.compile whatever the batch (no chunk
+loop), and its kernels run on CPU in Triton's interpreter (tests/model/test_loss_kernel.py:
+against the float64 cross-entropy, padded head and ignore_index included). The logits it
+reduces are more exact than the chunked code's under autocast (fp32 accumulators, not a bf16
+product upcast). Memory: G of one micro-batch (6.6 GB in bf16 for the 400m one), formed in
+groups of rows where it does not fit `HEAD_GRAD_SHARE` chunk buffers; the device's memory
+is asked once per device (`leviathan.device.device_memory`), in the backward only.
+
+The chunked loss (the CPU rule, and the GPU rule forced on a CPU): `chunk_elems` logits per
 chunk (cache-sized), each chunk adds its share of d weight in place (`addmm_`, no V x D
-temporary). Under the GPU rule:
+temporary). Forced to the GPU rule (what a GPU ran before the kernels):
   * a chunk holds a fixed share of the GPU's memory (a few chunks per step);
   * d weight is formed once per step, not rewritten chunk by chunk: every chunk's softmax
-    gradient G is kept in the matmul dtype (N x V: 6.6 GB in bf16 for the paper's 400m
-    micro-batch of 32 x 512 tokens at o200k; at most `HEAD_GRAD_SHARE` chunk buffers' bytes,
+    gradient G is kept in the matmul dtype (at most `HEAD_GRAD_SHARE` chunk buffers' bytes,
     1/8 of the memory, else one product per group of chunks that fits) and d weight =
-    G^T hidden is one matmul at the end, accumulated in fp32 inside the GEMM (the product a
-    plain Linear's backward computes);
-  * the weight enters the matmuls with its rows zero-padded to a multiple of
-    `HEAD_ROWS_MULTIPLE` (V = 200,019 -> 200,064: tensor-core-aligned GEMMs). The copy is the
-    one autocast makes anyway (fp32 -> bf16); the padded logits are masked to -inf, so they
-    take no probability and give no gradient. The parameters, exports, parameter counts
-    and `logits()` stay unpadded.
+    G^T hidden is one matmul at the end, accumulated in fp32 inside the GEMM.
+On both paths under the GPU rule the weight enters the matmuls with its rows zero-padded to a
+multiple of `HEAD_ROWS_MULTIPLE` (V = 200,019 -> 200,064: tensor-core-aligned GEMMs). The copy
+is the one autocast makes anyway (fp32 -> bf16); the padded logits are masked to -inf, so they
+take no probability and give no gradient. The parameters, exports, parameter counts and
+`logits()` stay unpadded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.autograd.function import once_differentiable
 
 from leviathan.device import chunk_elems as device_chunk_elems
-from leviathan.device import uses_gpu_policy
+from leviathan.device import forced_policy, uses_gpu_policy
+from leviathan.model.traffic import TrafficCounter
+from leviathan.model.transformer import activation_dtype
 
+LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 IGNORE_INDEX = -100
 DEFAULT_CHUNK_ELEMS = 1 << 25  # logits held at once on a CPU: 128 MiB in fp32
 HEAD_GRAD_SHARE = 8  # GPU rule: G may hold this many chunk buffers' bytes (1/8 of memory)
 HEAD_ROWS_MULTIPLE = 128  # GPU rule: the head's rows padded to a multiple of this
+# The GPU path's HBM bytes under bf16 autocast (see `fused_loss_bytes`): per logit, G in bf16
+# written once by its kernel and read by the two GEMMs of the backward; per element of the
+# hidden states [N, D] (bf16, as the backbone's final norm gives them) and of the head [V, D]
+# (an fp32 parameter), their reads by the kernels and GEMMs and the head's casts.
+FUSED_BYTES_PER_LOGIT = 6
+FUSED_BYTES_PER_HIDDEN = 8  # read by both kernels and d W's GEMM, dh written: 4 x 2
+FUSED_BYTES_PER_HEAD = 28  # cast 6, pad and its backward 4 + 4, three reads, dw 2, cast back 6
 
 
 def _rows_per_chunk(vocab: int, chunk_elems: int) -> int:
     return max(1, chunk_elems // vocab)
 
 
-def _matmul_dtype(t: torch.Tensor) -> torch.dtype:
-    """The dtype a matmul of `t` computes in here (autocast's, if it is on)."""
-    if torch.is_autocast_enabled(t.device.type):
-        return torch.get_autocast_dtype(t.device.type)
-    return t.dtype
-
-
 def matmul_weight(weight: torch.Tensor) -> torch.Tensor:
     """`weight` as the loss's matmuls take it: in the matmul dtype, and under the GPU rule
     with zero rows appended up to a multiple of HEAD_ROWS_MULTIPLE."""
-    w = weight.to(_matmul_dtype(weight))
+    w = weight.to(activation_dtype(weight))
     pad = -weight.shape[0] % HEAD_ROWS_MULTIPLE
     return F.pad(w, (0, 0, 0, pad)) if pad and uses_gpu_policy(weight.device) else w
 
@@ -151,6 +183,108 @@ def _add_head_grad(grad_w: torch.Tensor | None, g: torch.Tensor, h: torch.Tensor
     return grad_w.add_((g.t() @ h.to(g.dtype)).float())
 
 
+def fused_loss_bytes(n_tokens: int, vocab: int, d_model: int) -> int:
+    """HBM bytes of the GPU path's loss forward and backward for `n_tokens` hidden states of
+    width `d_model` and a head of `vocab` rows (padded to HEAD_ROWS_MULTIPLE): what
+    `TrafficCounter` counts for it (tests/model/test_loss_kernel.py), the roofline's model."""
+    padded = vocab + -vocab % HEAD_ROWS_MULTIPLE
+    return (
+        FUSED_BYTES_PER_LOGIT * n_tokens * padded
+        + FUSED_BYTES_PER_HIDDEN * n_tokens * d_model
+        + FUSED_BYTES_PER_HEAD * padded * d_model
+    )
+
+
+def counted_loss_bytes(n_tokens: int, vocab: int, d_model: int, loss: LossFn | None = None) -> int:
+    """Bytes `TrafficCounter` counts for one forward and backward of `loss` (default: the
+    GPU path's, `fused_linear_cross_entropy`) under the GPU rule and bf16 CPU autocast, as a
+    GPU runs it: bf16 hidden states (the backbone's final norm gives them so), an fp32 head,
+    on FakeTensors (no memory, any shape in seconds; CPU ones: a CPU build has no fake CUDA
+    autograd, and the kernels' custom ops count alike on any device)."""
+    with FakeTensorMode(), forced_policy("gpu"):
+        hidden = torch.empty(n_tokens, d_model, dtype=torch.bfloat16, requires_grad=True)
+        weight = torch.empty(vocab, d_model, requires_grad=True)
+        targets = torch.zeros(n_tokens, dtype=torch.long)
+        with TrafficCounter() as counter, torch.autocast("cpu", dtype=torch.bfloat16):
+            (loss or fused_linear_cross_entropy)(hidden, weight, targets).backward()
+    return counter.by_part()["all"]
+
+
+def uses_fused_kernels(device: torch.device) -> bool:
+    """Whether the loss on `device` runs the Triton kernels (`loss_kernel`): the GPU rule on
+    a CUDA device. The CPU rule, and the GPU rule forced on a CPU, keep the chunked loss."""
+    return device.type == "cuda" and uses_gpu_policy(device)
+
+
+_kernel_module: ModuleType | None = None  # `loss_kernel`, once imported and registered
+
+
+def _kernels() -> ModuleType:
+    """The kernels' module, imported (Triton with it) on first use, with the backward of its
+    `lse_and_pick` registered. Done at import where CUDA is present, so that code traced by
+    torch.compile only reads the global (Dynamo guards on it) and calls the registered ops."""
+    global _kernel_module
+    if _kernel_module is None:
+        from leviathan.model import loss_kernel
+
+        torch.library.register_autograd(
+            "leviathan::lse_and_pick", _lse_and_pick_backward, setup_context=_lse_and_pick_setup
+        )
+        _kernel_module = loss_kernel
+    return _kernel_module
+
+
+def _lse_and_pick_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    h, w, targets, n_classes = inputs
+    ctx.save_for_backward(h, w, targets, output[0])
+    ctx.n_classes = n_classes
+
+
+def _lse_and_pick_backward(
+    ctx: Any, grad_lse: torch.Tensor | None, grad_picked: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, None, None]:
+    """dh = G w and dw = G^T h, G = grad_lse * softmax + grad_picked * onehot (in w's
+    dtype, from `softmax_grad_logits`), formed over groups of rows that fit the head-gradient
+    budget (`_head_grad_rows`: one group at the study's micro-batches); across groups dw is
+    summed in fp32. The device query runs here, traced by AOTAutograd only, never by Dynamo."""
+    h, w, targets, lse = ctx.saved_tensors
+    N = h.shape[0]
+    a = torch.zeros_like(lse) if grad_lse is None else grad_lse
+    b = torch.zeros_like(lse) if grad_picked is None else grad_picked
+    budget = device_chunk_elems(h.device, DEFAULT_CHUNK_ELEMS)
+    group = _head_grad_rows(h.device, budget, w, _rows_per_chunk(w.shape[0], budget), max(N, 1))
+    grad_logits = torch.ops.leviathan.softmax_grad_logits
+    if group >= N:  # one G, one product each (the study's micro-batches)
+        G = grad_logits(h, w, targets, lse, a, b, ctx.n_classes)
+        return G @ w, G.t() @ h, None, None
+    dh, dw = torch.empty_like(h), torch.zeros(w.shape, dtype=torch.float32, device=w.device)
+    for start in range(0, N, group):
+        rows = slice(start, start + group)
+        G = grad_logits(h[rows], w, targets[rows], lse[rows], a[rows], b[rows], ctx.n_classes)
+        dh[rows] = G @ w
+        dw += (G.t() @ h[rows]).float()
+    return dh, dw.to(w.dtype), None, None
+
+
+def fused_linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """`linear_cross_entropy` by the Triton kernels (the GPU rule on CUDA; any device in
+    tests, where a CPU runs them in Triton's interpreter): no logits in memory, G in bf16
+    once, in the backward."""
+    lse, picked = _fused_lse_and_pick(hidden, weight, targets)
+    valid = targets != IGNORE_INDEX
+    return torch.where(valid, lse - picked, 0.0).sum() / valid.sum().clamp_min(1)
+
+
+def _fused_lse_and_pick(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    w = matmul_weight(weight)
+    _kernels()
+    return torch.ops.leviathan.lse_and_pick(hidden.to(w.dtype), w, targets, weight.shape[0])
+
+
 def linear_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -160,6 +294,8 @@ def linear_cross_entropy(
     """Mean cross-entropy (nats) of `targets` [N] under logits `hidden` [N, D] @ `weight` [V, D].T."""
     if hidden.shape[0] != targets.shape[0]:
         raise ValueError(f"hidden has {hidden.shape[0]} rows but targets {targets.shape[0]}")
+    if uses_fused_kernels(hidden.device):
+        return fused_linear_cross_entropy(hidden, weight, targets)
     if not (torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)):
         # no gradient wanted: skip the gradient work the fused function does in its forward
         n_valid = (targets != IGNORE_INDEX).sum().clamp_min(1)
@@ -190,7 +326,11 @@ def token_losses(
     targets: torch.Tensor,
     chunk_elems: int = DEFAULT_CHUNK_ELEMS,
 ) -> torch.Tensor:
-    """Per-token cross-entropy [N] in fp32 (0 where the target is ignored)."""
+    """Per-token cross-entropy [N] in fp32 (0 where the target is ignored); by the fused
+    forward kernel (no logits in memory) where the loss uses it."""
+    if uses_fused_kernels(hidden.device):
+        lse, picked = _fused_lse_and_pick(hidden, weight, targets)
+        return torch.where(targets != IGNORE_INDEX, lse - picked, 0.0)
     out = torch.zeros(hidden.shape[0], dtype=torch.float32, device=hidden.device)
     for rows, _, losses in _scored_chunks(hidden, weight, targets, chunk_elems):
         out[rows] = losses
@@ -212,3 +352,7 @@ def token_losses_and_greedy(
         out[rows] = losses
         greedy[rows] = logits.argmax(-1) == targets[rows]
     return out, greedy
+
+
+if torch.cuda.is_available():
+    _kernels()  # registered before anything is traced (see `_kernels`)

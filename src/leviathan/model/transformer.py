@@ -2,6 +2,14 @@
 
 The backbone maps embeddings [B, T, D] to final hidden states [B, T, D]; what turns ids into
 embeddings and hidden states into logits is the variant's job (`leviathan.model.variants`).
+
+The residual stream stays in its own dtype (fp32: `LanguageModel.hidden`); what branches off
+it runs in the activation dtype (`activation_dtype`: autocast's, bf16 on a GPU): each RMSNorm
+casts its input once and normalises in that dtype (`F.rms_norm` with input and weight of one
+dtype, which torch can run as one fused kernel), so the Linears after it take its output
+without autocast copies of their own; rotary embeddings rotate q and k in their dtype with
+one flip and one multiply-add each (no fp32 round trip, no unbind/stack). Bytes per
+token, layer and unit of D: BENCHMARKS.md, "Bytes per step".
 """
 
 from __future__ import annotations
@@ -15,6 +23,13 @@ from torch import nn
 from leviathan.model.config import ModelConfig
 
 
+def activation_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype computations on `t` run in here: autocast's, if it is on, else t's own."""
+    if torch.is_autocast_enabled(t.device.type):
+        return torch.get_autocast_dtype(t.device.type)
+    return t.dtype
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -22,7 +37,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        """x normalised in the activation dtype (one cast of x; the output in that dtype)."""
+        dtype = activation_dtype(x)
+        return F.rms_norm(x.to(dtype), (x.shape[-1],), self.weight.to(dtype), self.eps)
 
 
 def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,10 +50,13 @@ def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Te
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[2i], x[2i+1]) of x [B, H, T, hd] by the position angle."""
-    x1, x2 = x.float().unflatten(-1, (-1, 2)).unbind(-1)
-    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-    return out.type_as(x)
+    """Rotate pairs (x[2i], x[2i+1]) of x [..., T, hd] by the position angle, in x's dtype:
+    (x1, x2) * cos + (x2, x1) * (-sin, sin), a flip and a multiply-add; cos/sin [T, hd/2]."""
+    pairs = x.unflatten(-1, (-1, 2))
+    signed_sin = torch.stack((-sin, sin), dim=-1).to(x.dtype)  # [T, hd/2, 2]: the tables only
+    return torch.addcmul(pairs * cos.to(x.dtype).unsqueeze(-1), pairs.flip(-1), signed_sin).flatten(
+        -2
+    )
 
 
 class Attention(nn.Module):

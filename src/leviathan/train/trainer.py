@@ -189,12 +189,14 @@ class Trainer:
         check_covers(
             self.model.cfg.vocab_size, cfg.vocab, fix="leave train.vocab_size unset or raise it"
         )
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = torch.optim.AdamW(  # CUDA: one fused kernel; CPU: the foreach ops
             self.model.parameters(),
             lr=cfg.lr,
             betas=cfg.betas,
             eps=cfg.eps,
             weight_decay=cfg.weight_decay,
+            fused=device.type == "cuda",
+            foreach=device.type != "cuda",
         )
         self.checkpoints = self._checkpoint_manager()
         self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)

@@ -1,0 +1,169 @@
+"""Bytes a GPU step moves in the loss and in the backbone, counted without a GPU.
+
+`leviathan.model.traffic.TrafficCounter` over FakeTensors (no memory, seconds) adds up every
+kernel's reads and writes of one micro-batch's forward and backward at a scale's real shapes
+(default: 400m, 32 x 512 tokens, o200k). Printed per part:
+
+  * loss: bytes per logit (N tokens x V padded classes) of the chunked loss (the CPU rule's
+    code, run under the GPU rule) and of the GPU path (the Triton kernels' custom ops), both
+    on fake CPU tensors under bf16 CPU autocast, beside
+    `leviathan.model.loss.fused_loss_bytes`, the model the roofline uses;
+  * backbone: bytes per token, layer and unit of D of the blocks' forward and backward (fp32
+    residual stream, bf16 autocast as on a GPU), and the ops that move the most.
+
+    python bench/bench_bytes.py [--scale 400m] [--vocab o200k] [--micro-batch 32] [--top 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from leviathan.model import model_config
+from leviathan.model.loss import (
+    HEAD_ROWS_MULTIPLE,
+    counted_loss_bytes,
+    fused_linear_cross_entropy,
+    fused_loss_bytes,
+    linear_cross_entropy,
+)
+from leviathan.model.traffic import TrafficCounter
+from leviathan.model.transformer import Backbone
+
+
+@contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    before = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, before)
+
+
+def _backbone_part(parents: set[str]) -> str:
+    """A block's part by the innermost module an op runs under: its norms, its Linears,
+    attention's other ops (RoPE, SDPA, reshapes), the FFN's activation; else the residual
+    adds of the block (and the final norm's, under `norm`)."""
+    innermost = max(parents, key=lambda name: name.count("."), default="")
+    leaf = innermost.rsplit(".", 1)[-1]
+    return leaf if leaf in BACKBONE_PARTS else "residual"
+
+
+BACKBONE_PARTS = ("attn_norm", "ffn_norm", "norm", "qkv", "proj", "gate", "up", "down", "attn")
+BACKBONE_PARTS += ("ffn",)
+
+
+@torch.library.custom_op("bench::fused_rms_norm", mutates_args=())
+def _fused_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[torch.Tensor]:
+    """ATen's fused RMSNorm (what CUDA runs for `F.rms_norm` with input and weight of one
+    dtype), one op to the counter: on a CPU ATen decomposes it into its composite."""
+    return list(torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, eps))
+
+
+@_fused_rms_norm.register_fake
+def _(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[torch.Tensor]:
+    return [torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)]
+
+
+@torch.library.custom_op("bench::fused_rms_norm_backward", mutates_args=())
+def _fused_rms_norm_backward(
+    dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor
+) -> list[torch.Tensor]:
+    dims = [x.shape[-1]]
+    return list(torch.ops.aten._fused_rms_norm_backward(dy, x, dims, rstd, w, [True, True]))
+
+
+@_fused_rms_norm_backward.register_fake
+def _(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> list[torch.Tensor]:
+    return [torch.empty_like(x), torch.empty_like(w)]
+
+
+def _save_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])
+
+
+def _norm_backward(ctx: Any, grads: list[torch.Tensor]) -> tuple[Any, ...]:
+    x, w, rstd = ctx.saved_tensors
+    return (*_fused_rms_norm_backward(grads[0], x, w, rstd), None)
+
+
+torch.library.register_autograd("bench::fused_rms_norm", _norm_backward, setup_context=_save_norm)
+
+
+_RMS_NORM = F.rms_norm
+
+
+def _rms_norm_as_on_cuda(
+    x: torch.Tensor, shape: list[int], weight: torch.Tensor | None = None, eps: float | None = None
+) -> torch.Tensor:
+    """F.rms_norm as CUDA dispatches it: ATen's fused kernels where input and weight share a
+    dtype (one op to the counter each way), else the composite (torch warns so)."""
+    if weight is None or weight.dtype != x.dtype or eps is None:
+        return _RMS_NORM(x, shape, weight, eps)
+    return _fused_rms_norm(x, weight, eps)[0]
+
+
+def backbone_bytes(scale: str, vocab: str, batch: int, top: int, fused_norm: bool) -> None:
+    """Prints the bytes of the backbone's forward and backward at `scale` (bf16 CPU autocast,
+    fp32 residual stream) per token, layer and unit of D, by part, and its `top` ops; with
+    `fused_norm`, each RMSNorm counted as CUDA's fused kernels (one op each way)."""
+    cfg = model_config(scale, vocab, "tied")
+    T, D = cfg.max_seq_len, cfg.d_model
+    with FakeTensorMode(), ExitStack() as stack:
+        if fused_norm:
+            stack.enter_context(_patched(F, "rms_norm", _rms_norm_as_on_cuda))
+        backbone = Backbone(cfg)
+        x = torch.empty(batch, T, D, requires_grad=True)
+        with (
+            TrafficCounter(_backbone_part) as counter,
+            torch.autocast("cpu", dtype=torch.bfloat16),
+        ):
+            backbone(x).sum().backward()
+    unit = batch * T * cfg.n_layers * D
+    parts = counter.by_part()
+    how = "norms as CUDA's fused kernels" if fused_norm else "as dispatched on a CPU"
+    print(f"backbone, {scale} ({how}): bytes per token, layer and unit of D, by part")
+    for part in sorted(parts, key=parts.__getitem__, reverse=True):
+        print(f"  {part:<12} {parts[part] / unit:7.1f}")
+    print(f"  {'total':<12} {sum(parts.values()) / unit:7.1f}")
+    ops = [(op, r) for (_, op), r in counter.records.items()]
+    by_op: dict[str, int] = {}
+    for op, r in ops:
+        by_op[op] = by_op.get(op, 0) + r.total
+    print(
+        "  top ops: "
+        + ", ".join(
+            f"{op.removeprefix('aten.')} {n / unit:.0f}"
+            for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])[:top]
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="400m")
+    parser.add_argument("--vocab", default="o200k")
+    parser.add_argument("--micro-batch", type=int, default=32)
+    parser.add_argument("--top", type=int, default=8)
+    args = parser.parse_args()
+    cfg = model_config(args.scale, args.vocab, "tied")
+    n, vocab, d = args.micro_batch * cfg.max_seq_len, cfg.vocab_size, cfg.d_model
+    logits = n * (vocab + -vocab % HEAD_ROWS_MULTIPLE)
+    print(f"loss, {n} tokens x V={vocab} (padded {logits // n}), D={d}: bytes per logit")
+    paths = (("chunked loss", linear_cross_entropy), ("GPU path", fused_linear_cross_entropy))
+    for label, loss in paths:
+        print(f"  {label:<32} {counted_loss_bytes(n, vocab, d, loss) / logits:6.2f}")
+    print(f"  {'model (fused_loss_bytes)':<32} {fused_loss_bytes(n, vocab, d) / logits:6.2f}")
+    for fused_norm in (False, True):
+        backbone_bytes(args.scale, args.vocab, args.micro_batch, args.top, fused_norm)
+
+
+if __name__ == "__main__":
+    main()
