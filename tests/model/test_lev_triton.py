@@ -1,0 +1,108 @@
+"""LEV's Triton kernels (`lev_triton`) on CPU under Triton's interpreter (on a GPU: compiled),
+against a float64 re-derivation from SPEC 2.4-2.5 (`naive_product`: dense basis, plain
+product) and the native and plain paths: random and adversarial coordinates (on knots, at 0
+and 1, factors exactly +-0), several block sizes, id counts that are not multiples of a block,
+and bitwise reruns. tests/conftest.py sets TRITON_INTERPRET=1 before Triton is imported."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_lev import naive_product, random_inputs
+
+from leviathan.model import lev_native, lev_triton
+from leviathan.model.lev import _plain_forward, knot_interval_coefficients
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+EPS = 1e-30
+pytestmark = pytest.mark.skipif(
+    not lev_triton.usable(DEVICE),
+    reason="Triton is not importable here (Linux x86-64 only), or it was imported without "
+    "TRITON_INTERPRET=1 in a process with no GPU",
+)
+# the interpreter computes as the C kernel does (no fused multiply-adds): bitwise the same
+BITWISE_NATIVE = DEVICE.type == "cpu" and lev_native.available()
+
+
+def _inputs(N: int, P: int, kappa: int = 5, r: int = 3, seed: int = 0):
+    torch.manual_seed(seed)
+    t, S = random_inputs(N=N, h=2, P=P, kappa=kappa, r=r, dtype=torch.float32)
+    with torch.no_grad():
+        S[0, 0, :, 1] *= -1  # negative factors
+        S[1] *= 4.0  # products far from 1 (rescaled, not overflowed)
+    return t.detach(), S.detach()
+
+
+def _coef(S: torch.Tensor) -> torch.Tensor:
+    return knot_interval_coefficients(S).contiguous()
+
+
+def _forward(t: torch.Tensor, coef: torch.Tensor, kappa: int, block: int = 16) -> torch.Tensor:
+    return lev_triton.spline_forward(t.to(DEVICE), coef.to(DEVICE), kappa, EPS, block).cpu()
+
+
+def _native_forward(t: torch.Tensor, coef: torch.Tensor, kappa: int) -> torch.Tensor:
+    h, P, r = t.shape[1], t.shape[2], coef.shape[-1]
+    return lev_native.spline_forward(t.contiguous(), coef.view(h, P, kappa, 3, r).contiguous(), EPS)
+
+
+@pytest.mark.parametrize(("N", "P", "block"), [(37, 20, 16), (5, 6, 64), (70, 9, 32)])
+def test_forward_equals_the_float64_reference(N: int, P: int, block: int) -> None:
+    """P = 20 > RESCALE: the exponent rescaling runs; N not a multiple of the block."""
+    t, S = _inputs(N, P)
+    M = _forward(t, _coef(S), 5, block)
+    ref = naive_product(t.double(), S.double())
+    torch.testing.assert_close(M.double(), ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
+
+
+@pytest.mark.skipif(not BITWISE_NATIVE, reason="bitwise only against the C kernel on CPU")
+@pytest.mark.parametrize("block", [16, 64])
+def test_forward_is_the_native_kernel_bitwise(block: int) -> None:
+    t, S = _inputs(37, 20, seed=1)
+    assert torch.equal(_forward(t, _coef(S), 5, block), _native_forward(t, _coef(S), 5))
+
+
+def _adversarial(kappa: int = 5) -> torch.Tensor:
+    """t on every knot centre and half-way point, at 0 and 1 (clamped intervals)."""
+    knots = torch.arange(2 * (kappa - 1) + 1, dtype=torch.float32) / (2 * (kappa - 1))
+    return torch.cat([knots, torch.tensor([0.0, 1.0, 1e-7, 1 - 1e-7])])
+
+
+def test_forward_at_knots_ends_and_exact_zero_factors() -> None:
+    """Every coordinate on a knot, a half-knot, 0 or 1; a (p, m) whose spline is 0 everywhere
+    gives phi = +0 exactly (M = +-eps x the rest); a coefficient row of -0.0 gives phi = -0.0,
+    which counts negative. Held against the plain and native paths and float64."""
+    kappa = 5
+    values = _adversarial(kappa)
+    N, P = len(values), 6
+    t = values[torch.randperm(N * 2 * P) % N].view(N, 2, P).contiguous()
+    _, S = _inputs(N, P, kappa)
+    S[0, 2, :, 0] = 0.0  # phi exactly +0 for every id, head 0, lane 0
+    coef = _coef(S)
+    coef.view(2, P, kappa, 3, -1)[1, 4, :, :, 2] = -0.0  # phi exactly -0.0: head 1, lane 2
+    M = _forward(t, coef, kappa)
+    plain = _plain_forward(t, coef, kappa, EPS, 1 << 20)
+    torch.testing.assert_close(M, plain, rtol=1e-5, atol=0.0)
+    assert (M[:, 1, 2] < 0).equal(plain[:, 1, 2] < 0)
+    assert bool((M[:, 0, 0].abs() < 1e-28).all())
+    ref = naive_product(t.double(), S.double())
+    torch.testing.assert_close(M[:, :, 1].double(), ref[:, :, 1], rtol=1e-5, atol=1e-12)
+    if BITWISE_NATIVE:
+        assert torch.equal(M, _native_forward(t, coef, kappa))
+
+
+def test_forward_reruns_bitwise_and_handles_no_ids() -> None:
+    t, S = _inputs(23, 10, seed=2)
+    coef = _coef(S)
+    assert torch.equal(_forward(t, coef, 5), _forward(t, coef, 5))
+    assert _forward(t[:0], coef, 5).shape == (0, 2, 3)
+
+
+def test_a_nan_coordinate_turns_its_row_nan_and_no_other() -> None:
+    t, S = _inputs(12, 6, seed=3)
+    t[3, 1, 4] = float("nan")
+    M = _forward(t, _coef(S), 5)
+    assert M[3, 1].isnan().all()
+    rest = torch.ones_like(M, dtype=torch.bool)
+    rest[3, 1] = False
+    assert M[rest].isfinite().all()
