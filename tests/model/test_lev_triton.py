@@ -11,7 +11,7 @@ import torch
 from test_lev import naive_product, random_inputs
 
 from leviathan.model import lev_native, lev_triton
-from leviathan.model.lev import _plain_forward, knot_interval_coefficients
+from leviathan.model.lev import _plain_backward, _plain_forward, knot_interval_coefficients
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 EPS = 1e-30
@@ -106,3 +106,86 @@ def test_a_nan_coordinate_turns_its_row_nan_and_no_other() -> None:
     rest = torch.ones_like(M, dtype=torch.bool)
     rest[3, 1] = False
     assert M[rest].isfinite().all()
+
+
+def _backward(t, coef, kappa, g, block=16):
+    """The kernel pair's (M, grad_t, grad_coef) for upstream gradient g."""
+    t, coef, g = t.to(DEVICE), coef.to(DEVICE), g.to(DEVICE)
+    M = lev_triton.spline_forward(t, coef, kappa, EPS, block)
+    grad_t, grad_coef = lev_triton.spline_backward(t, coef, M, g, kappa, EPS, block)
+    return M.cpu(), grad_t.cpu(), grad_coef.cpu()
+
+
+def _grad_S(S: torch.Tensor, grad_coef: torch.Tensor) -> torch.Tensor:
+    """The spline parameters' gradient from the table's (the table is linear in S)."""
+    S = S.detach().requires_grad_()
+    return torch.autograd.grad(knot_interval_coefficients(S), S, grad_coef.to(S.dtype))[0]
+
+
+@pytest.mark.parametrize(("N", "P", "block"), [(37, 20, 16), (19, 6, 32), (70, 9, 64)])
+def test_gradients_equal_the_float64_reference(N: int, P: int, block: int) -> None:
+    t, S = _inputs(N, P, r=9)
+    g = torch.randn(N, 2, 9)
+    _, grad_t, grad_coef = _backward(t, _coef(S), 5, g, block)
+    t64, S64 = t.double().requires_grad_(), S.double().requires_grad_()
+    ref_t, ref_S = torch.autograd.grad((naive_product(t64, S64) * g.double()).sum(), (t64, S64))
+    for got, ref in ((grad_t, ref_t), (_grad_S(S64, grad_coef), ref_S)):
+        scale = float(ref.abs().max())
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_gradients_against_the_plain_and_native_paths_and_rerun_bitwise() -> None:
+    """Both gradients sum in another order than the other paths (a tree over the lanes,
+    one-hot products over the ids): close to theirs, and a rerun is bitwise."""
+    t, S = _inputs(29, 12, r=5, seed=4)
+    g = torch.randn(29, 2, 5)
+    coef = _coef(S)
+    M, grad_t, grad_coef = _backward(t, coef, 5, g)
+    plain_t, plain_coef = _plain_backward(t, coef, g * M, 5, EPS, 1 << 20)
+    torch.testing.assert_close(grad_t, plain_t, rtol=1e-5, atol=1e-6 * float(plain_t.abs().max()))
+    scale = float(plain_coef.abs().max())
+    torch.testing.assert_close(grad_coef, plain_coef, rtol=1e-5, atol=1e-6 * scale)
+    again = _backward(t, coef, 5, g)
+    assert torch.equal(again[1], grad_t)
+    assert torch.equal(again[2], grad_coef)
+    if lev_native.available():
+        native_t, native_coef = lev_native.spline_backward(
+            t, coef.view(2, 12, 5, 3, 5).contiguous(), g * M, EPS
+        )
+        torch.testing.assert_close(
+            grad_t, native_t, rtol=1e-5, atol=1e-6 * float(native_t.abs().max())
+        )
+        torch.testing.assert_close(
+            grad_coef, native_coef.view_as(grad_coef), rtol=1e-5, atol=1e-6 * scale
+        )
+
+
+def test_gradient_is_exact_where_a_factor_is_zero() -> None:
+    """phi = 0 for (head 0, p = 2, lane 0): d M / d S there is the product of the other
+    factors, finite and non-zero (the eps clamp divides exactly back out)."""
+    t, S = _inputs(3, 4, seed=5)
+    S[0, 2, :, 0] = 0.0
+    g = torch.zeros(3, 2, 3)
+    g[:, 0, 0] = 1.0
+    _, grad_t, grad_coef = _backward(t, _coef(S), 5, g)
+    t64, S64 = t.double().requires_grad_(), S.double().requires_grad_()
+    ref_t, ref_S = torch.autograd.grad(naive_product(t64, S64)[:, 0, 0].sum(), (t64, S64))
+    grad_S = _grad_S(S64, grad_coef)
+    torch.testing.assert_close(grad_S.double(), ref_S, rtol=1e-5, atol=1e-7)
+    assert float(grad_S[0, 2, :, 0].abs().sum()) > 0
+    torch.testing.assert_close(grad_t.double(), ref_t, rtol=1e-5, atol=1e-7)
+
+
+def test_backward_at_knots_and_ends() -> None:
+    kappa = 5
+    values = _adversarial(kappa)
+    N, P = len(values), 6
+    torch.manual_seed(6)
+    t = values[torch.randperm(N * 2 * P) % N].view(N, 2, P).contiguous()
+    _, S = _inputs(N, P, kappa)
+    g = torch.randn(N, 2, 3)
+    _, grad_t, grad_coef = _backward(t, _coef(S), kappa, g)
+    t64, S64 = t.double().requires_grad_(), S.double().requires_grad_()
+    ref_t, ref_S = torch.autograd.grad((naive_product(t64, S64) * g.double()).sum(), (t64, S64))
+    torch.testing.assert_close(grad_t.double(), ref_t, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(_grad_S(S64, grad_coef).double(), ref_S, rtol=1e-4, atol=1e-5)

@@ -86,3 +86,51 @@ def spline_forward_kernel(
             acc = acc * _signed_magnitude(a0 + fc * (a1 + fc * a2), eps)
         acc, ex = _rescale(acc, ex)
     tl.store(M_ptr + nl[:, None] * R + m[None, :], _ldexp(acc, ex), mask=lanes)
+
+
+@triton.jit
+def spline_backward_kernel(
+    t_ptr, coef_ptr, M_ptr, gM_ptr, gt_ptr, gcoef_ptr, N, h, P, eps,
+    K: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Program (coordinate p, head l): walks the ids in order; writes grad_t[:, l, p] and the
+    K x 3 x R gradient rows of (l, p), summed as one-hot (K x ids) @ (ids x R) products."""
+    p = tl.program_id(0)
+    head = tl.program_id(1)
+    m = tl.arange(0, BLOCK_R)
+    k = tl.arange(0, BLOCK_K)
+    m_ok = m < R
+    first = (head * P + p).to(tl.int64) * K
+    g0 = tl.zeros((BLOCK_K, BLOCK_R), tl.float32)
+    g1 = tl.zeros((BLOCK_K, BLOCK_R), tl.float32)
+    g2 = tl.zeros((BLOCK_K, BLOCK_R), tl.float32)
+    for n0 in range(0, N, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = n < N
+        lanes = n_ok[:, None] & m_ok[None, :]
+        nl = n.to(tl.int64) * h + head
+        c, f = _interval(tl.load(t_ptr + nl * P + p, mask=n_ok, other=0.0), K)
+        ptr = coef_ptr + ((first + c) * (3 * R))[:, None] + m[None, :]
+        a0 = tl.load(ptr, mask=lanes, other=0.0)
+        a1 = tl.load(ptr + R, mask=lanes, other=0.0)
+        a2 = tl.load(ptr + 2 * R, mask=lanes, other=0.0)
+        fc = f[:, None]
+        out = nl[:, None] * R + m[None, :]
+        gmm = tl.load(gM_ptr + out, mask=lanes, other=0.0) * tl.load(
+            M_ptr + out, mask=lanes, other=0.0
+        )
+        # d M / d phi_p = M / phi_p, |phi_p| clamped to eps as in the forward
+        gp = gmm / _signed_magnitude(a0 + fc * (a1 + fc * a2), eps)
+        gt = tl.sum(gp * (a1 + (2.0 * f)[:, None] * a2), axis=1) * (K - 1.0)
+        tl.store(gt_ptr + nl * P + p, gt, mask=n_ok)
+        onehot = ((k[:, None] == c[None, :]) & n_ok[None, :]).to(tl.float32)  # [BLOCK_K, ids]
+        gf = gp * fc
+        g0 += tl.dot(onehot, gp, input_precision="ieee")
+        g1 += tl.dot(onehot, gf, input_precision="ieee")
+        g2 += tl.dot(onehot, gf * fc, input_precision="ieee")
+    rows = ((first + k) * (3 * R))[:, None] + m[None, :]
+    mask = (k < K)[:, None] & m_ok[None, :]
+    tl.store(gcoef_ptr + rows, g0, mask=mask)
+    tl.store(gcoef_ptr + rows + R, g1, mask=mask)
+    tl.store(gcoef_ptr + rows + 2 * R, g2, mask=mask)

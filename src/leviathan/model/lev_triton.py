@@ -135,3 +135,25 @@ def spline_forward(
         RESCALE=RESCALE,
     )  # fmt: skip
     return M
+
+
+def spline_backward(
+    t: torch.Tensor,
+    coef: torch.Tensor,
+    M: torch.Tensor,
+    grad_M: torch.Tensor,
+    n_knots: int,
+    eps: float,
+    block_ids: int = BLOCK_IDS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_t [N, h, P], grad_coef [h * P * kappa, 3, r]) given M and grad_M [N, h, r]."""
+    N, h, P, r = _check(t, coef, n_knots)
+    M, grad_M = M.float().contiguous(), grad_M.float().contiguous()
+    grad_t = torch.empty_like(t)
+    grad_coef = torch.empty_like(coef)
+    block_r, block_k = _blocks(r, n_knots)
+    _kernel("spline_backward_kernel", t.device)[(P, h)](
+        t, coef, M, grad_M, grad_t, grad_coef, N, h, P, eps, K=n_knots, R=r,
+        BLOCK_N=max(MIN_DOT, block_ids), BLOCK_R=block_r, BLOCK_K=block_k,
+    )  # fmt: skip
+    return grad_t, grad_coef
