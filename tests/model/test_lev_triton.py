@@ -11,7 +11,12 @@ import torch
 from test_lev import naive_product, random_inputs
 
 from leviathan.model import lev_native, lev_triton
-from leviathan.model.lev import _plain_backward, _plain_forward, knot_interval_coefficients
+from leviathan.model.lev import (
+    _plain_backward,
+    _plain_forward,
+    knot_interval_coefficients,
+    spline_product,
+)
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 EPS = 1e-30
@@ -189,3 +194,38 @@ def test_backward_at_knots_and_ends() -> None:
     ref_t, ref_S = torch.autograd.grad((naive_product(t64, S64) * g.double()).sum(), (t64, S64))
     torch.testing.assert_close(grad_t.double(), ref_t, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(_grad_S(S64, grad_coef).double(), ref_S, rtol=1e-4, atol=1e-5)
+
+
+def _product_grads(t: torch.Tensor, S: torch.Tensor, kernel: str, g: torch.Tensor, fn=None):
+    t, S = t.to(DEVICE).requires_grad_(), S.to(DEVICE).requires_grad_()
+    fn = fn or spline_product
+    M = fn(t, S, EPS, 1 << 20, kernel)
+    grads = torch.autograd.grad((M * g.to(DEVICE)).sum(), (t, S))
+    return [x.detach().cpu() for x in (M, *grads)]
+
+
+def test_spline_product_through_the_custom_op_equals_float64_and_the_plain_path() -> None:
+    """kernel="triton" end to end: the custom op, its autograd formula, the table's own
+    gradient back to S."""
+    t, S = _inputs(21, 10, r=5, seed=7)
+    g = torch.randn(21, 2, 5)
+    triton = _product_grads(t, S, "triton", g)
+    plain = _product_grads(t, S, "plain", g)
+    t64, S64 = t.double().requires_grad_(), S.double().requires_grad_()
+    ref = naive_product(t64, S64)
+    refs = [ref.detach(), *torch.autograd.grad((ref * g.double()).sum(), (t64, S64))]
+    for got, p, r in zip(triton, plain, refs, strict=True):
+        scale = float(r.abs().max())
+        torch.testing.assert_close(got.double(), r, rtol=1e-4, atol=1e-5 * scale)
+        torch.testing.assert_close(got, p, rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.mark.slow  # ~15 s: inductor compiles the graph around the interpreted kernels
+def test_inductor_runs_the_triton_op_as_one_node_equal_to_eager() -> None:
+    t, S = _inputs(30, 6, seed=8)
+    g = torch.randn(30, 2, 3)
+    torch._dynamo.reset()
+    compiled = torch.compile(spline_product, fullgraph=True)
+    got = _product_grads(t, S, "triton", g, compiled)
+    for a, b in zip(got, _product_grads(t, S, "triton", g), strict=True):
+        assert torch.equal(a, b)
