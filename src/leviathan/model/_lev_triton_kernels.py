@@ -10,8 +10,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-SIGN_AND_MANTISSA = -2139095041  # 0x807FFFFF as an int32: everything but the exponent bits
-ONE_EXPONENT = 0x3F800000  # the exponent bits of 1.0
+# globals a kernel reads must be constexpr
+SIGN_AND_MANTISSA = tl.constexpr(-2139095041)  # 0x807FFFFF as an int32: all but the exponent
+ONE_EXPONENT = tl.constexpr(0x3F800000)  # the exponent bits of 1.0
+TF32_BITS = tl.constexpr(-8192)  # 0xFFFFE000: sign, exponent, tf32's leading 10 mantissa bits
+COORDINATES_PER_PROGRAM = tl.constexpr(4)  # the backward's: grad_M * M formed once for 4
 
 
 @triton.jit
@@ -72,7 +75,7 @@ def spline_forward_kernel(
     acc = tl.full((BLOCK_N, BLOCK_R), 1.0, tl.float32)
     ex = tl.zeros((BLOCK_N, BLOCK_R), tl.int32)
     for p0 in range(0, P, RESCALE):
-        for q in tl.static_range(RESCALE):
+        for q in range(RESCALE):
             p = p0 + q
             live = n_ok & (n * 0 + p < P)  # past the last coordinate every factor is 1
             c, f = _interval(tl.load(t_ptr + nl * P + p, mask=live, other=0.0), K)
@@ -89,48 +92,89 @@ def spline_forward_kernel(
 
 
 @triton.jit
+def _onehot_sum(acc, onehot, x):
+    """acc + onehot @ x, fp32 to within a rounding, on tf32 tensor cores: x = hi + lo with hi
+    its leading 11 significant bits (exact in tf32) and lo the rest (exact in fp32, rounded to
+    tf32's 11 bits in the product: 2^-23 of x at most); the one-hot's 0s and 1s are exact."""
+    hi = (x.to(tl.int32, bitcast=True) & TF32_BITS).to(tl.float32, bitcast=True)
+    acc = tl.dot(onehot, hi, acc, input_precision="tf32")
+    return tl.dot(onehot, x - hi, acc, input_precision="tf32")
+
+
+@triton.jit
+def _coordinate(
+    t_ptr, coef_ptr, gt_ptr, gmm, p, P, n, n_ok, lanes, nl, head, m, k, eps, g0, g1, g2,
+    K: tl.constexpr, R: tl.constexpr,
+):  # fmt: skip
+    """One coordinate p for a block of ids: writes grad_t[ids, head, p], adds the ids'
+    gradient rows of (head, p) into g0, g1, g2 (d/dA0, d/dA1, d/dA2, [BLOCK_K, BLOCK_R])."""
+    live = n_ok & (n * 0 + p < P)
+    c, f = _interval(tl.load(t_ptr + nl * P + p, mask=live, other=0.0), K)
+    ptr = coef_ptr + (((head * P + p) * K + c).to(tl.int64) * (3 * R))[:, None] + m[None, :]
+    used = lanes & live[:, None]
+    a0 = tl.load(ptr, mask=used, other=0.0)
+    a1 = tl.load(ptr + R, mask=used, other=0.0)
+    a2 = tl.load(ptr + 2 * R, mask=used, other=0.0)
+    fc = f[:, None]
+    # d M / d phi_p = M / phi_p, |phi_p| clamped to eps as in the forward
+    gp = tl.where(used, gmm / _signed_magnitude(a0 + fc * (a1 + fc * a2), eps), 0.0)
+    gt = tl.sum(gp * (a1 + (2.0 * f)[:, None] * a2), axis=1) * (K - 1.0)
+    tl.store(gt_ptr + nl * P + p, gt, mask=live)
+    onehot = ((k[:, None] == c[None, :]) & live[None, :]).to(tl.float32)  # [BLOCK_K, ids]
+    gf = gp * fc
+    return (
+        _onehot_sum(g0, onehot, gp),
+        _onehot_sum(g1, onehot, gf),
+        _onehot_sum(g2, onehot, gf * fc),
+    )
+
+
+@triton.jit
+def _store_rows(gcoef_ptr, g0, g1, g2, head, p, P, k, m, K: tl.constexpr, R: tl.constexpr):
+    """The K x 3 x R gradient rows of (head, p), unless p is past the last coordinate."""
+    rows = (((head * P + p) * K + k).to(tl.int64) * (3 * R))[:, None] + m[None, :]
+    mask = ((k < K) & (k * 0 + p < P))[:, None] & (m < R)[None, :]
+    tl.store(gcoef_ptr + rows, g0, mask=mask)
+    tl.store(gcoef_ptr + rows + R, g1, mask=mask)
+    tl.store(gcoef_ptr + rows + 2 * R, g2, mask=mask)
+
+
+@triton.jit
 def spline_backward_kernel(
-    t_ptr, coef_ptr, M_ptr, gM_ptr, gt_ptr, gcoef_ptr, N, h, P, eps,
+    t_ptr, coef_ptr, M_ptr, gM_ptr, gt_ptr, gcoef_ptr, N, h, P, eps, split_ids,
     K: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """Program (coordinate p, head l): walks the ids in order; writes grad_t[:, l, p] and the
-    K x 3 x R gradient rows of (l, p), summed as one-hot (K x ids) @ (ids x R) products."""
-    p = tl.program_id(0)
+    """Program (4 coordinates p0..p0+3, head, split s): walks split s's ids in order, forming
+    grad_M * M once per block of ids for the 4; writes their grad_t and owns their K x 3 x R
+    gradient rows in split s's partial table, summed as one-hot (K x ids) @ (ids x R)
+    products in registers."""
+    p0 = tl.program_id(0) * COORDINATES_PER_PROGRAM
     head = tl.program_id(1)
+    split = tl.program_id(2)
+    gcoef_ptr += split.to(tl.int64) * (h * P * K * 3 * R)  # this split's partial table
     m = tl.arange(0, BLOCK_R)
     k = tl.arange(0, BLOCK_K)
-    m_ok = m < R
-    first = (head * P + p).to(tl.int64) * K
-    g0 = tl.zeros((BLOCK_K, BLOCK_R), tl.float32)
-    g1 = tl.zeros((BLOCK_K, BLOCK_R), tl.float32)
-    g2 = tl.zeros((BLOCK_K, BLOCK_R), tl.float32)
-    for n0 in range(0, N, BLOCK_N):
+    zero = tl.zeros((BLOCK_K, BLOCK_R), tl.float32)
+    a0, a1, a2, b0, b1, b2, c0, c1, c2, d0, d1, d2 = (zero,) * 12
+    start = split * split_ids
+    stop = tl.minimum(N, start + split_ids)
+    for n0 in range(start, stop, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
-        n_ok = n < N
-        lanes = n_ok[:, None] & m_ok[None, :]
+        n_ok = n < stop
+        lanes = n_ok[:, None] & (m < R)[None, :]
         nl = n.to(tl.int64) * h + head
-        c, f = _interval(tl.load(t_ptr + nl * P + p, mask=n_ok, other=0.0), K)
-        ptr = coef_ptr + ((first + c) * (3 * R))[:, None] + m[None, :]
-        a0 = tl.load(ptr, mask=lanes, other=0.0)
-        a1 = tl.load(ptr + R, mask=lanes, other=0.0)
-        a2 = tl.load(ptr + 2 * R, mask=lanes, other=0.0)
-        fc = f[:, None]
         out = nl[:, None] * R + m[None, :]
         gmm = tl.load(gM_ptr + out, mask=lanes, other=0.0) * tl.load(
             M_ptr + out, mask=lanes, other=0.0
         )
-        # d M / d phi_p = M / phi_p, |phi_p| clamped to eps as in the forward
-        gp = gmm / _signed_magnitude(a0 + fc * (a1 + fc * a2), eps)
-        gt = tl.sum(gp * (a1 + (2.0 * f)[:, None] * a2), axis=1) * (K - 1.0)
-        tl.store(gt_ptr + nl * P + p, gt, mask=n_ok)
-        onehot = ((k[:, None] == c[None, :]) & n_ok[None, :]).to(tl.float32)  # [BLOCK_K, ids]
-        gf = gp * fc
-        g0 += tl.dot(onehot, gp, input_precision="ieee")
-        g1 += tl.dot(onehot, gf, input_precision="ieee")
-        g2 += tl.dot(onehot, gf * fc, input_precision="ieee")
-    rows = ((first + k) * (3 * R))[:, None] + m[None, :]
-    mask = (k < K)[:, None] & m_ok[None, :]
-    tl.store(gcoef_ptr + rows, g0, mask=mask)
-    tl.store(gcoef_ptr + rows + R, g1, mask=mask)
-    tl.store(gcoef_ptr + rows + 2 * R, g2, mask=mask)
+        shared = (t_ptr, coef_ptr, gt_ptr, gmm)
+        ids = (n, n_ok, lanes, nl, head, m, k, eps)
+        a0, a1, a2 = _coordinate(*shared, p0, P, *ids, a0, a1, a2, K, R)
+        b0, b1, b2 = _coordinate(*shared, p0 + 1, P, *ids, b0, b1, b2, K, R)
+        c0, c1, c2 = _coordinate(*shared, p0 + 2, P, *ids, c0, c1, c2, K, R)
+        d0, d1, d2 = _coordinate(*shared, p0 + 3, P, *ids, d0, d1, d2, K, R)
+    _store_rows(gcoef_ptr, a0, a1, a2, head, p0, P, k, m, K, R)
+    _store_rows(gcoef_ptr, b0, b1, b2, head, p0 + 1, P, k, m, K, R)
+    _store_rows(gcoef_ptr, c0, c1, c2, head, p0 + 2, P, k, m, K, R)
+    _store_rows(gcoef_ptr, d0, d1, d2, head, p0 + 3, P, k, m, K, R)
