@@ -65,10 +65,12 @@ def spline_forward_kernel(
     K: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
     RESCALE: tl.constexpr,
 ):  # fmt: skip
-    """Program (block of ids, head l): M[n, l, :] = prod_p phi[n, l, p, :] in registers."""
+    """Program (block of ids, head, block of lanes): M[n, head, m] = prod_p phi[n, head, p, m]
+    in registers. Lanes split across programs so a block of ids is large (the coefficient
+    rows it gathers per coordinate, at most K, serve more ids)."""
     head = tl.program_id(1)
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m = tl.arange(0, BLOCK_R)
+    m = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)
     n_ok = n < N
     lanes = n_ok[:, None] & (m < R)[None, :]
     nl = n.to(tl.int64) * h + head

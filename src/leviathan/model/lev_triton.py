@@ -48,10 +48,12 @@ from leviathan.model.bspline import N_TAPS
 from leviathan.model.config import LEVConfig
 
 RESCALE = 8  # factors between exponent rescalings: the native kernel's (`lev_native.RESCALE`)
-BLOCK_IDS = 32  # ids per program of the forward (8 warps: 128 registers, sm_90)
+BLOCK_IDS = 128  # ids per program of the forward, FORWARD_LANES lanes of r each
+FORWARD_LANES = 16  # (8 warps: 128 registers on sm_90, no spills)
 BACKWARD_BLOCK_IDS = 16  # ids per step of the backward's walk (8 warps: 191 registers)
-SPLIT_IDS = 2048  # ids per range of the backward's walk, up to
-MAX_SPLITS = 4
+TARGET_PROGRAMS = 256  # backward programs wanted: about two per SM of an H100 or H200
+SPLIT_IDS = 1024  # ids per range of the backward's walk, at least
+MAX_SPLITS = 8
 MIN_DOT = 16  # tl.dot's smallest block side
 
 
@@ -136,8 +138,8 @@ def spline_forward(
     M = torch.empty(N, h, r, dtype=torch.float32, device=t.device)
     if N == 0:
         return M
-    block_r, _ = _blocks(r, n_knots)
-    grid = (math.ceil(N / block_ids), h)
+    block_r = min(FORWARD_LANES, _blocks(r, n_knots)[0])
+    grid = (math.ceil(N / block_ids), h, math.ceil(r / block_r))
     _kernel("spline_forward_kernel", t.device)[grid](
         t, coef, M, N, h, P, eps, K=n_knots, R=r, BLOCK_N=block_ids, BLOCK_R=block_r,
         RESCALE=RESCALE, num_warps=8,
@@ -162,15 +164,16 @@ def spline_backward(
     in split order: deterministic whatever the number."""
     N, h, P, r = _check(t, coef, n_knots)
     M, grad_M = M.float().contiguous(), grad_M.float().contiguous()
-    splits = default_splits(N) if splits is None else splits
+    kernel = _kernel("spline_backward_kernel", t.device)
+    per_program = _triton().COORDINATES_PER_PROGRAM.value
+    programs = h * math.ceil(P / per_program)
+    splits = default_splits(N, programs) if splits is None else splits
     block = max(MIN_DOT, block_ids)
     split_ids = max(1, math.ceil(N / (splits * block))) * block
     splits = max(1, math.ceil(N / split_ids))
     grad_t = torch.empty_like(t)
     partial = torch.empty((splits, *coef.shape), dtype=torch.float32, device=t.device)
     block_r, block_k = _blocks(r, n_knots)
-    kernel = _kernel("spline_backward_kernel", t.device)
-    per_program = _triton().COORDINATES_PER_PROGRAM.value
     kernel[(math.ceil(P / per_program), h, splits)](
         t, coef, M, grad_M, grad_t, partial, N, h, P, eps, split_ids, K=n_knots, R=r,
         BLOCK_N=block, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=8,
@@ -178,10 +181,12 @@ def spline_backward(
     return grad_t, partial[0] if splits == 1 else partial.sum(0)
 
 
-def default_splits(n_ids: int) -> int:
-    """Id ranges of the backward: one per `SPLIT_IDS` ids, at most `MAX_SPLITS` (8,192 ids:
-    4 x 256 programs at the paper's shape, against 132 SMs on an H100 or H200)."""
-    return max(1, min(MAX_SPLITS, n_ids // SPLIT_IDS))
+def default_splits(n_ids: int, programs: int) -> int:
+    """Id ranges of the backward: enough that `TARGET_PROGRAMS` programs run (one program
+    fills an SM's registers), at most `MAX_SPLITS`, each of at least `SPLIT_IDS` ids. The
+    paper's shape has 256 programs per range already: one range, no partial tables."""
+    wanted = math.ceil(TARGET_PROGRAMS / programs)
+    return max(1, min(MAX_SPLITS, wanted, n_ids // SPLIT_IDS))
 
 
 def compiled_usage(lev: LEVConfig, arch: int = 90) -> dict[str, dict[str, int]]:
@@ -207,7 +212,7 @@ def compiled_usage(lev: LEVConfig, arch: int = 90) -> dict[str, dict[str, int]]:
         "forward": (
             kernels.spline_forward_kernel,
             {**ptrs, "M_ptr": "*fp32", **ints},
-            {**shape, "BLOCK_N": BLOCK_IDS, "RESCALE": RESCALE},
+            {**shape, "BLOCK_N": BLOCK_IDS, "RESCALE": RESCALE, "BLOCK_R": FORWARD_LANES},
         ),
         "backward": (
             kernels.spline_backward_kernel,
