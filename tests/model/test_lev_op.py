@@ -1,19 +1,26 @@
 """LEV's spline product as one custom op (`leviathan::spline_product`): torch.compile keeps it
 one node with no graph break, and what the compiled forward saves for backward per id is t
 and M only (the plain torch path, partitioned by inductor's min-cut, saves phi-sized
-buffers); the op equals eager under inductor; the device's chunk budget is worked out once."""
+buffers); the op equals eager under inductor; the device's chunk budget is worked out once;
+the roofline's LEV bytes against a dispatch-mode count of the op's inputs and outputs."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from test_lev import random_inputs
 from torch._dynamo.backends.common import aot_autograd
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-from leviathan.model import lev
-from leviathan.model.config import LEVConfig, digit_base
+from leviathan.device import forced_policy
+from leviathan.model import lev, lev_triton, model_config
+from leviathan.model.config import LEVConfig, ModelConfig, digit_base
 from leviathan.model.lev import LEV, spline_product
+from leviathan.model.roofline import roofline
+from leviathan.model.traffic import TrafficCounter
 
 CFG = LEVConfig(d_seed=16, n_heads=2, n_knots=5, rank=8)
 
@@ -95,3 +102,50 @@ def test_the_chunk_budget_is_worked_out_once_per_device(monkeypatch: pytest.Monk
     for kernel in ("plain", "plain", "auto"):
         spline_product(t, S, 1e-30, 40, kernel).sum().backward()
     assert calls == [torch.device("cpu")]
+
+
+def _op_traffic(n_ids: int) -> tuple[int, dict[str, int]]:
+    """Bytes the spline product's custom ops read and write in one LEV forward + backward of
+    `n_ids` distinct ids at the 400m shape, counted by the dispatch mode on FakeTensors (GPU
+    chunk rule): the op and its backward each one record."""
+    cfg = model_config("400m", "o200k_base", "leviathan")
+    with FakeTensorMode(), forced_policy("gpu"):
+        model = LEV(cfg.vocab_size, cfg.d_model, cfg.lev_base, cfg.lev)
+        ids = torch.arange(n_ids)
+        with TrafficCounter() as counter:
+            model.generate(ids).sum().backward()
+    ops = {op: r.total for (_, op), r in counter.records.items() if op.startswith("leviathan.")}
+    return sum(ops.values()), ops
+
+
+def test_the_roofline_lev_bytes_are_the_counted_traffic_of_the_op(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Per distinct id and per step (the coefficient table, L2-resident: read by both ops,
+    its gradient written), the kernel's cost model against the op's counted inputs and
+    outputs at 8,192 and 4,096 ids; and the roofline's input part carries them."""
+    big, ops = _op_traffic(8192)
+    small, _ = _op_traffic(4096)
+    assert set(ops) == {"leviathan.spline_product", "leviathan.spline_product_backward"}
+    counted_per_id = (big - small) / 4096
+    counted_table = big - 8192 * counted_per_id
+    cfg = model_config("400m", "o200k_base", "leviathan")
+    cost = lev_triton.cost_per_id(cfg.lev)
+    assert 1 / 1.5 <= cost.bytes_per_id / counted_per_id <= 1.5
+    assert cost.bytes_per_id <= 20 * 1024
+    assert 1 / 1.5 <= cost.table_bytes_per_step / counted_table <= 1.5
+    # the roofline carries exactly the kernels' bytes: doubling them adds them once more
+    before = _input_bytes(cfg)
+    doubled = dataclasses.replace(
+        cost,
+        forward=dataclasses.replace(cost.forward, hbm_bytes=2 * cost.forward.hbm_bytes),
+        backward=dataclasses.replace(cost.backward, hbm_bytes=2 * cost.backward.hbm_bytes),
+        table_bytes_per_step=2 * cost.table_bytes_per_step,
+    )
+    monkeypatch.setattr(lev_triton, "cost_per_id", lambda lev_cfg: doubled)
+    added = _input_bytes(cfg) - before
+    assert added == 8192 * cost.bytes_per_id + cost.table_bytes_per_step
+
+
+def _input_bytes(cfg: ModelConfig) -> float:
+    return {p.name: p for p in roofline(cfg, 16, 16).parts}["input"].bytes

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -246,3 +247,107 @@ def compiled_usage(lev: LEVConfig, arch: int = 90) -> dict[str, dict[str, int]]:
             "atomics": compiled.asm["ptx"].count("atom."),
         }
     return usage
+
+
+# Per factor (one id, head, coordinate and lane), counted from the kernels' source: forward,
+# 2 multiply-adds, |phi|, the eps compare and select, the sign test and select, the product,
+# and a share of the 6 integer ops of each rescale (every RESCALE factors); backward, phi
+# again (2 + 3), grad_M * M's share, the division's multiply, grad_t's 2 multiply-adds and
+# lane sum, the 3 gradient terms, the tf32 splits (2 ops each) and the mask select.
+FORWARD_OPS_PER_FACTOR = 8 + 1
+BACKWARD_OPS_PER_FACTOR = 5 + 1 + 1 + 3 + 3 + 6 + 1 + 2
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """One kernel's work per distinct id: HBM bytes it reads and writes, L2 bytes beyond them
+    (an upper bound), instructions on the fp32 cores, tf32 tensor-core FLOPs, and
+    transcendentals (the SFU's reciprocals)."""
+
+    hbm_bytes: int
+    l2_bytes: int
+    simt_ops: int
+    tensor_flops: int
+    transcendentals: int
+
+
+@dataclass(frozen=True)
+class LevCost:
+    """The kernel pair's cost model (`cost_per_id`)."""
+
+    forward: KernelCost
+    backward: KernelCost
+    table_bytes_per_step: int  # the coefficient table read by both, its gradient written
+
+    @property
+    def bytes_per_id(self) -> int:
+        """HBM bytes per distinct id of forward + backward: t, M and their gradients."""
+        return self.forward.hbm_bytes + self.backward.hbm_bytes
+
+
+def cost_per_id(lev: LEVConfig) -> LevCost:
+    """What `spline_forward` + `spline_backward` move and compute per distinct id (fp32).
+
+    HBM: forward reads t [h, P] and writes M [h, r]; backward reads t, M and grad_M and writes
+    grad_t. The coefficient table [h P kappa, 3, r] stays in L2 (12.6 MB at the paper's shape,
+    L2 50 MB): counted once per step (`table_bytes_per_step`: read twice, gradient written once,
+    one id range). L2 beyond HBM: the forward's gathers, at most kappa rows of 3 r per (block of
+    ids, head, coordinate); the backward's re-reads of M and grad_M by each of the P / 4
+    coordinate programs (its gathers hit the program's own 12 KB rows in L1)."""
+    h, P, r, K = lev.n_heads, lev.d_seed, lev.rank, lev.n_knots
+    f32, factors = 4, h * P * r
+    rows_per_block = min(BLOCK_IDS, K)
+    block_k = _blocks(r, K)[1]
+    per_program = 4  # the kernels' COORDINATES_PER_PROGRAM (no Triton import here)
+    forward = KernelCost(
+        hbm_bytes=f32 * (h * P + h * r),
+        l2_bytes=f32 * h * P * rows_per_block * N_TAPS * r // BLOCK_IDS,
+        simt_ops=factors * FORWARD_OPS_PER_FACTOR,
+        tensor_flops=0,
+        transcendentals=0,
+    )
+    backward = KernelCost(
+        hbm_bytes=f32 * (2 * h * P + 2 * h * r),
+        l2_bytes=f32 * 2 * h * r * math.ceil(P / per_program),
+        simt_ops=factors * BACKWARD_OPS_PER_FACTOR,
+        tensor_flops=factors * N_TAPS * 2 * 2 * block_k,  # 3 rows x 2 tf32 parts x 2 x kappa
+        transcendentals=factors,
+    )
+    return LevCost(forward, backward, f32 * 3 * h * P * K * N_TAPS * r)
+
+
+@dataclass(frozen=True)
+class GpuRates:
+    """Per second, the whole GPU: HBM and L2 bytes, fp32-core instructions, dense tf32
+    tensor FLOPs, SFU operations."""
+
+    hbm: float
+    l2: float
+    simt: float
+    tf32: float
+    sfu: float
+
+
+# H100 and H200 SXM share the GH100 die (132 SMs at 1.98 GHz: 128 fp32 lanes and 16 SFU
+# lanes per SM; dense tf32 495 TFLOP/s, data sheets); they differ in HBM. The L2 bandwidth
+# is not published: 5.5 TB/s is what microbenchmarks of the H100 measure.
+_SM_HZ = 132 * 1.98e9
+GPU_RATES = {
+    "H100": GpuRates(3.35e12, 5.5e12, 128 * _SM_HZ, 495e12, 16 * _SM_HZ),
+    "H200": GpuRates(4.8e12, 5.5e12, 128 * _SM_HZ, 495e12, 16 * _SM_HZ),
+}
+COMPUTE_EFFICIENCY = 0.7  # stated, as the roofline's: the share of a peak a kernel reaches
+MEMORY_EFFICIENCY = 0.8
+
+
+def kernel_seconds(cost: KernelCost, ids: int, gpu: str = "H200") -> float:
+    """A kernel's predicted time over `ids` distinct ids: its slowest unit, the others
+    overlapping (HBM and compute at the stated efficiencies, L2 and the SFU at their peak)."""
+    rates = GPU_RATES[gpu]
+    return ids * max(
+        cost.hbm_bytes / (rates.hbm * MEMORY_EFFICIENCY),
+        cost.l2_bytes / rates.l2,
+        cost.simt_ops / (rates.simt * COMPUTE_EFFICIENCY),
+        cost.tensor_flops / (rates.tf32 * COMPUTE_EFFICIENCY),
+        cost.transcendentals / rates.sfu,
+    )
