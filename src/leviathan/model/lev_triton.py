@@ -6,13 +6,13 @@ distinct id at the 400m shape. These kernels keep phi in registers and read and 
 t, M and their gradients (`cost_per_id`: ~18 KB per id); the per-interval coefficient table
 [h * P * kappa, 3, r] (12.6 MB at the paper's shape) is re-read from L2, not HBM.
 
-Forward (`spline_forward`): one program per (block of ids, head) walks the P seed coordinates;
-per coordinate it gathers each id's [3, r] coefficients and multiplies phi into a running
-product of r lanes, exactly as the native CPU kernel (`lev_native`): |phi| clamped to eps,
+Forward (`spline_forward`): one program per (128 ids, head, 16 lanes of r) walks the P seed
+coordinates; per coordinate it gathers each id's [3, 16] coefficients and multiplies phi into
+a running product per lane, exactly as the native CPU kernel (`lev_native`): |phi| clamped to eps,
 its sign kept (-0.0 counts negative), and every `RESCALE` factors each lane's exponent moved
 into an integer (bit operations, exact), so no transcendental is evaluated and the result is
 bitwise the native kernel's wherever neither contracts multiply-adds (the interpreter, the C
-kernel).
+kernel; on a GPU Triton fuses multiply-adds: rounding differs, determinism does not).
 
 Backward (`spline_backward`, given grad_M): one program per (4 coordinates, head, range of
 ids) walks its ids in a fixed order, forms grad_M * M once per block of ids for its 4
@@ -23,8 +23,9 @@ the coefficient gradient, accumulated in registers as one-hot matrix products
 (at most `MAX_SPLITS`) tables are summed in range order. Deterministic, no atomics: a rerun
 is bitwise on a GPU. Its cost against an atomic scatter: kappa times the multiply-adds for
 the gradient rows (2 x 2 kappa 3 r per factor, on tensor cores, instead of 3 r atomic adds),
-M and grad_M re-read from L2 by each of the P / 4 coordinate programs, and the partial
-tables (12.6 MB each at the paper's shape) written and summed; in exchange no atomic traffic
+M and grad_M re-read from L2 by each of the P / 4 coordinate programs, and where there are
+several ranges their partial tables (12.6 MB each at the paper's shape) written and summed
+(one range at the paper's shape); in exchange no atomic traffic
 (1.6 G adds contending for 16 rows per coordinate at 8,192 ids) and reproducible sums.
 
 On CPU tensors the same kernels run under Triton's interpreter (TRITON_INTERPRET=1, numpy
@@ -51,7 +52,7 @@ from leviathan.model.config import LEVConfig
 RESCALE = 8  # factors between exponent rescalings: the native kernel's (`lev_native.RESCALE`)
 BLOCK_IDS = 128  # ids per program of the forward, FORWARD_LANES lanes of r each
 FORWARD_LANES = 16  # (8 warps: 128 registers on sm_90, no spills)
-BACKWARD_BLOCK_IDS = 16  # ids per step of the backward's walk (8 warps: 191 registers)
+BACKWARD_BLOCK_IDS = 16  # ids per step of the backward's walk (8 warps: 190 registers)
 TARGET_PROGRAMS = 256  # backward programs wanted: about two per SM of an H100 or H200
 SPLIT_IDS = 1024  # ids per range of the backward's walk, at least
 MAX_SPLITS = 8
