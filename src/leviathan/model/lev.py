@@ -310,13 +310,15 @@ def spline_product(
     """M [N, h, r] = prod_p sum_j B(t[n, l, p], j) S[l, p, j, :], for t [N, h, P], S [h, P, kappa, r].
 
     kernel: "auto" (the Triton kernels on a GPU, the native C kernel on a CPU, where they
-    run, else the plain torch ops; as one custom op, eager or compiled), "native", "triton"
+    run, else the plain torch ops; as one custom op, eager or compiled; fp64 takes the plain
+    path directly), "native", "triton"
     (the CPU runs it under Triton's interpreter: tests) or "plain" (the torch ops themselves,
     which tracers and dispatch modes see through: the reference, benchmarks)."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel={kernel!r}: use one of {KERNELS}")
     coef = knot_interval_coefficients(S)
-    if kernel == "plain":
+    fp32 = torch.promote_types(t.dtype, torch.float32) == torch.float32
+    if kernel == "plain" or (kernel == "auto" and not fp32):  # fp64: the kernels are fp32
         return SplineProduct.apply(t, coef, S.shape[2], eps, chunk_elems)
     return _spline_op(t, coef, S.shape[2], eps, chunk_elems, kernel)
 
