@@ -223,11 +223,17 @@ def lev_kernels_ms(setup: Setup) -> dict[str, Any]:
     cost = lev_triton.cost_per_id(lev)
     runs = {
         "forward": (lambda: lev_triton.spline_forward(t, coef, K, eps), cost.forward, n),
-        "backward": (lambda: lev_triton.spline_backward(t, coef, M, grad_M, K, eps), cost.backward, n),
-        "materialize_forward": (
-            lambda: lev_triton.spline_forward(every, coef, K, eps), cost.forward, len(every)
+        "backward": (
+            lambda: lev_triton.spline_backward(t, coef, M, grad_M, K, eps),
+            cost.backward,
+            n,
         ),
-    }  # fmt: skip
+        "materialize_forward": (
+            lambda: lev_triton.spline_forward(every, coef, K, eps),
+            cost.forward,
+            len(every),
+        ),
+    }
     for name, (fn, kernel_cost, ids) in runs.items():
         out[f"{name}_ms"] = 1e3 * _time(setup, fn, setup.steps)
         out[f"{name}_predicted_ms"] = 1e3 * lev_triton.kernel_seconds(kernel_cost, ids)

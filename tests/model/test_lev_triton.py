@@ -259,8 +259,11 @@ def test_the_kernels_compile_for_an_h100_without_a_gpu() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", _USAGE],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     usage = json.loads(done.stdout.splitlines()[-1])
     assert usage["backward"]["mma"] > 0

@@ -61,10 +61,19 @@ def _ldexp(acc, ex):
 
 @triton.jit
 def spline_forward_kernel(
-    t_ptr, coef_ptr, M_ptr, N, h, P, eps,
-    K: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
+    t_ptr,
+    coef_ptr,
+    M_ptr,
+    N,
+    h,
+    P,
+    eps,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr,
     RESCALE: tl.constexpr,
-):  # fmt: skip
+):
     """Program (block of ids, head, block of lanes): M[n, head, m] = prod_p phi[n, head, p, m]
     in registers. Lanes split across programs so a block of ids is large (the coefficient
     rows it gathers per coordinate, at most K, serve more ids)."""
@@ -105,9 +114,26 @@ def _onehot_sum(acc, onehot, x):
 
 @triton.jit
 def _coordinate(
-    t_ptr, coef_ptr, gt_ptr, gmm, p, P, n, n_ok, lanes, nl, head, m, k, eps, g0, g1, g2,
-    K: tl.constexpr, R: tl.constexpr,
-):  # fmt: skip
+    t_ptr,
+    coef_ptr,
+    gt_ptr,
+    gmm,
+    p,
+    P,
+    n,
+    n_ok,
+    lanes,
+    nl,
+    head,
+    m,
+    k,
+    eps,
+    g0,
+    g1,
+    g2,
+    K: tl.constexpr,
+    R: tl.constexpr,
+):
     """One coordinate p for a block of ids: writes grad_t[ids, head, p], adds the ids'
     gradient rows of (head, p) into g0, g1, g2 (d/dA0, d/dA1, d/dA2, [BLOCK_K, BLOCK_R])."""
     live = n_ok & (n * 0 + p < P)
@@ -143,10 +169,23 @@ def _store_rows(gcoef_ptr, g0, g1, g2, head, p, P, k, m, K: tl.constexpr, R: tl.
 
 @triton.jit
 def spline_backward_kernel(
-    t_ptr, coef_ptr, M_ptr, gM_ptr, gt_ptr, gcoef_ptr, N, h, P, eps, split_ids,
-    K: tl.constexpr, R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
+    t_ptr,
+    coef_ptr,
+    M_ptr,
+    gM_ptr,
+    gt_ptr,
+    gcoef_ptr,
+    N,
+    h,
+    P,
+    eps,
+    split_ids,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,
-):  # fmt: skip
+):
     """Program (4 coordinates p0..p0+3, head, split s): walks split s's ids in order, forming
     grad_M * M once per block of ids for the 4; writes their grad_t and owns their K x 3 x R
     gradient rows in split s's partial table, summed as one-hot (K x ids) @ (ids x R)

@@ -142,10 +142,9 @@ def spline_forward(
         return M
     block_r = min(FORWARD_LANES, _blocks(r, n_knots)[0])
     grid = (math.ceil(N / block_ids), h, math.ceil(r / block_r))
-    _kernel("spline_forward_kernel", t.device)[grid](
-        t, coef, M, N, h, P, eps, K=n_knots, R=r, BLOCK_N=block_ids, BLOCK_R=block_r,
-        RESCALE=RESCALE, num_warps=8,
-    )  # fmt: skip
+    args = (t, coef, M, N, h, P, eps)
+    blocks = {"BLOCK_N": block_ids, "BLOCK_R": block_r, "RESCALE": RESCALE}
+    _kernel("spline_forward_kernel", t.device)[grid](*args, **_shape(n_knots, r), **blocks)
     return M
 
 
@@ -176,11 +175,15 @@ def spline_backward(
     grad_t = torch.empty_like(t)
     partial = torch.empty((splits, *coef.shape), dtype=torch.float32, device=t.device)
     block_r, block_k = _blocks(r, n_knots)
-    kernel[(math.ceil(P / per_program), h, splits)](
-        t, coef, M, grad_M, grad_t, partial, N, h, P, eps, split_ids, K=n_knots, R=r,
-        BLOCK_N=block, BLOCK_R=block_r, BLOCK_K=block_k, num_warps=8,
-    )  # fmt: skip
+    args = (t, coef, M, grad_M, grad_t, partial, N, h, P, eps, split_ids)
+    blocks = {"BLOCK_N": block, "BLOCK_R": block_r, "BLOCK_K": block_k}
+    kernel[(math.ceil(P / per_program), h, splits)](*args, **_shape(n_knots, r), **blocks)
     return grad_t, partial[0] if splits == 1 else partial.sum(0)
+
+
+def _shape(n_knots: int, r: int) -> dict[str, int]:
+    """The kernels' compile-time shape and launch width (8 warps)."""
+    return {"K": n_knots, "R": r, "num_warps": 8}
 
 
 def default_splits(n_ids: int, programs: int) -> int:
@@ -236,8 +239,10 @@ def compiled_usage(lev: LEVConfig, arch: int = 90) -> dict[str, dict[str, int]]:
             cubin.write_bytes(compiled.asm["cubin"])
             out = subprocess.run(
                 [str(cuobjdump), "--dump-resource-usage", str(cubin)],
-                capture_output=True, text=True, check=True,
-            ).stdout  # fmt: skip
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
         (line,) = [ln for ln in out.splitlines() if "REG:" in ln]
         fields = dict(item.split(":", 1) for item in line.split() if ":" in item)
         usage[name] = {
