@@ -7,6 +7,7 @@ Measurements, in this order (eager first, compiled last, so a time limit costs t
   step_ratio             leviathan / tied optimizer-step time at the 400m shape, bf16 autocast,
                          eager (target <= 1.02)
   materialize_ms         LEV materialize() of o200k at D = 2048 (target <= 20 ms)
+  lev_kernels_ms         LEV's Triton spline kernels against their predictions, the plain path once
   eval_tokens_s          evaluation tokens/s through the evaluation path at 400m: EvalModel
                          (the input table materialised once) and its token_losses, bf16 autocast
   eval_tokens_s_1.2b     the same at 1.2b (the study's evaluation GPU-hours rest on these two)
@@ -61,6 +62,7 @@ JSON_NAME = "gpu_check.json"
 LIMITS_S = {
     "step_ratio": 30,
     "materialize_ms": 15,
+    "lev_kernels_ms": 30,
     "eval_tokens_s": 20,
     "eval_tokens_s_1.2b": 25,
     "bf16_vs_fp32": 15,
@@ -190,6 +192,54 @@ def materialize_ms(setup: Setup) -> float:
     return 1e3 * _time(setup, lev.materialize, setup.steps)
 
 
+def lev_kernels_ms(setup: Setup) -> dict[str, Any]:
+    """LEV's Triton spline kernels (`model/lev_triton.py`) at the 400m micro-batch's 8,192
+    distinct ids (--smoke: micro, 32 ids, under Triton's interpreter where it runs): forward,
+    backward, and the forward over every id of o200k (materialize's share), each beside
+    `lev_triton`'s prediction; and the plain torch path's forward + backward once."""
+    from leviathan.model import lev_triton
+    from leviathan.model.lev import knot_interval_coefficients, spline_product
+
+    lev = model_config(setup.scale, setup.vocab, "leviathan").lev
+    n, gen = (32 if setup.smoke else 8192), torch.Generator().manual_seed(0)
+    shape = (lev.n_heads, lev.d_seed)
+    t = torch.rand(n, *shape, generator=gen).to(setup.device)
+    S = 1 + lev.spline_init_std * torch.randn(*shape, lev.n_knots, lev.rank, generator=gen)
+    S = S.to(setup.device)
+
+    def plain() -> None:
+        leaves = t.clone().requires_grad_(), S.clone().requires_grad_()
+        spline_product(*leaves, lev.log_eps, lev.chunk_elems, "plain").sum().backward()
+
+    out: dict[str, Any] = {"ids": n, "plain_forward_backward_ms": 1e3 * _time(setup, plain, 1)}
+    if not lev_triton.usable(setup.device):
+        out["triton"] = "not run: Triton is absent, or on CPU not under its interpreter"
+        return out
+    coef, K, eps = knot_interval_coefficients(S).contiguous(), lev.n_knots, lev.log_eps
+    M = lev_triton.spline_forward(t, coef, K, eps)
+    grad_M = torch.randn_like(M)
+    vocab = model_config(setup.big, setup.vocab, "leviathan").vocab_size
+    every = torch.rand(n if setup.smoke else vocab, *shape, generator=gen).to(setup.device)
+    cost = lev_triton.cost_per_id(lev)
+    runs = {
+        "forward": (lambda: lev_triton.spline_forward(t, coef, K, eps), cost.forward, n),
+        "backward": (
+            lambda: lev_triton.spline_backward(t, coef, M, grad_M, K, eps),
+            cost.backward,
+            n,
+        ),
+        "materialize_forward": (
+            lambda: lev_triton.spline_forward(every, coef, K, eps),
+            cost.forward,
+            len(every),
+        ),
+    }
+    for name, (fn, kernel_cost, ids) in runs.items():
+        out[f"{name}_ms"] = 1e3 * _time(setup, fn, setup.steps)
+        out[f"{name}_predicted_ms"] = 1e3 * lev_triton.kernel_seconds(kernel_cost, ids)
+    return out
+
+
 def eval_tokens_s(setup: Setup, scale: str) -> float:
     """Tokens/s of the evaluation path at `scale`: EvalModel materialises the input table
     once, then token_losses runs the backbone and the chunked loss (bf16 autocast on CUDA)."""
@@ -267,6 +317,7 @@ def measurements(setup: Setup) -> dict[str, Callable[[], Any]]:
     return {
         "step_ratio": lambda: step_ratio(setup, compile=False),
         "materialize_ms": lambda: materialize_ms(setup),
+        "lev_kernels_ms": lambda: lev_kernels_ms(setup),
         "eval_tokens_s": lambda: eval_tokens_s(setup, setup.scale),
         "eval_tokens_s_1.2b": lambda: eval_tokens_s(setup, setup.big),
         "bf16_vs_fp32": lambda: bf16_vs_fp32(setup),

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from leviathan.data.fetch import fetch_embedded
 from leviathan.data.prepare import tokenize_corpus
 from leviathan.io import atomic_path
 from leviathan.manifest import vocab_record, write_manifest
 from leviathan.vocab import get_vocab
+
+if not torch.cuda.is_available():
+    # LEV's Triton kernels run on CPU tensors under Triton's interpreter, which Triton reads
+    # once, at its import (torch._dynamo imports it): set before any test can
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

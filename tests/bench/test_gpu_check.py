@@ -20,6 +20,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
 ORDER = [
     "step_ratio",
     "materialize_ms",
+    "lev_kernels_ms",
     "eval_tokens_s",
     "eval_tokens_s_1.2b",
     "bf16_vs_fp32",
@@ -52,6 +53,7 @@ def test_gpu_check_smoke_runs_and_writes_every_figure(tmp_path: Path) -> None:
         assert r[key]["tokens_s"] > 0
     assert r["throughput_1.2b"]["tokens_s"] > 0
     assert r["materialize_ms"] > 0
+    assert r["lev_kernels_ms"]["plain_forward_backward_ms"] > 0
     assert r["eval_tokens_s"] > 0
     assert r["deterministic_overhead"] > 0
     assert r["eval_tokens_s_1.2b"] > 0
@@ -97,7 +99,8 @@ def _fake(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, slow: str, action: o
 
     monkeypatch.setattr(mod, "step_ratio", fake("step_ratio", ratio))
     monkeypatch.setattr(mod, "_training", fake("training", {"tokens_s": 1.0}))
-    for name in ("materialize_ms", "eval_tokens_s", "bf16_vs_fp32", "deterministic_overhead"):
+    cheap = ("materialize_ms", "lev_kernels_ms", "eval_tokens_s", "bf16_vs_fp32")
+    for name in (*cheap, "deterministic_overhead"):
         monkeypatch.setattr(mod, name, fake(name, 1.0))
     monkeypatch.setattr(mod, "deterministic_repeat", fake("deterministic_repeat", {"tied": True}))
     monkeypatch.setattr(mod, slow, action)

@@ -12,24 +12,31 @@ Per token id i:
 `reference_product` (with `LEV.reference`) is steps 4-5 exactly as written above: a dense
 basis over all kappa centres and a plain product over the seed coordinates, a few lines to
 read the method by, which the tests hold the fast paths against. Training and evaluation run
-steps 4-5 in `SplineProduct`, a fused autograd function. In the knot interval around its
+steps 4-5 in fused paths (below). In the knot interval around its
 nearest centre c (x = t (kappa-1), f = x - c in [-1/2, 1/2]) the 3-tap expansion of a coordinate is a
 quadratic in f whose coefficients depend only on (l, p, c):
     phi = A0 + f A1 + f^2 A2,   A0 = (S[c-1] + 6 S[c] + S[c+1]) / 8,
                                 A1 = (S[c+1] - S[c-1]) / 2,   A2 = (S[c-1] - 2 S[c] + S[c+1]) / 2
 (S[-1] = S[kappa] = 0: out-of-range taps weigh nothing; `bspline.py` gives the 3 taps).
 So each coordinate costs one gather of a [3, r] coefficient block and two fused
-multiply-adds, never a dense [N, d_seed, kappa] basis. Ids are processed in chunks (memory
-bounded by `LEVConfig.chunk_elems` on a CPU, by a share of the memory on a GPU:
-`leviathan.device.chunk_elems`; one chunk under torch.compile), only t and M are saved for
-backward (phi is recomputed), and the product is taken in fp32 log space with an exact
-gradient where a factor phi is ~0. `LEV.forward` evaluates each distinct id of a batch once (unique + gather).
+multiply-adds, never a dense [N, d_seed, kappa] basis. Only t and M are saved for backward
+(phi is recomputed), and |phi| is clamped to eps so the gradient stays exact where a factor
+phi is ~0. `LEV.forward` evaluates each distinct id of a batch once (unique + gather).
+
+The paths (`spline_product`'s `kernel`): "auto" runs one custom op,
+`leviathan::spline_product` (with its backward op and autograd formula: torch.compile keeps
+it one node, a dispatch mode sees its inputs and output), whose kernel is the Triton pair on
+a GPU (`lev_triton`), the native C kernel on a CPU (`lev_native`), else the plain torch ops;
+"plain" is those torch ops themselves (`SplineProduct`: the product in fp32 log space, ids in
+chunks bounded by `LEVConfig.chunk_elems` on a CPU, by a share of the memory on a GPU,
+`chunk_budget`; one chunk under torch.compile), which tracers and dispatch modes see through.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +44,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from leviathan.device import chunk_elems as device_chunk_elems
-from leviathan.model import lev_native
+from leviathan.device import uses_gpu_policy
+from leviathan.model import lev_native, lev_triton
 from leviathan.model.bspline import N_TAPS, basis_dense
 from leviathan.model.config import LEVConfig
 from leviathan.model.generated import GeneratedInput
@@ -92,23 +100,35 @@ class _KnotIntervals:
         return torch.addcmul(A[..., 1, :], self.f, A[..., 2, :], value=2.0)
 
 
-KERNELS = ("auto", "native", "plain")
+KERNELS = ("auto", "native", "plain", "triton")
+_CHUNK_BUDGETS: dict[tuple[torch.device, bool, int], int] = {}
 
 
-def _use_native(t: torch.Tensor, kernel: str) -> bool:
-    """The fused CPU kernel: opaque to torch.compile, so traced code takes the plain path
-    (which inductor fuses itself: Triton on GPU)."""
-    if kernel == "plain":
-        return False
-    usable = (
-        t.device.type == "cpu"
-        and torch.promote_types(t.dtype, torch.float32) == torch.float32
-        and not torch.compiler.is_compiling()
-        and lev_native.available()
-    )
-    if kernel == "native" and not usable:
-        raise RuntimeError("kernel='native' needs fp32 CPU tensors, eager mode and a C compiler")
-    return usable
+def chunk_budget(device: torch.device, cpu_elems: int) -> int:
+    """`leviathan.device.chunk_elems`, worked out once per device and chunk rule (the GPU
+    rule asks the device for its memory: a query kept out of every step and traced graph)."""
+    key = (device, uses_gpu_policy(device), cpu_elems)
+    if key not in _CHUNK_BUDGETS:
+        _CHUNK_BUDGETS[key] = device_chunk_elems(device, cpu_elems)
+    return _CHUNK_BUDGETS[key]
+
+
+def _resolve(kernel: str, t: torch.Tensor) -> str:
+    """The path a kernel choice takes for t: "auto" is the Triton kernels on a GPU, the
+    native kernel on a CPU (fp32 where they run), else the plain torch ops."""
+    fp32 = torch.promote_types(t.dtype, torch.float32) == torch.float32
+    native = fp32 and t.device.type == "cpu" and lev_native.available()
+    triton = fp32 and t.device.type == "cuda" and lev_triton.usable(t.device)
+    if kernel == "auto":
+        return "triton" if triton else "native" if native else "plain"
+    if kernel == "native" and not native:
+        raise RuntimeError("kernel='native' needs fp32 CPU tensors and a C compiler")
+    if kernel == "triton" and not (fp32 and lev_triton.usable(t.device)):
+        raise RuntimeError(
+            "kernel='triton' needs fp32 tensors on a GPU with Triton, or on the CPU Triton's "
+            "interpreter (TRITON_INTERPRET=1 before Triton is imported)"
+        )
+    return kernel
 
 
 def _plain_forward(
@@ -168,7 +188,8 @@ def segment_add_(out: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) ->
 
 
 class SplineProduct(torch.autograd.Function):
-    """M [N, h, r] = prod_p phi[n, l, p, :]   (steps 4-5 of LEV; see the module docstring)."""
+    """M [N, h, r] = prod_p phi[n, l, p, :] in plain torch ops (steps 4-5; the module
+    docstring): what kernel="plain" runs, transparent to tracers and dispatch modes."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -178,53 +199,109 @@ class SplineProduct(torch.autograd.Function):
         n_knots: int,
         eps: float,
         chunk_elems: int,
-        kernel: str,
     ) -> torch.Tensor:
         dtype = torch.promote_types(t.dtype, torch.float32)
-        t32, coef32 = t.to(dtype), coef.to(dtype)
-        chunk_elems = device_chunk_elems(t.device, chunk_elems)  # cache- or memory-sized
-        N, h, P = t.shape
-        r = coef.shape[-1]
-        if _use_native(t, kernel):
-            shape = (h, P, n_knots, N_TAPS, r)
-            M = lev_native.spline_forward(t32.contiguous(), coef32.reshape(shape).contiguous(), eps)
-        else:
-            M = _plain_forward(t32, coef32, n_knots, eps, chunk_elems)
+        if not torch.compiler.is_compiling():  # traced: one chunk whatever the budget
+            chunk_elems = chunk_budget(t.device, chunk_elems)
+        M = _plain_forward(t.to(dtype), coef.to(dtype), n_knots, eps, chunk_elems)
         ctx.save_for_backward(t, coef, M)
         ctx.n_knots, ctx.eps, ctx.chunk_elems = n_knots, eps, chunk_elems  # type: ignore[attr-defined]
-        ctx.kernel = kernel  # type: ignore[attr-defined]
         return M
 
     @staticmethod
     @once_differentiable
     def backward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx, grad_M: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None, None]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
         t, coef, M = ctx.saved_tensors  # type: ignore[attr-defined]
-        n_knots: int = ctx.n_knots  # type: ignore[attr-defined]
         dtype = M.dtype
-        t32, coef32 = t.to(dtype), coef.to(dtype)
-        gMM = grad_M.to(dtype) * M
-        if _use_native(t, ctx.kernel):  # type: ignore[attr-defined]
-            N, h, P = t.shape
-            shape = (h, P, n_knots, N_TAPS, coef.shape[-1])
-            grad_t, grad_coef = lev_native.spline_backward(
-                t32.contiguous(),
-                coef32.reshape(shape).contiguous(),
-                gMM,
-                ctx.eps,  # type: ignore[attr-defined]
-            )
-            grad_coef = grad_coef.view_as(coef32)
-        else:
-            grad_t, grad_coef = _plain_backward(t32, coef32, gMM, n_knots, ctx.eps, ctx.chunk_elems)  # type: ignore[attr-defined]
+        grad_t, grad_coef = _plain_backward(
+            t.to(dtype),
+            coef.to(dtype),
+            grad_M.to(dtype) * M,
+            ctx.n_knots,
+            ctx.eps,
+            ctx.chunk_elems,  # type: ignore[attr-defined]
+        )
         return (
             grad_t.to(t.dtype) if ctx.needs_input_grad[0] else None,
             grad_coef.to(coef.dtype) if ctx.needs_input_grad[1] else None,
             None,
             None,
             None,
-            None,
         )
+
+
+@torch.library.custom_op("leviathan::spline_product", mutates_args=())
+def _spline_op(
+    t: torch.Tensor, coef: torch.Tensor, n_knots: int, eps: float, chunk_elems: int, kernel: str
+) -> torch.Tensor:
+    """The fused product as one opaque op (torch.compile keeps it one node; a dispatch mode
+    sees its inputs and output): the kernel `_resolve` picks, in fp32 (fp64 in, fp64 out)."""
+    dtype = torch.promote_types(t.dtype, torch.float32)
+    t32, coef32 = t.to(dtype).contiguous(), coef.to(dtype).contiguous()
+    path = _resolve(kernel, t)
+    if path == "triton":
+        return lev_triton.spline_forward(t32, coef32, n_knots, eps)
+    if path == "native":
+        return lev_native.spline_forward(t32, coef32.view(_native_shape(t, coef, n_knots)), eps)
+    return _plain_forward(t32, coef32, n_knots, eps, chunk_budget(t.device, chunk_elems))
+
+
+@torch.library.custom_op("leviathan::spline_product_backward", mutates_args=())
+def _spline_backward_op(
+    t: torch.Tensor,
+    coef: torch.Tensor,
+    M: torch.Tensor,
+    grad_M: torch.Tensor,
+    n_knots: int,
+    eps: float,
+    chunk_elems: int,
+    kernel: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_t, grad_coef) of `_spline_op` in M's dtype, phi recomputed from t."""
+    dtype = M.dtype
+    t32, coef32 = t.to(dtype).contiguous(), coef.to(dtype).contiguous()
+    path = _resolve(kernel, t)
+    if path == "triton":
+        return lev_triton.spline_backward(t32, coef32, M, grad_M, n_knots, eps)
+    gMM = grad_M.to(dtype) * M
+    if path == "native":
+        shape = _native_shape(t, coef, n_knots)
+        grad_t, grad_coef = lev_native.spline_backward(t32, coef32.view(shape), gMM, eps)
+        return grad_t, grad_coef.view_as(coef32)
+    chunk = chunk_budget(t.device, chunk_elems)
+    return _plain_backward(t32, coef32, gMM, n_knots, eps, chunk)
+
+
+def _native_shape(t: torch.Tensor, coef: torch.Tensor, n_knots: int) -> tuple[int, ...]:
+    return (t.shape[1], t.shape[2], n_knots, N_TAPS, coef.shape[-1])
+
+
+@_spline_op.register_fake
+def _(t: torch.Tensor, coef: torch.Tensor, *_: Any) -> torch.Tensor:
+    dtype = torch.promote_types(t.dtype, torch.float32)
+    return t.new_empty((t.shape[0], t.shape[1], coef.shape[-1]), dtype=dtype)
+
+
+@_spline_backward_op.register_fake
+def _(t: torch.Tensor, coef: torch.Tensor, M: torch.Tensor, *_: Any) -> tuple[torch.Tensor, ...]:
+    return t.new_empty(t.shape, dtype=M.dtype), coef.new_empty(coef.shape, dtype=M.dtype)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    t, coef, n_knots, eps, chunk_elems, kernel = inputs
+    ctx.save_for_backward(t, coef, output)  # per id: t and M only
+    ctx.args = (n_knots, eps, chunk_elems, kernel)
+
+
+def _spline_op_backward(ctx: Any, grad_M: torch.Tensor) -> tuple[Any, ...]:
+    t, coef, M = ctx.saved_tensors
+    grad_t, grad_coef = _spline_backward_op(t, coef, M, grad_M.contiguous(), *ctx.args)
+    return grad_t.to(t.dtype), grad_coef.to(coef.dtype), None, None, None, None
+
+
+_spline_op.register_autograd(_spline_op_backward, setup_context=_setup_context)
 
 
 def spline_product(
@@ -232,13 +309,18 @@ def spline_product(
 ) -> torch.Tensor:
     """M [N, h, r] = prod_p sum_j B(t[n, l, p], j) S[l, p, j, :], for t [N, h, P], S [h, P, kappa, r].
 
-    kernel: "auto" (the fused native kernel on CPU where it compiles and nothing is being
-    traced, else the plain torch path), "native" or "plain" (tests, benchmarks)."""
+    kernel: "auto" (the Triton kernels on a GPU, the native C kernel on a CPU, where they
+    run, else the plain torch ops; as one custom op, eager or compiled; fp64 takes the plain
+    path directly), "native", "triton"
+    (the CPU runs it under Triton's interpreter: tests) or "plain" (the torch ops themselves,
+    which tracers and dispatch modes see through: the reference, benchmarks)."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel={kernel!r}: use one of {KERNELS}")
-    return SplineProduct.apply(
-        t, knot_interval_coefficients(S), S.shape[2], eps, chunk_elems, kernel
-    )
+    coef = knot_interval_coefficients(S)
+    fp32 = torch.promote_types(t.dtype, torch.float32) == torch.float32
+    if kernel == "plain" or (kernel == "auto" and not fp32):  # fp64: the kernels are fp32
+        return SplineProduct.apply(t, coef, S.shape[2], eps, chunk_elems)
+    return _spline_op(t, coef, S.shape[2], eps, chunk_elems, kernel)
 
 
 def reference_product(t: torch.Tensor, S: torch.Tensor) -> torch.Tensor:

@@ -19,10 +19,10 @@ Parts (FLOPs from `accounting`, the counter MFU uses; bytes from the stated mode
              logsumexp and the softmax passes, G written and read by two matmuls).
   input      a table: the looked-up rows and their gradient rows. LEV (and the MLP
              ablations): U distinct ids, U = min(tokens, V) (the accounting's bound: every
-             position a distinct id); bytes per id: t, M, the output and their gradients in
-             fp32 (the MLPs: the output and its gradient) and the parameters; LEV's spline
-             coefficients' gathers and gradient adds hit a 12.6 MB table that stays in L2,
-             so they are not HBM traffic. Its real risk is latency (kernel count, atomics),
+             position a distinct id); bytes per id: the output and its gradient in fp32 and
+             the parameters, and for LEV its spline kernels' own (`lev_triton.cost_per_id`:
+             t, M and their gradients) with their 12.6 MB coefficient table, which stays in
+             L2, once per step. Its real risk is latency (kernel count, atomics),
              which the roofline cannot see and gpu-check's step ratio measures.
   optimizer  AdamW over all parameters (fp32 p, g, m, v: `ADAMW_BYTES` per parameter), once
              per optimizer step, spread over its micro-batches.
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from leviathan.model import lev_triton
 from leviathan.model.accounting import Accounting, account_model
 from leviathan.model.config import ModelConfig
 from leviathan.model.language_model import build_model
@@ -124,15 +125,14 @@ def _input_part(cfg: ModelConfig, acc: Accounting, N: int) -> Part:
         params = 0 if cfg.variant == "tied" else acc.input_params
         return Part("input", 0.0, float(N * D * 2 * 4 + params * PARAM_BYTES))
     ids = min(N, cfg.vocab_size)
-    lev = cfg.lev
-    if cfg.variant == "leviathan":  # t, grad t, M, its gradient, the output and its gradient
-        per_id = 4 * (3 * lev.n_heads * lev.d_seed + 2 * lev.n_heads * lev.rank + 2 * D)
-    else:  # the MLP's output and its gradient
-        per_id = 4 * 2 * D
+    per_id, per_step = 4 * 2 * D, 0  # the output and its gradient
+    if cfg.variant == "leviathan":  # and the spline kernels' own traffic (lev_triton)
+        cost = lev_triton.cost_per_id(cfg.lev)
+        per_id, per_step = per_id + cost.bytes_per_id, cost.table_bytes_per_step
     return Part(
         "input",
         3.0 * acc.input_flops * ids,
-        float(ids * per_id + acc.input_params * PARAM_BYTES),
+        float(ids * per_id + per_step + acc.input_params * PARAM_BYTES),
     )
 
 

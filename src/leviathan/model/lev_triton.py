@@ -1,0 +1,359 @@
+"""Triton kernels for LEV's spline product (steps 4-5) on a GPU, and what they cost.
+
+Why: the plain torch path moves what a GPU pays for, bytes: a gathered [3, r] coefficient
+block per factor and ~16 passes over phi-sized fp32 tensors, 15.4 MB of HBM traffic per
+distinct id at the 400m shape. These kernels keep phi in registers and read and write only
+t, M and their gradients (`cost_per_id`: ~18 KB per id); the per-interval coefficient table
+[h * P * kappa, 3, r] (12.6 MB at the paper's shape) is re-read from L2, not HBM.
+
+Forward (`spline_forward`): one program per (128 ids, head, 16 lanes of r) walks the P seed
+coordinates; per coordinate it gathers each id's [3, 16] coefficients and multiplies phi into
+a running product per lane, exactly as the native CPU kernel (`lev_native`): |phi| clamped to eps,
+its sign kept (-0.0 counts negative), and every `RESCALE` factors each lane's exponent moved
+into an integer (bit operations, exact), so no transcendental is evaluated and the result is
+bitwise the native kernel's wherever neither contracts multiply-adds (the interpreter, the C
+kernel; on a GPU Triton fuses multiply-adds: rounding differs, determinism does not).
+
+Backward (`spline_backward`, given grad_M): one program per (4 coordinates, head, range of
+ids) walks its ids in a fixed order, forms grad_M * M once per block of ids for its 4
+coordinates, recomputes phi, writes grad_t and owns those coordinates' kappa x 3 x r rows of
+the coefficient gradient, accumulated in registers as one-hot matrix products
+(kappa x ids) @ (ids x r) on tf32 tensor cores, each operand split into two tf32-exact parts
+(fp32 to within 2^-23 of each term). Each range of ids fills its own partial table; the
+(at most `MAX_SPLITS`) tables are summed in range order. Deterministic, no atomics: a rerun
+is bitwise on a GPU. Its cost against an atomic scatter: kappa times the multiply-adds for
+the gradient rows (2 x 2 kappa 3 r per factor, on tensor cores, instead of 3 r atomic adds),
+M and grad_M re-read from L2 by each of the P / 4 coordinate programs, and where there are
+several ranges their partial tables (12.6 MB each at the paper's shape) written and summed
+(one range at the paper's shape); in exchange no atomic traffic
+(1.6 G adds contending for 16 rows per coordinate at 8,192 ids) and reproducible sums.
+
+On CPU tensors the same kernels run under Triton's interpreter (TRITON_INTERPRET=1, numpy
+semantics: what the tests check). Triton reads that variable when it is imported, so a
+process runs the kernels either compiled (GPU) or interpreted (CPU), not both; `_triton`
+sets it where no GPU is present. Triton is imported on first use: where it is absent
+(`available()` False) LEV takes its other paths.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import torch
+
+from leviathan.model.bspline import N_TAPS
+from leviathan.model.config import LEVConfig
+
+RESCALE = 8  # factors between exponent rescalings: the native kernel's (`lev_native.RESCALE`)
+BLOCK_IDS = 128  # ids per program of the forward, FORWARD_LANES lanes of r each
+FORWARD_LANES = 16  # (8 warps: 128 registers on sm_90, no spills)
+BACKWARD_BLOCK_IDS = 16  # ids per step of the backward's walk (8 warps: 190 registers)
+TARGET_PROGRAMS = 256  # backward programs wanted: about two per SM of an H100 or H200
+SPLIT_IDS = 1024  # ids per range of the backward's walk, at least
+MAX_SPLITS = 8
+MIN_DOT = 16  # tl.dot's smallest block side
+
+
+@cache
+def _triton() -> Any:
+    """The kernels module, imported (and its kernels defined) on first use; None without
+    Triton. Where no GPU is present and nothing has imported Triton yet, TRITON_INTERPRET=1
+    is set first, so the kernels run on CPU tensors under the interpreter (Triton reads the
+    variable once, when its `jit` decorators run: at import)."""
+    if "triton" not in sys.modules and not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        from leviathan.model import _lev_triton_kernels
+    except ImportError:
+        return None
+    return _lev_triton_kernels
+
+
+def available() -> bool:
+    """Triton imports here (Linux x86-64 wheels)."""
+    return _triton() is not None
+
+
+def interpreting() -> bool:
+    """The kernels, and triton.language's own functions, run under the interpreter (CPU)."""
+    kernels = _triton()
+    if kernels is None:
+        return False
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return all(
+        isinstance(f, InterpretedFunction) for f in (kernels.spline_forward_kernel, tl.zeros)
+    )
+
+
+def usable(device: torch.device) -> bool:
+    """The kernels can run on `device`: compiled on a GPU, interpreted on the CPU."""
+    if not available():
+        return False
+    return interpreting() if device.type == "cpu" else device.type == "cuda"
+
+
+def _kernel(name: str, device: torch.device) -> Any:
+    """The kernel `name`, after checking it can run on `device`."""
+    if not usable(device):
+        raise RuntimeError(
+            f"kernel='triton' cannot run on {device.type}: it needs Triton (Linux x86-64: pip "
+            "install 'triton>=3.2') and, for CPU tensors, TRITON_INTERPRET=1 set before Triton "
+            "is first imported"
+        )
+    return getattr(_triton(), name)
+
+
+def _blocks(r: int, n_knots: int) -> tuple[int, int]:
+    return (
+        max(MIN_DOT, _next_power_of_2(r)),
+        max(MIN_DOT, _next_power_of_2(n_knots)),
+    )
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _check(t: torch.Tensor, coef: torch.Tensor, n_knots: int) -> tuple[int, int, int, int]:
+    N, h, P = t.shape
+    r = coef.shape[-1]
+    if coef.shape != (h * P * n_knots, N_TAPS, r):
+        raise ValueError(f"coef {tuple(coef.shape)}: expected {(h * P * n_knots, N_TAPS, r)}")
+    for x in (t, coef):
+        if x.dtype != torch.float32 or not x.is_contiguous():
+            raise ValueError("the Triton spline kernels take contiguous fp32 t and coef")
+    return N, h, P, r
+
+
+def spline_forward(
+    t: torch.Tensor, coef: torch.Tensor, n_knots: int, eps: float, block_ids: int = BLOCK_IDS
+) -> torch.Tensor:
+    """M [N, h, r] for t [N, h, P] and coef [h * P * kappa, 3, r] (fp32, contiguous)."""
+    N, h, P, r = _check(t, coef, n_knots)
+    M = torch.empty(N, h, r, dtype=torch.float32, device=t.device)
+    if N == 0:
+        return M
+    block_r = min(FORWARD_LANES, _blocks(r, n_knots)[0])
+    grid = (math.ceil(N / block_ids), h, math.ceil(r / block_r))
+    args = (t, coef, M, N, h, P, eps)
+    blocks = {"BLOCK_N": block_ids, "BLOCK_R": block_r, "RESCALE": RESCALE}
+    _kernel("spline_forward_kernel", t.device)[grid](*args, **_shape(n_knots, r), **blocks)
+    return M
+
+
+def spline_backward(
+    t: torch.Tensor,
+    coef: torch.Tensor,
+    M: torch.Tensor,
+    grad_M: torch.Tensor,
+    n_knots: int,
+    eps: float,
+    block_ids: int = BACKWARD_BLOCK_IDS,
+    splits: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_t [N, h, P], grad_coef [h * P * kappa, 3, r]) given M and grad_M [N, h, r].
+
+    The ids are walked in `splits` contiguous ranges (more programs for a GPU to run at
+    once; default `default_splits`), each into its own partial table, which are then summed
+    in split order: deterministic whatever the number."""
+    N, h, P, r = _check(t, coef, n_knots)
+    M, grad_M = M.float().contiguous(), grad_M.float().contiguous()
+    kernel = _kernel("spline_backward_kernel", t.device)
+    per_program = _triton().COORDINATES_PER_PROGRAM.value
+    programs = h * math.ceil(P / per_program)
+    splits = default_splits(N, programs) if splits is None else splits
+    block = max(MIN_DOT, block_ids)
+    split_ids = max(1, math.ceil(N / (splits * block))) * block
+    splits = max(1, math.ceil(N / split_ids))
+    grad_t = torch.empty_like(t)
+    partial = torch.empty((splits, *coef.shape), dtype=torch.float32, device=t.device)
+    block_r, block_k = _blocks(r, n_knots)
+    args = (t, coef, M, grad_M, grad_t, partial, N, h, P, eps, split_ids)
+    blocks = {"BLOCK_N": block, "BLOCK_R": block_r, "BLOCK_K": block_k}
+    kernel[(math.ceil(P / per_program), h, splits)](*args, **_shape(n_knots, r), **blocks)
+    return grad_t, partial[0] if splits == 1 else partial.sum(0)
+
+
+def _shape(n_knots: int, r: int) -> dict[str, int]:
+    """The kernels' compile-time shape and launch width (8 warps)."""
+    return {"K": n_knots, "R": r, "num_warps": 8}
+
+
+def default_splits(n_ids: int, programs: int) -> int:
+    """Id ranges of the backward: enough that `TARGET_PROGRAMS` programs run (one program
+    fills an SM's registers), at most `MAX_SPLITS`, each of at least `SPLIT_IDS` ids. The
+    paper's shape has 256 programs per range already: one range, no partial tables."""
+    wanted = math.ceil(TARGET_PROGRAMS / programs)
+    return max(1, min(MAX_SPLITS, wanted, n_ids // SPLIT_IDS))
+
+
+def compiled_usage(lev: LEVConfig, arch: int = 90) -> dict[str, dict[str, int]]:
+    """Compile both kernels at `lev`'s shape for an NVIDIA GPU of compute capability `arch`
+    (9.0: H100, H200) with no GPU present, and read their resources from the cubin
+    (registers and stack bytes per thread, shared memory per program, mma instructions).
+    Needs a process where Triton was imported without TRITON_INTERPRET."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from leviathan.model import _lev_triton_kernels as kernels
+
+    block_r, block_k = _blocks(lev.rank, lev.n_knots)
+    shape = {"K": lev.n_knots, "R": lev.rank, "BLOCK_R": block_r}
+    ptrs = {"t_ptr": "*fp32", "coef_ptr": "*fp32"}
+    ints = {"N": "i32", "h": "i32", "P": "i32", "eps": "fp32"}
+    plans = {
+        "forward": (
+            kernels.spline_forward_kernel,
+            {**ptrs, "M_ptr": "*fp32", **ints},
+            {**shape, "BLOCK_N": BLOCK_IDS, "RESCALE": RESCALE, "BLOCK_R": FORWARD_LANES},
+        ),
+        "backward": (
+            kernels.spline_backward_kernel,
+            {**ptrs, **{k: "*fp32" for k in ("M_ptr", "gM_ptr", "gt_ptr", "gcoef_ptr")}, **ints},
+            {**shape, "BLOCK_N": BACKWARD_BLOCK_IDS, "BLOCK_K": block_k},
+        ),
+    }
+    plans["backward"][1]["split_ids"] = "i32"
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    usage = {}
+    for name, (fn, signature, constants) in plans.items():
+        signature = {**signature, **dict.fromkeys(constants, "constexpr")}
+        source = ASTSource(fn=fn, signature=signature, constexprs=constants)
+        compiled = triton.compile(
+            source, target=GPUTarget("cuda", arch, 32), options={"num_warps": 8}
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = Path(tmp) / f"{name}.cubin"
+            cubin.write_bytes(compiled.asm["cubin"])
+            out = subprocess.run(
+                [str(cuobjdump), "--dump-resource-usage", str(cubin)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        (line,) = [ln for ln in out.splitlines() if "REG:" in ln]
+        fields = dict(item.split(":", 1) for item in line.split() if ":" in item)
+        usage[name] = {
+            "registers": int(fields["REG"]),
+            "stack_bytes": int(fields["STACK"]),
+            "shared_bytes": int(compiled.metadata.shared),
+            "mma": compiled.asm["ptx"].count("mma.sync") + compiled.asm["ptx"].count("wgmma"),
+            "atomics": compiled.asm["ptx"].count("atom."),
+        }
+    return usage
+
+
+# Per factor (one id, head, coordinate and lane), counted from the kernels' source: forward,
+# 2 multiply-adds, |phi|, the eps compare and select, the sign test and select, the product,
+# and a share of the 6 integer ops of each rescale (every RESCALE factors); backward, phi
+# again (2 + 3), grad_M * M's share, the division's multiply, grad_t's 2 multiply-adds and
+# lane sum, the 3 gradient terms, the tf32 splits (2 ops each) and the mask select.
+FORWARD_OPS_PER_FACTOR = 8 + 1
+BACKWARD_OPS_PER_FACTOR = 5 + 1 + 1 + 3 + 3 + 6 + 1 + 2
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """One kernel's work per distinct id: HBM bytes it reads and writes, L2 bytes beyond them
+    (an upper bound), instructions on the fp32 cores, tf32 tensor-core FLOPs, and
+    transcendentals (the SFU's reciprocals)."""
+
+    hbm_bytes: int
+    l2_bytes: int
+    simt_ops: int
+    tensor_flops: int
+    transcendentals: int
+
+
+@dataclass(frozen=True)
+class LevCost:
+    """The kernel pair's cost model (`cost_per_id`)."""
+
+    forward: KernelCost
+    backward: KernelCost
+    table_bytes_per_step: int  # the coefficient table read by both, its gradient written
+
+    @property
+    def bytes_per_id(self) -> int:
+        """HBM bytes per distinct id of forward + backward: t, M and their gradients."""
+        return self.forward.hbm_bytes + self.backward.hbm_bytes
+
+
+def cost_per_id(lev: LEVConfig) -> LevCost:
+    """What `spline_forward` + `spline_backward` move and compute per distinct id (fp32).
+
+    HBM: forward reads t [h, P] and writes M [h, r]; backward reads t, M and grad_M and writes
+    grad_t. The coefficient table [h P kappa, 3, r] stays in L2 (12.6 MB at the paper's shape,
+    L2 50 MB): counted once per step (`table_bytes_per_step`: read twice, gradient written once,
+    one id range). L2 beyond HBM: the forward's gathers, at most kappa rows of 3 r per (block of
+    ids, head, coordinate); the backward's re-reads of M and grad_M by each of the P / 4
+    coordinate programs (its gathers hit the program's own 12 KB rows in L1)."""
+    h, P, r, K = lev.n_heads, lev.d_seed, lev.rank, lev.n_knots
+    f32, factors = 4, h * P * r
+    rows_per_block = min(BLOCK_IDS, K)
+    block_k = _blocks(r, K)[1]
+    per_program = 4  # the kernels' COORDINATES_PER_PROGRAM (no Triton import here)
+    forward = KernelCost(
+        hbm_bytes=f32 * (h * P + h * r),
+        l2_bytes=f32 * h * P * rows_per_block * N_TAPS * r // BLOCK_IDS,
+        simt_ops=factors * FORWARD_OPS_PER_FACTOR,
+        tensor_flops=0,
+        transcendentals=0,
+    )
+    backward = KernelCost(
+        hbm_bytes=f32 * (2 * h * P + 2 * h * r),
+        l2_bytes=f32 * 2 * h * r * math.ceil(P / per_program),
+        simt_ops=factors * BACKWARD_OPS_PER_FACTOR,
+        tensor_flops=factors * N_TAPS * 2 * 2 * block_k,  # 3 rows x 2 tf32 parts x 2 x kappa
+        transcendentals=factors,
+    )
+    return LevCost(forward, backward, f32 * 3 * h * P * K * N_TAPS * r)
+
+
+@dataclass(frozen=True)
+class GpuRates:
+    """Per second, the whole GPU: HBM and L2 bytes, fp32-core instructions, dense tf32
+    tensor FLOPs, SFU operations."""
+
+    hbm: float
+    l2: float
+    simt: float
+    tf32: float
+    sfu: float
+
+
+# H100 and H200 SXM share the GH100 die (132 SMs at 1.98 GHz: 128 fp32 lanes and 16 SFU
+# lanes per SM; dense tf32 495 TFLOP/s, data sheets); they differ in HBM. The L2 bandwidth
+# is not published: 5.5 TB/s is what microbenchmarks of the H100 measure.
+_SM_HZ = 132 * 1.98e9
+GPU_RATES = {
+    "H100": GpuRates(3.35e12, 5.5e12, 128 * _SM_HZ, 495e12, 16 * _SM_HZ),
+    "H200": GpuRates(4.8e12, 5.5e12, 128 * _SM_HZ, 495e12, 16 * _SM_HZ),
+}
+COMPUTE_EFFICIENCY = 0.7  # stated, as the roofline's: the share of a peak a kernel reaches
+MEMORY_EFFICIENCY = 0.8
+
+
+def kernel_seconds(cost: KernelCost, ids: int, gpu: str = "H200") -> float:
+    """A kernel's predicted time over `ids` distinct ids: its slowest unit, the others
+    overlapping (HBM and compute at the stated efficiencies, L2 and the SFU at their peak)."""
+    rates = GPU_RATES[gpu]
+    return ids * max(
+        cost.hbm_bytes / (rates.hbm * MEMORY_EFFICIENCY),
+        cost.l2_bytes / rates.l2,
+        cost.simt_ops / (rates.simt * COMPUTE_EFFICIENCY),
+        cost.tensor_flops / (rates.tf32 * COMPUTE_EFFICIENCY),
+        cost.transcendentals / rates.sfu,
+    )
