@@ -16,7 +16,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from leviathan.device import forced_policy
-from leviathan.model import lev, lev_triton, model_config
+from leviathan.model import lev_triton, model_config
 from leviathan.model.config import LEVConfig, ModelConfig, digit_base
 from leviathan.model.lev import LEV, spline_product
 from leviathan.model.roofline import roofline
@@ -87,21 +87,6 @@ def test_the_op_under_inductor_equals_eager() -> None:
     torch.testing.assert_close(M, M_eager)
     for a, b in zip(grads, torch.autograd.grad(M_eager.sum(), (t, S)), strict=True):
         torch.testing.assert_close(a, b)
-
-
-def test_the_chunk_budget_is_worked_out_once_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[torch.device] = []
-
-    def counted(device: torch.device, cpu_elems: int) -> int:
-        calls.append(device)
-        return cpu_elems
-
-    monkeypatch.setattr(lev, "device_chunk_elems", counted)
-    monkeypatch.setattr(lev, "_CHUNK_BUDGETS", {})
-    t, S = random_inputs(N=5)
-    for kernel in ("plain", "plain", "auto"):
-        spline_product(t, S, 1e-30, 40, kernel).sum().backward()
-    assert calls == [torch.device("cpu")]
 
 
 def _op_traffic(n_ids: int) -> tuple[int, dict[str, int]]:

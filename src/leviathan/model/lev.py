@@ -29,7 +29,7 @@ it one node, a dispatch mode sees its inputs and output), whose kernel is the Tr
 a GPU (`lev_triton`), the native C kernel on a CPU (`lev_native`), else the plain torch ops;
 "plain" is those torch ops themselves (`SplineProduct`: the product in fp32 log space, ids in
 chunks bounded by `LEVConfig.chunk_elems` on a CPU, by a share of the memory on a GPU,
-`chunk_budget`; one chunk under torch.compile), which tracers and dispatch modes see through.
+`leviathan.device.chunk_elems`, which asks a GPU for its memory once; one chunk under torch.compile), which tracers and dispatch modes see through.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from leviathan.device import chunk_elems as device_chunk_elems
-from leviathan.device import uses_gpu_policy
 from leviathan.model import lev_native, lev_triton
 from leviathan.model.bspline import N_TAPS, basis_dense
 from leviathan.model.config import LEVConfig
@@ -101,16 +100,6 @@ class _KnotIntervals:
 
 
 KERNELS = ("auto", "native", "plain", "triton")
-_CHUNK_BUDGETS: dict[tuple[torch.device, bool, int], int] = {}
-
-
-def chunk_budget(device: torch.device, cpu_elems: int) -> int:
-    """`leviathan.device.chunk_elems`, worked out once per device and chunk rule (the GPU
-    rule asks the device for its memory: a query kept out of every step and traced graph)."""
-    key = (device, uses_gpu_policy(device), cpu_elems)
-    if key not in _CHUNK_BUDGETS:
-        _CHUNK_BUDGETS[key] = device_chunk_elems(device, cpu_elems)
-    return _CHUNK_BUDGETS[key]
 
 
 def _resolve(kernel: str, t: torch.Tensor) -> str:
@@ -202,7 +191,7 @@ class SplineProduct(torch.autograd.Function):
     ) -> torch.Tensor:
         dtype = torch.promote_types(t.dtype, torch.float32)
         if not torch.compiler.is_compiling():  # traced: one chunk whatever the budget
-            chunk_elems = chunk_budget(t.device, chunk_elems)
+            chunk_elems = device_chunk_elems(t.device, chunk_elems)
         M = _plain_forward(t.to(dtype), coef.to(dtype), n_knots, eps, chunk_elems)
         ctx.save_for_backward(t, coef, M)
         ctx.n_knots, ctx.eps, ctx.chunk_elems = n_knots, eps, chunk_elems  # type: ignore[attr-defined]
@@ -245,7 +234,7 @@ def _spline_op(
         return lev_triton.spline_forward(t32, coef32, n_knots, eps)
     if path == "native":
         return lev_native.spline_forward(t32, coef32.view(_native_shape(t, coef, n_knots)), eps)
-    return _plain_forward(t32, coef32, n_knots, eps, chunk_budget(t.device, chunk_elems))
+    return _plain_forward(t32, coef32, n_knots, eps, device_chunk_elems(t.device, chunk_elems))
 
 
 @torch.library.custom_op("leviathan::spline_product_backward", mutates_args=())
@@ -270,7 +259,7 @@ def _spline_backward_op(
         shape = _native_shape(t, coef, n_knots)
         grad_t, grad_coef = lev_native.spline_backward(t32, coef32.view(shape), gMM, eps)
         return grad_t, grad_coef.view_as(coef32)
-    chunk = chunk_budget(t.device, chunk_elems)
+    chunk = device_chunk_elems(t.device, chunk_elems)
     return _plain_backward(t32, coef32, gMM, n_knots, eps, chunk)
 
 
