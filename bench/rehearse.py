@@ -502,8 +502,6 @@ def _run_start_rows(
 def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str, float]) -> None:
     """Training of each scale from the plan's FLOPs; checkpoint save and load of the largest
     state against the interval between checkpoints."""
-    from leviathan.workflow.plan import DEFAULT_MFU
-
     tr = m["train"]
     for sc, p in s["scales"].items():
         res = s["resources"][sc]
@@ -514,7 +512,7 @@ def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str
             else "-",
             p.gpu_hours * 3600 / p.gpus,
             res["runtime"] * 60,
-            note=f"{p.steps:,} steps, plan at MFU {DEFAULT_MFU:.0%}",
+            note=f"{p.steps:,} steps, plan at MFU {p.mfu:.0%} ({p.mfu_source})",
         )
     ck = m["checkpoint"]
     big = s["scales"].get("1.2b") or max(s["scales"].values(), key=lambda p: p.params)

@@ -88,7 +88,7 @@ class _DataStandIn(TorchDispatchMode):
         self.distinct = distinct
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func is aten._local_scalar_dense.default:
+        if func in (aten._local_scalar_dense.default, aten.item.default):
             return 1
         if func.overloadpacket is aten._unique2:
             ids = args[0]
@@ -185,10 +185,14 @@ def _first_step(model: LanguageModel, opt: torch.optim.Optimizer) -> None:
 
 
 def trace_step(
-    cfg: ModelConfig, micro_batch: int, optim: Optimizer | None = None, distinct: int | None = None
+    cfg: ModelConfig,
+    micro_batch: int,
+    optim: Optimizer | None = None,
+    distinct: int | None = None,
+    count: bool = True,
 ) -> StepTrace:
-    """Count one steady-state training micro-batch step of `micro_batch` sequences of
-    cfg.max_seq_len tokens: its bytes per part and its peak memory."""
+    """One steady-state training micro-batch step of `micro_batch` sequences of
+    cfg.max_seq_len tokens: its peak memory and (`count`) its bytes per part."""
     optim = optim or Optimizer()
     tokens = micro_batch * cfg.max_seq_len
     distinct = distinct_ids(cfg, tokens) if distinct is None else distinct
@@ -206,19 +210,23 @@ def trace_step(
         _first_step(model, opt)
         memory = LiveMemory()
         memory.hold(list(model.parameters()), list(model.buffers()), opt.state, batch)
-        with memory, TrafficCounter(part_of) as counter:
-            _step(model, opt, batch, optim.grad_clip, counter.part)
+        counter = TrafficCounter(part_of)
+        with memory, counter if count else ExitStack():
+            _step(model, opt, batch, optim.grad_clip, counter.part if count else None)
     return StepTrace(tokens, distinct, counter.by_part(), memory.peak, counter)
 
 
 def trace_eval(cfg: ModelConfig, batch: int) -> int:
-    """Peak memory of one evaluation batch of `batch` windows: the per-token losses under
-    no_grad and bf16 autocast (`LanguageModel.token_losses`, what the evaluations score)."""
+    """Peak memory of an evaluation job's model and one batch of `batch` windows: the
+    trained model loaded and prepared (`EvalModel`: a generated input materialised into its
+    V x D table), then its per-token losses under bf16 autocast (what the evaluations score)."""
+    from leviathan.eval.checkpoint import EvalModel
+    from leviathan.model.loss import DEFAULT_CHUNK_ELEMS
+
     with gpu_stand_in(distinct_ids(cfg, batch * cfg.max_seq_len)):
-        model = build_model(cfg)
-        ids, targets = _micro_batch(cfg, batch)
         memory = LiveMemory()
-        memory.hold(list(model.parameters()), list(model.buffers()), ids, targets)
-        with memory, torch.autocast("cpu", dtype=torch.bfloat16):
-            model.token_losses(ids, targets)
+        with memory:
+            prepared = EvalModel(build_model(cfg), "bf16", DEFAULT_CHUNK_ELEMS)
+            ids, targets = _micro_batch(cfg, batch)
+            prepared.token_losses(ids, targets)
     return memory.peak
