@@ -111,15 +111,16 @@ def largest_fitting(cfg: Any, per_rank: int, below: int, gpus: int, model: str) 
 
 def refusal(scale: str, micro: int, memory: JobMemory, largest: int | None) -> str:
     """The one line that refuses a training micro-batch that does not fit its GPU."""
-    assert memory.gpu is not None
     fix = (
         f"set train.{scale}.micro_batch: {largest} (the largest that fits)"
         if largest
         else "no micro-batch fits: choose a GPU with more memory (resources.<scale>.gpu_model)"
     )
+    gpu = memory.gpu
+    assert gpu is not None
     return (
-        f"train.{scale}.micro_batch={micro} needs {memory.total / GIB:.1f} GB per GPU, more "
-        f"than the {memory.gpu}'s: {fix}"
+        f"train.{scale}.micro_batch={micro} needs {memory.total / GIB:.1f} GB per GPU, an "
+        f"{gpu.name} holds {gpu.memory / GIB:.0f} GB: {fix}"
     )
 
 
