@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show.add_argument(
         "--no-memory",
         action="store_true",
-        help="skip tracing each job's GPU memory (and the check that each micro-batch fits)",
+        help="skip tracing each job's GPU memory (and the check that each micro-batch fits): "
+        "seconds instead of about 3 s per cell",
     )
     show.add_argument(
         "--json", action="store_true", help="the resolved config (or cell) as JSON, no plan"
@@ -79,7 +80,7 @@ def run_show(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"{cell.key} is not a cell of the configured studies ({', '.join(config['studies'])})"
             )
-        out = cell_settings(config, cell, mfu)
+        out = cell_settings(config, cell, mfu, memory=not args.no_memory)
         print(
             json.dumps(out, indent=2) if args.json else yaml.safe_dump(out, sort_keys=False), end=""
         )
@@ -136,7 +137,7 @@ def _cell_memory(config: dict, cell: Cell) -> dict:  # type: ignore[type-arg]
     return out
 
 
-def cell_settings(config: dict, cell: Cell, mfu: float | None) -> dict:  # type: ignore[type-arg]
+def cell_settings(config: dict, cell: Cell, mfu: float | None, memory: bool = True) -> dict:  # type: ignore[type-arg]
     """One cell as the workflow trains it: train config, runtime, resources, command, plan."""
     from leviathan.train.config import workflow_runtime
     from leviathan.workflow.cluster import resources
@@ -171,6 +172,6 @@ def cell_settings(config: dict, cell: Cell, mfu: float | None) -> dict:  # type:
             "mfu_source": plan.mfu_source,
             "mfu_eager": plan.mfu_eager,
             "mfu_compiled": plan.mfu_compiled,
-            **_cell_memory(config, cell),
+            **(_cell_memory(config, cell) if memory else {}),
         },
     }
