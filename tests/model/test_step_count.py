@@ -65,7 +65,7 @@ def test_the_traced_step_covers_the_four_parts_and_a_plausible_peak() -> None:
     trace, micro = _study_step("400m", "tied")
     assert set(trace.bytes) == {"input", "backbone", "head+loss", "optimizer"}
     cfg = model_config("400m", "o200k_base", "tied")
-    params = sum(p.numel() for p in torch.nn.Module.parameters(_meta_model(cfg)))
+    params = sum(p.numel() for p in _meta_model(cfg).parameters())
     # weights and AdamW's two moments (fp32) are held throughout: a floor on the peak
     assert trace.peak_bytes > 3 * 4 * params
     assert trace.tokens == micro * cfg.max_seq_len
