@@ -287,6 +287,7 @@ def study(config: dict[str, Any]) -> dict[str, Any]:
     from leviathan.vocab import get_vocab
     from leviathan.workflow import actions, cluster, plan
     from leviathan.workflow.grid import config_cells
+    from leviathan.workflow.memory import cell_memory
 
     budgets = plan.vocab_budgets(config)
     margin = 1 + float(config["corpus"]["size_margin"])
@@ -309,6 +310,7 @@ def study(config: dict[str, Any]) -> dict[str, Any]:
             for r in ("fetch_corpus", "tokenize", "word_counts")
         },
         "scales": per_scale,
+        "gpu_memory": {sc: cell_memory(config, p.cell)[0] for sc, p in per_scale.items()},
         "resources": {s: cluster.resources(config, s) for s in per_scale},
         "runtime": workflow_runtime(config.get("runtime")),
         "cpus_here": usable_cpus(),
@@ -502,8 +504,6 @@ def _run_start_rows(
 def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str, float]) -> None:
     """Training of each scale from the plan's FLOPs; checkpoint save and load of the largest
     state against the interval between checkpoints."""
-    from leviathan.workflow.plan import DEFAULT_MFU
-
     tr = m["train"]
     for sc, p in s["scales"].items():
         res = s["resources"][sc]
@@ -514,8 +514,19 @@ def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str
             else "-",
             p.gpu_hours * 3600 / p.gpus,
             res["runtime"] * 60,
-            note=f"{p.steps:,} steps, plan at MFU {DEFAULT_MFU:.0%}",
+            note=f"{p.steps:,} steps, plan at MFU {p.mfu:.0%} ({p.mfu_source})",
         )
+        gpu = s["gpu_memory"].get(sc)
+        if gpu is not None and gpu.gpu is not None:
+            t.add(
+                f"GPU memory per GPU, train {p.cell.key} ({gpu.gpu.name})",
+                "-",
+                None,
+                None,
+                rss_mb=gpu.total / 2**20,
+                mem_limit_mb=gpu.gpu.memory / 2**20,
+                note="its step traced on FakeTensors + allowances (leviathan.workflow.memory)",
+            )
     ck = m["checkpoint"]
     big = s["scales"].get("1.2b") or max(s["scales"].values(), key=lambda p: p.params)
     save_rate, load_rate = ck["bytes"] / ck["save_s"], ck["bytes"] / ck["load_s"]

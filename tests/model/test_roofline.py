@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from leviathan.gpus import gpu_model
 from leviathan.model import model_config
 from leviathan.model.roofline import (
     BANDWIDTH_EFFICIENCY,
     GEMM_EFFICIENCY,
-    GPUS,
     LOGIT_BYTES,
     roofline,
 )
@@ -34,29 +34,36 @@ def test_400m_parts_rederived_from_the_shapes() -> None:
 
 
 def test_bound_and_mfu_follow_the_stated_efficiencies() -> None:
+    """Per part: the matmuls' compute or their own bytes (whichever binds), then the
+    elementwise kernels' bytes at the bandwidth; MFU = model FLOPs / (time x peak)."""
     cfg = model_config("1.2b", "o200k_base", "tied")
     r = roofline(cfg, micro_batch=16, global_batch=512)
-    peak, bandwidth = GPUS["H200"]
+    h200 = gpu_model("H200")
+    assert h200 is not None
+    peak, bandwidth = h200.bf16_flops, h200.bandwidth * BANDWIDTH_EFFICIENCY
     expected = 0.0
     for p in r.parts:
-        compute, memory = (
-            p.flops / (peak * GEMM_EFFICIENCY),
-            p.bytes / (bandwidth * BANDWIDTH_EFFICIENCY),
-        )
-        assert p.seconds("H200") == max(compute, memory)
-        assert p.bound("H200") == ("compute" if compute >= memory else "memory")
-        expected += max(compute, memory)
+        compute = p.flops / (peak * GEMM_EFFICIENCY)
+        seconds = max(compute, p.matmul_bytes / bandwidth) + (p.bytes - p.matmul_bytes) / bandwidth
+        assert p.seconds("H200") == pytest.approx(seconds)
+        assert p.bound("H200") == ("compute" if compute >= p.bytes / bandwidth else "memory")
+        expected += seconds
     assert r.mfu("H200") == pytest.approx(r.model_flops / (expected * peak))
     assert r.mfu("H200") <= GEMM_EFFICIENCY + 1e-9
 
 
-def test_fusing_the_loss_only_removes_loss_traffic() -> None:
-    cfg = model_config("400m", "o200k_base", "tied")
+@pytest.mark.parametrize("variant", ["tied", "leviathan"])
+def test_compiling_removes_only_elementwise_traffic(variant: str) -> None:
+    cfg = model_config("400m", "o200k_base", variant)
     eager, fused = (roofline(cfg, 32, 512, fused=f) for f in (False, True))
     for a, b in zip(eager.parts, fused.parts, strict=True):
         assert a.flops == b.flops
-        assert (a.bytes > b.bytes) if a.name == "head+loss" else (a.bytes == b.bytes)
-    assert eager.parts[1].bound("H100") == "memory"
+        assert a.matmul_bytes == b.matmul_bytes
+        assert b.bytes <= a.bytes
+    for name in ("backbone", "head+loss"):
+        assert fused.part(name).bytes < eager.part(name).bytes
+    assert fused.part("optimizer").bytes == eager.part("optimizer").bytes  # not compiled
+    assert eager.part("head+loss").bound("H100") == "memory"
     assert fused.mfu("H100") > eager.mfu("H100")
 
 

@@ -81,3 +81,34 @@ def test_an_explicit_part_wins_over_the_module() -> None:
 def test_tensor_bytes_of_an_expanded_view() -> None:
     t = torch.zeros(3, 1).expand(3, 5)
     assert tensor_bytes(t) == 3 * 4
+
+
+def test_a_foreach_update_writes_every_tensor_it_mutates() -> None:
+    with FakeTensorMode():
+        params, grads = [torch.empty(300), torch.empty(700)], [torch.empty(300), torch.empty(700)]
+        with TrafficCounter() as counter:
+            torch._foreach_add_(params, grads)
+    # reads both lists, writes the first back (the op returns nothing)
+    assert counter.by_part()["all"] == 4 * 1000 * 2 + 4 * 1000
+
+
+def test_a_gather_reads_only_the_rows_it_returns() -> None:
+    with FakeTensorMode():
+        table, ids = torch.empty(50_000, 64), torch.zeros(100, dtype=torch.long)
+        with TrafficCounter() as counter:
+            torch.nn.functional.embedding(ids, table)
+    # 100 rows of 64 fp32 read, the 100 ids read, the 100 x 64 output written
+    assert counter.by_part()["all"] == 4 * 100 * 64 + 8 * 100 + 4 * 100 * 64
+
+
+def test_a_scatter_touches_only_the_rows_it_adds_to() -> None:
+    with FakeTensorMode():
+        table, ids, rows = (
+            torch.empty(50_000, 64),
+            torch.zeros(10, dtype=torch.long),
+            torch.empty(10, 64),
+        )
+        with TrafficCounter() as counter:
+            table.index_add_(0, ids, rows)
+    # the 10 rows read and written back, the ids and the added rows read
+    assert counter.by_part()["all"] == 2 * 4 * 10 * 64 + 8 * 10 + 4 * 10 * 64

@@ -134,10 +134,19 @@ def test_config_show_prints_a_cell_and_the_plan() -> None:
     assert got["runtime"]["compile"] is True
     assert got["runtime"]["restart_on_mismatch"] is True
     assert got["resources"]["gpu"] == 8
-    # GPU-hours: FLOPs over (peak x MFU), with the paper's 1.2B: about 6 x 1.12e9 params x 24.1e9 tokens
-    approx = 6 * 1.12e9 * 24.1e9 / (989e12 * 0.40) / 3600
-    assert 0.8 * approx < got["plan"]["gpu_hours"] < 1.5 * approx
-    plan = subprocess.run(leviathan, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    # GPU-hours: FLOPs over (peak x MFU), with the paper's 1.2B: about 6 x 1.12e9 params x 24.1e9
+    # tokens; the MFU the roofline's, compiled (runtime.compile), between its eager one and 70%
+    plan_ = got["plan"]
+    assert plan_["mfu_source"] == "compiled"
+    assert plan_["mfu"] == plan_["mfu_compiled"]
+    assert plan_["mfu_eager"] < plan_["mfu_compiled"] < 0.7
+    approx = 6 * 1.12e9 * 24.1e9 / (989e12 * plan_["mfu"]) / 3600
+    assert 0.8 * approx < plan_["gpu_hours"] < 1.5 * approx
+    # the training job's traced memory fits the H100's 80 GB
+    assert plan_["train_gpu_memory"] < plan_["train_gpu_memory_of"] == 80 * 2**30
+    plan = subprocess.run(
+        [*leviathan, "--no-memory"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     assert "plan: 14 cells" in plan
     assert "the real datasets (no offline stand-ins)" in plan
     assert "fetch limit (corpus.max_bytes='auto')" in plan

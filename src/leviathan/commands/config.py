@@ -32,7 +32,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--mfu",
         type=float,
         default=None,
-        help="model FLOPs utilisation for GPU-hours (default 0.40)",
+        help="a stated model FLOPs utilisation for GPU-hours (e.g. 0.4, what mature stacks "
+        "publish for ~1B models); default: each cell's roofline prediction",
+    )
+    show.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="skip tracing each job's GPU memory (and the check that each micro-batch fits): "
+        "seconds instead of about 3 s per cell",
     )
     show.add_argument(
         "--json", action="store_true", help="the resolved config (or cell) as JSON, no plan"
@@ -63,17 +70,17 @@ def run_show(args: argparse.Namespace) -> int:
 
     from leviathan.workflow.config import resolve, stand_in_files
     from leviathan.workflow.grid import config_cells
-    from leviathan.workflow.plan import DEFAULT_MFU, render_plan
+    from leviathan.workflow.plan import render_plan
 
     config = resolve(args.configfile)
-    mfu = args.mfu if args.mfu is not None else DEFAULT_MFU
+    mfu = args.mfu
     if args.cell:
         cell = _parse_cell(args.cell, layout.config_results_key(config))
         if cell not in config_cells(config):
             raise ValueError(
                 f"{cell.key} is not a cell of the configured studies ({', '.join(config['studies'])})"
             )
-        out = cell_settings(config, cell, mfu)
+        out = cell_settings(config, cell, mfu, memory=not args.no_memory)
         print(
             json.dumps(out, indent=2) if args.json else yaml.safe_dump(out, sort_keys=False), end=""
         )
@@ -93,15 +100,17 @@ def run_show(args: argparse.Namespace) -> int:
             else "the real datasets (no offline stand-ins)"
         )
     )
-    print(render_plan(config, mfu))
+    print(render_plan(config, mfu, memory=not args.no_memory))
     print(roofline_section(config))
     return 0
 
 
 def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
-    """The roofline (`leviathan.model.roofline`) of each scale/vocab/variant of the studies."""
+    """The roofline (`leviathan.model.roofline`) of each scale/vocab/variant of the studies,
+    with the optimizer step spread over one GPU's micro-batches."""
     from leviathan.model.roofline import render
     from leviathan.train.trainer import cell_model_config
+    from leviathan.workflow.cluster import scale_resources
     from leviathan.workflow.grid import config_cells
     from leviathan.workflow.plan import cell_train_config
 
@@ -110,11 +119,25 @@ def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
         label = f"{cell.scale}/{cell.vocab}/{cell.variant}"
         if label not in rows:
             tc = cell_train_config(config, cell)
-            rows[label] = (label, cell_model_config(tc), tc.micro_batch, tc.global_batch)
+            res = scale_resources(config, cell.scale)
+            per_rank = tc.global_batch // max(1, int(res["gpus"]) * int(res["nodes"]))
+            rows[label] = (label, cell_model_config(tc), tc.micro_batch, per_rank)
     return render(list(rows.values()))
 
 
-def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore[type-arg]
+def _cell_memory(config: dict, cell: Cell) -> dict:  # type: ignore[type-arg]
+    """The cell's training and evaluation jobs' GPU memory (bytes; the GPU's beside)."""
+    from leviathan.workflow.memory import cell_memory
+
+    out = {}
+    for name, job in zip(("train", "eval"), cell_memory(config, cell), strict=True):
+        if job is not None:
+            out[f"{name}_gpu_memory"] = job.total
+            out[f"{name}_gpu_memory_of"] = job.gpu.memory if job.gpu else None
+    return out
+
+
+def cell_settings(config: dict, cell: Cell, mfu: float | None, memory: bool = True) -> dict:  # type: ignore[type-arg]
     """One cell as the workflow trains it: train config, runtime, resources, command, plan."""
     from leviathan.train.config import workflow_runtime
     from leviathan.workflow.cluster import resources
@@ -145,6 +168,10 @@ def cell_settings(config: dict, cell: Cell, mfu: float) -> dict:  # type: ignore
             "train_flops": plan.train_flops,
             "checkpoint_bytes": plan.checkpoint_bytes,
             "gpu_hours": plan.gpu_hours,
-            "mfu": mfu,
+            "mfu": plan.mfu,
+            "mfu_source": plan.mfu_source,
+            "mfu_eager": plan.mfu_eager,
+            "mfu_compiled": plan.mfu_compiled,
+            **(_cell_memory(config, cell) if memory else {}),
         },
     }

@@ -2,74 +2,167 @@
 time each part needs at the GPU's compute or bandwidth (whichever binds; each at the stated
 share of its peak a good kernel reaches, `GEMM_EFFICIENCY`, `BANDWIDTH_EFFICIENCY`), and the
 MFU that allows. It is a prediction to read the first GPU figures against (`make gpu-check`),
-not a measurement; `leviathan config show` prints it per cell of the study.
+not a measurement; `leviathan config show` prints it per cell of the study, and the plan's
+GPU-hours come from its MFU.
 
-Parts (FLOPs from `accounting`, the counter MFU uses; bytes from the stated models below):
-  backbone   blocks' matmuls and attention, 3 x forward (attention dense T x T, the
-             accounting's convention). Bytes: per parameter, the fp32 master read and its
-             bf16 copy written by autocast, three bf16 reads (forward, input and weight
-             gradients), the fp32 gradient read and written: `PARAM_BYTES`; activations as
-             Korthikanti et al. 2022 count them (34 bytes per token, layer and unit of D in
-             16 bits with a fused attention kernel), written in forward and read in backward.
-  head+loss  the chunked cross-entropy (`loss.py`, GPU rule): 3 matmuls of N x V_pad x D;
-             bytes `LOGIT_BYTES` per logit (fp32 logits written, read by logsumexp, softmax
-             in place, the one-hot and mask, the bf16 copy and G written and read twice) and
-             the head's parameters as the backbone's. Under torch.compile inductor fuses
-             the elementwise passes: `FUSED_LOGIT_BYTES` (bf16 logits written, read by the
-             logsumexp and the softmax passes, G written and read by two matmuls).
-  input      a table: the looked-up rows and their gradient rows. LEV (and the MLP
-             ablations): U distinct ids, U = min(tokens, V) (the accounting's bound: every
-             position a distinct id); bytes per id: the output and its gradient in fp32 and
-             the parameters, and for LEV its spline kernels' own (`lev_triton.cost_per_id`:
-             t, M and their gradients) with their 12.6 MB coefficient table, which stays in
-             L2, once per step. Its real risk is latency (kernel count, atomics),
-             which the roofline cannot see and gpu-check's step ratio measures.
-  optimizer  AdamW over all parameters (fp32 p, g, m, v: `ADAMW_BYTES` per parameter), once
-             per optimizer step, spread over its micro-batches.
+FLOPs come from `accounting` (the counter MFU uses). Bytes are an analytic model: per token,
+logit, distinct id and parameter, the bytes the step's kernels read and write, stated below
+beside the kernels they add up. Eager: the kernels PyTorch runs for today's code; compiled
+(`fused=True`): what inductor's fusion leaves (each elementwise chain one kernel reading its
+inputs and writing its outputs once; matmuls, attention and the optimizer unchanged).
+tests/model/test_step_count.py holds each eager part within 1.5x of a dispatch-mode count of
+one real micro-batch step (`leviathan.model.step_count`) at the 400m and 1.2b shapes and says
+why each differs. When a kernel changes (a fused loss, a leaner backbone, LEV's own kernel),
+the constants of its part change with it: each says which code it describes.
+
+Parts (the counter's: by the module an op runs under, forward and backward alike):
+  backbone   the blocks and the final norm: per token and layer, the linears' bf16
+             activations, the norms, rotary embeddings and attention, SwiGLU and the
+             residual adds; per parameter, its bf16 copy, the matmuls' reads of it and its
+             gradient's fp32 copy.
+  head+loss  the chunked cross-entropy (`loss.py`, GPU rule): per logit (N x V_pad) the
+             passes over the logits; per chunk the bf16 weight read by two matmuls; per head
+             parameter its casts and the head gradient's passes.
+  input      the variant's input module. A table: the looked-up rows, the dense table
+             gradient (and, tied, its sum with the head's). LEV (and the MLP ablations): per
+             distinct id, U = `step_count.distinct_ids` (the accounting's bound), the
+             vectors it generates and the spline product's passes (LEV's plain torch path);
+             per token the gather of the generated rows and its gradient.
+  optimizer  gradient clipping and AdamW over all parameters, once per optimizer step,
+             spread over its micro-batches.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import torch
+
+from leviathan.device import chunk_elems, forced_policy
+from leviathan.gpus import require_gpu_model
 
 from leviathan.model import lev_triton
 from leviathan.model.accounting import Accounting, account_model
 from leviathan.model.config import ModelConfig
 from leviathan.model.language_model import build_model
-from leviathan.model.loss import HEAD_ROWS_MULTIPLE
+from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, HEAD_ROWS_MULTIPLE
+from leviathan.model.step_count import OPTIMIZER_IMPL, distinct_ids
 
-# (dense bf16 peak FLOP/s, HBM bandwidth bytes/s), vendor data sheets (SXM parts)
-GPUS: dict[str, tuple[float, float]] = {"H100": (989e12, 3.35e12), "H200": (989e12, 4.8e12)}
 # stated, not measured: the share of peak that large bf16 GEMMs and streaming kernels reach
 # (cuBLAS at these shapes; what the first gpu-check's figures will correct)
 GEMM_EFFICIENCY = 0.7
 BANDWIDTH_EFFICIENCY = 0.8
-PARAM_BYTES = 4 + 2 + 3 * 2 + 2 * 4  # per parameter per micro-batch (see the docstring)
-ACTIVATION_BYTES = 2 * 34  # per token, layer and unit of D: written forward, read backward
-LOGIT_BYTES = 4 + 4 + 8 + 8 + 4 + 2 + 2 * 2 + 2 * 2  # per logit of the chunked loss, eager
-FUSED_LOGIT_BYTES = 2 + 2 * 2 + 2 + 2 * 2  # compiled: bf16 logits, two fused passes, G
-ADAMW_BYTES = 4 * 7  # p read + written, g read, m and v read + written (fp32)
+
+# ---- backbone, per token and layer (bytes per unit of width) -----------------------------
+# A linear of widths a -> b in bf16: forward reads x and writes y (2a + 2b), backward reads
+# dy and writes dx, then reads dy and x for dW (4a + 4b): 6 bytes per unit of a + b. A block's
+# linears: qkv D -> 3D, proj D -> D, gate and up D -> F, down F -> D.
+LINEAR_BYTES = 6
+# RMSNorm, per norm and unit of D. Eager (transformer.RMSNorm: F.rms_norm on an fp32 residual,
+# its composite in fp32): forward x^2, mean, + eps, rsqrt, x * rstd, * weight; backward ten
+# products and two sums; 132 as counted. Compiled: one kernel each way (forward reads x in
+# fp32 and writes the bf16 result: 6; backward reads x and dy, writes dx: 10). A fused
+# RMSNorm in the activation dtype changes the eager figure.
+RMSNORM_BYTES, FUSED_RMSNORM_BYTES = 132, 16
+# Rotary embeddings and autocast's casts of q, k (transformer.apply_rope: .float(), unbind,
+# four products, add/sub, stack, type_as; and their backward), per unit of D: 240 eager.
+# Compiled: q and k read and written in bf16 once each way (16). A rotary kernel without the
+# fp32 unbind/stack changes the eager figure.
+ROPE_BYTES, FUSED_ROPE_BYTES = 240, 16
+# SDPA (flash attention): forward reads q, k, v and writes the output (8), backward reads
+# q, k, v, the output and its gradient and writes dq, dk, dv (16): 24 per unit of D.
+SDPA_BYTES = 24
+# SwiGLU per unit of F: forward silu(gate) (4) and its product with up (6); backward the
+# product's two gradients (12), silu's backward (6) and the bf16 casts of the gradients (10):
+# 38 eager. Compiled: forward reads gate and up and writes the product (6), backward reads
+# gate, up and dy and writes d gate, d up (10). Per unit of D, both: the input gradients of
+# gate and up summed (read 8, written 4).
+SWIGLU_BYTES, FUSED_SWIGLU_BYTES, SWIGLU_DX_BYTES = 38, 16, 12
+# The two residual adds, per unit of D: forward an fp32 stream plus a bf16 branch (read 6,
+# write 4, twice); eager backward casts the fp32 gradient to bf16 for each branch (6, twice):
+# 32; compiled the casts fuse into the norms' backward: 20.
+RESIDUAL_BYTES, FUSED_RESIDUAL_BYTES = 32, 20
+# per parameter of a matmul, per micro-batch: autocast's bf16 copy (read 4, write 2), the
+# three matmuls' reads and writes of it (forward, input gradient, weight gradient: 6), the
+# bf16 gradient's fp32 copy (read 2, write 4)
+PARAM_MATMUL_BYTES = 6
+PARAM_BYTES = 6 + PARAM_MATMUL_BYTES + 6
+
+# ---- head + loss -----------------------------------------------------------------------
+# Per logit, eager (loss._LinearCrossEntropy, GPU rule): bf16 logits written (2), .float()
+# (6), torch.logsumexp's four kernels (amax 4, x - max 8, exp 8, sum 4: 24; the counter sees
+# one op reading 4), softmax sub_ and exp_ in place (16), the mask's mul_ (8), the bf16 G (6),
+# G stored into its buffer (4) and read by the two gradient matmuls (4): 70. Compiled: bf16
+# logits written, read by the logsumexp and the softmax passes, G written and read by two
+# matmuls: 12. A fused linear-cross-entropy kernel replaces both (loss.py).
+LOGIT_BYTES, FUSED_LOGIT_BYTES = 70, 12
+# of those, the matmuls' own: the logits written (2), G read by the gradient matmuls (4)
+LOGIT_MATMUL_BYTES = 6
+# per head parameter (V_pad x D): the bf16 copy (6), the padding (4), the head gradient's
+# first product cast to fp32 (6), its div_ (8), backward's product with grad_out (8)
+HEAD_PARAM_BYTES = 6 + 4 + 6 + 8 + 8
+# per token and unit of D: the chunks' h read, grad_h written in bf16, cast, stored and divided
+HEAD_TOKEN_BYTES = 24
+
+# ---- input -----------------------------------------------------------------------------
+# a table, per token and unit of D: the row gathered (read 4, written 4), its gradient read
+# by the dense backward (4); per table element: the dense gradient written (4) and, tied, its
+# sum with the head's gradient (read 8, write 4)
+TABLE_ROW_BYTES, TABLE_GRAD_BYTES, TIED_GRAD_SUM_BYTES = 12, 4, 12
+# LEV's spline product on its plain torch path (lev._plain_forward/_plain_backward), in fp32
+# passes over [h, d_seed, r] per distinct id: forward the coefficients' gather (6), phi's two
+# addcmul (6), the sign (3), abs/clamp/log (6), the log-sum (1); backward the gather and phi
+# again (12), |phi| clamped (4), the signed division (5), dphi and its product and sum (7),
+# the tap gradients and their stack (10), the scatter-add into the coefficients (9): 69.
+# Compiled: inductor fuses each direction's chain into one kernel that reads t and the
+# coefficients (a 12.6 MB table that stays in L2) and writes M (forward) or grad t and the
+# coefficient gradient's atomic adds (L2 again): no [h, d_seed, r] pass reaches HBM (stated).
+# LEV's own kernel replaces both figures (lev.py's cost).
+LEV_PLAIN_PASSES, FUSED_LEV_PASSES = 22 + 47, 0
+# per generated row and token: the gather of the bf16 rows (4), the fp32 residual copy (6),
+# the gradient's bf16 cast (6) and the dense backward's read (2): per unit of D
+GENERATED_TOKEN_BYTES = 18
+
+# ---- optimizer, per parameter ----------------------------------------------------------
+# clip_grad_norm_: the norm reads g (4), the scale reads and writes it (8)
+CLIP_BYTES = 12
+# AdamW: foreach (torch's pick on CUDA; step_count.OPTIMIZER_IMPL): weight decay's mul_ on p
+# (8), lerp_ of m (12), mul_ of v (8), addcmul_ of g^2 (16), sqrt of v (8), div_ and add_ of
+# the denominator (16), addcdiv_ into p (16): 84. fused=True: p, g, m, v read, p, m, v
+# written once: 28.
+ADAMW_BYTES = {"foreach": 84, "fused": 28}
 
 
 @dataclass(frozen=True)
 class Part:
+    """A part's FLOPs (all in matmuls and attention) and bytes; `matmul_bytes`: those the
+    matmul and attention kernels move themselves, streamed while they compute. The rest are
+    the elementwise kernels', which run between them at the bandwidth's pace."""
+
     name: str
     flops: float
     bytes: float
+    matmul_bytes: float = 0.0
 
-    def _times(self, gpu: str) -> tuple[float, float]:
-        peak, bandwidth = GPUS[gpu]
+    def _times(self, gpu: str) -> tuple[float, float, float]:
+        """(matmul compute, matmul streaming, elementwise streaming) seconds."""
+        model = require_gpu_model(gpu)
+        bandwidth = model.bandwidth * BANDWIDTH_EFFICIENCY
         return (
-            self.flops / (peak * GEMM_EFFICIENCY),
-            self.bytes / (bandwidth * BANDWIDTH_EFFICIENCY),
+            self.flops / (model.bf16_flops * GEMM_EFFICIENCY),
+            self.matmul_bytes / bandwidth,
+            (self.bytes - self.matmul_bytes) / bandwidth,
         )
 
     def seconds(self, gpu: str) -> float:
-        return max(self._times(gpu))
+        compute, matmul_memory, elementwise = self._times(gpu)
+        return max(compute, matmul_memory) + elementwise
 
     def bound(self, gpu: str) -> str:
-        compute, memory = self._times(gpu)
-        return "compute" if compute >= memory else "memory"
+        """Which of the part's times is the larger: its matmuls' compute or its memory."""
+        compute, matmul_memory, elementwise = self._times(gpu)
+        return "compute" if compute >= matmul_memory + elementwise else "memory"
 
 
 @dataclass(frozen=True)
@@ -84,56 +177,99 @@ class Roofline:
 
     def mfu(self, gpu: str) -> float:
         """The MFU this roofline allows: model FLOPs over (predicted time x peak)."""
-        return self.model_flops / (self.seconds(gpu) * GPUS[gpu][0])
+        return self.model_flops / (self.seconds(gpu) * require_gpu_model(gpu).bf16_flops)
+
+    def part(self, name: str) -> Part:
+        return next(p for p in self.parts if p.name == name)
+
+
+def padded_vocab(cfg: ModelConfig) -> int:
+    """The head's rows under the GPU rule (`loss.matmul_weight`)."""
+    return math.ceil(cfg.vocab_size / HEAD_ROWS_MULTIPLE) * HEAD_ROWS_MULTIPLE
+
+
+def loss_chunks(cfg: ModelConfig, tokens: int) -> int:
+    """Chunks of the loss under the GPU rule (rows per chunk: `loss._rows_per_chunk`)."""
+    with forced_policy("gpu"):
+        budget = chunk_elems(torch.device("cpu"), DEFAULT_CHUNK_ELEMS)
+    return math.ceil(tokens / max(1, budget // padded_vocab(cfg)))
 
 
 def roofline(
     cfg: ModelConfig, micro_batch: int, global_batch: int, label: str = "", fused: bool = False
 ) -> Roofline:
     """The roofline of one micro-batch of `micro_batch` sequences of cfg.max_seq_len tokens,
-    with `global_batch` sequences per optimizer step (one GPU); `fused`: the loss's
-    elementwise passes fused (torch.compile)."""
-    model = build_model(cfg, device="meta")
-    acc = account_model(model, cfg.max_seq_len)
+    with `global_batch` sequences per optimizer step on this GPU; `fused`: torch.compile."""
+    acc = account_model(build_model(cfg, device="meta"), cfg.max_seq_len)
     N = micro_batch * cfg.max_seq_len
-    D, L = cfg.d_model, cfg.n_layers
-    V_pad = -(-cfg.vocab_size // HEAD_ROWS_MULTIPLE) * HEAD_ROWS_MULTIPLE
-    backbone = Part(
+    micro_per_step = max(1, global_batch // micro_batch)
+    parts = (
+        _backbone_part(cfg, acc, N, fused),
+        _head_part(cfg, N, fused),
+        _input_part(cfg, acc, N, fused),
+        Part("optimizer", 0.0, acc.total_params * _optimizer_bytes() / micro_per_step),
+    )
+    return Roofline(label or cfg.variant, N, float(acc.train_flops) * N, parts)
+
+
+def _backbone_part(cfg: ModelConfig, acc: Accounting, N: int, fused: bool) -> Part:
+    """Blocks and final norm: 3 x forward FLOPs (attention dense T x T, the accounting's)."""
+    D, F, L = cfg.d_model, cfg.ffn_hidden, cfg.n_layers
+    norm = FUSED_RMSNORM_BYTES if fused else RMSNORM_BYTES
+    per_layer = (
+        LINEAR_BYTES * (9 * D + 3 * F)
+        + 2 * norm * D
+        + ((FUSED_ROPE_BYTES if fused else ROPE_BYTES) + SDPA_BYTES) * D
+        + (FUSED_SWIGLU_BYTES if fused else SWIGLU_BYTES) * F
+        + SWIGLU_DX_BYTES * D
+        + (FUSED_RESIDUAL_BYTES if fused else RESIDUAL_BYTES) * D
+    )
+    matmuls = N * L * (LINEAR_BYTES * (9 * D + 3 * F) + SDPA_BYTES * D)
+    return Part(
         "backbone",
         3.0 * (acc.backbone_flops + acc.attention_flops) * N,
-        float(acc.backbone_params * PARAM_BYTES + N * L * D * ACTIVATION_BYTES),
+        float(N * (L * per_layer + norm * D) + acc.backbone_params * PARAM_BYTES),
+        float(matmuls + acc.backbone_params * PARAM_MATMUL_BYTES),
     )
-    head_params = cfg.vocab_size * D  # a tied head is the table: the same traffic
-    head = Part(
+
+
+def _head_part(cfg: ModelConfig, N: int, fused: bool) -> Part:
+    """The chunked loss: 3 matmuls of N x V_pad x D, its passes over the logits."""
+    D, V_pad = cfg.d_model, padded_vocab(cfg)
+    weight_reads = loss_chunks(cfg, N) * 2 * V_pad * D * 2  # bf16 w, two matmuls per chunk
+    logits = N * V_pad * (FUSED_LOGIT_BYTES if fused else LOGIT_BYTES)
+    return Part(
         "head+loss",
         3.0 * 2 * V_pad * D * N,
-        float(
-            N * V_pad * (FUSED_LOGIT_BYTES if fused else LOGIT_BYTES) + head_params * PARAM_BYTES
-        ),
+        float(logits + weight_reads + V_pad * D * HEAD_PARAM_BYTES + N * D * HEAD_TOKEN_BYTES),
+        float(N * V_pad * LOGIT_MATMUL_BYTES + weight_reads),
     )
-    parts = [backbone, head, _input_part(cfg, acc, N)]
-    micro_per_step = max(1, global_batch // micro_batch)
-    parts.append(Part("optimizer", 0.0, acc.total_params * ADAMW_BYTES / micro_per_step))
-    return Roofline(label or cfg.variant, N, float(acc.train_flops) * N, tuple(parts))
 
 
-def _input_part(cfg: ModelConfig, acc: Accounting, N: int) -> Part:
-    """LEV (or an MLP ablation) over U = min(N, V) distinct ids; a table: N row lookups and
-    their gradient rows (a tied table's parameter traffic is the head's)."""
+def _input_part(cfg: ModelConfig, acc: Accounting, N: int, fused: bool) -> Part:
+    """The variant's input over N tokens and U = distinct_ids distinct ids."""
     D = cfg.d_model
-    if not acc.input_flops:  # a table
-        params = 0 if cfg.variant == "tied" else acc.input_params
-        return Part("input", 0.0, float(N * D * 2 * 4 + params * PARAM_BYTES))
-    ids = min(N, cfg.vocab_size)
-    per_id, per_step = 4 * 2 * D, 0  # the output and its gradient
-    if cfg.variant == "leviathan":  # and the spline kernels' own traffic (lev_triton)
-        cost = lev_triton.cost_per_id(cfg.lev)
-        per_id, per_step = per_id + cost.bytes_per_id, cost.table_bytes_per_step
+    if not acc.input_flops:  # a table (albert's factors: their rows and gradients alike)
+        grad = TABLE_GRAD_BYTES + (TIED_GRAD_SUM_BYTES if cfg.variant == "tied" else 0)
+        return Part("input", 0.0, float(N * D * TABLE_ROW_BYTES + acc.input_params * grad))
+    ids = distinct_ids(cfg, N)
+    lev = cfg.lev
+    # the vectors around the product, fp32, each written and read back in backward:
+    # t and its gradient, M and its gradient, the output and its gradient
+    per_id = 4 * 2 * D
+    if cfg.variant == "leviathan":
+        per_id += 4 * (3 * lev.n_heads * lev.d_seed + 2 * lev.n_heads * lev.rank)
+        passes = FUSED_LEV_PASSES if fused else LEV_PLAIN_PASSES
+        per_id += 4 * passes * lev.n_heads * lev.d_seed * lev.rank
     return Part(
         "input",
         3.0 * acc.input_flops * ids,
-        float(ids * per_id + per_step + acc.input_params * PARAM_BYTES),
+        float(ids * per_id + N * D * GENERATED_TOKEN_BYTES + acc.input_params * PARAM_BYTES),
     )
+
+
+def _optimizer_bytes() -> int:
+    return CLIP_BYTES + ADAMW_BYTES[OPTIMIZER_IMPL]
 
 
 def render(

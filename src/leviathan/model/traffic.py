@@ -12,8 +12,13 @@ What it counts, and so what it is not:
     says which tables stay there);
   * a tensor's bytes are its distinct elements (a broadcast stride-0 input counts once per
     element it really holds); views, reshapes and empty allocations move nothing;
-  * an in-place op reads what it mutates and writes it back (`add_`), except a plain
-    `copy_`/`fill_`/`zero_`, which only write their destination.
+  * an in-place op reads what it mutates and writes it back (`add_`, and the `_foreach_*_`
+    ops that return nothing: what an op writes is what its schema marks as mutated plus its
+    fresh outputs), except a plain `copy_`/`fill_`/`zero_` and an `out=` argument, which
+    are only written;
+  * a gather (`embedding`, `index`, `index_select`, `gather`) reads only the source elements
+    it returns, and a scatter (`index_put_`, `index_add_`) reads and writes only the
+    destination elements it touches (one per value), not the whole table or tensor.
 Each record is attributed to a part: an explicit `part(name)` block wins; else
 `part_of(parents)` maps the modules the op runs under (`torch.utils.module_tracker`, which
 follows forward and backward alike) to a name.
@@ -50,7 +55,12 @@ _NO_TRAFFIC = {
     aten.sym_numel,
     aten.sym_storage_offset,
     aten.is_same_size,
+    aten._unsafe_view,  # a view of a fresh result (reshape after a matmul): no kernel
 }
+# ops that read only the elements of their first argument (the source) that they return
+_GATHERS = {aten.embedding, aten.index, aten.index_select, aten.gather}
+# ops that read and write only the elements of their first argument that their values touch
+_SCATTERS = {aten.index_put_, aten.index_add_}
 # in-place ops that overwrite their destination without reading it
 _WRITE_ONLY_DEST = {aten.copy_, aten.fill_, aten.zero_}
 
@@ -75,6 +85,38 @@ class OpRecord:
     @property
     def total(self) -> int:
         return self.read + self.written
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _read_written(func: Any, args: Any, kwargs: dict[str, Any], out: Any) -> tuple[int, int]:
+    """Bytes an op reads and bytes it writes (see the module docstring)."""
+    schema, packet = func._schema, func.overloadpacket
+    read, written = [], []
+    for i, arg in enumerate(schema.arguments):
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        tensors = _tensors(value)
+        mutated = arg.alias_info is not None and arg.alias_info.is_write
+        if mutated:
+            written += tensors
+        write_only = arg.name == "out" or (i == 0 and packet in _WRITE_ONLY_DEST)
+        if not (mutated and write_only):
+            read += tensors
+    outs = out if isinstance(out, tuple | list) else (out,)
+    for ret, value in zip(schema.returns, outs, strict=False):
+        if ret.alias_info is None:  # a fresh result (an aliasing one is a mutated argument)
+            written += _tensors(value)
+    n_read, n_written = sum(map(tensor_bytes, read)), sum(map(tensor_bytes, written))
+    source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if source is not None and packet in _GATHERS:  # only the returned elements of the source
+        n_read += out.numel() * source.element_size() - tensor_bytes(source)
+    elif source is not None and packet in _SCATTERS:  # only the touched elements of self
+        values = args[3] if packet is aten.index_add_ else args[2]
+        touched = values.numel() * source.element_size() - tensor_bytes(source)
+        n_read, n_written = n_read + touched, n_written + touched
+    return n_read, n_written
 
 
 class TrafficCounter(TorchDispatchMode):
@@ -111,15 +153,12 @@ class TrafficCounter(TorchDispatchMode):
         packet = func.overloadpacket
         if func.namespace == "prim" or func.is_view or packet in _NO_TRAFFIC:
             return out  # metadata (prim.device, ...), views and bare allocations
-        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        if packet in _WRITE_ONLY_DEST and inputs:
-            inputs = inputs[1:]  # the destination is written, not read
+        read, written = _read_written(func, args, kwargs, out)
         part = self._forced[-1] if self._forced else self._part_of(set(self._tracker.parents))
         record = self.records[(part, str(packet))]
         record.calls += 1
-        record.read += sum(map(tensor_bytes, inputs))
-        record.written += sum(map(tensor_bytes, outputs))
+        record.read += read
+        record.written += written
         return out
 
     def by_part(self) -> dict[str, int]:

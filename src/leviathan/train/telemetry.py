@@ -22,21 +22,12 @@ from typing import Any
 
 import torch
 
+from leviathan.gpus import gpu_model
 from leviathan.io import NO_SPACE, disk_full, free_name
 from leviathan.provenance import code_version
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import DistInfo
 
-# Dense bf16 tensor-core peaks (FLOP/s, no sparsity), from the vendors' data sheets.
-# Matched against torch.cuda.get_device_name() in this order; anything else is "unknown".
-PEAK_BF16_FLOPS: list[tuple[str, float]] = [
-    ("H200", 989e12),
-    ("H100 PCIe", 756e12),
-    ("H100", 989e12),  # SXM / HBM3
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("A10G", 70e12),
-]
 log = logging.getLogger("leviathan.train")
 
 
@@ -47,11 +38,9 @@ def device_name(device: torch.device) -> str:
 
 
 def peak_flops(name: str) -> float | None:
-    """The device's dense bf16 peak, or None where we do not know it (never a guess)."""
-    for key, peak in PEAK_BF16_FLOPS:
-        if key in name:
-            return peak
-    return None
+    """The device's dense bf16 peak (`leviathan.gpus`), or None where we do not know it."""
+    model = gpu_model(name)
+    return model.bf16_flops if model else None
 
 
 def mfu(

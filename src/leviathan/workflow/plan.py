@@ -1,10 +1,14 @@
-"""A study's plan before it runs: cells, tokens, disk per artifact, GPU-hours per cell.
+"""A study's plan before it runs: cells, tokens, disk per artifact, GPU-hours and GPU memory
+per job.
 
 Every figure comes from the code's own counters: the cell's resolved training config
 (tokens, steps), the parameter and FLOP counter of the model it trains (on the meta device,
-so any scale is free), the vocabulary's token dtype, and the device peaks of the MFU counter
-(leviathan.train.telemetry). What is assumed is stated beside the figure: the MFU, and the
-bytes of raw text per token that size the corpus download.
+so any scale is free), the vocabulary's token dtype, the GPU table (`leviathan.gpus`), the
+roofline's predicted MFU of the cell on its GPU model (`leviathan.model.roofline`: compiled
+where runtime.compile is on, else eager; `--mfu` states one instead) and each job's memory
+traced on FakeTensors (`leviathan.workflow.memory`). What is assumed is stated beside the
+figure: the roofline's efficiencies, the memory allowances, and the bytes of raw text per
+token that size the corpus download.
 
 Corpus size. The corpus is fetched once for every vocabulary of the configured cells; it must
 hold, for each vocabulary, the largest token budget of its cells. The download is sized as
@@ -17,12 +21,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from leviathan.workflow.grid import Cell, config_cells
 
-DEFAULT_MFU = 0.40  # stated, not measured: `--mfu` changes it
+DEFAULT_MFU = 0.40  # the best mature stacks publish for ~1B models on H100s: `--mfu 0.4`
 OPTIMIZER_SLOTS = 2  # AdamW keeps exp_avg and exp_avg_sq: two fp32 tensors per parameter
 WEIGHT_BYTES = 4  # checkpoints hold fp32 weights (model.safetensors)
 
@@ -38,7 +43,11 @@ class CellPlan:
     checkpoints_on_disk: int  # runtime.keep_last step checkpoints + final
     gpus: int
     gpu_model: str | None
-    gpu_hours: float | None  # at the stated MFU on gpu_model's peak; None: peak unknown
+    gpu_hours: float | None  # at `mfu` on gpu_model's peak; None: peak unknown
+    mfu: float | None = None  # the MFU the GPU-hours assume (None: a CPU or unknown GPU)
+    mfu_source: str = ""  # "stated" (--mfu), "compiled" or "eager" (the roofline's)
+    mfu_eager: float | None = None  # the roofline's, both ways (None: no GPU model)
+    mfu_compiled: float | None = None
 
 
 def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
@@ -63,7 +72,49 @@ def cell_checkpoint_bytes(config: Mapping[str, Any], cell: Cell) -> int:
     return checkpoint_bytes(account(cell_model_config(tc), tc.context).total_params)
 
 
-def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -> CellPlan:
+@dataclass(frozen=True)
+class CellMFU:
+    """The MFU a cell's GPU-hours assume, where it comes from, and the roofline's both ways."""
+
+    mfu: float | None
+    source: str
+    eager: float | None
+    compiled: float | None
+
+
+def cell_mfu(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -> CellMFU:
+    """`mfu` where stated; else the roofline's prediction for one GPU of the training job's
+    `gpu_model` at the cell's micro-batch, compiled where runtime.compile is on."""
+    from leviathan.gpus import gpu_model
+    from leviathan.train.config import workflow_runtime
+    from leviathan.train.trainer import cell_model_config
+    from leviathan.workflow.cluster import scale_resources
+
+    tc = cell_train_config(config, cell)
+    res = scale_resources(config, cell.scale)
+    gpus, model = int(res["gpus"]) * int(res["nodes"]), gpu_model(res["gpu_model"])
+    if not gpus or model is None:
+        return CellMFU(mfu, "stated" if mfu else "", None, None)
+    eager, compiled = _roofline_mfu(
+        cell_model_config(tc), tc.micro_batch, tc.global_batch // gpus, model.name
+    )
+    compile_on = workflow_runtime(config.get("runtime")).compile
+    if mfu is not None:
+        return CellMFU(mfu, "stated", eager, compiled)
+    return CellMFU(
+        compiled if compile_on else eager, "compiled" if compile_on else "eager", eager, compiled
+    )
+
+
+@cache
+def _roofline_mfu(cfg: Any, micro: int, per_rank: int, gpu: str) -> tuple[float, float]:
+    from leviathan.model.roofline import roofline
+
+    return tuple(roofline(cfg, micro, per_rank, fused=f).mfu(gpu) for f in (False, True))  # type: ignore[return-value]
+
+
+def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -> CellPlan:
+    """A cell's plan; GPU-hours at `mfu` where stated, else at the roofline's (`cell_mfu`)."""
     from leviathan.model.accounting import account
     from leviathan.train.config import workflow_runtime
     from leviathan.train.telemetry import peak_flops
@@ -76,8 +127,9 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -
     flops = float(acc.train_flops) * tokens
     res = scale_resources(config, cell.scale)  # the training job's, as the config asks for them
     gpus, model = int(res["gpus"]) * int(res["nodes"]), res["gpu_model"] or None
-    peak = peak_flops(str(model).upper()) if gpus and model else None
-    hours = flops / (peak * mfu) / 3600 if peak else None
+    peak = peak_flops(str(model)) if gpus and model else None
+    util = cell_mfu(config, cell, mfu)
+    hours = flops / (peak * util.mfu) / 3600 if peak and util.mfu else None
     runtime = workflow_runtime(config.get("runtime"))
     return CellPlan(
         cell=cell,
@@ -90,6 +142,10 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -
         gpus=gpus,
         gpu_model=model,
         gpu_hours=hours,
+        mfu=util.mfu if peak else None,
+        mfu_source=util.source,
+        mfu_eager=util.eager,
+        mfu_compiled=util.compiled,
     )
 
 
@@ -232,9 +288,10 @@ def wikitext_tokens(config: Mapping[str, Any]) -> int:
     return 2 * math.ceil(sum(f.stat().st_size for f in files) / per_token)
 
 
-def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) -> list[EvalPlan]:
+def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -> list[EvalPlan]:
     """The cell's evaluation jobs: forward FLOPs per token (the code's counter, the input
-    table materialised: no per-token input cost) x tokens, on one GPU of the job's model."""
+    table materialised: no per-token input cost) x tokens, on one GPU of the job's model, at
+    EVAL_MFU_SHARE of the training MFU (`mfu` where stated, else the cell's roofline's)."""
     from leviathan.model.accounting import account
     from leviathan.train.telemetry import peak_flops
     from leviathan.train.trainer import cell_model_config
@@ -245,7 +302,8 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) 
     per_token = acc.forward_flops - acc.input_flops
     res = eval_resources(config, cell.scale)
     model = res["gpu_model"] if res["gpu"] else None
-    peak = peak_flops(str(model).upper()) if model else None
+    peak = peak_flops(str(model)) if model else None
+    train_mfu = mfu if mfu is not None else cell_mfu(config, cell).mfu or DEFAULT_MFU
     tokens = {
         "val": val_tokens(config, cell, tc.context),
         "wikitext": wikitext_tokens(config),
@@ -256,7 +314,7 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float = DEFAULT_MFU) 
         if n == 0:
             continue
         flops = None if n is None else float(per_token) * n
-        hours = flops / (peak * mfu * EVAL_MFU_SHARE) / 3600 if peak and flops else None
+        hours = flops / (peak * train_mfu * EVAL_MFU_SHARE) / 3600 if peak and flops else None
         out.append(EvalPlan(kind, n, flops, hours, res["runtime"] / 60))
     return out
 
@@ -311,7 +369,7 @@ class StudyDisk:
 
 
 def study_disk(
-    config: Mapping[str, Any], plans: list[CellPlan] | None = None, mfu: float = DEFAULT_MFU
+    config: Mapping[str, Any], plans: list[CellPlan] | None = None, mfu: float | None = None
 ) -> StudyDisk:
     """The disk a study needs, from the same counters as its plan (`plans`: plan_cell of
     every cell, where the caller has them). Callable by any script that checks a machine
@@ -352,23 +410,25 @@ def dvc_cache_copies(dvc_config: Path | None = None) -> bool:
 
 
 def render_evaluation(
-    config: Mapping[str, Any], plans: list[CellPlan], mfu: float = DEFAULT_MFU
+    config: Mapping[str, Any], plans: list[CellPlan], memory: dict[Cell, Any] | None = None
 ) -> list[str]:
-    """The plan's evaluation part: per cell and job, tokens, FLOPs, GPU-hours and the job's
-    time limit; then training + evaluation totals and the study's disk."""
+    """The plan's evaluation part: per cell and job, tokens, FLOPs, GPU-hours, the job's
+    time limit and (`memory`: the cells' evaluation JobMemory) its GPU memory; then training
+    + evaluation totals and the study's disk."""
     lines = [
-        f"evaluation: one job per cell and evaluation (config.eval_resources); GPU-hours at "
-        f"MFU {mfu * EVAL_MFU_SHARE:.0%} (half the training MFU: smaller, padded batches)"
+        "evaluation: one job per cell and evaluation (config.eval_resources); GPU-hours at "
+        f"{EVAL_MFU_SHARE:.0%} of the cell's training MFU (smaller, padded batches)"
     ]
-    kinds = [e.kind for e in plan_evals(config, plans[0].cell, mfu)] if plans else []
+    kinds = [e.kind for e in plan_evals(config, plans[0].cell, plans[0].mfu)] if plans else []
     lines.append(
         f"{'cell':<40} "
         + " ".join(f"{k + ' tok':>12}" for k in kinds)
         + f" {'PFLOP':>8} {'GPU-hours':>10} {'longest job h':>13} {'limit h':>8}"
+        + (f" {'GPU memory':>13}" if memory is not None else "")
     )
     total_eval, unknown, over = 0.0, False, []
     for p in plans:
-        evals = plan_evals(config, p.cell, mfu)
+        evals = plan_evals(config, p.cell, p.mfu)
         hours = [e.gpu_hours for e in evals if e.gpu_hours is not None]
         total_eval += sum(hours)
         unknown |= any(e.tokens is None for e in evals)
@@ -378,10 +438,11 @@ def render_evaluation(
         )
         flops = sum(e.flops or 0.0 for e in evals)
         limit = evals[0].runtime_hours if evals else 0.0
+        mem = "" if memory is None else f" {_memory(memory.get(p.cell)):>13}"
         lines.append(
             f"{p.cell.key:<40} {toks} {flops / 1e15:>8,.2f} "
             f"{f'{sum(hours):,.3f}' if hours else 'cpu':>10} "
-            f"{f'{max(hours):,.3f}' if hours else '-':>13} {limit:>8,.1f}"
+            f"{f'{max(hours):,.3f}' if hours else '-':>13} {limit:>8,.1f}{mem}"
         )
     if over:
         lines.append(
@@ -394,8 +455,39 @@ def render_evaluation(
         f"{train + total_eval:,.1f}"
         + (" (val on a whole split not yet tokenized is not counted)" if unknown else "")
     )
-    lines.append(study_disk(config, plans, mfu).line())
+    lines.append(study_disk(config, plans).line())
     return lines
+
+
+def _memory(job: Any) -> str:
+    return "-" if job is None else job.cell()
+
+
+def _mfu(p: CellPlan) -> str:
+    """`52% c` (the roofline's, compiled), `21% e` (eager) or `40% s` (stated)."""
+    return "-" if p.mfu is None else f"{p.mfu:.0%} {p.mfu_source[:1]}"
+
+
+def _job_memory(config: Mapping[str, Any], plans: list[CellPlan]) -> dict[Cell, Any]:
+    """Each cell's (training, evaluation) JobMemory; a training micro-batch that does not
+    fit its GPU refused in one line."""
+    from leviathan.workflow.memory import cell_memory, check_fits
+
+    jobs = {p.cell: cell_memory(config, p.cell) for p in plans}
+    for cell, (train, _) in jobs.items():
+        check_fits(config, cell, train)
+    return jobs
+
+
+def _memory_note() -> str:
+    from leviathan.workflow import memory as m
+
+    return (
+        "GPU memory per job: peak per GPU of its step traced on FakeTensors (model/step_count.py) "
+        f"+ logsumexp's hidden chunk temporary + DDP's gradient buckets (several GPUs), "
+        f"x {1 + m.FRAGMENTATION:.2f} (allocator fragmentation) + {m.CUDA_CONTEXT_BYTES / 2**30:.0f} GB "
+        f"CUDA context (+ {m.NCCL_BYTES / 2**30:.0f} GB NCCL on several GPUs); of the GPU model's memory"
+    )
 
 
 def _count(n: float) -> str:
@@ -413,19 +505,33 @@ def _size(n: float) -> str:
     raise AssertionError
 
 
-def render_plan(config: Mapping[str, Any], mfu: float = DEFAULT_MFU) -> str:
-    """The study's plan as text (what `leviathan config show` prints after the config)."""
+def render_plan(config: Mapping[str, Any], mfu: float | None = None, memory: bool = True) -> str:
+    """The study's plan as text (what `leviathan config show` prints after the config):
+    GPU-hours at `mfu` where stated, else at each cell's roofline MFU; with `memory`, each
+    job's GPU memory (`leviathan.workflow.memory`), a training micro-batch that does not fit
+    refused (ValueError)."""
     from leviathan.data.tokenizers import token_dtype
     from leviathan.vocab import get_vocab
 
     plans = [plan_cell(config, c, mfu) for c in config_cells(config)]
+    jobs = _job_memory(config, plans) if memory else {}
+    source = (
+        f"MFU {mfu:.0%} as stated (--mfu)"
+        if mfu is not None
+        else "the roofline's predicted MFU of each cell on its GPU model (model/roofline.py: "
+        "c compiled, as runtime.compile; eager and compiled both in the roofline below; "
+        "--mfu 0.4 states one instead)"
+    )
     lines = [
         f"plan: {len(plans)} cells (each trained once, whichever studies share it); "
-        f"GPU-hours at MFU {mfu:.0%} of the GPU model's dense bf16 peak"
+        f"GPU-hours at {source}, of the GPU model's dense bf16 peak"
     ]
+    if memory:
+        lines.append(_memory_note())
     lines.append(
         f"{'cell':<40} {'params':>10} {'tokens':>10} {'steps':>8} {'train PFLOP':>12} "
-        f"{'ckpt each':>10} {'GPUs':>9} {'GPU-hours':>10} {'wall h':>7}"
+        f"{'ckpt each':>10} {'GPUs':>9} {'MFU':>6} {'GPU-hours':>10} {'wall h':>7}"
+        + (f" {'GPU memory':>13}" if memory else "")
     )
     total_hours = 0.0
     for p in plans:
@@ -433,9 +539,11 @@ def render_plan(config: Mapping[str, Any], mfu: float = DEFAULT_MFU) -> str:
         hours = f"{p.gpu_hours:,.1f}" if p.gpu_hours is not None else "-"
         wall = f"{p.gpu_hours / p.gpus:,.1f}" if p.gpu_hours is not None else "-"
         total_hours += p.gpu_hours or 0.0
+        mem = f" {_memory(jobs[p.cell][0]):>13}" if memory else ""
         lines.append(
             f"{p.cell.key:<40} {_count(p.params):>10} {_count(p.tokens):>10} {p.steps:>8,} "
-            f"{p.train_flops / 1e15:>12,.1f} {_size(p.checkpoint_bytes):>10} {gpus:>9} {hours:>10} {wall:>7}"
+            f"{p.train_flops / 1e15:>12,.1f} {_size(p.checkpoint_bytes):>10} {gpus:>9} "
+            f"{_mfu(p):>6} {hours:>10} {wall:>7}{mem}"
         )
     # the checkpoints' disk is part of the study's disk line (study_disk), printed below
     lines.append(f"total training GPU-hours {total_hours:,.1f}")
@@ -458,5 +566,7 @@ def render_plan(config: Mapping[str, Any], mfu: float = DEFAULT_MFU) -> str:
         f"  fetch limit (corpus.max_bytes={corpus.get('max_bytes')!r}): "
         + (f"{_size(limit)} per split" if limit else "none: the whole corpus is streamed")
     )
-    lines += render_evaluation(config, plans, mfu)
+    lines += render_evaluation(
+        config, plans, {c: j[1] for c, j in jobs.items()} if memory else None
+    )
     return "\n".join(lines)

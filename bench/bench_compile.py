@@ -1,0 +1,76 @@
+"""Compile time of the training step's model on this CPU, whole model vs regional.
+
+Dynamo + AOTAutograd only (`backend="aot_eager"`: the forward and backward graphs traced and
+partitioned, no inductor codegen), at a scale's real widths and layer count, on one short
+sequence (`--tokens`, 64: the graph's nodes do not depend on it, and the compute to subtract
+stays small; the loss runs in one chunk under the CPU rule, where a GPU's micro-batch runs
+several, each unrolled into the whole-model graph):
+  whole     torch.compile(model): one graph of every block and the unrolled loss chunks;
+  regional  each transformer block compiled (`block.compile()`: one compiled code object,
+            reused by every layer) and the rest eager.
+Each figure is the first compiled forward (with targets) + backward minus the second (the
+same work through the compiled code), after an eager warm-up step.
+
+  PYTHONPATH=src python bench/bench_compile.py [--scale 400m] [--variant tied]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from leviathan.model import model_config
+from leviathan.model.language_model import LanguageModel, build_model
+
+
+def _step_seconds(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, float]:
+    """(wall, this process's CPU) seconds of one forward with targets and backward."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    model(ids, ids).backward()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def measure(scale: str, variant: str, tokens: int, how: str) -> tuple[float, float]:
+    """(wall, CPU) seconds the first compiled step takes beyond the second (`how`: whole,
+    regional)."""
+    torch._dynamo.reset()
+    cfg = model_config(scale, "o200k_base", variant)
+    model: LanguageModel = build_model(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (1, tokens))
+    _step_seconds(model, ids)  # warm-up: first-call costs outside the figure
+    model.zero_grad(set_to_none=True)
+    if how == "whole":
+        stepped: torch.nn.Module = torch.compile(model, backend="aot_eager")  # type: ignore[assignment]
+    else:
+        for block in model.backbone.blocks:
+            block.compile(backend="aot_eager")
+        stepped = model
+    compiled = _step_seconds(stepped, ids)
+    model.zero_grad(set_to_none=True)
+    eager = _step_seconds(stepped, ids)  # the compiled code again: the same work, no compile
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    print(f"  {how}: {graphs} graph(s) compiled", flush=True)
+    return compiled[0] - eager[0], compiled[1] - eager[1]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--scale", default="400m")
+    p.add_argument("--variant", default="tied")
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--how", choices=("regional", "whole"), action="append")
+    args = p.parse_args()
+    cfg = model_config(args.scale, "o200k_base", args.variant)
+    for how in args.how or ("regional", "whole"):
+        wall, cpu = measure(args.scale, args.variant, args.tokens, how)
+        print(
+            f"{args.scale} {args.variant} ({cfg.n_layers} layers, {args.tokens} tokens) {how}: "
+            f"{wall:.1f} s wall, {cpu:.1f} s CPU",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""One real training micro-batch step, and one evaluation forward, traced on FakeTensors at
+the study's shapes: the bytes each part moves (`leviathan.model.traffic`) and the peak of the
+memory its live tensors hold, with no allocation and no GPU (seconds at the 1.2b shapes).
+
+The step is the trainer's (`leviathan.train.trainer.Trainer.train_step`): the model's forward
+with targets (the chunked loss) under bf16 autocast, backward, `clip_grad_norm_` to
+`grad_clip`, an AdamW step with the trainer's hyperparameters, `zero_grad(set_to_none=True)`.
+A GPU is stood in for by
+  * the GPU chunk rule (`leviathan.device.forced_policy("gpu")`: one LEV chunk, the loss's
+    chunks of an 80 GB device, the head padded to `HEAD_ROWS_MULTIPLE` rows);
+  * CPU autocast to bf16 (the same casts as CUDA autocast: matmuls in bf16, reductions fp32);
+  * AdamW as torch picks it for CUDA parameters (`OPTIMIZER_IMPL`); LEV's plain torch path
+    (on a GPU `lev._use_native` is False: the fused CPU kernel is for CPU tensors only);
+  * the data-dependent values a FakeTensor cannot hold, stated (`_DataStandIn`): a host read
+    of a scalar (the ids' range check, AdamW's step count) reads 1, and `torch.unique` of a
+    micro-batch returns `distinct` ids (default `distinct_ids`, the roofline's bound).
+What the CPU stand-in does not see (its kernels are not a GPU's: SDPA and RMSNorm decompose
+differently, inductor's fusion is absent) is recorded where the roofline is held to it
+(tests/model/test_step_count.py).
+
+An AdamW step on zero gradients runs first (outside the count) so that its moments exist: the
+counted step is a steady-state one. Parts: `input` (the variant's input module, forward and backward),
+`backbone` (blocks and final norm), `head+loss` (everything else of forward and backward: the
+loss, the head's matmuls), `optimizer` (clipping and the AdamW step, an explicit part).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
+
+from leviathan.device import forced_policy
+from leviathan.model import lev_native
+from leviathan.model.config import ModelConfig
+from leviathan.model.language_model import LanguageModel, build_model
+from leviathan.model.traffic import TrafficCounter
+
+PARTS = ("input", "backbone", "head+loss", "optimizer")
+# what torch.optim.AdamW picks for CUDA parameters when the trainer passes neither `foreach`
+# nor `fused` (torch.optim.optimizer._default_to_fused_or_foreach); where the trainer turns
+# on fused=True, set this to "fused" (the roofline's ADAMW_BYTES follows it)
+OPTIMIZER_IMPL = "foreach"
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """The trainer's AdamW hyperparameters and clipping (`TrainConfig`'s fields)."""
+
+    lr: float = 3e-4
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+
+
+def part_of(parents: set[str]) -> str:
+    """The part of an op from the modules it runs under (ModuleTracker's names)."""
+    if any(p.startswith("LanguageModel.io.input") for p in parents):
+        return "input"
+    if any(p.startswith("LanguageModel.backbone") for p in parents):
+        return "backbone"
+    return "head+loss"
+
+
+def distinct_ids(cfg: ModelConfig, tokens: int) -> int:
+    """Distinct ids of a micro-batch, bounded as the accounting bounds them: every position a
+    distinct id, at most the vocabulary (a real batch of text has fewer)."""
+    return min(tokens, cfg.vocab_size)
+
+
+class _DataStandIn(TorchDispatchMode):
+    """The values FakeTensors cannot hold (see the module docstring): a scalar read reads 1;
+    `torch.unique` returns `distinct` ids and the inverse map of the input's shape."""
+
+    def __init__(self, distinct: int) -> None:
+        super().__init__()
+        self.distinct = distinct
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in (aten._local_scalar_dense.default, aten.item.default):
+            return 1
+        if func.overloadpacket is aten._unique2:
+            ids = args[0]
+            uniq = torch.empty(min(self.distinct, ids.numel()), dtype=ids.dtype, device=ids.device)
+            inverse = torch.empty(ids.shape, dtype=torch.long, device=ids.device)
+            return uniq, inverse, torch.empty(0, dtype=torch.long, device=ids.device)
+        return func(*args, **(kwargs or {}))
+
+
+class LiveMemory(TorchDispatchMode):
+    """The peak of the bytes held by live tensor storages: those `hold` registers (the model,
+    its gradients, the optimizer's state) and every storage an op creates, freed when its last
+    tensor is (a caching allocator's rounding and fragmentation are not counted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current = 0
+        self.peak = 0
+        self._seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    def hold(self, *values: Any) -> None:
+        for t in tree_leaves(values):
+            if isinstance(t, torch.Tensor):
+                self._add(t)
+
+    def _add(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        if storage in self._seen:
+            return
+        size = storage.nbytes()
+        self._seen[storage] = size
+        self.current += size
+        self.peak = max(self.peak, self.current)
+        weakref.finalize(storage, self._free, size)
+
+    def _free(self, size: int) -> None:
+        self.current -= size
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._add(t)
+        return out
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """What one traced micro-batch step moved, per part, and the peak memory it held."""
+
+    tokens: int
+    distinct: int
+    bytes: dict[str, int]  # read + written per part
+    peak_bytes: int  # live storages at their peak: weights, gradients, AdamW state, activations
+    counter: TrafficCounter  # per-op records, to see where a part's bytes go
+
+
+@contextmanager
+def gpu_stand_in(distinct: int) -> Iterator[None]:
+    """FakeTensors under the GPU chunk rule, with the stated stand-ins (module docstring)."""
+    with ExitStack() as stack:
+        stack.enter_context(forced_policy("gpu"))
+        stack.enter_context(mock.patch.object(lev_native, "available", lambda: False))
+        stack.enter_context(FakeTensorMode())
+        stack.enter_context(_DataStandIn(distinct))
+        yield
+
+
+def _micro_batch(cfg: ModelConfig, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = (rows, cfg.max_seq_len)
+    return torch.randint(0, cfg.vocab_size, shape), torch.randint(0, cfg.vocab_size, shape)
+
+
+def _step(
+    model: LanguageModel, opt: torch.optim.Optimizer, batch: Any, clip: float, count: Any
+) -> None:
+    """The trainer's step on one micro-batch; `count`: the counter's part() (or None)."""
+    ids, targets = batch
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(ids, targets)
+    loss.backward()
+    with count("optimizer") if count else ExitStack():
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf"))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def _first_step(model: LanguageModel, opt: torch.optim.Optimizer) -> None:
+    """An AdamW step on zero gradients: its moments now exist, as in every later step."""
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def trace_step(
+    cfg: ModelConfig,
+    micro_batch: int,
+    optim: Optimizer | None = None,
+    distinct: int | None = None,
+    count: bool = True,
+) -> StepTrace:
+    """One steady-state training micro-batch step of `micro_batch` sequences of
+    cfg.max_seq_len tokens: its peak memory and (`count`) its bytes per part."""
+    optim = optim or Optimizer()
+    tokens = micro_batch * cfg.max_seq_len
+    distinct = distinct_ids(cfg, tokens) if distinct is None else distinct
+    with gpu_stand_in(distinct):
+        model = build_model(cfg)
+        opt = torch.optim.AdamW(
+            model.parameters(),
+            lr=optim.lr,
+            betas=optim.betas,
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+            **{OPTIMIZER_IMPL: True},
+        )
+        batch = _micro_batch(cfg, micro_batch)
+        _first_step(model, opt)
+        memory = LiveMemory()
+        memory.hold(list(model.parameters()), list(model.buffers()), opt.state, batch)
+        counter = TrafficCounter(part_of)
+        with memory, counter if count else ExitStack():
+            _step(model, opt, batch, optim.grad_clip, counter.part if count else None)
+    return StepTrace(tokens, distinct, counter.by_part(), memory.peak, counter)
+
+
+def trace_eval(cfg: ModelConfig, batch: int) -> int:
+    """Peak memory of an evaluation job's model and one batch of `batch` windows: the
+    trained model loaded and prepared (`EvalModel`: a generated input materialised into its
+    V x D table), then its per-token losses under bf16 autocast (what the evaluations score)."""
+    from leviathan.eval.checkpoint import EvalModel
+    from leviathan.model.loss import DEFAULT_CHUNK_ELEMS
+
+    with gpu_stand_in(distinct_ids(cfg, batch * cfg.max_seq_len)):
+        memory = LiveMemory()
+        with memory:
+            prepared = EvalModel(build_model(cfg), "bf16", DEFAULT_CHUNK_ELEMS)
+            ids, targets = _micro_batch(cfg, batch)
+            prepared.token_losses(ids, targets)
+    return memory.peak

@@ -1,0 +1,171 @@
+"""GPU memory per job of a study: each training job's and each evaluation job's peak on one
+GPU, from its step traced on FakeTensors (`leviathan.model.step_count`: no GPU, seconds),
+plus the stated allowances a trace cannot see, against the memory of the job's `gpu_model`
+(`leviathan.gpus`). The plan prints it; a training micro-batch that would not fit is refused
+naming `train.<scale>.micro_batch` and the largest that fits.
+
+Allowances (stated, not measured; the first GPU check's `torch.cuda.max_memory_allocated`
+corrects them):
+  * inside `torch.logsumexp` (the loss's and the evaluation's) one fp32 temporary of a loss
+    chunk's logits that no dispatch mode sees: `x - max`, exponentiated in place;
+  * DDP (jobs of more than one GPU): its gradient buckets, a flat fp32 copy of every
+    gradient (`gradient_as_bucket_view` is off: the trainer's DDP defaults);
+  * `FRAGMENTATION` of what the caching allocator holds beyond its live tensors;
+  * `CUDA_CONTEXT_BYTES` per process (the CUDA context, cuBLAS workspaces, kernel images)
+    and `NCCL_BYTES` per process of a multi-GPU job (NCCL's channel buffers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from leviathan.gpus import GIB, GPUModel, gpu_model
+
+CUDA_CONTEXT_BYTES = 1 * GIB
+NCCL_BYTES = 1 * GIB
+FRAGMENTATION = 0.15
+
+
+@dataclass(frozen=True)
+class JobMemory:
+    """One job's predicted peak on one GPU: the traced live tensors and each allowance."""
+
+    traced: int
+    logsumexp: int  # the loss chunk's hidden fp32 temporary
+    ddp_buckets: int  # 0 on one GPU
+    fixed: int  # CUDA context (+ NCCL on several GPUs)
+    gpu: GPUModel | None
+
+    @property
+    def total(self) -> int:
+        allocated = self.traced + self.logsumexp + self.ddp_buckets
+        return int(allocated * (1 + FRAGMENTATION)) + self.fixed
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.gpu is None else self.total <= self.gpu.memory
+
+    def cell(self) -> str:
+        """`41.2/80 GB` (GiB, as the GPU reports them), or the total alone without a GPU."""
+        used = f"{self.total / GIB:.1f}"
+        return f"{used}/{self.gpu.memory / GIB:.0f} GB" if self.gpu else f"{used} GB"
+
+
+def _loss_chunk_bytes(cfg: Any, rows: int) -> int:
+    """Bytes of one fp32 loss chunk of `rows` rows (the GPU rule, as the loss sizes it)."""
+    from leviathan.model.roofline import loss_chunks, padded_vocab
+
+    per_chunk = -(-rows // loss_chunks(cfg, rows))
+    return per_chunk * padded_vocab(cfg) * 4
+
+
+@cache
+def _train_peak(cfg: Any, micro_batch: int) -> int:
+    from leviathan.model.step_count import trace_step
+
+    return trace_step(cfg, micro_batch, count=False).peak_bytes
+
+
+@cache
+def _eval_peak(cfg: Any, batch: int) -> int:
+    from leviathan.model.step_count import trace_eval
+
+    return trace_eval(cfg, batch)
+
+
+def train_memory(cfg: Any, micro_batch: int, gpus: int, model: str | None) -> JobMemory:
+    """A training job's peak per GPU: `micro_batch` sequences per forward, `gpus` GPUs."""
+    from leviathan.model.accounting import account
+
+    params = account(cfg, cfg.max_seq_len).total_params
+    several = gpus > 1
+    return JobMemory(
+        traced=_train_peak(cfg, micro_batch),
+        logsumexp=_loss_chunk_bytes(cfg, micro_batch * cfg.max_seq_len),
+        ddp_buckets=4 * params if several else 0,
+        fixed=CUDA_CONTEXT_BYTES + (NCCL_BYTES if several else 0),
+        gpu=gpu_model(model),
+    )
+
+
+def eval_memory(cfg: Any, batch: int, model: str | None) -> JobMemory:
+    """An evaluation job's peak (one GPU): the prepared model and one batch of windows."""
+    return JobMemory(
+        traced=_eval_peak(cfg, batch),
+        logsumexp=_loss_chunk_bytes(cfg, batch * cfg.max_seq_len),
+        ddp_buckets=0,
+        fixed=CUDA_CONTEXT_BYTES,
+        gpu=gpu_model(model),
+    )
+
+
+def largest_fitting(cfg: Any, per_rank: int, below: int, gpus: int, model: str) -> int | None:
+    """The largest micro-batch under `below` that divides the per-rank batch and fits."""
+    for micro in range(below - 1, 0, -1):
+        if per_rank % micro == 0 and train_memory(cfg, micro, gpus, model).fits:
+            return micro
+    return None
+
+
+def refusal(scale: str, micro: int, memory: JobMemory, largest: int | None) -> str:
+    """The one line that refuses a training micro-batch that does not fit its GPU."""
+    fix = (
+        f"set train.{scale}.micro_batch: {largest} (the largest that fits)"
+        if largest
+        else "no micro-batch fits: choose a GPU with more memory (resources.<scale>.gpu_model)"
+    )
+    gpu = memory.gpu
+    assert gpu is not None
+    return (
+        f"train.{scale}.micro_batch={micro} needs {memory.total / GIB:.1f} GB per GPU, an "
+        f"{gpu.name} holds {gpu.memory / GIB:.0f} GB: {fix}"
+    )
+
+
+def eval_batch(config: Any) -> int:
+    """The largest batch of the configured evaluations (windows of the full context: an
+    upper bound for lm-eval's shorter requests); each section's default where unset."""
+    from leviathan.eval.config import LmEvalConfig, ValConfig, WikitextConfig
+
+    defaults = {"val": ValConfig, "wikitext": WikitextConfig, "lm_eval": LmEvalConfig}
+    sections = config.get("evaluate") or {}
+    batches = [
+        int((sections.get(k) or {}).get("batch_size") or cls.batch_size)
+        for k, cls in defaults.items()
+        if k in sections
+    ]
+    return max(batches, default=ValConfig.batch_size)
+
+
+def cell_memory(config: Any, cell: Any) -> tuple[JobMemory | None, JobMemory | None]:
+    """(the training job's, the evaluation job's) peak per GPU; None for a CPU job."""
+    from leviathan.train.trainer import cell_model_config
+    from leviathan.workflow.cluster import eval_resources, scale_resources
+    from leviathan.workflow.plan import cell_train_config
+
+    tc = cell_train_config(config, cell)
+    cfg = cell_model_config(tc)
+    res, eres = scale_resources(config, cell.scale), eval_resources(config, cell.scale)
+    gpus = int(res["gpus"]) * int(res["nodes"])
+    train = train_memory(cfg, tc.micro_batch, gpus, res["gpu_model"]) if gpus else None
+    evaluation = eval_memory(cfg, eval_batch(config), eres["gpu_model"]) if eres["gpu"] else None
+    return train, evaluation
+
+
+def check_fits(config: Any, cell: Any, train: JobMemory | None) -> None:
+    """Refuse (ValueError, one line) a training micro-batch that does not fit its GPU."""
+    if train is None or train.fits is not False:
+        return
+    from leviathan.train.trainer import cell_model_config
+    from leviathan.workflow.cluster import scale_resources
+    from leviathan.workflow.plan import cell_train_config
+
+    tc = cell_train_config(config, cell)
+    res = scale_resources(config, cell.scale)
+    gpus = int(res["gpus"]) * int(res["nodes"])
+    largest = largest_fitting(
+        cell_model_config(tc), tc.global_batch // gpus, tc.micro_batch, gpus, res["gpu_model"]
+    )
+    raise ValueError(refusal(cell.scale, tc.micro_batch, train, largest))

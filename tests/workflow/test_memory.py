@@ -1,0 +1,75 @@
+"""GPU memory per job in the plan: the traced peaks with their allowances beside the GPU's
+memory, and a micro-batch that does not fit refused in one line naming the largest that does."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leviathan.gpus import GIB
+from leviathan.train.trainer import cell_model_config
+from leviathan.workflow.config import resolve
+from leviathan.workflow.grid import Cell
+from leviathan.workflow.memory import FRAGMENTATION, cell_memory, train_memory
+from leviathan.workflow.plan import cell_train_config, render_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _one_cell(scale: str, variant: str, **resources: Any) -> dict[str, Any]:
+    """The paper's config with one study of one cell (the plan traces one job of each kind)."""
+    config = copy.deepcopy(resolve([ROOT / "config" / "paper.yaml"], root=ROOT))
+    config["studies"] = {
+        "one": {"scales": [scale], "vocabs": ["o200k_base"], "variants": [variant], "seeds": [0]}
+    }
+    config["resources"][scale].update(resources)
+    return config
+
+
+def test_the_plan_prints_each_jobs_memory_beside_its_gpus() -> None:
+    config = _one_cell("1.2b", "tied")
+    text = render_plan(config)
+    train, evaluation = cell_memory(config, Cell("1.2b", "o200k_base", "tied", 0))
+    assert train is not None
+    assert evaluation is not None
+    rows = [line for line in text.splitlines() if line.startswith("1.2b/o200k_base/tied/seed0")]
+    assert len(rows) == 2  # the training row and the evaluation row
+    assert rows[0].endswith(f"{train.total / GIB:.1f}/80 GB")
+    assert rows[1].endswith(f"{evaluation.total / GIB:.1f}/80 GB")
+    assert "DDP's gradient buckets" in text
+    assert train.fits
+    # 8 GPUs: DDP's buckets hold an fp32 copy of every gradient (4 bytes per parameter)
+    cfg = cell_model_config(cell_train_config(config, Cell("1.2b", "o200k_base", "tied", 0)))
+    one_gpu = train_memory(cfg, 16, 1, "h100")
+    assert train.ddp_buckets == 4 * sum(p.numel() for p in _meta(cfg).parameters())
+    assert one_gpu.ddp_buckets == 0
+    assert train.total - one_gpu.total == pytest.approx(
+        train.ddp_buckets * (1 + FRAGMENTATION) + 2**30, rel=1e-6
+    )
+
+
+def _meta(cfg: Any) -> Any:
+    from leviathan.model.language_model import build_model
+
+    return build_model(cfg, device="meta")
+
+
+def test_a_micro_batch_that_does_not_fit_is_refused_naming_the_largest_that_does() -> None:
+    # an A10G's 24 GB cannot hold the 200m step at 64 sequences per forward
+    config = _one_cell("200m", "tied", gpu_model="a10g")
+    with pytest.raises(ValueError) as refused:
+        render_plan(config)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith("train.200m.micro_batch=64 needs ")
+    largest = int(re.search(r"set train\.200m\.micro_batch: (\d+)", message).group(1))  # type: ignore[union-attr]
+    cfg = cell_model_config(cell_train_config(config, Cell("200m", "o200k_base", "tied", 0)))
+    assert train_memory(cfg, largest, 1, "a10g").fits
+    assert not train_memory(cfg, 2 * largest, 1, "a10g").fits  # the next divisor of 512 does not
+    fixed = copy.deepcopy(config)
+    fixed["train"]["200m"]["micro_batch"] = largest
+    assert "200m/o200k_base/tied/seed0" in render_plan(fixed)
