@@ -33,6 +33,7 @@ from leviathan.model.loss import (
     fused_loss_bytes,
     linear_cross_entropy,
 )
+from leviathan.model.step_count import rms_norm_as_on_cuda
 from leviathan.model.traffic import TrafficCounter
 from leviathan.model.transformer import Backbone
 
@@ -60,56 +61,6 @@ BACKBONE_PARTS = ("attn_norm", "ffn_norm", "norm", "qkv", "proj", "gate", "up", 
 BACKBONE_PARTS += ("ffn",)
 
 
-@torch.library.custom_op("bench::fused_rms_norm", mutates_args=())
-def _fused_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[torch.Tensor]:
-    """ATen's fused RMSNorm (what CUDA runs for `F.rms_norm` with input and weight of one
-    dtype), one op to the counter: on a CPU ATen decomposes it into its composite."""
-    return list(torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, eps))
-
-
-@_fused_rms_norm.register_fake
-def _(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[torch.Tensor]:
-    return [torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)]
-
-
-@torch.library.custom_op("bench::fused_rms_norm_backward", mutates_args=())
-def _fused_rms_norm_backward(
-    dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor
-) -> list[torch.Tensor]:
-    dims = [x.shape[-1]]
-    return list(torch.ops.aten._fused_rms_norm_backward(dy, x, dims, rstd, w, [True, True]))
-
-
-@_fused_rms_norm_backward.register_fake
-def _(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> list[torch.Tensor]:
-    return [torch.empty_like(x), torch.empty_like(w)]
-
-
-def _save_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    ctx.save_for_backward(inputs[0], inputs[1], output[1])
-
-
-def _norm_backward(ctx: Any, grads: list[torch.Tensor]) -> tuple[Any, ...]:
-    x, w, rstd = ctx.saved_tensors
-    return (*_fused_rms_norm_backward(grads[0], x, w, rstd), None)
-
-
-torch.library.register_autograd("bench::fused_rms_norm", _norm_backward, setup_context=_save_norm)
-
-
-_RMS_NORM = F.rms_norm
-
-
-def _rms_norm_as_on_cuda(
-    x: torch.Tensor, shape: list[int], weight: torch.Tensor | None = None, eps: float | None = None
-) -> torch.Tensor:
-    """F.rms_norm as CUDA dispatches it: ATen's fused kernels where input and weight share a
-    dtype (one op to the counter each way), else the composite (torch warns so)."""
-    if weight is None or weight.dtype != x.dtype or eps is None:
-        return _RMS_NORM(x, shape, weight, eps)
-    return _fused_rms_norm(x, weight, eps)[0]
-
-
 def backbone_bytes(scale: str, vocab: str, batch: int, top: int, fused_norm: bool) -> None:
     """Prints the bytes of the backbone's forward and backward at `scale` (bf16 CPU autocast,
     fp32 residual stream) per token, layer and unit of D, by part, and its `top` ops; with
@@ -118,7 +69,7 @@ def backbone_bytes(scale: str, vocab: str, batch: int, top: int, fused_norm: boo
     T, D = cfg.max_seq_len, cfg.d_model
     with FakeTensorMode(), ExitStack() as stack:
         if fused_norm:
-            stack.enter_context(_patched(F, "rms_norm", _rms_norm_as_on_cuda))
+            stack.enter_context(_patched(F, "rms_norm", rms_norm_as_on_cuda))
         backbone = Backbone(cfg)
         x = torch.empty(batch, T, D, requires_grad=True)
         with (

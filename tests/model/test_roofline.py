@@ -13,7 +13,6 @@ from leviathan.model import model_config
 from leviathan.model.roofline import (
     BANDWIDTH_EFFICIENCY,
     GEMM_EFFICIENCY,
-    LOGIT_BYTES,
     roofline,
 )
 
@@ -28,8 +27,11 @@ def test_400m_parts_rederived_from_the_shapes() -> None:
     assert 0 <= v_pad - cfg.vocab_size < 128
     # per token forward: q, k, v, o (4 D^2) and SwiGLU (3 D F) multiply-adds, dense T x T attention
     assert parts["backbone"].flops == 3 * N * (2 * L * (4 * D * D + 3 * D * F) + 4 * T * D * L)
-    assert parts["head+loss"].flops == 3 * 2 * N * v_pad * D
-    assert parts["head+loss"].bytes >= N * v_pad * LOGIT_BYTES
+    # the fused loss: forward, the logits recomputed in backward, and the two gradient GEMMs
+    assert parts["head+loss"].flops == 4 * 2 * N * v_pad * D
+    # its bytes: G once in bf16 read by two GEMMs (6 per logit), the hidden states' reads
+    # and dh (8 per element), the head's casts, padding and gradient (28 per element)
+    assert parts["head+loss"].bytes == 6 * N * v_pad + 8 * N * D + 28 * v_pad * D
     assert parts["optimizer"].flops == 0
 
 
@@ -60,10 +62,10 @@ def test_compiling_removes_only_elementwise_traffic(variant: str) -> None:
         assert a.flops == b.flops
         assert a.matmul_bytes == b.matmul_bytes
         assert b.bytes <= a.bytes
-    for name in ("backbone", "head+loss"):
-        assert fused.part(name).bytes < eager.part(name).bytes
-    assert fused.part("optimizer").bytes == eager.part("optimizer").bytes  # not compiled
-    assert eager.part("head+loss").bound("H100") == "memory"
+    assert fused.part("backbone").bytes < eager.part("backbone").bytes
+    # the loss's kernels and AdamW are the same compiled (custom ops, no compile)
+    assert fused.part("head+loss").bytes == eager.part("head+loss").bytes
+    assert fused.part("optimizer").bytes == eager.part("optimizer").bytes
     assert fused.mfu("H100") > eager.mfu("H100")
 
 

@@ -11,13 +11,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from leviathan.model import model_config
-from leviathan.model.roofline import LOGIT_BYTES, padded_vocab, roofline
-from leviathan.model.step_count import LiveMemory, StepTrace, trace_step
+from leviathan.model.roofline import roofline
+from leviathan.model.step_count import LiveMemory, StepTrace, fused_loss_available, trace_step
 
 ROOT = Path(__file__).resolve().parents[2]
-# torch.logsumexp is one ATen op (the counter sees it read the logits once) that runs four
-# kernels: amax (4), x - max (8), exp (8), sum (4) bytes per fp32 logit: 20 more than counted
-HIDDEN_LOGSUMEXP_BYTES = 4 + 8 + 8 + 4 - 4
 
 
 @cache
@@ -28,7 +25,7 @@ def _study_step(scale: str, variant: str) -> tuple[StepTrace, int]:
     from leviathan.workflow.plan import cell_train_config
 
     config = resolve([ROOT / "config" / "paper.yaml"], root=ROOT)
-    micro = cell_train_config(config, Cell(scale, "o200k_base", variant, 0)).micro_batch
+    micro = cell_train_config(config, Cell(scale, "o200k_base", variant, 0, "pile")).micro_batch
     return trace_step(model_config(scale, "o200k_base", variant), micro), micro
 
 
@@ -45,20 +42,21 @@ def test_the_rooflines_bytes_hold_the_counted_step_within_1_5x(scale: str, varia
 
 @pytest.mark.parametrize("variant", ["tied", "leviathan"])
 @pytest.mark.parametrize("scale", ["400m", "1.2b"])
-def test_where_a_part_differs_from_the_count_the_reason_accounts_for_it(
-    scale: str, variant: str
-) -> None:
-    """Backbone, input and optimizer describe the kernels the count sees (within 10%); the
-    head's excess is torch.logsumexp's hidden kernels, which the dispatch mode cannot see."""
+def test_each_part_describes_the_kernels_the_count_sees(scale: str, variant: str) -> None:
+    """Within 10% per part. Where they differ, it is what the CPU stand-in runs otherwise
+    than a GPU: attention's CPU flash kernels and the linears' reshapes (backbone, the
+    roofline ~4% over), AdamW's fused step counted as one op reading p, g, m, v and writing
+    three (the roofline's 28 bytes per parameter with clipping's 12; counted 44)."""
+    if not fused_loss_available():
+        pytest.skip("Triton is not importable here: the loss's kernels cannot be traced")
     trace, micro = _study_step(scale, variant)
     cfg = model_config(scale, "o200k_base", variant)
     predicted = roofline(cfg, micro, global_batch=micro)
     for name in ("backbone", "input", "optimizer"):
         assert predicted.part(name).bytes == pytest.approx(trace.bytes[name], rel=0.1), name
-    hidden = HIDDEN_LOGSUMEXP_BYTES * trace.tokens * padded_vocab(cfg)
-    assert HIDDEN_LOGSUMEXP_BYTES < LOGIT_BYTES
-    head = predicted.part("head+loss").bytes
-    assert head - hidden == pytest.approx(trace.bytes["head+loss"], rel=0.1)
+    # the fused loss's model is the count of its custom ops; beside them the count has the
+    # generated embeddings' fp32 cast (LanguageModel.hidden, outside any module: 0.8%)
+    assert predicted.part("head+loss").bytes == pytest.approx(trace.bytes["head+loss"], rel=0.01)
 
 
 def test_the_traced_step_covers_the_four_parts_and_a_plausible_peak() -> None:

@@ -37,16 +37,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
-from leviathan.device import chunk_elems, forced_policy
 from leviathan.gpus import require_gpu_model
-
 from leviathan.model import lev_triton
 from leviathan.model.accounting import Accounting, account_model
 from leviathan.model.config import ModelConfig
 from leviathan.model.language_model import build_model
-from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, HEAD_ROWS_MULTIPLE
+from leviathan.model.loss import FUSED_BYTES_PER_HEAD, HEAD_ROWS_MULTIPLE, fused_loss_bytes
 from leviathan.model.step_count import OPTIMIZER_IMPL, distinct_ids
 
 # stated, not measured: the share of peak that large bf16 GEMMs and streaming kernels reach
@@ -59,17 +55,19 @@ BANDWIDTH_EFFICIENCY = 0.8
 # dy and writes dx, then reads dy and x for dW (4a + 4b): 6 bytes per unit of a + b. A block's
 # linears: qkv D -> 3D, proj D -> D, gate and up D -> F, down F -> D.
 LINEAR_BYTES = 6
-# RMSNorm, per norm and unit of D. Eager (transformer.RMSNorm: F.rms_norm on an fp32 residual,
-# its composite in fp32): forward x^2, mean, + eps, rsqrt, x * rstd, * weight; backward ten
-# products and two sums; 132 as counted. Compiled: one kernel each way (forward reads x in
-# fp32 and writes the bf16 result: 6; backward reads x and dy, writes dx: 10). A fused
-# RMSNorm in the activation dtype changes the eager figure.
-RMSNORM_BYTES, FUSED_RMSNORM_BYTES = 132, 16
-# Rotary embeddings and autocast's casts of q, k (transformer.apply_rope: .float(), unbind,
-# four products, add/sub, stack, type_as; and their backward), per unit of D: 240 eager.
-# Compiled: q and k read and written in bf16 once each way (16). A rotary kernel without the
-# fp32 unbind/stack changes the eager figure.
-ROPE_BYTES, FUSED_ROPE_BYTES = 240, 16
+# RMSNorm, per norm and unit of D (transformer.RMSNorm: the fp32 residual cast once to the
+# activation dtype, then F.rms_norm with input and weight in bf16, which CUDA runs as ATen's
+# fused kernel). Eager: the cast in (read 4, write 2) and the gradient's cast back (6), the
+# fused forward (read 2, write 2) and backward (read dy, x: 4, write dx 2), and the sum of the
+# norm's input gradient into the fp32 residual gradient (read 8, write 4): 34 as counted.
+# Compiled: the cast fuses into the kernels (forward reads fp32 x, writes bf16: 6; backward
+# reads x and dy, writes dx: 10).
+RMSNORM_BYTES, FUSED_RMSNORM_BYTES = 34, 16
+# Rotary embeddings in the activation dtype (transformer.apply_rope: the pairs swapped by a
+# flip, one multiply and one addcmul; their backward) and the layout copies of q, k, v around
+# attention (permute + contiguous, the heads' stack), per unit of D: 88 eager, as counted.
+# Compiled: q and k read and written in bf16 once each way, the copies folded (16).
+ROPE_BYTES, FUSED_ROPE_BYTES = 88, 16
 # SDPA (flash attention): forward reads q, k, v and writes the output (8), backward reads
 # q, k, v, the output and its gradient and writes dq, dk, dv (16): 24 per unit of D.
 SDPA_BYTES = 24
@@ -90,36 +88,29 @@ PARAM_MATMUL_BYTES = 6
 PARAM_BYTES = 6 + PARAM_MATMUL_BYTES + 6
 
 # ---- head + loss -----------------------------------------------------------------------
-# Per logit, eager (loss._LinearCrossEntropy, GPU rule): bf16 logits written (2), .float()
-# (6), torch.logsumexp's four kernels (amax 4, x - max 8, exp 8, sum 4: 24; the counter sees
-# one op reading 4), softmax sub_ and exp_ in place (16), the mask's mul_ (8), the bf16 G (6),
-# G stored into its buffer (4) and read by the two gradient matmuls (4): 70. Compiled: bf16
-# logits written, read by the logsumexp and the softmax passes, G written and read by two
-# matmuls: 12. A fused linear-cross-entropy kernel replaces both (loss.py).
-LOGIT_BYTES, FUSED_LOGIT_BYTES = 70, 12
-# of those, the matmuls' own: the logits written (2), G read by the gradient matmuls (4)
-LOGIT_MATMUL_BYTES = 6
-# per head parameter (V_pad x D): the bf16 copy (6), the padding (4), the head gradient's
-# first product cast to fp32 (6), its div_ (8), backward's product with grad_out (8)
-HEAD_PARAM_BYTES = 6 + 4 + 6 + 8 + 8
-# per token and unit of D: the chunks' h read, grad_h written in bf16, cast, stored and divided
-HEAD_TOKEN_BYTES = 24
+# The GPU's loss is the fused linear cross-entropy (loss.py: two Triton kernels, custom ops,
+# the same eagerly and compiled): `loss.fused_loss_bytes`, 6 bytes per logit (G written once
+# in bf16, read by the two gradient GEMMs), 8 per hidden element, 28 per head element (its
+# casts and padding). The kernels form the logits tile by tile while they compute (streamed
+# like a matmul's operands); the head's casts are elementwise. Its FLOPs: the backward
+# recomputes the logits, 4 matmuls of N x V_pad x D where the accounting counts 3.
+HEAD_MATMULS = 4
 
 # ---- input -----------------------------------------------------------------------------
 # a table, per token and unit of D: the row gathered (read 4, written 4), its gradient read
 # by the dense backward (4); per table element: the dense gradient written (4) and, tied, its
 # sum with the head's gradient (read 8, write 4)
 TABLE_ROW_BYTES, TABLE_GRAD_BYTES, TIED_GRAD_SUM_BYTES = 12, 4, 12
-# LEV's spline product on its plain torch path (lev._plain_forward/_plain_backward), in fp32
-# passes over [h, d_seed, r] per distinct id: forward the coefficients' gather (6), phi's two
-# addcmul (6), the sign (3), abs/clamp/log (6), the log-sum (1); backward the gather and phi
-# again (12), |phi| clamped (4), the signed division (5), dphi and its product and sum (7),
-# the tap gradients and their stack (10), the scatter-add into the coefficients (9): 69.
-# Compiled: inductor fuses each direction's chain into one kernel that reads t and the
-# coefficients (a 12.6 MB table that stays in L2) and writes M (forward) or grad t and the
-# coefficient gradient's atomic adds (L2 again): no [h, d_seed, r] pass reaches HBM (stated).
-# LEV's own kernel replaces both figures (lev.py's cost).
-LEV_PLAIN_PASSES, FUSED_LEV_PASSES = 22 + 47, 0
+# LEV (per distinct id): its spline product is one custom op (lev.py), whose kernels move
+# `lev_triton.cost_per_id` (t, M and their gradients; the coefficient table, L2-resident, once
+# per step), eager and compiled alike. Around it, steps 1-3 and the out-projection in torch
+# ops: eager, 29 fp32 passes over the h x d_seed coordinates (the codebook rows' sum, the
+# heads' projection, LayerNorm, its gain and bias, the 1/2, the sigmoid, and their
+# gradients) and 13 bytes per unit of D (the generated row's cast, its gradient's), as
+# counted (within 4% at 200m, 400m and 1.2b). Compiled: inductor fuses the coordinate chain
+# into one kernel each way (stated: the projection's output and t written and read, their
+# gradients: 8 passes).
+LEV_COORD_PASSES, FUSED_LEV_COORD_PASSES, LEV_ROW_BYTES = 29, 8, 13
 # per generated row and token: the gather of the bf16 rows (4), the fp32 residual copy (6),
 # the gradient's bf16 cast (6) and the dense backward's read (2): per unit of D
 GENERATED_TOKEN_BYTES = 18
@@ -188,13 +179,6 @@ def padded_vocab(cfg: ModelConfig) -> int:
     return math.ceil(cfg.vocab_size / HEAD_ROWS_MULTIPLE) * HEAD_ROWS_MULTIPLE
 
 
-def loss_chunks(cfg: ModelConfig, tokens: int) -> int:
-    """Chunks of the loss under the GPU rule (rows per chunk: `loss._rows_per_chunk`)."""
-    with forced_policy("gpu"):
-        budget = chunk_elems(torch.device("cpu"), DEFAULT_CHUNK_ELEMS)
-    return math.ceil(tokens / max(1, budget // padded_vocab(cfg)))
-
-
 def roofline(
     cfg: ModelConfig, micro_batch: int, global_batch: int, label: str = "", fused: bool = False
 ) -> Roofline:
@@ -205,7 +189,7 @@ def roofline(
     micro_per_step = max(1, global_batch // micro_batch)
     parts = (
         _backbone_part(cfg, acc, N, fused),
-        _head_part(cfg, N, fused),
+        _head_part(cfg, N),
         _input_part(cfg, acc, N, fused),
         Part("optimizer", 0.0, acc.total_params * _optimizer_bytes() / micro_per_step),
     )
@@ -233,16 +217,15 @@ def _backbone_part(cfg: ModelConfig, acc: Accounting, N: int, fused: bool) -> Pa
     )
 
 
-def _head_part(cfg: ModelConfig, N: int, fused: bool) -> Part:
-    """The chunked loss: 3 matmuls of N x V_pad x D, its passes over the logits."""
+def _head_part(cfg: ModelConfig, N: int) -> Part:
+    """The fused loss (`loss.fused_loss_bytes`): HEAD_MATMULS matmuls of N x V_pad x D."""
     D, V_pad = cfg.d_model, padded_vocab(cfg)
-    weight_reads = loss_chunks(cfg, N) * 2 * V_pad * D * 2  # bf16 w, two matmuls per chunk
-    logits = N * V_pad * (FUSED_LOGIT_BYTES if fused else LOGIT_BYTES)
+    total = fused_loss_bytes(N, cfg.vocab_size, D)
     return Part(
         "head+loss",
-        3.0 * 2 * V_pad * D * N,
-        float(logits + weight_reads + V_pad * D * HEAD_PARAM_BYTES + N * D * HEAD_TOKEN_BYTES),
-        float(N * V_pad * LOGIT_MATMUL_BYTES + weight_reads),
+        HEAD_MATMULS * 2.0 * V_pad * D * N,
+        float(total),
+        float(total - V_pad * D * FUSED_BYTES_PER_HEAD),
     )
 
 
@@ -253,18 +236,18 @@ def _input_part(cfg: ModelConfig, acc: Accounting, N: int, fused: bool) -> Part:
         grad = TABLE_GRAD_BYTES + (TIED_GRAD_SUM_BYTES if cfg.variant == "tied" else 0)
         return Part("input", 0.0, float(N * D * TABLE_ROW_BYTES + acc.input_params * grad))
     ids = distinct_ids(cfg, N)
-    lev = cfg.lev
-    # the vectors around the product, fp32, each written and read back in backward:
-    # t and its gradient, M and its gradient, the output and its gradient
-    per_id = 4 * 2 * D
+    per_id, per_step = 4 * 2 * D, 0  # an MLP's output and its gradient, fp32
     if cfg.variant == "leviathan":
-        per_id += 4 * (3 * lev.n_heads * lev.d_seed + 2 * lev.n_heads * lev.rank)
-        passes = FUSED_LEV_PASSES if fused else LEV_PLAIN_PASSES
-        per_id += 4 * passes * lev.n_heads * lev.d_seed * lev.rank
+        lev, cost = cfg.lev, lev_triton.cost_per_id(cfg.lev)
+        passes = FUSED_LEV_COORD_PASSES if fused else LEV_COORD_PASSES
+        per_id = cost.bytes_per_id + 4 * passes * lev.n_heads * lev.d_seed + LEV_ROW_BYTES * D
+        per_step = cost.table_bytes_per_step
     return Part(
         "input",
         3.0 * acc.input_flops * ids,
-        float(ids * per_id + N * D * GENERATED_TOKEN_BYTES + acc.input_params * PARAM_BYTES),
+        float(
+            ids * per_id + per_step + N * D * GENERATED_TOKEN_BYTES + acc.input_params * PARAM_BYTES
+        ),
     )
 
 

@@ -9,8 +9,12 @@ A GPU is stood in for by
   * the GPU chunk rule (`leviathan.device.forced_policy("gpu")`: one LEV chunk, the loss's
     chunks of an 80 GB device, the head padded to `HEAD_ROWS_MULTIPLE` rows);
   * CPU autocast to bf16 (the same casts as CUDA autocast: matmuls in bf16, reductions fp32);
-  * AdamW as torch picks it for CUDA parameters (`OPTIMIZER_IMPL`); LEV's plain torch path
-    (on a GPU `lev._use_native` is False: the fused CPU kernel is for CPU tensors only);
+  * the kernels a GPU runs where a CPU runs others: AdamW as the trainer builds it on CUDA
+    (`OPTIMIZER_IMPL`: fused); the loss's Triton kernels (`loss.uses_fused_kernels`, where
+    Triton is importable; else the chunked loss is counted, and says so in `StepTrace.loss`);
+    RMSNorm as CUDA dispatches `F.rms_norm` with input and weight of one dtype (ATen's fused
+    kernel, one op each way: `rms_norm_as_on_cuda`; a CPU decomposes it); LEV's spline
+    product is its custom op on any device (its fake implementation here), as on a GPU;
   * the data-dependent values a FakeTensor cannot hold, stated (`_DataStandIn`): a host read
     of a scalar (the ids' range check, AdamW's step count) reads 1, and `torch.unique` of a
     micro-batch returns `distinct` ids (default `distinct_ids`, the roofline's bound).
@@ -26,6 +30,7 @@ loss, the head's matmuls), `optimizer` (clipping and the AdamW step, an explicit
 
 from __future__ import annotations
 
+import importlib.util
 import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -34,22 +39,22 @@ from typing import Any
 from unittest import mock
 
 import torch
+import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
 from leviathan.device import forced_policy
-from leviathan.model import lev_native
+from leviathan.model import loss
 from leviathan.model.config import ModelConfig
 from leviathan.model.language_model import LanguageModel, build_model
 from leviathan.model.traffic import TrafficCounter
 
 PARTS = ("input", "backbone", "head+loss", "optimizer")
-# what torch.optim.AdamW picks for CUDA parameters when the trainer passes neither `foreach`
-# nor `fused` (torch.optim.optimizer._default_to_fused_or_foreach); where the trainer turns
-# on fused=True, set this to "fused" (the roofline's ADAMW_BYTES follows it)
-OPTIMIZER_IMPL = "foreach"
+# the AdamW implementation the trainer builds on CUDA (`Trainer`: fused=True there, foreach on
+# a CPU); the roofline's ADAMW_BYTES follows it
+OPTIMIZER_IMPL = "fused"
 aten = torch.ops.aten
 
 
@@ -146,12 +151,70 @@ class StepTrace:
     counter: TrafficCounter  # per-op records, to see where a part's bytes go
 
 
+def fused_loss_available() -> bool:
+    """Whether the loss's Triton kernels can be traced here (Triton importable)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+@torch.library.custom_op("leviathan_stand_in::fused_rms_norm", mutates_args=())
+def _fused_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[torch.Tensor]:
+    """ATen's fused RMSNorm (what CUDA runs for `F.rms_norm` with input and weight of one
+    dtype) as one op: output and the inverse RMS."""
+    return list(torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, eps))
+
+
+@_fused_rms_norm.register_fake
+def _(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[torch.Tensor]:
+    return [torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)]
+
+
+@torch.library.custom_op("leviathan_stand_in::fused_rms_norm_backward", mutates_args=())
+def _fused_rms_norm_backward(
+    dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor
+) -> list[torch.Tensor]:
+    dims = [x.shape[-1]]
+    return list(torch.ops.aten._fused_rms_norm_backward(dy, x, dims, rstd, w, [True, True]))
+
+
+@_fused_rms_norm_backward.register_fake
+def _(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> list[torch.Tensor]:
+    return [torch.empty_like(x), torch.empty_like(w)]
+
+
+def _save_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    x, w, _ = inputs
+    ctx.save_for_backward(x, w, output[1])
+
+
+def _norm_backward(ctx: Any, grads: list[torch.Tensor]) -> tuple[Any, ...]:
+    x, w, rstd = ctx.saved_tensors
+    return (*_fused_rms_norm_backward(grads[0], x, w, rstd), None)
+
+
+torch.library.register_autograd(
+    "leviathan_stand_in::fused_rms_norm", _norm_backward, setup_context=_save_norm
+)
+_RMS_NORM = F.rms_norm
+
+
+def rms_norm_as_on_cuda(
+    x: torch.Tensor, shape: list[int], weight: torch.Tensor | None = None, eps: float | None = None
+) -> torch.Tensor:
+    """F.rms_norm as CUDA dispatches it: ATen's fused kernels where input and weight share a
+    dtype (one op to the counter each way), else the composite (torch warns so)."""
+    if weight is None or weight.dtype != x.dtype or eps is None:
+        return _RMS_NORM(x, shape, weight, eps)
+    return _fused_rms_norm(x, weight, eps)[0]
+
+
 @contextmanager
 def gpu_stand_in(distinct: int) -> Iterator[None]:
     """FakeTensors under the GPU chunk rule, with the stated stand-ins (module docstring)."""
     with ExitStack() as stack:
         stack.enter_context(forced_policy("gpu"))
-        stack.enter_context(mock.patch.object(lev_native, "available", lambda: False))
+        stack.enter_context(mock.patch.object(F, "rms_norm", rms_norm_as_on_cuda))
+        if fused_loss_available():
+            stack.enter_context(mock.patch.object(loss, "uses_fused_kernels", lambda device: True))
         stack.enter_context(FakeTensorMode())
         stack.enter_context(_DataStandIn(distinct))
         yield

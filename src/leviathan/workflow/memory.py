@@ -6,7 +6,8 @@ naming `train.<scale>.micro_batch` and the largest that fits.
 
 Allowances (stated, not measured; the first GPU check's `torch.cuda.max_memory_allocated`
 corrects them):
-  * inside `torch.logsumexp` (the loss's and the evaluation's) one fp32 temporary of a loss
+  * where the trace ran the chunked loss (Triton not importable here; a GPU runs the fused
+    kernels, which hold no logits), inside its `torch.logsumexp` one fp32 temporary of a loss
     chunk's logits that no dispatch mode sees: `x - max`, exponentiated in place;
   * DDP (jobs of more than one GPU): its gradient buckets, a flat fp32 copy of every
     gradient (`gradient_as_bucket_view` is off: the trainer's DDP defaults);
@@ -54,11 +55,21 @@ class JobMemory:
 
 
 def _loss_chunk_bytes(cfg: Any, rows: int) -> int:
-    """Bytes of one fp32 loss chunk of `rows` rows (the GPU rule, as the loss sizes it)."""
-    from leviathan.model.roofline import loss_chunks, padded_vocab
+    """Bytes of the fp32 temporary torch.logsumexp allocates for one chunk of the chunked
+    loss (GPU rule, as the loss sizes its chunks); 0 where the traced step ran the loss's
+    fused kernels (what a GPU runs: no logits in memory, their G is in the trace)."""
+    import torch
 
-    per_chunk = -(-rows // loss_chunks(cfg, rows))
-    return per_chunk * padded_vocab(cfg) * 4
+    from leviathan.device import chunk_elems, forced_policy
+    from leviathan.model.loss import DEFAULT_CHUNK_ELEMS
+    from leviathan.model.roofline import padded_vocab
+    from leviathan.model.step_count import fused_loss_available
+
+    if fused_loss_available():
+        return 0
+    with forced_policy("gpu"):
+        budget = chunk_elems(torch.device("cpu"), DEFAULT_CHUNK_ELEMS)
+    return min(rows, max(1, budget // padded_vocab(cfg))) * padded_vocab(cfg) * 4
 
 
 @cache
