@@ -178,7 +178,10 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
     assert m["artifact"]["path"] == "run/checkpoints/final/model.safetensors"  # not the temp dir
     assert m["checkpoint_dir"] == "run/checkpoints/final"
     shards = {r: read_manifest(gpt2_shards / f"{r}.bin") for r in ("train", "val")}
-    assert m["inputs"] == [
+    # each with the check that was made (the default verify_shards: size and the sampled
+    # fingerprint; the validation shard: its manifest's hash, the file not read)
+    checks = {"train": "size + sampled fingerprint", "val": "none"}
+    assert [{k: v for k, v in rec.items() if k != "check"} for rec in m["inputs"]] == [
         {
             "role": f"{r}_tokens",
             "path": str(gpt2_shards / f"{r}.bin"),
@@ -186,17 +189,15 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
         }
         for r in ("train", "val")
     ]
+    for rec, r in zip(m["inputs"], ("train", "val"), strict=True):
+        assert rec["check"].startswith(checks[r])
     assert shards["train"]["artifact"]["sha256"] == sha256_file(gpt2_shards / "train.bin")
     state = json.loads((final / "state.json").read_text())
     assert m["config"] == state["train_config"] == c.to_dict()
-    # the run's identity: the whole config but micro_batch (a memory knob, recorded not hashed)
+    assert m["config_sha256"] == config_sha256(c.to_dict())  # the whole config as run
+    # the run's identity: the config but micro_batch (a memory knob, recorded, not hashed)
     identity = {k: v for k, v in c.to_dict().items() if k != "micro_batch"}
-    assert (
-        m["config_sha256"]
-        == config_sha256(identity)
-        == state["train_fingerprint"]
-        == m["train_fingerprint"]
-    )
+    assert config_sha256(identity) == state["train_fingerprint"] == m["train_fingerprint"]
     assert m["state_sha256"] == sha256_file(final / "state.json")
     assert (m["step"], m["tokens"], m["model_config"]) == (
         2,
