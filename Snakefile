@@ -3,15 +3,22 @@
 #   snakemake all --profile profiles/slurm --configfile config/paper.yaml  # target first: --configfile takes several files
 import os
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from leviathan import layout
+from leviathan.provenance import package_checkout_error
 from leviathan.workflow.config import check_config
 
 min_version("9.0")
 
+# manifests record the code of the package that runs: it must be this checkout's own
+if (wrong_package := package_checkout_error(workflow.basedir)) is not None:
+    raise WorkflowError(wrong_package)
+
 # the rules' conda env (workflow/envs/leviathan.yaml) installs the package from here, wherever
-# Snakemake creates the env (--conda-prefix) or copies the env file
+# Snakemake creates the env (--conda-prefix) or copies the env file; the jobs record this
+# checkout's git state (leviathan.provenance.checkout)
 os.environ.update(LEVIATHAN_ROOT=workflow.basedir)  # set here, not read: no envvars: directive
 
 

@@ -18,6 +18,7 @@ config's `study_name` where one is given (`<corpus>+<study_name>`; `results_key`
     results/export/<study>/<cell>/    transformers checkpoint (`leviathan export`)
     results/report/<study>/           tables/, figures/, plots/
     results/report/metrics/<study>/   one DVC metrics JSON per cell (every study's: `dvc metrics show`)
+    results/provenance/<sha256>.diff  a dirty checkout's uncommitted changes (manifests name it)
     logs/<step>/...                   one log per job (a cell's: logs/<step>/<study>/<cell>...)
 A job's Snakemake benchmark file sits beside its outputs: <dir>/<rule>[.<tag>].benchmark.tsv.
 
@@ -98,6 +99,15 @@ def manifest_path(artifact: PathLike) -> Path:
     """Path of the manifest that describes `artifact` (`<artifact>.json`, beside it)."""
     p = Path(artifact)
     return p.with_name(p.name + MANIFEST_SUFFIX)
+
+
+PROVENANCE_ROOT = "results/provenance"
+
+
+def provenance_diff(sha256: str) -> Path:
+    """The saved uncommitted changes of a dirty checkout, named by their sha256 (one file per
+    distinct content, shared by every manifest that names it)."""
+    return Path(PROVENANCE_ROOT) / f"{sha256}.diff"
 
 
 # ---------------------------------------------------------------- data

@@ -4,13 +4,25 @@
 that every manifest (`leviathan.manifest.write_manifest`) and every evaluation output
 (`leviathan.eval.results.envelope`) carries, so the two never drift apart:
 
-    code            {leviathan, git_commit, git_dirty}
+    code            {leviathan, git_commit, git_dirty, git_diff: {path, sha256, bytes} | None}
     env             {python, implementation, torch, cuda, host, device, device_name?,
                      slurm_job_id, packages: {name: version | None}}
     config          the step's resolved settings (only when the step has some)
     config_sha256   sha256 of the canonical JSON of `config` (`config_sha256`)
     started_utc     when the work began (None when the caller does not know)
     finished_utc    when the record was made (the work's end)
+
+The git state is the workflow's checkout (`checkout()`: `LEVIATHAN_ROOT`, which the Snakefile
+sets to its own directory, else the checkout this package runs from), so a virtualenv installed
+from another clone cannot record that clone's commit. A dirty checkout's changes (`git diff
+HEAD` plus the untracked files under `SOURCE_DIRS`) are saved once per distinct content in
+`layout.provenance_diff(<sha256>)` and named by path and sha256 in `code.git_diff`: every
+manifest of a run shares one file, so the disk used grows with the number of distinct edits,
+not with the number of artifacts. `git checkout <git_commit> && git apply <diff>` rebuilds the
+tree that ran; `leviathan audit` re-hashes the file.
+
+`package_checkout_error(workflow_dir)` is the Snakefile's refusal of a `leviathan` package
+imported from another checkout than its own (escape hatch: `ALLOW_FOREIGN_ENV=1`).
 """
 
 from __future__ import annotations
@@ -25,9 +37,13 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
 
+import leviathan
 from leviathan import __version__
+from leviathan.io import atomic_path
+from leviathan.layout import provenance_diff
 from leviathan.paper import repo_root
 
 # Distributions whose versions every record lists (None where one is not installed).
@@ -43,6 +59,10 @@ PACKAGES = (
     "pandas",
 )
 SLURM_JOB_ID = "SLURM_JOB_ID"
+CHECKOUT_ENV = "LEVIATHAN_ROOT"  # the workflow's checkout (set by the Snakefile)
+ALLOW_FOREIGN_ENV = "LEVIATHAN_ALLOW_FOREIGN_PACKAGE"
+SOURCE_DIRS = ("src", "workflow", "config")  # where untracked files count as code
+UNTRACKED_INLINE_BYTES = 1 << 20  # untracked files' contents saved when under this in all
 
 
 def utc_now() -> _dt.datetime:
@@ -67,31 +87,115 @@ def config_sha256(config: Any) -> str:
     return hashlib.sha256(canonical_json(config).encode()).hexdigest()
 
 
-def git(*args: str) -> str | None:
-    """`git <args>` in this checkout: its stripped output, or None if git fails or is absent."""
+def checkout() -> Path:
+    """The checkout whose git state is recorded: the workflow's (`LEVIATHAN_ROOT`), else the
+    one this package runs from."""
+    return Path(os.environ.get(CHECKOUT_ENV) or repo_root())
+
+
+def _git_run(args: tuple[str, ...], ok: tuple[int, ...] = (0,)) -> str | None:
+    """`git <args>` in `checkout()`: its raw output, or None if git fails or is absent."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(repo_root()), *args],
+            ["git", "-C", str(checkout()), *args],
             capture_output=True,
             text=True,
-            timeout=10,
-            check=True,
+            timeout=30,
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip()
+    return out.stdout if out.returncode in ok else None
+
+
+def git(*args: str) -> str | None:
+    """`git <args>` in `checkout()`: its stripped output, or None if git fails or is absent."""
+    out = _git_run(args)
+    return None if out is None else out.strip()
+
+
+def _untracked_sources() -> list[str]:
+    """Untracked, not ignored files under `SOURCE_DIRS` (paths relative to the checkout)."""
+    out = _git_run(("ls-files", "--others", "--exclude-standard", "-z", "--", *SOURCE_DIRS))
+    return sorted(p for p in (out or "").split("\0") if p)
+
+
+def _untracked_section(files: list[str]) -> str:
+    """The untracked files' list (sha256, bytes, path) and, when small, their new-file patches."""
+    root = checkout()
+    sizes = {f: (root / f).stat().st_size for f in files}
+    inline = sum(sizes.values()) < UNTRACKED_INLINE_BYTES
+    lines = [
+        "# untracked source files (sha256 bytes path); contents "
+        + ("follow as new-file patches" if inline else "not saved (over 1 MiB in all)")
+    ]
+    lines += [f"# {_sha256_bytes((root / f).read_bytes())} {sizes[f]} {f}" for f in files]
+    patches = [
+        _git_run(("diff", "--no-index", "--binary", "--", "/dev/null", f), ok=(0, 1)) or ""
+        for f in (files if inline else [])
+    ]
+    return "\n".join(lines) + "\n" + "".join(patches)
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def uncommitted_changes(commit: str) -> str | None:
+    """The checkout's changes against `commit` as one patch document (None when clean)."""
+    tracked = _git_run(("diff", "--binary", "HEAD")) or ""
+    untracked = _untracked_sources()
+    if not tracked and not untracked:
+        return None
+    head = (
+        f"# uncommitted changes of {checkout()} against {commit}\n"
+        f"# rebuild the tree that ran: git checkout {commit} && git apply <this file>\n"
+    )
+    return head + (_untracked_section(untracked) if untracked else "") + tracked
 
 
 @cache
-def code_version() -> dict[str, Any]:
-    """git commit of the checkout and whether it had uncommitted changes (None outside git)."""
+def _git_state() -> tuple[str | None, str | None]:
+    """The checkout's commit and its uncommitted changes (each None where there is none)."""
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    return commit, None if commit is None else uncommitted_changes(commit)
+
+
+def save_changes(changes: str) -> dict[str, Any]:
+    """Write `changes` to its content-addressed file (once) and return its reference."""
+    data = changes.encode()
+    sha = _sha256_bytes(data)
+    path = provenance_diff(sha)
+    if not path.is_file() or path.stat().st_size != len(data):
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
+    return {"path": str(path), "sha256": sha, "bytes": len(data)}
+
+
+def code_version() -> dict[str, Any]:
+    """git commit of the workflow's checkout, whether it had uncommitted changes (None outside
+    git), and the saved file of those changes (`save_changes`; None when clean)."""
+    commit, changes = _git_state()
     return {
         "leviathan": __version__,
         "git_commit": commit,
-        "git_dirty": None if status is None else bool(status),
+        "git_dirty": None if commit is None else changes is not None,
+        "git_diff": None if changes is None else save_changes(changes),
     }
+
+
+def package_checkout_error(workflow_dir: str | os.PathLike[str]) -> str | None:
+    """Why the imported `leviathan` package is not the workflow checkout's own (None: it is,
+    or `ALLOW_FOREIGN_ENV=1` allows it): manifests would record another checkout's code."""
+    own = Path(workflow_dir).absolute() / "src" / "leviathan"
+    imported = Path(leviathan.__file__).resolve().parent
+    if imported == own.resolve() or os.environ.get(ALLOW_FOREIGN_ENV) == "1":
+        return None
+    return (
+        f"the leviathan package is imported from {imported}, not from this workflow's "
+        f"checkout {own}: run `pip install -e .` in {own.parents[1]}, or set "
+        f"PYTHONPATH={own.parent} (or {ALLOW_FOREIGN_ENV}=1 to run another checkout's code on "
+        f"purpose)"
+    )
 
 
 @cache

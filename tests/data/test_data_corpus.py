@@ -193,7 +193,7 @@ def test_manifest_carries_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert read_manifest(art) == m
     assert m["artifact"]["sha256"] == sha256_file(art)
     assert m["artifact"]["path"] == str(art)
-    assert m["code"].keys() == {"leviathan", "git_commit", "git_dirty"}
+    assert m["code"].keys() == {"leviathan", "git_commit", "git_dirty", "git_diff"}
     env = m["env"]
     assert env["slurm_job_id"] == "4242"
     assert env["device"] == "cpu"

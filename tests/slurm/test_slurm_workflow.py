@@ -33,6 +33,8 @@ from typing import Any
 import pytest
 import yaml
 
+from leviathan.provenance import ALLOW_FOREIGN_ENV
+
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,6 +124,7 @@ def sm_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        ALLOW_FOREIGN_ENV: "1",  # the copied workflow runs this checkout's package
         **(extra or {}),
     }
 

@@ -20,6 +20,8 @@ import pytest
 import yaml
 from workflow_helpers import BIN, ROOT, job_counts, small_config, snakemake, workflow_copy
 
+from leviathan.provenance import ALLOW_FOREIGN_ENV
+
 pytestmark = pytest.mark.slow
 
 VENV = Path(sys.executable).parent.parent
@@ -118,6 +120,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         **os.environ,
         "PATH": f"{BIN}:{os.environ['PATH']}",
         "DVC_NO_ANALYTICS": "1",
+        ALLOW_FOREIGN_ENV: "1",  # the copied src/ is a stage dependency; the package runs from here
         # no user/system DVC config, no shared site cache: the test sees only the project's
         "DVC_GLOBAL_CONFIG_DIR": str(home / "global"),
         "DVC_SYSTEM_CONFIG_DIR": str(home / "system"),

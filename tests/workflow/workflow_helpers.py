@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from leviathan.provenance import ALLOW_FOREIGN_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
@@ -59,8 +61,9 @@ def small_config(work: Path) -> dict[str, Any]:
 
 
 def tool_env() -> dict[str, str]:
-    """The environment for the tools: this interpreter's bin first on PATH (snakemake, leviathan)."""
-    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    """The environment for the tools: this interpreter's bin first on PATH (snakemake, leviathan);
+    the copied workflow runs this checkout's package on purpose (no src/ beside the copy)."""
+    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", ALLOW_FOREIGN_ENV: "1"}
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:

@@ -16,6 +16,7 @@ COMMANDS = (
     "export",
     "target",
     "config",
+    "preflight",
     "report",
     "audit",
 )

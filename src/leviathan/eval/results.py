@@ -8,7 +8,7 @@
       "config": {...}, "config_sha256": "...",                    the evaluation's settings
       "results": {...},
       "stand_in_data": [paths],   inputs that are the offline stand-ins (workflow/resources/smoke/)
-      "code": {leviathan, git_commit, git_dirty},
+      "code": {leviathan, git_commit, git_dirty, git_diff},
       "env": {python, implementation, torch, cuda, host, device, slurm_job_id, packages},
       "started_utc": "...", "finished_utc": "...", "created_utc": "...", "seconds": ...
     }

@@ -11,7 +11,9 @@ The chain, each link checked against the hash its consumer recorded:
 
 An export (`leviathan export`, results/export/<study>/<cell>/) is walked the same way from its
 manifest model.safetensors.json: every file of the directory, then the checkpoint it came
-from and on down the chain. Every recorded git commit must exist in this checkout's history.
+from and on down the chain. Every recorded git commit must exist in this checkout's history;
+a dirty run's saved uncommitted changes (`code.git_diff`, leviathan.provenance) must still have
+the sha256 recorded.
 Each check leaves a `Finding`; the walk never stops at the first failure.
 """
 
@@ -150,9 +152,20 @@ class ChainWalker:
                 depth, what, f"recorded in {where}: no such commit in this repository{hint}"
             )
         elif (code or {}).get("git_dirty"):
-            self.unverifiable(depth, what, "commit exists, but the run had uncommitted changes")
+            self.check_changes(code or {}, what, where, depth)
         else:
             self.passed(depth, what, "commit exists")
+
+    def check_changes(self, code: Mapping[str, Any], what: str, where: str, depth: int) -> None:
+        """A dirty run's commit: its saved uncommitted changes (`code.git_diff`) re-hashed."""
+        diff = code.get("git_diff")
+        if not diff:
+            self.unverifiable(
+                depth, what, "commit exists, but the run had uncommitted changes (none saved)"
+            )
+            return
+        self.passed(depth, what, f"commit exists; uncommitted changes saved in {diff['path']}")
+        self.check_hash(diff["path"], diff.get("sha256"), where, depth + 1)
 
     # ------------------------------------------------------------ the chain
     def walk(self, p: str | os.PathLike[str], depth: int, verified: str | None = None) -> None:

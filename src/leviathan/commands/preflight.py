@@ -1,0 +1,38 @@
+"""`leviathan preflight`: a SLURM cluster checked against the profile and the study before the
+queue (leviathan.workflow.preflight): one line per check, exit status 1 on any failure."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from leviathan.commands.config import configfile_arg
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "preflight",
+        help="check a SLURM cluster against the profile and the study before queueing it",
+        description="Account and partition (sacctmgr, sinfo) as the profile's default-resources "
+        "name them, GPU models as the site's gres spells them, free disk against the plan, and "
+        "on a compute node (one srun): the Hub reachable or a Hub cache, torch and CUDA. One "
+        "line per check with the fix; exit status 1 on any FAIL. Run it on the login node in "
+        "the workflow's directory.",
+    )
+    p.add_argument(
+        "--profile", required=True, metavar="PATH", help="the SLURM profile (profiles/slurm)"
+    )
+    configfile_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.preflight import preflight
+
+    checks = preflight(args.profile, resolve(args.configfile), python=sys.executable)
+    for check in checks:
+        print(check.line())
+    failed = sum(not c.ok for c in checks)
+    print(f"preflight: {'passed' if not failed else f'{failed} check(s) failed'}")
+    return 1 if failed else 0

@@ -1,0 +1,301 @@
+"""`leviathan preflight`: what a SLURM cluster must offer before a study is queued.
+
+Each check is one `Check` (ok or FAIL, and the fix). The checks read the cluster through its own
+commands, whose outputs the parsers here turn into facts (tested on the outputs as strings):
+
+    account      `sacctmgr -n -P show associations user=<you> format=account` has the profile's
+                 default-resources slurm_account (a `<placeholder>` is refused before asking)
+    partition    `sinfo -h -o %P` has its slurm_partition
+    gpu models   `sinfo -h -o %G` (gres such as gpu:h100:4) spells every resources.<scale>.gpu_model
+    disk         free space in the working directory against the plan's peak (plan.study_disk)
+    compute node one `srun` of NODE_PROBE on the profile's account and partition: the Hub reachable
+                 or a Hub cache there (else the data-transfer-node recipe of docs/slurm.md), and
+                 torch / CUDA against the tested pin (workflow/envs/leviathan.constraints.txt)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PLACEHOLDER = re.compile(r"^<[^>]*>$")
+CONSTRAINTS = "workflow/envs/leviathan.constraints.txt"
+HUB = ("huggingface.co", 443)
+TRANSFER_FIX = (
+    "no internet and no Hub cache on compute nodes: run the data rules on a login or transfer "
+    "node (`snakemake all_data --profile profiles/local`), then train with the SLURM profile "
+    "(docs/slurm.md, the data-transfer-node recipe)"
+)
+# Run on a compute node by `srun python -c`: one JSON line of what the node offers.
+NODE_PROBE = (
+    """
+import json, os, socket
+HUB = HUB_ADDRESS
+r = {}
+try:
+    import torch
+    r["torch"] = torch.__version__.split("+")[0]
+    r["cuda"] = torch.version.cuda
+    r["cuda_available"] = torch.cuda.is_available()
+except ImportError:
+    r["torch"] = None
+try:
+    socket.create_connection(HUB, timeout=5).close()
+    r["internet"] = True
+except OSError:
+    r["internet"] = False
+home = os.environ.get("HF_HUB_CACHE") or os.path.join(
+    os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+r["hub_cache"] = home if os.path.isdir(home) and os.listdir(home) else None
+print(json.dumps(r))
+"""
+).replace("HUB_ADDRESS", repr(HUB))
+
+Runner = Callable[[list[str]], "str | None"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One pre-flight check: its name, whether it passed, what was found, and the fix."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        head = f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
+        return head if self.ok or not self.fix else f"{head}; fix: {self.fix}"
+
+
+def run_command(cmd: list[str]) -> str | None:
+    """The command's stdout, or None where it is not on PATH or fails."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def profile_resources(profile: str | Path) -> dict[str, Any]:
+    """The profile's default-resources (a profile directory or its config.yaml)."""
+    path = Path(profile)
+    path = path / "config.yaml" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no SLURM profile here (pass --profile profiles/slurm)")
+    doc = yaml.safe_load(path.read_text()) or {}
+    return dict(doc.get("default-resources") or {})
+
+
+def parse_lines(out: str) -> set[str]:
+    """One name a line (sacctmgr -n -P, sinfo -h -o %P): stripped, sinfo's default mark '*' off."""
+    return {line.strip().rstrip("*") for line in out.splitlines() if line.strip()}
+
+
+def parse_gres_models(out: str) -> set[str]:
+    """GPU model names of `sinfo -h -o %G` lines (gpu:<model>:<n>[(S:..)], comma-separated)."""
+    models = set()
+    for entry in re.split(r"[,\s]+", out):
+        parts = re.sub(r"\(.*?\)", "", entry).split(":")
+        if len(parts) >= 3 and parts[0] == "gpu":
+            models.add(parts[1])
+    return models
+
+
+def check_named(kind: str, key: str, value: Any, known: set[str] | None, tool: str) -> Check:
+    """Is the profile's `key` (an account or partition) set and known to the cluster?"""
+    name = f"{kind} {value}"
+    fix = f"set default-resources.{key} to your {kind} in the profile's config.yaml"
+    if not value or PLACEHOLDER.match(str(value)):
+        return Check(name, False, "still the profile's placeholder", fix)
+    if known is None:
+        return Check(name, False, f"`{tool}` gave no answer", "run on the cluster's login node")
+    if str(value) not in known:
+        listed = ", ".join(sorted(known)[:8]) or "none"
+        return Check(name, False, f"unknown to `{tool}` (it lists {listed})", fix)
+    return Check(name, True, f"known to `{tool}`")
+
+
+def check_gpu_models(config: Mapping[str, Any], models: set[str] | None) -> list[Check]:
+    """Every resources.<scale>.gpu_model the studies ask for, as the site's gres spells it."""
+    from leviathan.workflow.cluster import scale_resources
+    from leviathan.workflow.grid import config_cells
+
+    wanted = {c.scale: scale_resources(config, c.scale)["gpu_model"] for c in config_cells(config)}
+    checks = []
+    for scale, model in sorted(wanted.items()):
+        name = f"gpu model of {scale}"
+        if not model:
+            checks.append(Check(name, True, "none asked for (any GPU of the partition)"))
+        elif models is None:
+            checks.append(
+                Check(name, False, "`sinfo -o %G` gave no answer", "run on the login node")
+            )
+        elif model not in models:
+            fix = f"set resources.{scale}.gpu_model to one of {', '.join(sorted(models)) or '(none: no typed gres)'}"
+            checks.append(Check(name, False, f"{model!r} is not a gres type here", fix))
+        else:
+            checks.append(Check(name, True, f"{model!r} is a gres type here"))
+    return checks
+
+
+def check_disk(needed: int, free: int, where: str) -> Check:
+    """Free space in `where` against the plan's peak."""
+    detail = f"{free / 1e9:.1f} GB free in {where}, the plan's peak is {needed / 1e9:.1f} GB"
+    if free >= needed:
+        return Check("disk", True, detail)
+    return Check(
+        "disk",
+        False,
+        detail,
+        "free space, or run in a larger file system (`leviathan config show` gives the plan)",
+    )
+
+
+def tested_pin(package: str, constraints: Path) -> str | None:
+    """The version `constraints` pins `package` to (None where it pins none)."""
+    if not constraints.is_file():
+        return None
+    for line in constraints.read_text().splitlines():
+        name, sep, version = line.partition("==")
+        if sep and name.strip().lower() == package:
+            return version.split(";")[0].strip()
+    return None
+
+
+def parse_node_report(out: str | None) -> dict[str, Any] | None:
+    """NODE_PROBE's JSON line (the last line that parses; None where there is none)."""
+    for line in reversed((out or "").splitlines()):
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(report, dict):
+            return report
+    return None
+
+
+def check_node(report: Mapping[str, Any] | None, torch_pin: str | None) -> list[Check]:
+    """The compute node's Hub access or cache, and its torch / CUDA build."""
+    if report is None:
+        fix = "check the profile's account and partition; `srun -A <account> -p <partition> python -V` must work"
+        return [Check("compute node", False, "the srun probe gave no report", fix)]
+    if report.get("internet"):
+        hub = Check("hub on a compute node", True, f"{HUB[0]} reachable")
+    elif report.get("hub_cache"):
+        hub = Check(
+            "hub on a compute node", True, f"no internet; a Hub cache at {report['hub_cache']}"
+        )
+    else:
+        hub = Check(
+            "hub on a compute node", False, f"{HUB[0]} unreachable and no Hub cache", TRANSFER_FIX
+        )
+    torch = report.get("torch")
+    if torch is None:
+        versions = Check(
+            "torch",
+            False,
+            "not importable on the compute node",
+            "create the environment there (docs/gpu.md)",
+        )
+    else:
+        cuda = f"CUDA {report.get('cuda')}, GPU {'seen' if report.get('cuda_available') else 'not seen'}"
+        tested = torch_pin is None or torch == torch_pin
+        detail = f"torch {torch} ({cuda}); tested: torch {torch_pin or 'unpinned'}"
+        fix = f"install torch=={torch_pin} (the CUDA build for the site's driver)"
+        versions = Check(
+            "torch",
+            tested and bool(report.get("cuda_available")),
+            detail,
+            fix
+            if not tested
+            else "install torch's CUDA build there, on a GPU partition (docs/gpu.md)",
+        )
+    return [hub, versions]
+
+
+def srun_probe(resources: Mapping[str, Any], python: str) -> list[str]:
+    """The srun command that runs NODE_PROBE on one GPU of the profile's account and partition."""
+    cmd = ["srun", "-n", "1", "-t", "10", "--gpus=1"]
+    for flag, key in (("-A", "slurm_account"), ("-p", "slurm_partition")):
+        if resources.get(key):
+            cmd += [flag, str(resources[key])]
+    return [*cmd, python, "-c", NODE_PROBE]
+
+
+def cluster_checks(
+    resources: Mapping[str, Any], config: Mapping[str, Any], run: Runner
+) -> list[Check]:
+    """Account, partition and GPU models, each from the cluster's own command."""
+    import getpass
+
+    accounts = run(
+        [
+            "sacctmgr",
+            "-n",
+            "-P",
+            "show",
+            "associations",
+            f"user={getpass.getuser()}",
+            "format=account",
+        ]
+    )
+    partitions = run(["sinfo", "-h", "-o", "%P"])
+    gres = run(["sinfo", "-h", "-o", "%G"])
+    return [
+        check_named(
+            "account",
+            "slurm_account",
+            resources.get("slurm_account"),
+            None if accounts is None else parse_lines(accounts),
+            "sacctmgr",
+        ),
+        check_named(
+            "partition",
+            "slurm_partition",
+            resources.get("slurm_partition"),
+            None if partitions is None else parse_lines(partitions),
+            "sinfo",
+        ),
+        *check_gpu_models(config, None if gres is None else parse_gres_models(gres)),
+    ]
+
+
+def preflight(
+    profile: str | Path,
+    config: Mapping[str, Any],
+    run: Runner = run_command,
+    python: str = "python",
+) -> list[Check]:
+    """Every check, in order; the compute-node probe only once account and partition pass."""
+    from leviathan.paper import repo_root
+    from leviathan.workflow.plan import study_disk
+
+    resources = profile_resources(profile)
+    checks = cluster_checks(resources, config, run)
+    checks.append(
+        check_disk(study_disk(config).total, shutil.disk_usage(Path.cwd()).free, str(Path.cwd()))
+    )
+    if all(c.ok for c in checks[:2]):
+        report = parse_node_report(run(srun_probe(resources, python)))
+        checks += check_node(report, tested_pin("torch", repo_root() / CONSTRAINTS))
+    else:
+        checks.append(
+            Check(
+                "compute node",
+                False,
+                "not probed: the account or partition failed",
+                "fix those first",
+            )
+        )
+    return checks
