@@ -40,7 +40,7 @@ from leviathan.train.config import train_config
 from leviathan.train.distributed import DistInfo
 from leviathan.vocab import get_vocab
 
-CONTEXT, GLOBAL_BATCH = 512, 512  # the study's (SPEC section 4)
+CONTEXT, GLOBAL_BATCH = 512, 512  # the study's (docs/method.md §4)
 CPU = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
 

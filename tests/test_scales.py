@@ -8,7 +8,7 @@ from leviathan.model import model_config
 from leviathan.scales import RECIPE_FIELDS, SCALES, get_scale
 from leviathan.train.config import train_config
 
-# SPEC section 2: the RECON LEV shape that gives the paper's "1.21M + 512 D" (k=3, d_seed,
+# docs/method.md §2: the RECON LEV shape that gives the paper's "1.21M + 512 D" (k=3, d_seed,
 # h, kappa, r), written out here as the reference a scale's `lev` overrides.
 SPEC_LEV = {"n_digits": 3, "d_seed": 128, "n_heads": 8, "n_knots": 16, "rank": 64}
 
@@ -35,7 +35,7 @@ def test_the_papers_scales_keep_the_papers_recipe() -> None:
     for name, tokens in budgets.items():
         s = get_scale(name)
         assert (s.total_tokens, s.context, s.global_batch) == (tokens, 512, 512)
-        assert dict(s.lev) == {}, f"{name}: the paper's scales use the SPEC's LEV"
+        assert dict(s.lev) == {}, f"{name}: the paper's scales use the method's LEV"
 
 
 def test_unknown_scale_lists_the_valid_ones() -> None:

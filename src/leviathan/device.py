@@ -1,6 +1,6 @@
 """Device selection shared by training and evaluation, and the chunk sizes each device gets.
 
-Chunk sizes follow the device (DESIGN, "Sized for the study"). On a CPU they come from the
+Chunk sizes follow the device (docs/gpu.md, "Shapes for a GPU"). On a CPU they come from the
 cache (LEV's `LEVConfig.chunk_elems`, the loss's `DEFAULT_CHUNK_ELEMS`: fixed sizes, so CPU
 results and the native kernel's path do not depend on the machine's memory). On a GPU they come from its memory:
 one chunk buffer may hold `GPU_CHUNK_FRACTION` of the device's memory (fp32), so a 400m

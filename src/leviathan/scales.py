@@ -1,4 +1,4 @@
-"""The named scales (SPEC section 4): one record per size holds everything about it, the
+"""The named scales (docs/method.md §4): one record per size holds everything about it, the
 backbone shape, the LEV shape and the training recipe (as OLMo-core keeps a model preset as
 one named config). The model (`leviathan.model.model_config`), the training config
 (`leviathan.train.config.train_config`), the plan, `leviathan params` and the workflow's

@@ -1,5 +1,5 @@
 """The fused native spline product against the plain torch path and a float64 re-derivation
-from SPEC 2.4-2.5 (dense basis, plain product); the deterministic segment reduction."""
+from docs/method.md §2, steps 4-5 (dense basis, plain product); the deterministic segment reduction."""
 
 from __future__ import annotations
 

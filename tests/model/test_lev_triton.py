@@ -1,5 +1,5 @@
 """LEV's Triton kernels (`lev_triton`) on CPU under Triton's interpreter (on a GPU: compiled),
-against a float64 re-derivation from SPEC 2.4-2.5 (`naive_product`: dense basis, plain
+against a float64 re-derivation from docs/method.md §2, steps 4-5 (`naive_product`: dense basis, plain
 product) and the native and plain paths: random and adversarial coordinates (on knots, at 0
 and 1, factors exactly +-0), several block sizes, id counts that are not multiples of a block,
 and bitwise reruns. tests/conftest.py sets TRITON_INTERPRET=1 before Triton is imported."""

@@ -31,7 +31,7 @@ def test_recipe_defaults_are_the_papers() -> None:
     assert cfg.global_batch == 512
     assert cfg.tokens_per_step == 262_144
     assert cfg.total_tokens == 8_400_000_000
-    assert cfg.max_steps == math.ceil(8.4e9 / 262_144)  # ~32k steps, as SPEC section 4 says
+    assert cfg.max_steps == math.ceil(8.4e9 / 262_144)  # ~32k steps, as docs/method.md §4 says
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Uniform quadratic B-spline basis on [0, 1] (SPEC section 2, step 4).
+"""Uniform quadratic B-spline basis on [0, 1] (docs/method.md §2, step 4).
 
 kappa centres g_j = j / (kappa - 1). With x = t (kappa - 1), the basis function of centre j
 is B(u), u = |x - j|:

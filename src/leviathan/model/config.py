@@ -15,7 +15,7 @@ from leviathan.vocab import get_vocab
 
 
 def digit_base(vocab_size: int, n_digits: int) -> int:
-    """Smallest base b with b**k >= V (SPEC 2.1: o200k -> 59, gpt2 -> 37, cl100k -> 47)."""
+    """Smallest base b with b**k >= V (docs/method.md §2, step 1: o200k -> 59, gpt2 -> 37, cl100k -> 47)."""
     b = max(2, math.ceil(vocab_size ** (1.0 / n_digits)))
     while (b - 1) ** n_digits >= vocab_size and b > 2:  # guard float rounding up
         b -= 1
@@ -26,7 +26,7 @@ def digit_base(vocab_size: int, n_digits: int) -> int:
 
 @dataclass(frozen=True)
 class LEVConfig:
-    """LEV (SPEC section 2). Defaults are the RECON values that reproduce 1.21M + 512 D.
+    """LEV (docs/method.md §2). Defaults are the RECON values that reproduce 1.21M + 512 D.
 
     n_digits: k, digits per id. base: b; None derives ceil(V**(1/k)).
     d_seed: seed / coordinate width. n_heads: h. n_knots: kappa, B-spline centres on [0, 1].
@@ -52,7 +52,7 @@ class LEVConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A decoder-only Transformer plus one input/output variant (SPEC sections 3 and 4).
+    """A decoder-only Transformer plus one input/output variant (docs/method.md §3-4).
 
     mlp_hidden: width of the 2-layer SiLU MLP of flat_mlp / factored_mlp and the inner
     width e of albert; None derives it so the variant's input-side parameter count matches

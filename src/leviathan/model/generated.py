@@ -65,7 +65,7 @@ class GeneratedInput(nn.Module):
         validate_ids(ids, self.vocab_size)
         # The one graph break (and, on GPU, the one host sync) of the training forward:
         # unique's output size depends on the data. Kept: evaluating LEV once per distinct
-        # id is what keeps it cheap (SPEC 2).
+        # id is what keeps it cheap (docs/method.md §2).
         uniq, inverse = torch.unique(ids, return_inverse=True)
         # F.embedding, not `rows[inverse]`: its backward sums the repeated rows in a fixed
         # order, while advanced indexing accumulates with atomics on CPU (not reproducible)

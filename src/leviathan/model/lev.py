@@ -1,4 +1,4 @@
-"""LEV: learned embedding vectorization (SPEC section 2), the generator Leviathan uses
+"""LEV: learned embedding vectorization (docs/method.md §2), the generator Leviathan uses
 instead of a V x D input table.
 
 Per token id i:

@@ -1,4 +1,4 @@
-"""The six input/output variants of SPEC section 3, behind one small interface.
+"""The six input/output variants of docs/method.md §3, behind one small interface.
 
 A variant owns two things: `input` (ids -> embeddings [..., D]) and the output head
 (`output_weight`, a [V, D] matrix: logits = hidden @ output_weight.T). All share the same

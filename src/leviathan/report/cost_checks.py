@@ -38,7 +38,7 @@ class CostCheck:
 
 
 def cost_checks(vocab: str = "o200k_base") -> list[CostCheck]:
-    """The paper's parameter and FLOP claims (SPEC section 6, cost) recomputed by our counter."""
+    """The paper's parameter and FLOP claims (config/paper_reported.yaml `cost`; docs/method.md §1) recomputed by our counter."""
     paper = Paper.load()
     cost, reported_1_2b = paper.cost(), paper.cost("1.2b")
     acc = {

@@ -2,7 +2,7 @@
 studies yield it, how it is built and the files it is written to. The report rule's outputs
 and the report itself both read it.
 
-Tables (the paper's, SPEC section 6): main, downstream, ablation, vocabulary, frequency,
+Tables (the paper's: config/paper_reported.yaml): main, downstream, ablation, vocabulary, frequency,
 sample_efficiency, cost, paper_vs_ours (every reported figure beside ours, where we trained
 that scale) and metrics (per cell and seed).
 """

@@ -1,4 +1,4 @@
-"""Training configuration of one cell (SPEC section 4): every recipe value is a field.
+"""Training configuration of one cell (docs/method.md §4): every recipe value is a field.
 
 `TrainConfig` holds what determines the run (hashed: resuming with a different value is
 refused), and the memory knob `micro_batch` (recorded, not hashed: gradient accumulation
