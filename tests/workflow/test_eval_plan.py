@@ -162,3 +162,39 @@ def test_eval_rule_resources_follow_the_scale_and_keep_the_profiles_default(
     assert rules["slurm_partition"](big) == "gpu-big"
     assert rules["slurm_partition"](small) == "everyday"
     assert "slurm_partition" not in eval_rule_resources(paper, None)
+
+
+def _slow_cell_plan(paper: dict[str, Any], runtime_min: int) -> tuple[dict[str, Any], Any]:
+    """The 1.2b leviathan cell on A100s (312 TFLOP/s, a third of an H100's) with a time limit."""
+    config = copy.deepcopy(paper)
+    config["resources"]["1.2b"] |= {"gpu_model": "a100", "runtime": runtime_min}
+    return config, plan_cell(config, Cell("1.2b", "o200k_base", "leviathan", 0, "pile"))
+
+
+def test_training_beyond_its_time_limit_names_the_attempts_and_warns_past_the_retries(
+    paper: dict[str, Any],
+) -> None:
+    from leviathan.workflow.plan import training_time_warnings
+
+    config, plan = _slow_cell_plan(paper, 1440)  # the A100 / 24 h example
+    wall = plan.gpu_hours / plan.gpus
+    assert wall > 24  # the example is a real overrun
+    needed = math.ceil(wall / 24)
+    (warning,) = training_time_warnings(config, [plan], retries=needed - 2)
+    assert warning.startswith("WARNING: 1.2b/o200k_base/leviathan/seed0 trains ~")
+    assert f"{needed} attempts" in warning
+    assert "raise resources.1.2b.runtime" in warning
+    (note,) = training_time_warnings(config, [plan], retries=needed - 1)
+    assert note.startswith("note: ")
+
+
+def test_the_papers_h100_cells_fit_their_limits_and_the_plan_prints_the_warning(
+    paper: dict[str, Any],
+) -> None:
+    from leviathan.workflow.plan import profile_retries, training_time_warnings
+
+    plans = [plan_cell(paper, c) for c in config_cells(paper)]
+    assert training_time_warnings(paper, plans, retries=0) == []
+    assert profile_retries() == 2  # profiles/slurm/config.yaml
+    config, _ = _slow_cell_plan(paper, 300)  # 5 h: more attempts than 2 retries + 1
+    assert "WARNING: 1.2b/o200k_base/leviathan/seed0 trains" in render_plan(config, memory=False)

@@ -505,6 +505,59 @@ def _size(n: float) -> str:
     raise AssertionError
 
 
+SLURM_PROFILE = "profiles/slurm/config.yaml"  # the shipped profile, whose `retries` the plan reads
+
+
+def profile_retries(profile: Path | None = None) -> int:
+    """The `retries` of a Snakemake profile (default: the shipped SLURM profile of this
+    checkout); 0 where it has none."""
+    import yaml
+
+    from leviathan.paper import repo_root
+
+    path = profile or repo_root() / SLURM_PROFILE
+    if not path.is_file():
+        return 0
+    return int((yaml.safe_load(path.read_text()) or {}).get("retries") or 0)
+
+
+def training_attempts(config: Mapping[str, Any], plan: CellPlan) -> tuple[float, float, int]:
+    """(predicted wall hours, the job's time limit in hours, attempts needed): a training job
+    stopped at its limit resumes from its checkpoint in the next attempt."""
+    from leviathan.workflow.cluster import scale_resources
+
+    limit = float(scale_resources(config, plan.cell.scale)["runtime"]) / 60
+    wall = (plan.gpu_hours or 0.0) / max(1, plan.gpus)
+    return wall, limit, max(1, math.ceil(wall / limit)) if limit > 0 else 1
+
+
+def training_time_warnings(
+    config: Mapping[str, Any], plans: list[CellPlan], retries: int
+) -> list[str]:
+    """One line per training cell whose predicted wall time exceeds its job's time limit: the
+    attempts it needs, a WARNING where they exceed the profile's retries + 1."""
+    out = []
+    for p in plans:
+        if p.gpu_hours is None:
+            continue
+        wall, limit, attempts = training_attempts(config, p)
+        if attempts == 1:
+            continue
+        key = f"resources.{p.cell.scale}.runtime"
+        line = (
+            f"{p.cell.key} trains ~{wall:,.1f} h against its {limit:,.1f} h limit ({key}): "
+            f"{attempts} attempts, each resuming from the last checkpoint"
+        )
+        if attempts > retries + 1:
+            out.append(
+                f"WARNING: {line}, more than the profile's retries ({retries}) + 1: raise {key} "
+                "(or the profile's retries), or the cell stops unfinished"
+            )
+        else:
+            out.append(f"note: {line} (within the profile's retries, {retries})")
+    return out
+
+
 def render_plan(config: Mapping[str, Any], mfu: float | None = None, memory: bool = True) -> str:
     """The study's plan as text (what `leviathan config show` prints after the config):
     GPU-hours at `mfu` where stated, else at each cell's roofline MFU; with `memory`, each
@@ -547,6 +600,7 @@ def render_plan(config: Mapping[str, Any], mfu: float | None = None, memory: boo
         )
     # the checkpoints' disk is part of the study's disk line (study_disk), printed below
     lines.append(f"total training GPU-hours {total_hours:,.1f}")
+    lines += training_time_warnings(config, plans, profile_retries())
     corpus = config.get("corpus") or {}
     budgets = vocab_budgets(config)
     need = corpus_bytes(config, budgets)
