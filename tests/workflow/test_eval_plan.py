@@ -198,3 +198,26 @@ def test_the_papers_h100_cells_fit_their_limits_and_the_plan_prints_the_warning(
     assert profile_retries() == 2  # profiles/slurm/config.yaml
     config, _ = _slow_cell_plan(paper, 300)  # 5 h: more attempts than 2 retries + 1
     assert "WARNING: 1.2b/o200k_base/leviathan/seed0 trains" in render_plan(config, memory=False)
+
+
+def test_the_disk_line_counts_what_runs_have_set_aside(
+    paper: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from leviathan import layout
+
+    monkeypatch.chdir(tmp_path)
+    before = study_disk(paper)
+    assert "set aside" not in before.line()
+    run = Path(layout.run_dir(Cell("400m", "o200k_base", "tied", 0, "pile")))
+    for name, size in (
+        ("checkpoints.stale-1/step_00000100/optim.pt", 3000),
+        ("checkpoints/step_00000200.damaged-1/model.safetensors", 500),
+        ("metrics.torn-1.jsonl", 70),
+        ("checkpoints/step_00000300/model.safetensors", 9000),  # a kept checkpoint: planned
+    ):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(b"x" * size)
+    after = study_disk(paper)
+    assert after.set_aside == 3000 + 500 + 70
+    assert after.total - before.total == 3570
+    assert "set aside 3.6 KB (checkpoints of other configs" in after.line()

@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from leviathan import layout
 from leviathan.workflow.grid import Cell, config_cells
 
 DEFAULT_MFU = 0.40  # the best mature stacks publish for ~1B models on H100s: `--mfu 0.4`
@@ -330,6 +331,7 @@ class StudyDisk:
     final_checkpoints: int  # checkpoints/final/ of every cell (weights + AdamW state)
     dvc_cache: int  # DVC's copy of data/ and the final checkpoints (0 where it links: .dvc/config)
     steps_dropped_at_final: bool = False  # runtime.drop_steps_at_final
+    set_aside: int = 0  # set-aside folders already in the study's run folders (kept, not planned)
 
     @property
     def total(self) -> int:
@@ -341,6 +343,7 @@ class StudyDisk:
             + self.step_checkpoints
             + self.final_checkpoints
             + self.dvc_cache
+            + self.set_aside
         )
 
     @property
@@ -364,6 +367,12 @@ class StudyDisk:
                 "(a copy of data/ and the final checkpoints: .dvc/config's cache.type copies)"
                 if self.dvc_cache
                 else "(linked into the workspace, no second copy: .dvc/config's cache.type)"
+            )
+            + (
+                f", set aside {_size(self.set_aside)} (checkpoints of other configs or damaged "
+                "ones, kept in the run folders: remove them when no longer needed)"
+                if self.set_aside
+                else ""
             )
         )
 
@@ -392,7 +401,24 @@ def study_disk(
     final = sum(p.checkpoint_bytes for p in plans)
     cache = text + shards + final if dvc_cache_copies() else 0
     dropped = workflow_runtime(config.get("runtime")).drop_steps_at_final
-    return StudyDisk(text, shards, steps, final, cache, steps_dropped_at_final=dropped)
+    aside = sum(set_aside_bytes(Path(layout.run_dir(p.cell))) for p in plans)
+    return StudyDisk(text, shards, steps, final, cache, dropped, aside)
+
+
+# what a run sets aside and keeps (train/checkpoint.py, train/telemetry.py)
+SET_ASIDE_GLOBS = ("*.stale-*", f"{layout.CHECKPOINTS}/*.damaged-*", "metrics.torn-*")
+
+
+def set_aside_bytes(run_dir: Path) -> int:
+    """Bytes of what a run folder holds set aside (checkpoints of another config or data,
+    damaged checkpoints, torn metrics lines): on disk, outside the plan's own figures."""
+    files = (
+        f
+        for pattern in SET_ASIDE_GLOBS
+        for found in run_dir.glob(pattern)
+        for f in ([found] if found.is_file() else found.rglob("*"))
+    )
+    return sum(f.stat().st_size for f in files if f.is_file())
 
 
 def dvc_cache_copies(dvc_config: Path | None = None) -> bool:
