@@ -139,6 +139,30 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     )
     assert state["train_config"]["lr"] == 1e-3
     assert (work / "results/runs/embedded/micro/gpt2/leviathan/seed0/checkpoints.stale-1").is_dir()
+    _a_second_study_touches_no_file_of_the_first(work, config)
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+def _a_second_study_touches_no_file_of_the_first(work: Path, config: dict) -> None:  # type: ignore[type-arg]
+    """A second study of the same corpus in the same clone (`study_name`), one of its cells
+    trained: every file of the first study is as it was, the new cell has its own folder."""
+    first = _files(work / "results")
+    config["study_name"] = "second"
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    target = "results/runs/embedded+second/micro/gpt2/tied/seed0/checkpoints/final/state.json"
+    out = snakemake(work, "--profile", "profiles/local", target)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (work / target).is_file()
+    after = _files(work / "results")
+    assert {k: after.get(k) for k in first} == first
+    assert all(k.startswith("runs/embedded+second/") for k in set(after) - set(first))
 
 
 def _job_resources(output: str) -> dict[str, list[str]]:
