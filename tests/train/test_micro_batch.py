@@ -145,3 +145,17 @@ def test_out_of_memory_in_a_step_is_one_line_naming_the_key_and_exit_4(
     )
     assert result.start_step == 2
     assert not layout.out_of_memory_file(run_dir).exists()
+
+
+def test_the_refusal_names_the_memory_models_prediction_where_it_has_one() -> None:
+    from leviathan.train.errors import out_of_memory
+
+    kw = {"step": 3, "device": "cuda:0", "last_good": "run/checkpoints/step_00000002"}
+    predicted = out_of_memory("400m", 32, 128, predicted=8, **kw)
+    assert "set train.400m.micro_batch: 8 " in str(predicted)
+    assert "the largest the memory model predicts to fit" in str(predicted)
+    halved = out_of_memory("400m", 32, 128, **kw)  # no prediction (a device it does not know)
+    assert "set train.400m.micro_batch: 16 " in str(halved)
+    assert "memory model" not in str(halved)
+    # a prediction that is no smaller than what ran out is no fix: the halving stands
+    assert "micro_batch: 16 " in str(out_of_memory("400m", 32, 128, predicted=32, **kw))

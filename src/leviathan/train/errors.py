@@ -29,9 +29,9 @@ class OutOfMemory(RuntimeError):
 
 
 def smaller_micro_batch(micro_batch: int, per_rank: int) -> int | None:
-    """The micro-batch to try after one of `micro_batch` sequences ran out of memory: the
-    largest divisor of the per-rank batch at most half of it (None below 2). A halving, not a
-    prediction: a memory model's predicted fit would replace this one function."""
+    """The micro-batch to try after one of `micro_batch` sequences ran out of memory where the
+    memory model has no prediction (a device it does not know): the largest divisor of the
+    per-rank batch at most half of it (None below 2)."""
     for size in range(micro_batch // 2, 0, -1):
         if per_rank % size == 0:
             return size
@@ -39,12 +39,22 @@ def smaller_micro_batch(micro_batch: int, per_rank: int) -> int | None:
 
 
 def out_of_memory(
-    scale: str, micro_batch: int, per_rank: int, *, step: int, device: str, last_good: str
+    scale: str,
+    micro_batch: int,
+    per_rank: int,
+    *,
+    step: int,
+    device: str,
+    last_good: str,
+    predicted: int | None = None,
 ) -> OutOfMemory:
     """The refusal of an out-of-memory error at optimizer step `step`: one line naming the
-    workflow key (train.<scale>.micro_batch) and a smaller value, or what else to do."""
+    workflow key (train.<scale>.micro_batch) and a smaller value (`predicted`: the largest
+    the memory model says fits the device, where it knows it; else a halving), or what else
+    to do."""
     key = f"train.{scale}.micro_batch"
-    smaller = smaller_micro_batch(micro_batch, per_rank)
+    fitting = predicted if predicted is not None and predicted < micro_batch else None
+    smaller = fitting or smaller_micro_batch(micro_batch, per_rank)
     fix = (
         f"set {key}: {smaller} in the workflow config (leviathan train: --set "
         f"micro_batch={smaller}) and rerun; micro_batch is no part of the run's identity, so "
@@ -53,9 +63,10 @@ def out_of_memory(
         else f"{key} is already 1: use a GPU with more memory or more GPUs per step "
         f"(resources.{scale}.gpus)"
     )
+    basis = " (the largest the memory model predicts to fit)" if fitting else ""
     message = (
         f"out of memory on {device} at step {step} with {key}={micro_batch} "
-        f"(per-device batch {per_rank}): {fix}"
+        f"(per-device batch {per_rank}): {fix}{basis}"
     )
     record = {"step": step, "micro_batch": micro_batch, "device": device, "message": message}
     return OutOfMemory(message, record)

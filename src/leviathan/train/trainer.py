@@ -306,9 +306,24 @@ class Trainer:
             step=step,
             device=str(self.info.device),
             last_good=self.checkpoints.last_good,
+            predicted=self._predicted_micro_batch(),
         )
         write_json(layout.out_of_memory_file(self.run_dir), exc.record)
         return exc
+
+    def _predicted_micro_batch(self) -> int | None:
+        """The largest micro-batch below this one that the memory model predicts to fit this
+        GPU (`leviathan.workflow.memory`); None off a GPU the model table knows."""
+        from leviathan.gpus import gpu_model
+        from leviathan.workflow.memory import largest_fitting
+
+        if self.info.device.type != "cuda":
+            return None
+        name = torch.cuda.get_device_name(self.info.device)
+        if gpu_model(name) is None:
+            return None
+        per_rank, ranks = self.loader.local_batch, self.info.world_size
+        return largest_fitting(self.model.cfg, per_rank, self.cfg.micro_batch, ranks, name)
 
     def _step(self, step: int, batches: Prefetcher) -> StepRecord:
         """The body of `train_step`."""
