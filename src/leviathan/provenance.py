@@ -93,11 +93,14 @@ def checkout() -> Path:
     return Path(os.environ.get(CHECKOUT_ENV) or repo_root())
 
 
-def _git_run(args: tuple[str, ...], ok: tuple[int, ...] = (0,)) -> str | None:
-    """`git <args>` in `checkout()`: its raw output, or None if git fails or is absent."""
+def _git_run(
+    args: tuple[str, ...], ok: tuple[int, ...] = (0,), at: Path | None = None
+) -> str | None:
+    """`git <args>` in `at` (default `checkout()`): its raw output, or None if git fails or
+    is absent."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(checkout()), *args],
+            ["git", "-C", str(at or checkout()), *args],
             capture_output=True,
             text=True,
             timeout=30,
@@ -107,9 +110,10 @@ def _git_run(args: tuple[str, ...], ok: tuple[int, ...] = (0,)) -> str | None:
     return out.stdout if out.returncode in ok else None
 
 
-def git(*args: str) -> str | None:
-    """`git <args>` in `checkout()`: its stripped output, or None if git fails or is absent."""
-    out = _git_run(args)
+def git(*args: str, at: Path | None = None) -> str | None:
+    """`git <args>` in `at` (default `checkout()`): its stripped output, or None if git fails
+    or is absent."""
+    out = _git_run(args, at=at)
     return None if out is None else out.strip()
 
 

@@ -142,12 +142,13 @@ class ChainWalker:
             )
             self.unverifiable(depth, what, detail)
             return
-        exists = _commit_exists(commit)
+        exists = _commit_exists(commit, self.root)
         what = f"code {commit[:12]}"
         if exists is None:
             self.unverifiable(depth, what, "not verifiable here (no git checkout)")
         elif not exists:
-            hint = " (this is a shallow clone: git fetch --unshallow)" if _shallow() else ""
+            shallow = _shallow(self.root)
+            hint = " (this is a shallow clone: git fetch --unshallow)" if shallow else ""
             self.failed(
                 depth, what, f"recorded in {where}: no such commit in this repository{hint}"
             )
@@ -331,13 +332,20 @@ class ChainWalker:
 
 
 @cache
-def _shallow() -> bool:
-    return git("rev-parse", "--is-shallow-repository") == "true"
+def _repository(root: Path) -> Path | None:
+    """The git checkout a recorded commit is looked up in: the audit root's (the checkout
+    that holds the audited results) where it is one, else the workflow's (`checkout()`)."""
+    return root if git("rev-parse", "--git-dir", at=root) is not None else None
+
+
+def _shallow(root: Path) -> bool:
+    return git("rev-parse", "--is-shallow-repository", at=_repository(root)) == "true"
 
 
 @cache
-def _commit_exists(commit: str) -> bool | None:
-    """Whether this checkout's history has `commit` (None: not a git checkout here)."""
-    if git("rev-parse", "--git-dir") is None:
+def _commit_exists(commit: str, root: Path) -> bool | None:
+    """Whether the checkout's history has `commit` (None: not a git checkout here)."""
+    at = _repository(root)
+    if git("rev-parse", "--git-dir", at=at) is None:
         return None
-    return git("cat-file", "-e", f"{commit}^{{commit}}") is not None
+    return git("cat-file", "-e", f"{commit}^{{commit}}", at=at) is not None
