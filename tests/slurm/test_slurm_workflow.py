@@ -226,9 +226,12 @@ def downstream(planned: list[Planned], of: Planned) -> set[Planned]:
     return found
 
 
-def cell_wildcards(cell: str) -> tuple[tuple[str, str], ...]:
+def cell_wildcards(cell: str, results: str = "embedded") -> tuple[tuple[str, str], ...]:
+    """A train job's wildcards: the study's results key (the default config's corpus), then
+    the cell's."""
     scale, vocab, variant, seed = cell.split("/")
     return (
+        ("results", results),
         ("scale", scale),
         ("vocab", vocab),
         ("variant", variant),
