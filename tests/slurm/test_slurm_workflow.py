@@ -49,6 +49,7 @@ GOOD = "micro/gpt2/tied/seed0"
 # cell fails only in its job, with the trainer's one-line reason
 BROKEN = "micro/gpt2/leviathan/seed0"
 CANCELLED = "micro/gpt2/untied/seed0"  # added in the rerun, cancelled mid-run
+RESULTS = "embedded"  # the default config's results key (its corpus): results/runs/<key>/<cell>
 CANCELLED_STEPS = 16
 TRAIN_PARTITION = "gpu"  # ci/local_slurm.sh's second partition (SLURM_LOCAL_PARTITION2)
 CONFIG: dict[str, Any] = {
@@ -226,7 +227,7 @@ def downstream(planned: list[Planned], of: Planned) -> set[Planned]:
     return found
 
 
-def cell_wildcards(cell: str, results: str = "embedded") -> tuple[tuple[str, str], ...]:
+def cell_wildcards(cell: str, results: str = RESULTS) -> tuple[tuple[str, str], ...]:
     """A train job's wildcards: the study's results key (the default config's corpus), then
     the cell's."""
     scale, vocab, variant, seed = cell.split("/")
@@ -314,11 +315,11 @@ def by_comment(jobs: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
 
 
 def final_state(work: Path, cell: str) -> Path:
-    return work / "results" / "runs" / cell / "checkpoints" / "final" / "state.json"
+    return work / "results" / "runs" / RESULTS / cell / "checkpoints" / "final" / "state.json"
 
 
 def metrics(work: Path, cell: str, kind: str) -> list[dict[str, Any]]:
-    path = work / "results" / "runs" / cell / "metrics.jsonl"
+    path = work / "results" / "runs" / RESULTS / cell / "metrics.jsonl"
     records = []
     for line in path.read_text().splitlines() if path.is_file() else []:
         try:
@@ -472,7 +473,7 @@ def test_failed_cell_is_reported_with_its_slurm_log_and_the_rest_completes(
         assert str(log) in out, f"snakemake does not name the SLURM log {log}:\n{out[-4000:]}"
         assert (work / log).is_file()
     assert "Error in rule train" in out
-    train_log = Path("logs") / "train" / f"{BROKEN}.log"
+    train_log = Path("logs") / "train" / RESULTS / f"{BROKEN}.log"
     assert str(train_log) in out
     assert "non-finite training loss" in (work / train_log).read_text()  # the trainer says why
     # --keep-going (in the profile): what does not need the broken cell finished
