@@ -13,6 +13,10 @@ Per figure, on the stated GPU (`lev_triton.GPU_RATES`, efficiencies as the roofl
                (`model.roofline`) plus LEV's extra, which is the kernels, LEV's other ops'
                counted bytes (fp32: an upper bound under bf16 autocast) and its parameters'
                optimizer traffic (the roofline's difference of the two variants' optimizer parts).
+               `step_ratio` keeps the tied table's own work in the leviathan step (an upper
+               bound); `step_ratio_net` takes out what LEV replaces, the tied input part (its
+               rows' gather, the dense V x D gradient and its sum with the head's), and adds
+               the gather of the generated rows per token.
 Each is the sum of its kernels' times (no overlap between kernels): an upper bound of the model.
 """
 
@@ -27,7 +31,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from leviathan.device import forced_policy
 from leviathan.model import lev_triton, model_config
 from leviathan.model.lev import LEV
-from leviathan.model.roofline import BANDWIDTH_EFFICIENCY, roofline
+from leviathan.model.roofline import BANDWIDTH_EFFICIENCY, GENERATED_TOKEN_BYTES, roofline
 from leviathan.model.traffic import TrafficCounter
 
 IDS = 8192  # distinct ids of a 400m micro-batch of 16 x 512 (at most)
@@ -44,7 +48,8 @@ def other_bytes_per_id(lev: LEV, run: Callable[[LEV, torch.Tensor], None]) -> fl
 
 
 def _train(lev: LEV, ids: torch.Tensor) -> None:
-    lev.generate(ids).sum().backward()
+    rows = lev.generate(ids)
+    rows.backward(torch.ones(()).expand_as(rows))  # the backbone's gradient: read, not made
 
 
 def _materialize_chunk(lev: LEV, ids: torch.Tensor) -> None:
@@ -77,6 +82,8 @@ def predict(gpu: str) -> dict[str, float]:
     leviathan = roofline(cfg, 16, 16)
     optimizer = leviathan.parts[-1].seconds(gpu) - tied.parts[-1].seconds(gpu)
     extra = forward + backward + IDS * train_bytes / hbm + optimizer
+    tokens = tied.tokens * cfg.d_model * GENERATED_TOKEN_BYTES / hbm
+    net = tied.seconds(gpu) - tied.part("input").seconds(gpu) + extra + tokens
     return {
         "forward_ms": 1e3 * forward,
         "backward_ms": 1e3 * backward,
@@ -84,6 +91,8 @@ def predict(gpu: str) -> dict[str, float]:
         "tied_step_ms": 1e3 * tied.seconds(gpu),
         "lev_extra_ms": 1e3 * extra,
         "step_ratio": (tied.seconds(gpu) + extra) / tied.seconds(gpu),
+        "tied_input_ms": 1e3 * tied.part("input").seconds(gpu),
+        "step_ratio_net": net / tied.seconds(gpu),
         "kernel_bytes_per_id": cost.bytes_per_id,
         "other_train_bytes_per_id": train_bytes,
     }
@@ -94,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ap.add_argument("--gpu", default="H200", choices=sorted(lev_triton.GPU_RATES))
     figures = predict(ap.parse_args(argv).gpu)
     for key, value in figures.items():
-        print(f"{key:<26} {value:,.4g}")
+        print(f"{key:<26} {value:,.5g}")
     return figures
 
 

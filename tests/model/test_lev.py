@@ -152,6 +152,24 @@ def test_materialize_equals_forward() -> None:
     assert torch.equal(table, rows)
 
 
+def test_coordinates_equal_the_float64_equation() -> None:
+    """Step 3 as the method writes it, t_l = sigmoid(LN_l(W_l z + c_l) / 2), re-derived in
+    float64 with the LayerNorm by hand (mean, biased variance, gain, bias), against the fused
+    multiply-add and sigmoid the model runs in fp32."""
+    lev = _lev(vocab=300)
+    with torch.no_grad():
+        lev.ln_weight.normal_()
+        lev.ln_bias.normal_()
+    z = lev.codebooks(torch.arange(300))
+    h, d = lev.cfg.n_heads, lev.cfg.d_seed
+    W, c = lev.head_proj.weight.double(), lev.head_proj.bias.double()
+    u = (z.double() @ W.T + c).view(-1, h, d)
+    centred = u - u.mean(-1, keepdim=True)
+    ln = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + lev.cfg.ln_eps)
+    expected = torch.sigmoid((ln * lev.ln_weight.double() + lev.ln_bias.double()) * 0.5)
+    torch.testing.assert_close(lev.coordinates(z).double(), expected, rtol=0, atol=2e-6)
+
+
 def test_coordinates_without_autograd_are_the_training_ones_bitwise() -> None:
     """Without autograd (materialize, evaluation) step 3 runs its ops in place; the values must
     be those the training path computes, bit for bit, so evaluation sees the trained model."""

@@ -322,6 +322,28 @@ def reference_product(t: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
     return phi.prod(dim=2)  # M_l[m] = prod_p phi_l[p, m]                     [N, h, r]
 
 
+class _AffineSigmoid(torch.autograd.Function):
+    """t = sigmoid(u gain + shift), gain and shift [h, d_seed] broadcast over the ids: one
+    pass over the coordinates forward, and backward the sigmoid's gradient, its product with
+    the gain and the two parameter sums. On a GPU the eager coordinate chain's bytes are what
+    LEV costs beside its kernel; autograd's own formulas for a multiply, an add and a scale
+    (or for addcmul, which rescales u by its `value` first) pass over them twice as often."""
+
+    @staticmethod
+    def forward(ctx: Any, u: torch.Tensor, gain: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        t = torch.addcmul(shift, u, gain).sigmoid_()
+        ctx.save_for_backward(u, gain, t)
+        return t
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        u, gain, t = ctx.saved_tensors
+        g = torch.ops.aten.sigmoid_backward(grad_t, t)  # grad_t t (1 - t)
+        ids = tuple(range(g.dim() - gain.dim()))
+        return g * gain, (g * u).sum(ids), g.sum(ids)
+
+
 class DigitCodebooks(nn.Module):
     """LEV steps 1-2 (shared with the factored_mlp ablation): id -> z [.., d_seed]."""
 
@@ -377,16 +399,21 @@ class LEV(GeneratedInput):
         return cfg.n_heads * cfg.d_seed * cfg.rank * (2 * N_TAPS + 1)
 
     def coordinates(self, z: torch.Tensor) -> torch.Tensor:
-        """Step 3: t [N, h, d_seed] in (0, 1)."""
+        """Step 3: t [N, h, d_seed] in (0, 1).
+
+        The LayerNorm's gain and bias and the 1/2 are one multiply-add after the plain
+        LayerNorm, sigmoid(LN(u) (s w) + s b) (`_AffineSigmoid`)."""
         cfg = self.cfg
         u = self.head_proj(z).unflatten(-1, (cfg.n_heads, cfg.d_seed))
         u = F.layer_norm(u, (cfg.d_seed,), eps=cfg.ln_eps)
+        s = cfg.sigmoid_scale
+        gain, shift = self.ln_weight * s, self.ln_bias * s
         if torch.is_grad_enabled():
-            return torch.sigmoid((u * self.ln_weight + self.ln_bias) * cfg.sigmoid_scale)
+            return _AffineSigmoid.apply(u, gain, shift)
         # the same ops in place where nothing is saved for backward (materialize, evaluation):
-        # bitwise the same values without four fresh [N, h, d_seed] buffers (a third of
-        # materialize's time went to allocating and faulting them in)
-        return u.mul_(self.ln_weight).add_(self.ln_bias).mul_(cfg.sigmoid_scale).sigmoid_()
+        # bitwise the same values without a fresh [N, h, d_seed] buffer (a third of
+        # materialize's time went to allocating and faulting such buffers in)
+        return torch.addcmul(shift, u, gain, out=u).sigmoid_()
 
     def products(self, ids: torch.Tensor) -> torch.Tensor:
         """Steps 1-5: the heads' products [M_1 .. M_h] of each id, [N, h r] in the

@@ -104,13 +104,13 @@ TABLE_ROW_BYTES, TABLE_GRAD_BYTES, TIED_GRAD_SUM_BYTES = 12, 4, 12
 # LEV (per distinct id): its spline product is one custom op (lev.py), whose kernels move
 # `lev_triton.cost_per_id` (t, M and their gradients; the coefficient table, L2-resident, once
 # per step), eager and compiled alike. Around it, steps 1-3 and the out-projection in torch
-# ops: eager, 29 fp32 passes over the h x d_seed coordinates (the codebook rows' sum, the
-# heads' projection, LayerNorm, its gain and bias, the 1/2, the sigmoid, and their
-# gradients) and 13 bytes per unit of D (the generated row's cast, its gradient's), as
-# counted (within 4% at 200m, 400m and 1.2b). Compiled: inductor fuses the coordinate chain
+# ops: eager, 23 fp32 passes over the h x d_seed coordinates (the codebook rows' sum, the
+# heads' projection, LayerNorm, its gain, bias and 1/2 as one multiply-add with the sigmoid
+# after it, `lev._AffineSigmoid`, and their gradients) and 13 bytes per unit of D (the generated row's cast, its gradient's), as
+# counted (within 3% at 200m, 400m and 1.2b). Compiled: inductor fuses the coordinate chain
 # into one kernel each way (stated: the projection's output and t written and read, their
 # gradients: 8 passes).
-LEV_COORD_PASSES, FUSED_LEV_COORD_PASSES, LEV_ROW_BYTES = 29, 8, 13
+LEV_COORD_PASSES, FUSED_LEV_COORD_PASSES, LEV_ROW_BYTES = 23, 8, 13
 # per generated row and token: the gather of the bf16 rows (4), the fp32 residual copy (6),
 # the gradient's bf16 cast (6) and the dense backward's read (2): per unit of D
 GENERATED_TOKEN_BYTES = 18

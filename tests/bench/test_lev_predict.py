@@ -1,0 +1,39 @@
+"""bench/lev_predict.py: LEV's predicted H200 figures (cost model and dispatch-mode counts on
+FakeTensors, no GPU) meet the GPU-kernel targets the docs state, and each figure is built
+from its parts as the docstring says."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def figures() -> dict[str, float]:
+    spec = importlib.util.spec_from_file_location("lev_predict", ROOT / "bench" / "lev_predict.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lev_predict"] = module
+    spec.loader.exec_module(module)
+    return module.predict("H200")
+
+
+def test_predicted_h200_figures_meet_the_targets(figures: dict[str, float]) -> None:
+    assert figures["materialize_ms"] <= 20.0
+    assert figures["step_ratio"] <= 1.02
+    assert figures["kernel_bytes_per_id"] <= 20_000
+
+
+def test_the_ratios_are_built_from_the_tied_step_and_levs_extra(figures: dict[str, float]) -> None:
+    tied, extra = figures["tied_step_ms"], figures["lev_extra_ms"]
+    assert figures["step_ratio"] == pytest.approx((tied + extra) / tied)
+    # net of the tied table's work: below the upper bound by at most its input part
+    net_floor = (tied + extra - figures["tied_input_ms"]) / tied
+    assert net_floor <= figures["step_ratio_net"] < figures["step_ratio"]
+    # LEV's extra holds at least its two kernels
+    assert extra > figures["forward_ms"] + figures["backward_ms"]
