@@ -38,7 +38,44 @@ def test_readme_map_names_existing_files() -> None:
 def test_readme_links_to_docs_resolve() -> None:
     links = re.findall(r"\]\((docs/[^)]+)\)", (ROOT / "README.md").read_text())
     assert {"docs/dvc.md", "docs/slurm.md", "docs/gpu.md"} <= set(links)
-    assert all((ROOT / link).is_file() for link in links)
+    for link in links:
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).is_file(), link
+        if anchor:  # GitHub's heading anchors: lower case, punctuation dropped, spaces to '-'
+            headings = re.findall(r"^#+ (.+)$", (ROOT / path).read_text(), re.M)
+            slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+            assert anchor in slugs, link
+
+
+def _edges(mermaid: str, names: dict[str, str] | None = None) -> set[tuple[str, str]]:
+    pairs = re.findall(r"^\s*(\w+)\s*-->\s*(\w+)\s*$", mermaid, re.M)
+    names = names or {}
+    return {(names.get(a, a), names.get(b, b)) for a, b in pairs}
+
+
+def test_the_readmes_dag_is_snakemakes_rulegraph() -> None:
+    """The README's picture of the DAG has exactly the edges of `snakemake --rulegraph` on the
+    default config."""
+    import subprocess
+    import sys
+
+    readme = (ROOT / "README.md").read_text()
+    picture = re.search(r"```mermaid\n(.*?)```", readme, re.S).group(1)
+    snakemake = Path(sys.executable).parent / "snakemake"
+    env = {**os.environ, ALLOW_FOREIGN_ENV: "1"}
+    graph = subprocess.run(
+        [str(snakemake), "--rulegraph", "mermaid-js", "--cores", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert graph.returncode == 0, graph.stderr[-2000:]
+    names = dict(re.findall(r"^\s*(id\d+)\[(\w+)\]", graph.stdout, re.M))
+    expected = _edges(graph.stdout, names)
+    assert len(expected) > 10
+    assert _edges(picture) == expected
 
 
 # ----------------------------------------------------------------------------- the docs' commands

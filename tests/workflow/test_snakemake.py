@@ -40,6 +40,23 @@ def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
     assert counts["all"] == 1
 
 
+def test_the_target_written_last_plans_what_it_names(tmp_path: Path) -> None:
+    """`snakemake ... --configfile F all`: --configfile takes every word after it, so Snakemake
+    reads `all` as a config file (the repository's `all` file, which adds nothing) and runs the
+    first rule, `all`: the same jobs as with the target first."""
+    work = workflow_copy(tmp_path)
+    last = snakemake(
+        work, "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml", "all"
+    )
+    first = snakemake(
+        work, "all", "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml"
+    )
+    assert last.returncode == 0 and first.returncode == 0, last.stderr[-2000:]
+    counts = job_counts(last.stdout + last.stderr)
+    assert counts == job_counts(first.stdout + first.stderr)
+    assert counts["train"] == 2 and counts["all"] == 1  # tiny.yaml's two cells, not the default's
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

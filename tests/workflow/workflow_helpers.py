@@ -43,7 +43,7 @@ SMALL_EVAL_TASKS = ["piqa", "lambada_openai"]
 
 
 def workflow_copy(dest: Path) -> Path:
-    for name in ("Snakefile", "workflow", "profiles", "config"):
+    for name in ("Snakefile", "all", "workflow", "profiles", "config"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     return dest
