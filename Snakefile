@@ -1,6 +1,6 @@
 # Leviathan reproduction workflow (arXiv 2601.22040).
 #   snakemake --profile profiles/local all                       # default: embedded corpus, CPU
-#   snakemake all --profile profiles/slurm --configfile config/paper.yaml  # target first: --configfile takes several files
+#   snakemake all --profile profiles/slurm --configfile config/paper.yaml  # targets first: --configfile takes every word after it (`all` last works: the file `all`)
 import os
 
 from snakemake.exceptions import WorkflowError

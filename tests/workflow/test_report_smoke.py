@@ -128,7 +128,8 @@ def _figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(figures, "_save", keep)
     csvs = {n: Path(f"tables/{n}.csv") for n in ("frequency", "vocabulary", "ablation")}
     se = [Path(layout.sample_efficiency_path("embedded", "micro", "gpt2", 0))]
-    figures.write_figures(csvs, se, "figures", SmokePolicy.default())
+    cells = [Cell("micro", "gpt2", v, 0, "embedded") for v in ("tied", "leviathan")]
+    figures.write_figures(csvs, se, "figures", SmokePolicy.default(), cells)
     return drawn
 
 
@@ -141,7 +142,7 @@ def test_figures_say_smoke_test_and_keep_the_paper_apart(
 ) -> None:
     write_report(_config(), "tables", None, metrics_dir="metrics")
     drawn = _figures(monkeypatch)
-    assert set(drawn) == {"loss_curves", "frequency", "vocabulary", "ablation"}
+    assert set(drawn) == {"loss_curves", "frequency", "vocabulary", "ablation", "training"}
     for name, fig in drawn.items():
         assert "SMOKE TEST" in fig._suptitle.get_text(), name
     (curves,) = _titles(drawn["loss_curves"])
@@ -155,3 +156,21 @@ def test_figures_say_smoke_test_and_keep_the_paper_apart(
     assert "400m" in paper
     assert [t.startswith("THE PAPER") for t in _titles(drawn["vocabulary"])] == [False, True]
     assert all(f"{SMOKE_TOKENS:,} tokens" in t for t in _titles(drawn["frequency"]))
+    # training: loss, lr and gradient norm of each cell, read back from its metrics.jsonl
+    panels = drawn["training"].axes
+    assert [ax.get_ylabel().split()[0] for ax in panels] == ["training", "learning", "gradient"]
+    records = [
+        json.loads(line)
+        for line in Path(
+            layout.run_dir(Cell("micro", "gpt2", "tied", 0, "embedded")), "metrics.jsonl"
+        )
+        .read_text()
+        .splitlines()
+    ]
+    train = [r for r in records if r["kind"] == "train"]
+    for ax, key in zip(panels, ("loss", "lr", "grad_norm"), strict=True):
+        assert [line.get_label() for line in ax.lines] == ["leviathan", "tied"]  # cells sorted
+        tied = ax.lines[1]
+        assert list(tied.get_xdata()) == [r["tokens"] for r in train]
+        assert list(tied.get_ydata()) == [r[key] for r in train]
+        assert f"micro, {SMOKE_TOKENS:,} tokens, seed 0" in ax.get_title()

@@ -54,8 +54,19 @@ def write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
         {"kind": "val", "step": i + 1, "tokens": tokens * (i + 1) // 3, "val_loss": v}
         for i, v in enumerate(CURVES[cell.variant])
     ]
+    train = [
+        {
+            "kind": "train",
+            "step": i + 1,
+            "tokens": tokens * (i + 1) // 3,
+            "loss": v + 0.1,
+            "lr": 1e-3 * (i + 1),
+            "grad_norm": 2.0 / (i + 1),
+        }
+        for i, v in enumerate(CURVES[cell.variant])
+    ]
     Path(layout.run_dir(cell), "metrics.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in [start, *val])
+        "".join(json.dumps(r) + "\n" for r in [start, *train, *val])
     )
 
 

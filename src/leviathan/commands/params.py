@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         for c in checks:
             status = "ok " if c.ok else "DIFF"
             print(
-                f"[{status}] {c.claim}: paper {c.paper:,.6g}, ours {c.ours:,.6g} ({c.rel_diff:+.2%})"
+                f"[{status}] {c.claim}: paper {c.shown(c.paper)}, ours {c.shown(c.ours)} "
+                f"(ours {c.rel_diff:+.2%} relative)"
             )
             if c.note and not c.ok:
                 print(f"       why: {c.note}")

@@ -168,7 +168,8 @@ def write_report(
     if figures_dir is not None:
         from leviathan.report.figures import write_figures
 
+        cells = [c for group in inp.all_cells().values() for c in group]
         written.extend(
-            write_figures(csvs, [Path(p) for p in sample_efficiency], figures_dir, inp.smoke)
+            write_figures(csvs, [Path(p) for p in sample_efficiency], figures_dir, inp.smoke, cells)
         )
     return written

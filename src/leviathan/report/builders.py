@@ -310,6 +310,7 @@ def cost_table(ctx: Context, name: str) -> Table:
         "forward FLOPs per token, overhead vs tied (positive = more than tied)",
         ["scale", "vocab", "variant"],
         cols,
+        source="each final checkpoint's recorded model config, by the model's own counter",
     )
     groups = ctx.inp.all_cells()
     for (scale, vocab, variant), cells in groups.items():

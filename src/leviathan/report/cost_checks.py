@@ -24,6 +24,12 @@ class CostCheck:
     paper: float
     ours: float
     note: str = ""
+    percent: bool = False  # an overhead: a fraction of tied's, shown in percent
+
+    def shown(self, value: float) -> str:
+        if self.percent:
+            return f"{value:+.3%}"
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.6g}"
 
     @property
     def rel_diff(self) -> float:
@@ -72,9 +78,10 @@ def cost_checks(vocab: str = "o200k_base") -> list[CostCheck]:
             acc["400m", "untied"].total_params,
         ),
         CostCheck(
-            "leviathan vs tied parameters at 1.2B (fraction)",
+            "leviathan vs tied parameters at 1.2B",
             reported_1_2b["param_overhead"],
             cost_1_2b["params"],
+            percent=True,
             note=(
                 f"the paper's +{reported_1_2b['param_overhead']:.2%} with LEV's {lev_2048:,} parameters "
                 f"implies a tied model of {implied_total / 1e9:.2f}B; our RECON 1.2B shape "
@@ -83,9 +90,10 @@ def cost_checks(vocab: str = "o200k_base") -> list[CostCheck]:
             ),
         ),
         CostCheck(
-            "leviathan vs tied training FLOPs at 1.2B (fraction)",
+            "leviathan vs tied training FLOPs at 1.2B",
             reported_1_2b["flop_overhead"],
             cost_1_2b["train_flops"],
+            percent=True,
             note=(
                 "ours counts LEV's matmuls and spline multiply-adds per token as if every "
                 "position held a distinct id (an upper bound); the paper does not state its "

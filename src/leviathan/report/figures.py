@@ -8,6 +8,8 @@
                   in its own panel (it states no scale)
     ablation      relative loss gain over tied per input variant; the paper's (400M) beside ours
                   only at the same scale and vocabulary, otherwise in its own panel
+    training      each cell's training loss, learning rate and gradient norm vs training
+                  tokens (its metrics.jsonl), one row per (scale, vocab, seed), one line per cell
 
 Figures are drawn from the report tables (the same numbers, with the scale, training tokens,
 seeds and smoke-test label of each row) and the sample-efficiency outputs. Every panel says what
@@ -30,13 +32,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from leviathan.eval.sample_efficiency import metrics_path  # noqa: E402
 from leviathan.io import atomic_path, read_json  # noqa: E402
-from leviathan.layout import figure_files, sample_efficiency_group  # noqa: E402
+from leviathan.layout import figure_files, run_dir, sample_efficiency_group  # noqa: E402
 from leviathan.manifest import input_record, write_manifest  # noqa: E402
 from leviathan.paper import Paper  # noqa: E402
 from leviathan.report.basis import SMOKE, SmokePolicy, caption  # noqa: E402
+from leviathan.train.telemetry import read_metrics  # noqa: E402
+from leviathan.workflow.grid import Cell  # noqa: E402
 
-FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation"]
+FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation", "training"]
 from leviathan.report.context import variant_order  # noqa: E402
 
 
@@ -291,11 +296,70 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePol
     return _save(fig, out_dir, "ablation", inputs)
 
 
+TRAINING_PANELS = {
+    "loss": "training loss (nats/token)",
+    "lr": "learning rate",
+    "grad_norm": "gradient norm (before clipping)",
+}
+
+
+def training(
+    cells: Sequence[Cell], out_dir: str | os.PathLike[str], policy: SmokePolicy
+) -> list[Path]:
+    """Each cell's training records (loss, lr, gradient norm) against training tokens: a row of
+    three panels per (scale, vocab, seed), a line per variant."""
+    groups: dict[tuple[str, str, int], list[Cell]] = {}
+    for cell in sorted(cells):
+        groups.setdefault((cell.scale, cell.vocab, cell.seed), []).append(cell)
+    rows = max(1, len(groups))
+    fig, axes = plt.subplots(rows, 3, figsize=(15.0, 3.4 * rows), squeeze=False)
+    if not groups:
+        for ax in axes[0]:
+            _empty(ax, "no trained cell")
+    variants = variant_order()
+    palette = dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=True))
+    inputs, smoke = [], False
+    for row, ((scale, vocab, seed), group) in zip(axes, groups.items(), strict=False):
+        tokens = []
+        for cell in group:
+            path = metrics_path(run_dir(cell))
+            inputs.append(path)
+            by_step = {int(r["step"]): r for r in read_metrics(path, "train")}
+            records = pd.DataFrame([by_step[s] for s in sorted(by_step)])
+            if records.empty:
+                continue
+            tokens.append(int(records["tokens"].iloc[-1]))
+            for ax, key in zip(row, TRAINING_PANELS, strict=True):
+                ax.plot(
+                    records["tokens"],
+                    records[key],
+                    lw=1.2,
+                    color=palette.get(cell.variant),
+                    label=cell.variant,
+                )
+        smoke = smoke or policy.is_smoke(tokens)
+        for ax, (key, label) in zip(row, TRAINING_PANELS.items(), strict=True):
+            ax.set_title(f"{vocab}: {caption(scale, tokens or [0], [seed], policy)}", fontsize=9)
+            ax.set_xlabel("training tokens")
+            ax.set_ylabel(label)
+            if key == "grad_norm":
+                ax.set_yscale("log")
+        row[0].legend(fontsize=7)
+    _title(
+        fig,
+        "Training: loss, learning rate and gradient norm of every cell (metrics.jsonl)",
+        smoke,
+        policy,
+    )
+    return _save(fig, out_dir, "training", inputs)
+
+
 def write_figures(
     tables: Mapping[str, Path],
     sample_efficiency: Sequence[Path],
     out_dir: str | os.PathLike[str],
     policy: SmokePolicy,
+    cells: Sequence[Cell] = (),
 ) -> list[Path]:
     sns.set_theme(context="paper", style="whitegrid")
     out: list[Path] = []
@@ -303,4 +367,5 @@ def write_figures(
     out += frequency(tables.get("frequency"), out_dir, policy)
     out += vocabulary(tables.get("vocabulary"), out_dir, policy)
     out += ablation(tables.get("ablation"), out_dir, policy)
+    out += training(cells, out_dir, policy)
     return out

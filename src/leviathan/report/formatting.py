@@ -128,7 +128,7 @@ def _latex(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> str:
 
 
 def _markdown(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> str:
-    note = "Values from the evaluation outputs; `-`: not applicable or not run. Full precision: the CSV."
+    note = f"Values from {table.source}; `-`: not applicable or not run. Full precision: the CSV."
     if stand_in:
         note = f"**{STAND_IN_NOTE}**\n\n{note}"
     head = f"# {table.title}\n\n" + (f"**{smoke}**\n\n" if smoke else "")

@@ -28,6 +28,7 @@ class Table:
     columns: dict[str, str]  # numeric column -> format kind (leviathan.report.formatting.FORMATS)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # row id -> labels
     smoke_note: str = ""  # what a row whose `evidence` is SMOKE means (SmokePolicy.note)
+    source: str = "the evaluation outputs"  # what its values are read from (the Markdown's note)
     specs: dict[tuple[str, str], ValueSpec] = field(default_factory=dict)  # (row, column) -> value
 
     def add_row(self, row: str, **labels: Any) -> str:
