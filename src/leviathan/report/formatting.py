@@ -24,6 +24,8 @@ FORMATS = {
     "int": "{:,.0f}",
     "num": "{:.4g}",
 }
+# perplexities from this size on in 3 significant digits (1.2e+15, not 16 digits and 2 decimals)
+PPL_SCIENTIFIC = 1e6
 # A column's 95% confidence half-width over seeds (`<column>_ci95`, Student t; paired by seed for a
 # gain over tied) is shown as "±" in the column's own format.
 CI_FORMAT = {
@@ -52,6 +54,10 @@ def format_value(value: Any, kind: str) -> str:
         return "-"
     ci = kind.startswith("ci_")
     base = kind.removeprefix("ci_")
+    if (
+        base == "ppl" and abs(value) >= PPL_SCIENTIFIC
+    ):  # e.g. a rare word's, e^(sum of its tokens' losses)
+        return ("±" if ci else "") + f"{value:.3g}"
     fmt = CI_FORMAT[base] if ci else FORMATS[base]
     return fmt.format(100.0 * value if base == "pct" else value)
 
