@@ -84,3 +84,26 @@ def test_evaluation_with_other_choices_is_refused_naming_the_key(
 
     with pytest.raises(EvalInputError, match=r"lev\.basis='unnormalised'.*lev\.basis='normalised'"):
         open_checkpoint(_tampered(learned_run, tmp_path / "b", other_basis), "cpu")
+
+
+def test_metrics_log_records_lev_health_at_init_and_each_validation(
+    gpt2_shards: Path, tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    from leviathan.train.telemetry import read_metrics
+
+    run_dir = tmp_path / "run"
+    train(
+        _cfg(),
+        train_bins=[gpt2_shards / "train.bin"],
+        val_bin=gpt2_shards / "val.bin",
+        run_dir=run_dir,
+        runtime=replace(QUIET, val_every=1),
+    )
+    health = read_metrics(run_dir / "metrics.jsonl", "lev_health")
+    vals = read_metrics(run_dir / "metrics.jsonl", "val")
+    assert [r["step"] for r in health] == [0] + [r["step"] for r in vals]
+    ckpt, _ = open_checkpoint(run_dir, "cpu")
+    h = ckpt.model_config.lev.n_heads
+    assert all(len(r["near_ends"]) == len(r["log_std_M"]) == h for r in health)

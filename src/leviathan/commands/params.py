@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="a LEV config value for every variant (repeatable), e.g. knot_scale=learned, "
         "seed_bias=false, basis=normalised (docs/method.md §6)",
     )
+    p.add_argument(
+        "--init-stats",
+        action="store_true",
+        help="LEV's health statistics at initialisation (builds the leviathan model on the CPU)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -134,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     lev = _lev_overrides(args.lev)
+    if args.init_stats:
+        return _init_stats(args, lev)
 
     def acc(variant: str) -> Accounting:
         overrides = {"lev": lev} if lev else None
@@ -166,4 +173,41 @@ def run(args: argparse.Namespace) -> int:
             f"  {row['choice']:<20} {row['constant']:>12,} + {row['per_d']} D"
             f"  ({row['change']:+,} vs the defaults)"
         )
+    return 0
+
+
+def _init_stats(args: argparse.Namespace, lev: dict[str, Any]) -> int:
+    """`--init-stats`: LEV's health at initialisation (`leviathan.model.lev_health`), the
+    model seeded as the trainer seeds a run with seed 0."""
+    import torch
+
+    from leviathan.model.language_model import build_model
+    from leviathan.model.lev_health import model_health
+
+    cfg = model_config(
+        args.scale,
+        args.vocab,
+        "leviathan",
+        vocab_size=args.vocab_size,
+        overrides={"lev": lev} if lev else None,
+    )
+    torch.manual_seed(0)
+    stats = model_health(build_model(cfg))
+    assert stats is not None
+    if args.json:
+        print(json.dumps({"scale": args.scale, "vocab": args.vocab, "lev": lev, **stats}, indent=2))
+        return 0
+    print(
+        f"LEV at initialisation, scale {args.scale}, vocab {args.vocab}, {stats['ids']} ids "
+        "spread over the vocabulary (docs/method.md §6)"
+    )
+    print(f"{'head':>4} {'near 0 or 1':>12} {'ln std M':>10} {'RMS W_out_l M_l':>16}")
+    for head, (near, log_std, rms) in enumerate(
+        zip(stats["near_ends"], stats["log_std_M"], stats["rms_head"], strict=True)
+    ):
+        print(f"{head:>4} {near:>12.4%} {log_std:>10.4f} {rms:>16.4g}")
+    print(
+        f"embeddings RMS {stats['emb_rms']:.4g}, output head rows RMS {stats['head_row_rms']:.4g} "
+        f"(ratio {stats['emb_vs_head_rms']:.4g}); mean pairwise cosine {stats['mean_cosine']:.4f}"
+    )
     return 0
