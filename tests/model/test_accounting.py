@@ -67,3 +67,21 @@ def test_params_cli_text_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown vocabulary 'bert'" in capsys.readouterr().err
     assert main(["params", "--check-paper"]) == 0
     assert "LEV parameters at D=2048" in capsys.readouterr().out
+
+
+def test_params_shows_each_lev_choice_against_the_method_count() -> None:
+    """`leviathan params`' RECON rows (docs/method.md §6) against LEV's count written out from
+    its parts: codebooks k b d, heads h (d d + d) with the seed bias, LayerNorm 2 h d, splines
+    h d kappa r, one learned scale per head and coordinate; h r per unit of D."""
+    from leviathan.commands.params import recon_effects
+    from leviathan.model.config import model_config as mc
+
+    lev = mc("400m", "o200k_base", "leviathan").lev
+    k, d, h, K, r = lev.n_digits, lev.d_seed, lev.n_heads, lev.n_knots, lev.rank
+    b = mc("400m", "o200k_base", "leviathan").lev_base
+    base = k * b * d + h * (d * d + d) + 2 * h * d + h * d * K * r
+    rows = {row["choice"]: row for row in recon_effects("400m", "o200k_base", None)}
+    assert rows["defaults"]["constant"] == base and rows["defaults"]["per_d"] == h * r
+    assert rows["seed_bias=False"]["constant"] == base - h * d
+    assert rows["basis=normalised"]["constant"] == base
+    assert rows["knot_scale=learned"]["constant"] == base + h * d

@@ -149,6 +149,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     if "model_config" not in state:
         raise EvalInputError(f"{ckpt_dir / STATE}: has no model_config; not a trainer checkpoint")
     cfg = ModelConfig.from_dict(state["model_config"]).validate()
+    _check_overrides(ckpt_dir, cfg, (state.get("train_config") or {}).get("model_overrides"))
     ckpt = Checkpoint(ckpt_dir, sha256_file(ckpt_dir / WEIGHTS), state, cfg)
     check_covers(
         cfg.vocab_size,
@@ -157,6 +158,44 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         error=EvalInputError,
     )
     return ckpt
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _check_overrides(ckpt_dir: Path, cfg: ModelConfig, overrides: dict[str, Any] | None) -> None:
+    """Refuse a checkpoint whose model config contradicts what its training config set
+    explicitly (e.g. lev.basis, a RECON choice with no weights of its own), naming the key."""
+    recorded = _flat(cfg.to_dict())
+    for key, value in _flat(overrides or {}).items():
+        if key in recorded and recorded[key] != value:
+            raise EvalInputError(
+                f"{ckpt_dir / STATE}: its model_config has {key}={recorded[key]!r} but its "
+                f"training config set {key}={value!r}: the checkpoint's records disagree; "
+                "evaluate a checkpoint as `leviathan train` wrote it"
+            )
+
+
+# parameters that exist only under one value of a LEV RECON choice (docs/method.md §6)
+_CHOICE_WEIGHTS = {"head_proj.bias": "lev.seed_bias", "knot_scale": "lev.knot_scale"}
+
+
+def _choice_hint(exc: RuntimeError, cfg: ModelConfig) -> str:
+    """The LEV choice a weights/config disagreement points at, or ''."""
+    keys = sorted({key for name, key in _CHOICE_WEIGHTS.items() if name in str(exc)})
+    lev = cfg.lev
+    now = {"lev.seed_bias": lev.seed_bias, "lev.knot_scale": lev.knot_scale}
+    return "".join(
+        f" The weights were trained with another {key} than its model_config's {now[key]!r}."
+        for key in keys
+    )
 
 
 class _EmptyOnMeta(TorchFunctionMode):
@@ -186,7 +225,7 @@ def load_model(ckpt: Checkpoint, device: str | torch.device = "cpu") -> Language
     except RuntimeError as exc:
         raise EvalInputError(
             f"{ckpt.path / WEIGHTS}: weights do not fit the model its {STATE} describes "
-            f"(variant {ckpt.model_config.variant}): {exc}"
+            f"(variant {ckpt.model_config.variant}): {exc}.{_choice_hint(exc, ckpt.model_config)}"
         ) from exc
     del weights
     model.to(dev)  # the small computed buffers; the weights are there already

@@ -24,6 +24,10 @@ def digit_base(vocab_size: int, n_digits: int) -> int:
     return b
 
 
+LEV_BASES = ("unnormalised", "normalised")
+LEV_KNOT_SCALES = ("fixed", "learned")
+
+
 @dataclass(frozen=True)
 class LEVConfig:
     """LEV (docs/method.md §2). Defaults are the RECON values that reproduce 1.21M + 512 D.
@@ -34,6 +38,16 @@ class LEVConfig:
     LayerNorm (RECON: LN is scale invariant, so the paper's 1/2 must act after it).
     log_eps: |phi| is clamped to this before the log; the gradient stays exact (product of
     the other factors) even where phi is zero.
+
+    Three details on which the public sources differ (RECON, docs/method.md §6):
+    seed_bias: the bias c_l of the head projection before the LayerNorm (the paper's count
+    1,205,376 + 512 D needs it; off: h * d_seed parameters fewer).
+    basis: "unnormalised" (the B-splines as they are: their sum is 0.875 at t = 0 and 1, as
+    the authors' KHRONOS code) or "normalised" (divided by their sum over the kappa centres,
+    1 in the interior, as a public third-party PyTorch LEV).
+    knot_scale: "fixed" (x = t (kappa - 1)) or "learned" (u_j = |t - g_j| s_lp with one
+    scale s per head and seed coordinate, initialised to kappa - 1, as KHRONOS; h * d_seed
+    parameters more).
     """
 
     n_digits: int = 3
@@ -48,6 +62,9 @@ class LEVConfig:
     init_std: float = 0.02  # codebooks and head projections W_l
     spline_init_std: float = 0.1  # S ~ 1 + spline_init_std * N(0, 1)
     chunk_elems: int = 1 << 20  # elements of phi held at once (bounds LEV memory; cache-sized)
+    seed_bias: bool = True
+    basis: str = "unnormalised"  # one of LEV_BASES
+    knot_scale: str = "fixed"  # one of LEV_KNOT_SCALES
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,13 @@ class ModelConfig:
                 f"lev.n_knots={self.lev.n_knots} must be >= 3 (a quadratic B-spline basis "
                 "needs three centres)"
             )
+        choices = {"lev.basis": (self.lev.basis, LEV_BASES)}
+        choices["lev.knot_scale"] = (self.lev.knot_scale, LEV_KNOT_SCALES)
+        for name, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} is unknown: use one of {', '.join(allowed)}")
+        if not isinstance(self.lev.seed_bias, bool):
+            raise ValueError(f"lev.seed_bias={self.lev.seed_bias!r} must be true or false")
         b, k = self.lev_base, self.lev.n_digits
         if b < 2 or b**k < self.vocab_size:
             raise ValueError(

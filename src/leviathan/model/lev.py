@@ -30,6 +30,10 @@ a GPU (`lev_triton`), the native C kernel on a CPU (`lev_native`), else the plai
 "plain" is those torch ops themselves (`SplineProduct`: the product in fp32 log space, ids in
 chunks bounded by `LEVConfig.chunk_elems` on a CPU, by a share of the memory on a GPU,
 `leviathan.device.chunk_elems`, which asks a GPU for its memory once; one chunk under torch.compile), which tracers and dispatch modes see through.
+
+The RECON choices (docs/method.md §6): `LEVConfig.seed_bias` (c_l in `head_proj`),
+`basis="normalised"` (a per-(id, head) factor prod_p 1 / n(t_p) applied after any path's M)
+and `knot_scale="learned"` (the dense-basis torch path `scaled_spline_product`).
 """
 
 from __future__ import annotations
@@ -45,8 +49,8 @@ from torch.autograd.function import once_differentiable
 
 from leviathan.device import chunk_elems as device_chunk_elems
 from leviathan.model import lev_native, lev_triton
-from leviathan.model.bspline import N_TAPS, basis_dense
-from leviathan.model.config import LEVConfig
+from leviathan.model.bspline import N_TAPS, basis_dense, end_sum
+from leviathan.model.config import LEV_BASES, LEVConfig
 from leviathan.model.generated import GeneratedInput
 
 
@@ -294,7 +298,14 @@ _spline_op.register_autograd(_spline_op_backward, setup_context=_setup_context)
 
 
 def spline_product(
-    t: torch.Tensor, S: torch.Tensor, eps: float, chunk_elems: int, kernel: str = "auto"
+    t: torch.Tensor,
+    S: torch.Tensor,
+    eps: float,
+    chunk_elems: int,
+    kernel: str = "auto",
+    *,
+    basis: str = "unnormalised",
+    knot_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """M [N, h, r] = prod_p sum_j B(t[n, l, p], j) S[l, p, j, :], for t [N, h, P], S [h, P, kappa, r].
 
@@ -302,22 +313,98 @@ def spline_product(
     run, else the plain torch ops; as one custom op, eager or compiled; fp64 takes the plain
     path directly), "native", "triton"
     (the CPU runs it under Triton's interpreter: tests) or "plain" (the torch ops themselves,
-    which tracers and dispatch modes see through: the reference, benchmarks)."""
+    which tracers and dispatch modes see through: the reference, benchmarks).
+
+    basis "normalised" (docs/method.md §6): with the fixed spacing the normalised factor is
+    phi / n(t_p), n the sum of the in-range taps (`bspline.end_sum`), so M is the kernel's
+    product times prod_p 1 / n(t_p), one factor per (id, head) formed in torch after
+    whichever path computed M (autograd carries its gradient): the fused product is
+    unchanged. knot_scale [h, P] (the learned scales, `LEVConfig.knot_scale`): a basis
+    function then spans 3 / s, not 3 knot spacings, which no fixed per-interval table
+    holds; the product runs in torch ops over the dense basis (`scaled_spline_product`),
+    for "auto" and "plain"; "native" and "triton" are refused."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel={kernel!r}: use one of {KERNELS}")
+    if basis not in LEV_BASES:
+        raise ValueError(f"basis={basis!r}: use one of {LEV_BASES}")
+    if knot_scale is not None:
+        if kernel in ("native", "triton"):
+            raise ValueError(
+                f"kernel={kernel!r} evaluates the fixed knot spacing only: with "
+                "lev.knot_scale='learned' use kernel 'auto' or 'plain' (torch ops)"
+            )
+        return scaled_spline_product(t, S, knot_scale, eps, normalised=basis == "normalised")
     coef = knot_interval_coefficients(S)
     fp32 = torch.promote_types(t.dtype, torch.float32) == torch.float32
     if kernel == "plain" or (kernel == "auto" and not fp32):  # fp64: the kernels are fp32
-        return SplineProduct.apply(t, coef, S.shape[2], eps, chunk_elems)
-    return _spline_op(t, coef, S.shape[2], eps, chunk_elems, kernel)
+        M = SplineProduct.apply(t, coef, S.shape[2], eps, chunk_elems)
+    else:
+        M = _spline_op(t, coef, S.shape[2], eps, chunk_elems, kernel)
+    if basis == "normalised":
+        M = M * end_factor(t.to(M.dtype), S.shape[2]).unsqueeze(-1)
+    return M
 
 
-def reference_product(t: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+def end_factor(t: torch.Tensor, n_knots: int) -> torch.Tensor:
+    """prod_p 1 / n(t[n, l, p]) [N, h]: what normalising the basis multiplies M by (the
+    sum over the coordinates of -log n, exponentiated; n in [0.875, 1] for t in [0, 1])."""
+    return end_sum(t, n_knots).log().sum(-1).neg().exp()
+
+
+class _LogProduct(torch.autograd.Function):
+    """M [N, h, r] = prod_p phi[:, :, p, :], as the fused paths take it: sign x exp(sum
+    log max(|phi|, eps)), and backward the product of the other factors, grad_M M / phi_p
+    with |phi_p| clamped to eps (exact where a factor is zero)."""
+
+    @staticmethod
+    def forward(ctx: Any, phi: torch.Tensor, eps: float) -> torch.Tensor:  # type: ignore[override]
+        sign = torch.copysign(torch.ones((), dtype=phi.dtype, device=phi.device), phi).prod(2)
+        M = phi.abs().clamp_min(eps).log().sum(2).exp().mul_(sign)
+        ctx.save_for_backward(phi, M)
+        ctx.eps = eps
+        return M
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_M: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        phi, M = ctx.saved_tensors
+        mag = phi.abs().clamp_min(ctx.eps)
+        return (grad_M * M).unsqueeze(2) / torch.copysign(mag, phi), None
+
+
+def scaled_spline_product(
+    t: torch.Tensor,
+    S: torch.Tensor,
+    knot_scale: torch.Tensor,
+    eps: float,
+    *,
+    normalised: bool = False,
+) -> torch.Tensor:
+    """Steps 4-5 with learned knot scales [h, P] (KHRONOS, docs/method.md §6): the dense
+    basis of every coordinate (`bspline.basis_dense` with the scales), phi = B S, and the
+    product as the fused paths take it (`_LogProduct`), in fp32 (fp64 in, fp64 out).
+    Torch ops and autograd throughout, so the scales, t and S all get their gradients; it
+    holds the [N, h, P, kappa] basis and [N, h, P, r] phi for backward (the fixed-spacing
+    paths hold t and M only)."""
+    dtype = torch.promote_types(t.dtype, torch.float32)
+    B = basis_dense(t.to(dtype), S.shape[2], normalised=normalised, scale=knot_scale.to(dtype))
+    phi = torch.einsum("nlpj,lpjm->nlpm", B, S.to(dtype))
+    return _LogProduct.apply(phi, eps)
+
+
+def reference_product(
+    t: torch.Tensor,
+    S: torch.Tensor,
+    *,
+    basis: str = "unnormalised",
+    knot_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Steps 4-5 as the paper writes them: the plain reference of `spline_product`, for
     reading and as a check of the fast paths (tests compare them). t [N, h, P], S [h, P,
     kappa, r] -> M [N, h, r]. Dense in kappa (kappa/3 times the taps), a plain product (no
-    log space, no guard where phi ~ 0), no chunking: never on a hot path."""
-    B = basis_dense(t, S.shape[2])  # B(t_p, j)                               [N, h, P, kappa]
+    log space, no guard where phi ~ 0), no chunking: never on a hot path. basis and
+    knot_scale: the RECON choices (`bspline.basis_dense`)."""
+    B = basis_dense(t, S.shape[2], normalised=basis == "normalised", scale=knot_scale)
     phi = torch.einsum("nlpj,lpjm->nlpm", B, S)  # phi_l[p, m] = sum_j B(t_p, j) S_l[p, j, m]
     return phi.prod(dim=2)  # M_l[m] = prod_p phi_l[p, m]                     [N, h, r]
 
@@ -373,11 +460,15 @@ class LEV(GeneratedInput):
         self.base, self.cfg = base, cfg
         k, d, h = cfg.n_digits, cfg.d_seed, cfg.n_heads
         self.codebooks = DigitCodebooks(base, k, d)
-        self.head_proj = nn.Linear(d, h * d, bias=True)  # W_l, c_l for all heads at once
+        # W_l (and c_l unless lev.seed_bias is off) for all heads at once
+        self.head_proj = nn.Linear(d, h * d, bias=cfg.seed_bias)
         self.ln_weight = nn.Parameter(torch.ones(h, d))
         self.ln_bias = nn.Parameter(torch.zeros(h, d))
         self.splines = nn.Parameter(torch.empty(h, d, cfg.n_knots, cfg.rank))  # S_l
         self.out_proj = nn.Linear(h * cfg.rank, d_model, bias=False)  # [W_out_1 .. W_out_h]
+        # s_lp, one per head and coordinate (lev.knot_scale 'learned'; KHRONOS)
+        learned = cfg.knot_scale == "learned"
+        self.knot_scale = nn.Parameter(torch.empty(h, d)) if learned else None
         self.kernel = "auto"  # spline product path (see `spline_product`); not a model setting
         self.reset_parameters()
 
@@ -385,7 +476,10 @@ class LEV(GeneratedInput):
         cfg = self.cfg
         nn.init.normal_(self.codebooks.table.weight, 0.0, cfg.init_std)
         nn.init.normal_(self.head_proj.weight, 0.0, cfg.init_std)
-        nn.init.zeros_(self.head_proj.bias)
+        if self.head_proj.bias is not None:
+            nn.init.zeros_(self.head_proj.bias)
+        if self.knot_scale is not None:
+            nn.init.constant_(self.knot_scale, cfg.n_knots - 1.0)
         nn.init.ones_(self.ln_weight)
         nn.init.zeros_(self.ln_bias)
         with torch.no_grad():
@@ -420,7 +514,15 @@ class LEV(GeneratedInput):
         out-projection's dtype (the product itself is taken in fp32)."""
         cfg = self.cfg
         t = self.coordinates(self.codebooks(ids))
-        M = spline_product(t, self.splines, cfg.log_eps, cfg.chunk_elems, self.kernel)
+        M = spline_product(
+            t,
+            self.splines,
+            cfg.log_eps,
+            cfg.chunk_elems,
+            self.kernel,
+            basis=cfg.basis,
+            knot_scale=self.knot_scale,
+        )
         return M.flatten(1).to(self.out_proj.weight.dtype)
 
     def generate(self, ids: torch.Tensor) -> torch.Tensor:
@@ -438,5 +540,6 @@ class LEV(GeneratedInput):
     def reference(self, ids: torch.Tensor) -> torch.Tensor:
         """What `generate` computes, plainly: steps 1-3, then `reference_product` (steps
         4-5) and step 6, E = sum_l W_out_l M_l. For reading and tests, not for training."""
-        M = reference_product(self.coordinates(self.codebooks(ids)), self.splines)
+        t = self.coordinates(self.codebooks(ids))
+        M = reference_product(t, self.splines, basis=self.cfg.basis, knot_scale=self.knot_scale)
         return M.flatten(1) @ self.out_proj.weight.T

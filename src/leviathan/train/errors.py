@@ -131,10 +131,22 @@ def check_grad_norm(
         )
 
 
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):  # an empty one adds nothing
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def config_mismatch(
     checkpoint: Path, theirs: dict[str, Any], ours: dict[str, Any], root: Path
 ) -> ConfigMismatch:
-    """A checkpoint trained with another config than the one asked for now, with the diff."""
+    """A checkpoint trained with another config than the one asked for now, with the diff
+    (nested keys named in full: model_overrides.lev.knot_scale)."""
+    theirs, ours = _flat(theirs), _flat(ours)
     diff = "; ".join(
         f"{k}: checkpoint {theirs.get(k)!r} != now {ours.get(k)!r}"
         for k in sorted(set(theirs) | set(ours))

@@ -332,6 +332,11 @@ class TrainTelemetry:
                 }
             )
 
+    def lev_health(self, step: int, stats: dict[str, Any]) -> None:
+        """LEV's health statistics after step `step` (`leviathan.model.lev_health`)."""
+        if self.log:
+            self.log.write({"kind": "lev_health", "step": step, **stats})
+
     def end(self, step: int, *, train_loss: float | None, val_loss: float | None) -> None:
         if self.log:
             self.log.write(

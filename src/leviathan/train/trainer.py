@@ -49,6 +49,7 @@ from leviathan.lock import hold_lock
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
 from leviathan.model.accounting import account_model
+from leviathan.model.lev_health import model_health
 from leviathan.provenance import utc_now
 from leviathan.train import checkpoint as ckpt
 from leviathan.train.config import RuntimeConfig, TrainConfig
@@ -397,6 +398,8 @@ class Trainer:
         # the data the checkpoints come from, with the sha256 their manifests record
         if info.is_main:
             self.checkpoints.manifest = self._manifest()
+        if r.step == 0:  # at initialisation
+            self._lev_health(0, telemetry)
         telemetry.show_progress(r.step)
         return telemetry
 
@@ -463,4 +466,15 @@ class Trainer:
         val = self.validator.validate()
         if val is not None:
             telemetry.val(step, val)
+            self._lev_health(step, telemetry)
         return val
+
+    def _lev_health(self, step: int, telemetry: TrainTelemetry) -> None:
+        """LEV's health statistics on the main rank (a fixed sample of ids, no gradients)."""
+        if not self.info.is_main:
+            return
+        was_training = self.model.training
+        stats = model_health(self.model.eval())
+        self.model.train(was_training)
+        if stats is not None:
+            telemetry.lev_health(step, stats)
