@@ -185,10 +185,11 @@ def cell_key(cell: CellLike) -> str:
 
 
 def record_cell_key(record: Mapping[str, Any]) -> str:
-    """The key of the cell a record (a checkpoint's, an evaluation's) names in its fields."""
-    return cell_key(
-        SimpleNamespace(**{k: record.get(k) for k in ("scale", "vocab", "variant", "seed")})
-    )
+    """The key of the cell a record (a checkpoint's, an evaluation's) names in its fields: its
+    `cell_variant` (a named variant or a tagged cell) where it records one, else its variant."""
+    fields = {k: record.get(k) for k in ("scale", "vocab", "variant", "seed")}
+    fields["variant"] = record.get("cell_variant") or fields["variant"]
+    return cell_key(SimpleNamespace(**fields))
 
 
 def parse_cell_key(key: str) -> tuple[str, str, str, int]:

@@ -18,6 +18,7 @@ from leviathan.report.build import write_report
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import ReportInputs
 from leviathan.report.registry import build_tables, table_names
+from leviathan.train.config import train_config
 from leviathan.workflow.grid import Cell
 
 LOSS = {"tied": 3.10, "leviathan": 3.00}
@@ -48,7 +49,11 @@ def write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
         {"kind": "val", "checkpoint": {"tokens": tokens}, "results": results},
     )
     cfg = model_config(cell.scale, cell.vocab, cell.variant)
-    write_json(layout.final_marker(cell), {"model_config": cfg.to_dict(), "tokens": tokens})
+    recipe = train_config(cell.scale, cell.vocab, cell.variant, seed=cell.seed).to_dict()
+    write_json(
+        layout.final_marker(cell),
+        {"model_config": cfg.to_dict(), "train_config": recipe, "tokens": tokens},
+    )
     start = {"kind": "start", "step": 0, "train_config": {"variant": cell.variant}}
     val = [
         {"kind": "val", "step": i + 1, "tokens": tokens * (i + 1) // 3, "val_loss": v}

@@ -100,9 +100,31 @@ def run_show(args: argparse.Namespace) -> int:
             else "the real datasets (no offline stand-ins)"
         )
     )
+    print(cells_section(config))
     print(render_plan(config, mfu, memory=not args.no_memory))
     print(roofline_section(config))
     return 0
+
+
+def cells_section(config: dict) -> str:  # type: ignore[type-arg]
+    """Each configured scale/vocab/variant: the built-in variant its model is built from and
+    its recipe's differences from the scale's default (leviathan.workflow.variants)."""
+    from leviathan.workflow.grid import config_cells
+    from leviathan.workflow.variants import cell_recipe, cell_variant
+
+    lines = [
+        "cells: variant (the built-in its model is built from) and recipe (its differences "
+        "from the scale's default; blank: the default)"
+    ]
+    seen = set()
+    for cell in config_cells(config):
+        label = f"{cell.scale}/{cell.vocab}/{cell.variant}"
+        if label in seen:
+            continue
+        seen.add(label)
+        base = cell_variant(config, cell.variant).base
+        lines.append(f"  {label:<40} {base:<13} {cell_recipe(config, cell)}".rstrip())
+    return "\n".join(lines)
 
 
 def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
@@ -143,6 +165,7 @@ def cell_settings(config: dict, cell: Cell, mfu: float | None, memory: bool = Tr
     from leviathan.workflow.cluster import resources
     from leviathan.workflow.launch import launch_env, train_command
     from leviathan.workflow.plan import cell_train_config, plan_cell
+    from leviathan.workflow.variants import cell_recipe, cell_variant
 
     tc = cell_train_config(config, cell)
     plan = plan_cell(config, cell, mfu)
@@ -151,6 +174,11 @@ def cell_settings(config: dict, cell: Cell, mfu: float | None, memory: bool = Tr
     return {
         "cell": cell.key,
         "run_dir": run_dir,
+        "variant": {
+            "name": cell.variant,
+            "base": cell_variant(config, cell.variant).base,
+            "recipe": cell_recipe(config, cell),
+        },
         "train": {
             **tc.to_dict(),
             "max_steps": tc.max_steps,

@@ -24,7 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--scale", required=True, choices=list(SCALES))
     p.add_argument("--vocab", required=True)
-    p.add_argument("--variant", required=True, choices=list(VARIANTS))
+    p.add_argument(
+        "--variant",
+        required=True,
+        help=f"{', '.join(VARIANTS)}, or a named variant or tagged cell of the config (lev_h4, "
+        "leviathan@lr1e-3)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--eval",

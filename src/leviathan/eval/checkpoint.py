@@ -110,6 +110,8 @@ class Checkpoint:
             "scale": tc.get("scale"),
             "vocab": self.vocab.name,
             "variant": self.model_config.variant,
+            # the cell's name in its study (a named variant or a tagged cell; else the variant)
+            "cell_variant": tc.get("variant_name") or self.model_config.variant,
             "seed": tc.get("seed"),
             "context": self.context,
             "train_fingerprint": self.state.get("train_fingerprint"),

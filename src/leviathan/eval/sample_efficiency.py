@@ -97,12 +97,18 @@ def trails_until(curve: Curve, baseline: Curve) -> int | None:
     return max(behind) if behind else None
 
 
+def _label(curve: Curve) -> Any:
+    """The run's variant as its study names it (a named variant or a tagged cell's
+    `variant_name`), else its variant."""
+    return curve.train_config.get("variant_name") or curve.train_config.get("variant")
+
+
 def compare(baseline: Curve, run: Curve) -> dict[str, Any]:
     target = baseline.final_loss
     first, interp = tokens_to_reach(run, target)
     return {
         "run": str(run.run),
-        "variant": run.train_config.get("variant"),
+        "variant": _label(run),
         "final_val_loss": run.final_loss,
         "final_tokens": run.final_tokens,
         "reached": first is not None,
@@ -159,7 +165,7 @@ def sample_efficiency(
     results = {
         "baseline": {
             "run": str(base.run),
-            "variant": base.train_config.get("variant"),
+            "variant": _label(base),
             "target_val_loss": base.final_loss,
             "tokens": base.final_tokens,
             "curve": [

@@ -18,8 +18,10 @@ from leviathan.workflow.grid import Cell
 
 SMOKE = "smoke test"
 FULL = "full run"
+# the recipe's differences from the scale's default (`lev.n_heads=4, lr=1e-3`; blank: the default)
+RECIPE = "recipe"
 # the label columns every table of trained cells carries (after its own labels)
-BASIS_COLUMNS = ("train_tokens", "evidence")
+BASIS_COLUMNS = ("train_tokens", "evidence", RECIPE)
 # the sign convention of every gain column of the report (relative to tied, or in points/nats)
 GAIN_CONVENTION = (
     "every *_gain column: positive = better than tied (lower loss or perplexity, higher accuracy)"
@@ -77,12 +79,45 @@ def tokens_label(tokens: Sequence[int]) -> str:
     return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
 
 
-def basis_labels(cells: Sequence[Cell], docs: DocumentCache, policy: SmokePolicy) -> dict[str, str]:
-    """The BASIS_COLUMNS labels of a row computed from `cells` (all the cells it reads)."""
+def recipe_label(
+    cells: Sequence[Cell], docs: DocumentCache, train: Mapping[str, Any] | None = None
+) -> str:
+    """What the cells were trained with beyond their scale's default recipe (the scale's, with
+    config.train.<scale>: `train`), read from each final checkpoint's recorded training config
+    (leviathan.workflow.variants.recipe_differences): `lev.n_heads=4`, `lr=1e-3`; "" for the
+    default. A row of several variants (tied beside leviathan) names each non-default one:
+    `leviathan@lr1e-3: lr=1e-3`; seeds of different recipes are joined by ` | `."""
+    from leviathan.workflow.variants import recipe_differences, recipe_text, scale_default
+
+    by_variant: dict[str, list[str]] = {}
+    for c in cells:
+        record = docs.get(layout.final_marker(c))["train_config"]
+        text = recipe_text(recipe_differences(scale_default(train or {}, record), record))
+        texts = by_variant.setdefault(str(c.variant), [])
+        if text not in texts:
+            texts.append(text)
+    if len(by_variant) == 1:
+        return " | ".join(t for t in next(iter(by_variant.values())) if t)
+    return "; ".join(
+        f"{variant}: {' | '.join(t for t in texts if t)}"
+        for variant, texts in by_variant.items()
+        if any(texts)
+    )
+
+
+def basis_labels(
+    cells: Sequence[Cell],
+    docs: DocumentCache,
+    policy: SmokePolicy,
+    train: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """The BASIS_COLUMNS labels of a row computed from `cells` (all the cells it reads);
+    `train`: config.train, the scales' default recipes the `recipe` label is against."""
     tokens = trained_tokens(cells, docs)
     return {
         "train_tokens": tokens_label(tokens),
         "evidence": SMOKE if policy.is_smoke(tokens) else FULL,
+        RECIPE: recipe_label(cells, docs, train),
     }
 
 

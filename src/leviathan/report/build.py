@@ -43,6 +43,7 @@ def report_inputs(
         evals=enabled_evals(config),
         paper_path=display_path(paper_path or reported_path()),
         smoke=SmokePolicy.from_config(config) if "report" in config else SmokePolicy.default(),
+        train={k: v for k, v in (config.get("train") or {}).items() if "/" not in str(k)},
     )
 
 

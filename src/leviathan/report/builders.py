@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from leviathan import layout
-from leviathan.report.basis import BASIS_COLUMNS, GAIN_CONVENTION
+from leviathan.report.basis import BASIS_COLUMNS, GAIN_CONVENTION, RECIPE
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.columns import (
     LOSS,
@@ -308,13 +308,19 @@ def cost_table(ctx: Context, name: str) -> Table:
         name,
         "Cost by the model's own counter (from the model config alone, no training): parameters, "
         "forward FLOPs per token, overhead vs tied (positive = more than tied)",
-        ["scale", "vocab", "variant"],
+        ["scale", "vocab", "variant", RECIPE],
         cols,
         source="each final checkpoint's recorded model config, by the model's own counter",
     )
     groups = ctx.inp.all_cells()
     for (scale, vocab, variant), cells in groups.items():
-        row = t.add_row(f"{scale}/{vocab}/{variant}", scale=scale, vocab=vocab, variant=variant)
+        row = t.add_row(
+            f"{scale}/{vocab}/{variant}",
+            scale=scale,
+            vocab=vocab,
+            variant=variant,
+            recipe=ctx.recipe(cells),
+        )
         t.set(row, "params", ValueSpec("params", state_sources(cells[:1])))
         t.set(row, "forward_flops_per_token", ValueSpec("flops", state_sources(cells[:1])))
         tied = groups.get((scale, vocab, "tied"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leviathan.paper import Paper
-from leviathan.report.basis import SmokePolicy, basis_labels
+from leviathan.report.basis import SmokePolicy, basis_labels, recipe_label
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.paper_figures import PaperFigure
 from leviathan.report.table import Table
@@ -67,6 +67,7 @@ class ReportInputs:
     evals: Sequence[str]  # enabled evaluation kinds (val always)
     paper_path: str  # config/paper_reported.yaml as recorded
     smoke: SmokePolicy = field(default_factory=SmokePolicy.default)  # report.smoke_test
+    train: Mapping[str, Any] = field(default_factory=dict)  # config.train: the scales' recipes
 
     def study(self, name: str) -> Configurations:
         return (
@@ -94,7 +95,11 @@ class Context:
 
     def basis(self, cells: Sequence[Cell]) -> dict[str, str]:
         """The BASIS_COLUMNS labels of a row read from `cells`."""
-        return basis_labels(cells, self.docs, self.inp.smoke)
+        return basis_labels(cells, self.docs, self.inp.smoke, self.inp.train)
+
+    def recipe(self, cells: Sequence[Cell]) -> str:
+        """The `recipe` label of a row read from `cells` (basis.recipe_label)."""
+        return recipe_label(cells, self.docs, self.inp.train)
 
     def set_paper(self, t: Table, row: str) -> None:
         """The paper's figures for one of our rows, in its `paper_*` columns."""

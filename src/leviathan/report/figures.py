@@ -102,8 +102,22 @@ def loss_curves(
     fig, axes = _grid(max(1, len(groups)))
     if not groups:
         _empty(axes[0], "no (scale, vocab, seed) group with a tied baseline and another variant")
-    variants = variant_order()
-    palette = dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=True))
+    variants = variant_order()  # then named variants and tagged cells, each its own colour
+    variants += sorted(
+        {
+            run["variant"]
+            for _, d in groups
+            for run in [d["results"]["baseline"], *d["results"]["runs"]]
+        }
+        - set(variants)
+    )
+    palette = dict(
+        zip(
+            variants,
+            sns.color_palette("husl" if len(variants) > 10 else "colorblind", len(variants)),
+            strict=True,
+        )
+    )
     for ax, (path, doc) in zip(axes, groups, strict=False):
         r = doc["results"]
         base = r["baseline"]
@@ -283,7 +297,9 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePol
             x="variant",
             y="gain",
             hue="source",
-            order=[v for v in order if v in set(long["variant"])],
+            # the built-ins in the registry's order, then named variants and tagged cells
+            order=[v for v in order if v in set(long["variant"])]
+            + [v for v in dict.fromkeys(long["variant"]) if v not in order],
             ax=ax,
             palette="colorblind",
         )

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from leviathan.report.basis import RECIPE
 from leviathan.report.table import STAND_IN_COLUMN, Table, missing, smoke_rows, stand_in_rows
 
 # column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals, "pct" a fraction in %,
@@ -73,7 +74,10 @@ def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
     stand-in data carry STAND_IN_MARK."""
     out = frame.drop(columns=["row", STAND_IN_COLUMN], errors="ignore").copy().astype(object)
     for col in table.label_columns:  # an empty label (e.g. the paper's row) as "-", counts as ints
-        out[col] = [_label(v) for v in out[col]]
+        # an empty recipe is the scale's default: blank
+        out[col] = [
+            "" if col == RECIPE and (missing(v) or v == "") else _label(v) for v in out[col]
+        ]
     marked = stand_in_rows(frame)
     for col, kind in table.columns.items():
         out[col] = [
@@ -153,6 +157,8 @@ def dvc_metrics(table: Table, frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
             "evidence": record["evidence"],
             "train_tokens": int(str(record["train_tokens"]).replace(",", "")),
         }
+        if not missing(record.get(RECIPE)) and record[RECIPE]:  # blank: the default recipe
+            doc[RECIPE] = str(record[RECIPE])
         for col in columns:
             if not missing(record[col]):
                 where = doc.setdefault(STAND_IN_KEY, {}) if col in stand_in else doc

@@ -28,6 +28,9 @@ from leviathan.values import coerce
 # what it computes (micro_batch: the same optimizer step, split into more or fewer
 # forward/backward passes; the gradients agree up to the summation order).
 NOT_IDENTITY = ("micro_batch",)
+# Fields added after runs were recorded: left out of the fingerprint while unset, so a run
+# trained before they existed keeps its fingerprint (and resumes).
+UNSET_NOT_HASHED = ("variant_name",)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,14 @@ class TrainConfig:
     grad_clip: float = 1.0
     vocab_size: int | None = None  # model V; None: the tokenizer's n_vocab
     model_overrides: dict[str, Any] = field(default_factory=dict)
+    # the cell's name in its study where it is not `variant` itself: a named variant (`lev_h4`)
+    # or a tagged cell (`leviathan@lr1e-3`) of the workflow config (leviathan.workflow.variants)
+    variant_name: str | None = None
+
+    @property
+    def cell_variant(self) -> str:
+        """The variant as the cell's study names it (its directory, its table rows)."""
+        return self.variant_name or self.variant
 
     @property
     def tokens_per_step(self) -> int:
@@ -129,9 +140,14 @@ class TrainConfig:
         return cls(**coerce(cls, d, where))
 
     def fingerprint(self) -> str:
-        """sha256 of the canonical JSON of the config without its NOT_IDENTITY fields: what
+        """sha256 of the canonical JSON of the config without its NOT_IDENTITY fields (nor the
+        UNSET_NOT_HASHED ones while unset): what
         a resume must match, and what names the run (a change of micro_batch continues it)."""
-        identity = {k: v for k, v in self.to_dict().items() if k not in NOT_IDENTITY}
+        identity = {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in NOT_IDENTITY and not (k in UNSET_NOT_HASHED and v is None)
+        }
         return config_sha256(identity)
 
     def with_(self, **changes: Any) -> TrainConfig:

@@ -254,7 +254,7 @@ class TrainTelemetry:
             self.bar = tqdm(
                 total=self.cfg.max_steps,
                 initial=step,
-                desc=f"{self.cfg.scale}/{self.cfg.vocab}/{self.cfg.variant}",
+                desc=f"{self.cfg.scale}/{self.cfg.vocab}/{self.cfg.cell_variant}",
                 unit="step",
             )
 

@@ -85,11 +85,16 @@ def check_config(config: dict[str, Any]) -> None:
     from leviathan.train.config import RuntimeConfig, TrainConfig
     from leviathan.values import coerce
     from leviathan.workflow.grid import cells
+    from leviathan.workflow.variants import check_model_overrides
 
     check_names(config)
     train = config.get("train") or {}
     for key, values in train.items():
         train[key] = coerce(TrainConfig, values or {}, f"config train.{key}")
+        if "model_overrides" in train[key]:
+            train[key]["model_overrides"] = check_model_overrides(
+                train[key]["model_overrides"], f"config train.{key}.model_overrides"
+            )
     runtime = {k: v for k, v in (config.get("runtime") or {}).items() if v is not None}
     config.get("runtime", {}).update(coerce(RuntimeConfig, runtime, "config runtime"))
     RuntimeConfig.from_dict(runtime, "config runtime")  # the values' ranges
@@ -106,14 +111,17 @@ def check_config(config: dict[str, Any]) -> None:
 
 
 def _check_cells(config: Mapping[str, Any], study_cells: Sequence[Any]) -> None:
+    """Each cell's training config and the model it trains (a named variant's merged model
+    config among them: e.g. lev.n_heads that does not divide D)."""
+    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import resources
     from leviathan.workflow.plan import cell_train_config
 
     for cell in study_cells:
         try:
-            cell_train_config(config, cell).validate(
-                max(1, int(resources(config, cell.scale)["gpu"]))
-            )
+            tc = cell_train_config(config, cell)
+            tc.validate(max(1, int(resources(config, cell.scale)["gpu"])))
+            cell_model_config(tc)
         except ValueError as exc:
             raise ValueError(f"config, cell {cell.key}: {exc}") from None
 
@@ -125,23 +133,26 @@ def _check_name(where: str, name: Any, kind: str, valid: Sequence[str]) -> None:
 
 def check_names(config: Mapping[str, Any]) -> None:
     """The config's names against the code's registries, which the schema does not copy:
-    each study's scales (leviathan.scales), vocabularies (leviathan.vocab) and variants
-    (leviathan.model.variants), config.train's keys (a scale or a cell key
-    <scale>/<vocab>/<variant>/seed<k>) and their recipe fields (leviathan.train.config.
-    TrainConfig, the cell's identity apart), and config.resources' scales. Raise ValueError naming the value and the valid
-    ones. The Snakefile calls this right after the schema's `validate`."""
-    from leviathan.model.variants import VARIANTS
+    config.variants and config.tags (leviathan.workflow.variants.check_definitions, values
+    converted in place), each study's scales (leviathan.scales), vocabularies
+    (leviathan.vocab) and variants (leviathan.model.variants, the named ones, either with
+    `@<tag>`), config.train's keys (a scale or a cell key <scale>/<vocab>/<variant>/seed<k>)
+    and their recipe fields (leviathan.train.config.TrainConfig, the cell's identity apart),
+    and config.resources' scales. Raise ValueError naming the value and the valid ones."""
     from leviathan.scales import SCALES
     from leviathan.train.config import TrainConfig
     from leviathan.vocab import VOCABS
+    from leviathan.workflow.variants import TRAIN_IDENTITY, check_definitions, check_variant_name
 
-    registries = {"scale": list(SCALES), "vocabulary": list(VOCABS), "variant": list(VARIANTS)}
+    check_definitions(config)  # converts their values in place
+    registries = {"scale": list(SCALES), "vocabulary": list(VOCABS)}
     for study, spec in (config.get("studies") or {}).items():
-        for kind, key in (("scale", "scales"), ("vocabulary", "vocabs"), ("variant", "variants")):
+        for kind, key in (("scale", "scales"), ("vocabulary", "vocabs")):
             for name in spec.get(key) or ():
                 _check_name(f"studies.{study}.{key}", name, kind, registries[kind])
-    identity = ("scale", "vocab", "variant", "seed")
-    recipe = [f.name for f in fields(TrainConfig) if f.name not in identity]
+        for name in spec.get("variants") or ():
+            check_variant_name(config, f"studies.{study}.variants", name)
+    recipe = [f.name for f in fields(TrainConfig) if f.name not in TRAIN_IDENTITY]
     for key, values in (config.get("train") or {}).items():
         parts = str(key).split("/")
         if len(parts) not in (1, 4):
@@ -149,8 +160,10 @@ def check_names(config: Mapping[str, Any]) -> None:
                 f"config train.{key}: not a scale or a cell key "
                 "<scale>/<vocab>/<variant>/seed<k> (e.g. 400m/o200k_base/leviathan/seed0)"
             )
-        for kind, name in zip(("scale", "vocabulary", "variant"), parts, strict=False):
+        for kind, name in zip(("scale", "vocabulary"), parts, strict=False):
             _check_name(f"train.{key}", name, kind, registries[kind])
+        if len(parts) == 4:
+            check_variant_name(config, f"train.{key}", parts[2])
         if len(parts) == 4 and not re.fullmatch(r"seed[0-9]+", parts[3]):
             raise ValueError(f"config train.{key}: {parts[3]!r} is not seed<k> (e.g. seed0)")
         for name in values or {}:

@@ -18,9 +18,11 @@ from leviathan.workflow.grid import Cell
 
 
 def train_overrides(config: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
-    """config.train[<scale>], then config.train[<cell key>] (one cell's own overrides)."""
-    train = config.get("train") or {}
-    return {**(train.get(cell.scale) or {}), **(train.get(cell.key) or {})}
+    """config.train[<scale>], the cell's named variant and tag, then config.train[<cell key>]
+    (one cell's own overrides): leviathan.workflow.variants.cell_overrides."""
+    from leviathan.workflow.variants import cell_overrides
+
+    return cell_overrides(config, cell.scale, cell.variant, cell.key)
 
 
 def launcher_args(config: Mapping[str, Any], scale: str) -> str:
@@ -81,8 +83,11 @@ def launch_env(config: Mapping[str, Any], scale: str) -> dict[str, str]:
 
 def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) -> str:
     """`leviathan train` arguments that define the cell's run (its identity): a change here
-    reruns the cell. Overrides come from config.train[<scale>] and config.train[<cell>], less
-    the memory knobs (`memory_args`)."""
+    reruns the cell. `--variant` is the built-in variant its model is built from; overrides
+    come from `train_overrides` (a named variant's model, a tag's recipe and the cell's name
+    among them), less the memory knobs (`memory_args`)."""
+    from leviathan.workflow.variants import cell_variant
+
     shards = layout.shards(tokens)
     args = [
         "--scale",
@@ -90,7 +95,7 @@ def cell_args(cell: Cell, config: Mapping[str, Any], tokens: str, run_dir: str) 
         "--vocab",
         cell.vocab,
         "--variant",
-        cell.variant,
+        cell_variant(config, cell.variant).base,
         "--seed",
         str(cell.seed),
         "--train",

@@ -54,9 +54,11 @@ class CellPlan:
 def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
     from leviathan.train.config import train_config
     from leviathan.workflow.launch import train_overrides
+    from leviathan.workflow.variants import cell_variant
 
+    base = cell_variant(config, cell.variant).base
     return train_config(
-        cell.scale, cell.vocab, cell.variant, seed=cell.seed, **train_overrides(config, cell)
+        cell.scale, cell.vocab, base, seed=cell.seed, **train_overrides(config, cell)
     )
 
 
