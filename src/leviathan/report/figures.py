@@ -20,7 +20,7 @@ is not in the config says so on its canvas instead of being omitted.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,15 @@ def _basis(rows: pd.DataFrame) -> str:
     )
 
 
+def _palette(names: Iterable[str]) -> dict[str, Any]:
+    """A colour per variant: the built-ins in report order, then named variants and tagged
+    cells (sorted), each its own."""
+    variants = variant_order()
+    variants += sorted(set(names) - set(variants))
+    colours = sns.color_palette("husl" if len(variants) > 10 else "colorblind", len(variants))
+    return dict(zip(variants, colours, strict=True))
+
+
 def _grid(n: int, width: float = 5.0, height: float = 3.6) -> tuple[Any, list[Any]]:
     cols = min(n, 3) or 1
     rows = max(1, -(-n // cols))
@@ -102,21 +111,10 @@ def loss_curves(
     fig, axes = _grid(max(1, len(groups)))
     if not groups:
         _empty(axes[0], "no (scale, vocab, seed) group with a tied baseline and another variant")
-    variants = variant_order()  # then named variants and tagged cells, each its own colour
-    variants += sorted(
-        {
-            run["variant"]
-            for _, d in groups
-            for run in [d["results"]["baseline"], *d["results"]["runs"]]
-        }
-        - set(variants)
-    )
-    palette = dict(
-        zip(
-            variants,
-            sns.color_palette("husl" if len(variants) > 10 else "colorblind", len(variants)),
-            strict=True,
-        )
+    palette = _palette(
+        run["variant"]
+        for _, d in groups
+        for run in [d["results"]["baseline"], *d["results"]["runs"]]
     )
     for ax, (path, doc) in zip(axes, groups, strict=False):
         r = doc["results"]
@@ -332,8 +330,7 @@ def training(
     if not groups:
         for ax in axes[0]:
             _empty(ax, "no trained cell")
-    variants = variant_order()
-    palette = dict(zip(variants, sns.color_palette("colorblind", len(variants)), strict=True))
+    palette = _palette(cell.variant for cell in cells)
     inputs, smoke = [], False
     for row, ((scale, vocab, seed), group) in zip(axes, groups.items(), strict=False):
         tokens = []
