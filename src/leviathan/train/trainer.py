@@ -23,6 +23,7 @@ Run directory:
   .lock                                       held by the process training it (leviathan.lock)
   checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`); damaged ones set aside as
                                               <name>.damaged-<n>/
+  checkpoints/kept/step_<N>/                  weights kept at runtime.keep_at's steps (kept.py)
   metrics.jsonl                               kind = start | train | val | end (a torn line
                                               set aside as metrics.torn-<n>.jsonl)
   out_of_memory.json                          the last out-of-memory refusal (removed at a start)
@@ -69,7 +70,7 @@ from leviathan.train.errors import (
     out_of_memory,
 )
 from leviathan.train.preemption import Preempted, PreemptionWatch
-from leviathan.train.schedule import lr_at
+from leviathan.train.schedule import keep_steps, lr_at
 from leviathan.train.telemetry import MetricsLog, StepRecord, TrainTelemetry, rewind_metrics
 from leviathan.train.validation import Validator, evaluate_val_loss
 from leviathan.vocab import check_covers
@@ -248,6 +249,7 @@ class Trainer:
             every=runtime.ckpt_every,
             background=runtime.async_checkpoint,
             drop_steps_at_final=runtime.drop_steps_at_final,
+            keep_at=keep_steps(runtime.keep_at, self.cfg.max_steps),
         )
 
     def fit(self) -> TrainResult:
@@ -264,10 +266,13 @@ class Trainer:
             contextlib.closing(self.checkpoints),
         ):
             self.train_model.train()
+            if start == 0:
+                self.checkpoints.keep_if_due(0)  # the initial weights
             with PreemptionWatch(self.info) as preemption:
                 for step in range(start, stop):
                     record = self.train_step(step, batches)
                     telemetry.train_step(record)
+                    self.checkpoints.keep_if_due(record.step)
                     if record.step == stop:
                         break  # the final validation and checkpoint follow
                     if self.validator.should_validate(record.step):
