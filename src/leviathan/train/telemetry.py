@@ -55,13 +55,20 @@ def mfu(
 @dataclass(frozen=True)
 class StepRecord:
     """What one optimizer step reports: `step` steps are done (1-based), the step's mean
-    training loss, its learning rate, the gradient norm before clipping, its seconds."""
+    training loss, its learning rate, the gradient norm before clipping, its seconds, and the
+    fingerprint of its batch (train/batch_fingerprint.py; None where no record is due)."""
 
     step: int
     loss: float
     lr: float
     grad_norm: float
     seconds: float
+    batch_sha256: str | None = None
+
+
+def log_due(step: int, log_every: int, max_steps: int) -> bool:
+    """Whether step `step` (1-based) gets a metrics record: every `log_every` and the last."""
+    return step % log_every == 0 or step == max_steps
 
 
 def format_duration(seconds: float) -> str:
@@ -260,7 +267,7 @@ class TrainTelemetry:
 
     def should_log(self, step: int) -> bool:
         """Whether step `step` (1-based) gets a record: every `runtime.log_every` and the last."""
-        return step % self.runtime.log_every == 0 or step == self.cfg.max_steps
+        return log_due(step, self.runtime.log_every, self.cfg.max_steps)
 
     def train_step(self, record: StepRecord) -> None:
         """After an optimizer step: its record where `should_log` says so, and the bar."""
@@ -277,6 +284,7 @@ class TrainTelemetry:
                     "tokens_per_s": tok_s,
                     "step_s": record.seconds,
                     "mfu": mfu(tok_s, self.flops_per_token, self.peak, self.info.world_size),
+                    "batch_sha256": record.batch_sha256,
                 }
             )
         if self.info.is_main and self.line_due(record.step):

@@ -25,7 +25,9 @@ Run directory:
                                               <name>.damaged-<n>/
   checkpoints/kept/step_<N>/                  weights kept at runtime.keep_at's steps (kept.py)
   metrics.jsonl                               kind = start | train | val | end (a torn line
-                                              set aside as metrics.torn-<n>.jsonl)
+                                              set aside as metrics.torn-<n>.jsonl); a train
+                                              record holds its batch's fingerprint,
+                                              batch_sha256 (leviathan.data.batch_view)
   out_of_memory.json                          the last out-of-memory refusal (removed at a start)
 """
 
@@ -52,6 +54,7 @@ from leviathan.model import LanguageModel, ModelConfig, build_model, model_confi
 from leviathan.model.accounting import account_model
 from leviathan.provenance import utc_now
 from leviathan.train import checkpoint as ckpt
+from leviathan.train.batch_fingerprint import step_batch_sha256
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import (
     DistInfo,
@@ -71,7 +74,13 @@ from leviathan.train.errors import (
 )
 from leviathan.train.preemption import Preempted, PreemptionWatch
 from leviathan.train.schedule import keep_steps, lr_at
-from leviathan.train.telemetry import MetricsLog, StepRecord, TrainTelemetry, rewind_metrics
+from leviathan.train.telemetry import (
+    MetricsLog,
+    StepRecord,
+    TrainTelemetry,
+    log_due,
+    rewind_metrics,
+)
 from leviathan.train.validation import Validator, evaluate_val_loss
 from leviathan.vocab import check_covers
 
@@ -335,6 +344,11 @@ class Trainer:
         t0 = time.perf_counter()
         lr = self._set_lr(step)
         x, y = batches.get(step)  # the loader's position moves past `step`
+        fingerprint = (
+            step_batch_sha256(x, y, self.info)
+            if log_due(step + 1, self.runtime.log_every, self.cfg.max_steps)
+            else None
+        )
         loss = self._forward_backward(x, y)
         last_good = self.checkpoints.last_good
         r = self.restored
@@ -346,7 +360,7 @@ class Trainer:
         )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepRecord(step + 1, loss, lr, grad_norm, self._step_time(t0))
+        return StepRecord(step + 1, loss, lr, grad_norm, self._step_time(t0), fingerprint)
 
     def _batches(self, start: int) -> Prefetcher:
         """The training batches from step `start` on, read ahead (pinned on CUDA)."""
