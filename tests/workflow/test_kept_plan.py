@@ -41,3 +41,11 @@ def test_study_disk_counts_the_kept_checkpoints(paper: dict[str, Any]) -> None:
 def test_the_workflow_passes_keep_at_to_training(paper: dict[str, Any]) -> None:
     args = shlex.split(runtime_args({**paper, "runtime": {**paper["runtime"], "keep_at": [0, 4]}}))
     assert "keep_at=0,4" in args
+
+
+def test_the_workflow_passes_the_wandb_section_to_training(paper: dict[str, Any]) -> None:
+    config = {**paper, "runtime": {**paper["runtime"], "wandb": True}}
+    config["wandb"] = {"project": "lev", "entity": "team", "mode": "offline"}
+    args = shlex.split(runtime_args(config))
+    for value in ("wandb=true", "wandb_project=lev", "wandb_entity=team", "wandb_mode=offline"):
+        assert value in args

@@ -168,6 +168,13 @@ class RuntimeConfig:
     dvclive: bool = (
         False  # live curves through DVCLive in <run_dir>/dvclive/ (pip install 'leviathan[live]')
     )
+    # Weights & Biases (train/wandb_log.py; pip install 'leviathan[wandb]'): the metrics, configs
+    # and provenance in one W&B run per run directory, continued on resume; the workflow
+    # config's `wandb: {project, entity, mode}` sets the three below
+    wandb: bool = False
+    wandb_project: str = "leviathan"
+    wandb_entity: str | None = None
+    wandb_mode: str | None = None  # online | offline | disabled; None: W&B's ($WANDB_MODE)
     threads: int | None = (
         None  # torch CPU threads (None: torch's default; 0: all this process's CPUs)
     )
@@ -197,6 +204,10 @@ class RuntimeConfig:
                 f"runtime device={self.device!r} is not a device: use auto, cpu, cuda, cuda:N or mps"
             )
         keep_steps(self.keep_at, 1)  # a malformed schedule is refused here
+        if self.wandb_mode not in (None, "online", "offline", "disabled"):
+            raise ValueError(
+                f"runtime wandb_mode={self.wandb_mode!r}: use online, offline or disabled"
+            )
         if self.threads == 0:
             from leviathan.data.encode import usable_cpus
 

@@ -136,9 +136,15 @@ class MetricsLog:
     or the VS Code DVC extension draws them while training runs)."""
 
     def __init__(
-        self, path: Path, tensorboard_dir: Path | None = None, dvclive_dir: Path | None = None
+        self,
+        path: Path,
+        tensorboard_dir: Path | None = None,
+        dvclive_dir: Path | None = None,
+        wandb: Any | None = None,
     ) -> None:
+        """`wandb`: a `train.wandb_log.WandbRun` that gets every record too (None: none)."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._wandb = wandb
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._tb = None
@@ -166,6 +172,8 @@ class MetricsLog:
             for key, value in _scalars(record):
                 self._live.log_metric(f"{record.get('kind', 'train')}/{key}", value)
             self._live.make_summary()
+        if self._wandb is not None:
+            self._wandb.write(record)
 
     def _append(self, data: bytes) -> None:
         """Append one whole record; on failure cut the file back to what it was."""
@@ -187,6 +195,8 @@ class MetricsLog:
             self._tb.close()
         if self._live is not None:
             self._live.end()
+        if self._wandb is not None:
+            self._wandb.close()
 
 
 class TrainTelemetry:

@@ -394,6 +394,7 @@ class Trainer:
                 metrics,
                 layout.tensorboard_dir(self.run_dir) if runtime.tensorboard else None,
                 layout.dvclive_dir(self.run_dir) if runtime.dvclive else None,
+                self._wandb() if runtime.wandb else None,
             )
             if info.is_main
             else None
@@ -418,6 +419,33 @@ class Trainer:
             self.checkpoints.manifest = self._manifest()
         telemetry.show_progress(r.step)
         return telemetry
+
+    def _wandb(self) -> Any:
+        """The run's W&B run (train/wandb_log.py): created, or the stored one resumed."""
+        from dataclasses import asdict
+
+        from leviathan.provenance import code_version
+        from leviathan.train.wandb_log import WandbRun
+
+        cfg, runtime = self.cfg, self.runtime
+        config = {
+            "train": cfg.to_dict(),
+            "model": self.model.cfg.to_dict(),
+            "runtime": asdict(runtime),
+            "world_size": self.info.world_size,
+            "provenance": {
+                "code": code_version(),
+                "data": [s.input_record("train_tokens") for s in self.loader.shards],
+            },
+        }
+        return WandbRun(
+            self.run_dir,
+            project=runtime.wandb_project,
+            entity=runtime.wandb_entity,
+            mode=runtime.wandb_mode,
+            config=config,
+            name=f"{cfg.scale}/{cfg.vocab}/{cfg.variant}/seed{cfg.seed}",
+        )
 
     def _manifest(self) -> ckpt.ManifestInfo:
         # each training shard with the check its loader made of it (the sha256 is then the
