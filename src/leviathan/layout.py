@@ -10,7 +10,8 @@ config's `study_name` where one is given (`<corpus>+<study_name>`; `results_key`
     config/config.yaml, config/paper_reported.yaml   the default config, the paper's figures
     data/corpus/<corpus>/             raw text splits <split>.jsonl.zst (+ manifests)
     data/tokens/<corpus>/<vocab>/     train.bin, val.bin, counts.npy, word_counts.json (+ manifests)
-    results/runs/<study>/<cell>/      checkpoints/step_<N>/, checkpoints/final/, metrics.jsonl,
+    results/runs/<study>/<cell>/      checkpoints/step_<N>/, checkpoints/final/,
+                                      checkpoints/kept/step_<N>/ (runtime.keep_at), metrics.jsonl,
                                       out_of_memory.json (the last out-of-memory refusal)
     results/eval/<study>/<cell>/      <kind>.json (val, wikitext, lm_eval), lm_eval.samples.jsonl,
                                       lm_eval_harness/
@@ -177,6 +178,7 @@ WEIGHTS = "model.safetensors"
 STATE = "state.json"  # step, tokens, loader state, configs: written last, marks a whole checkpoint
 OPTIM = "optim.pt"
 RNG = "rng.pt"
+KEPT = "kept"  # checkpoints/kept/step_<N>/: log-spaced weights (runtime.keep_at), never pruned
 
 
 def cell_key(cell: CellLike) -> str:
@@ -253,6 +255,12 @@ def final_dir(run: PathLike) -> Path:
 
 def step_dir(checkpoints: PathLike, step: int) -> Path:
     return Path(checkpoints) / f"{STEP_PREFIX}{step:08d}"
+
+
+def kept_dir(checkpoints: PathLike) -> Path:
+    """The kept checkpoints of a run (`runtime.keep_at`): `checkpoints/kept/step_<N>/`, each
+    the weights, a small state.json and their manifest; outside retention's reach."""
+    return Path(checkpoints) / KEPT
 
 
 def step_of(checkpoint: PathLike) -> int | None:

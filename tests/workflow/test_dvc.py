@@ -61,7 +61,11 @@ def make(target: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPro
 
 def versioned(path: Path) -> bool:
     """Not one of the .dvcignore'd intermediates of training (step checkpoints, set-aside runs)."""
-    return not any(part.startswith("step_") or ".stale-" in part for part in path.parts)
+    parts = path.parts  # kept checkpoints (checkpoints/kept/step_*/) are versioned
+    return not any(
+        (p.startswith("step_") and parts[i - 1 : i] != ("kept",)) or ".stale-" in p
+        for i, p in enumerate(parts)
+    )
 
 
 def files(root: Path) -> dict[str, str]:

@@ -13,6 +13,9 @@ Examples:
     leviathan data counts --bin data/tokens/embedded/o200k_base/train.bin \\
         --out data/tokens/embedded/o200k_base/counts.npy
     leviathan data inspect data/tokens/embedded/o200k_base --verify
+    leviathan data batch --cell 200m/gpt2/leviathan/seed0 --step 1000 --decode
+    leviathan data batch --train data/tokens/pile/gpt2/train.bin --context 1024 \\
+        --global-batch 256 --seed 0 --step 1000 --rank 3 --world-size 8 --json
 """
 
 from __future__ import annotations
@@ -248,11 +251,107 @@ def _add_fetch(sub: Any) -> None:
     pile.set_defaults(func=_cmd_fetch_pile)
 
 
+def _add_batch(sub: Any) -> None:
+    """`leviathan data batch`: the exact batch of a training step (leviathan.data.batch_view)."""
+    from leviathan.commands.config import configfile_arg
+
+    p = sub.add_parser(
+        "batch",
+        help="the windows, shard offsets (and text) of a training step's batch",
+        description="The batch optimizer step N trained on (N counts from 1, as the metrics "
+        "log's `step`): each row's window index, shard and token offset, the batch's "
+        "fingerprint (the metrics log's batch_sha256) and, with --decode, the text.",
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--cell", help="SCALE/VOCAB/VARIANT/seedK of the workflow config")
+    where.add_argument("--train", nargs="+", type=Path, help="the training shards (.bin)")
+    configfile_arg(p)
+    p.add_argument("--context", type=int, help="with --train: tokens per window")
+    p.add_argument("--global-batch", type=int, help="with --train: sequences per step")
+    p.add_argument("--seed", type=int, default=0, help="with --train: the run's seed")
+    p.add_argument("--step", type=int, required=True, help="optimizer step, from 1")
+    p.add_argument("--rank", type=int, default=None, help="only this rank's rows")
+    p.add_argument("--world-size", type=int, default=1, help="ranks the run trained on")
+    p.add_argument("--decode", action="store_true", help="also each row's text")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=_cmd_batch)
+
+
+def _source(args: argparse.Namespace) -> dict[str, Any]:
+    """The shards and ordering of the step: given, or the cell's in the workflow config."""
+    if args.train:
+        if args.context is None or args.global_batch is None:
+            raise ValueError("--train needs --context and --global-batch (the run's recipe)")
+        return {
+            "train_bins": args.train,
+            "context": args.context,
+            "global_batch": args.global_batch,
+            "seed": args.seed,
+        }
+    from leviathan import layout
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.grid import Cell
+    from leviathan.workflow.plan import cell_train_config
+
+    config = resolve(args.configfile)
+    scale, vocab, variant, seed = layout.parse_cell_key(args.cell)
+    cell = Cell(scale, vocab, variant, seed, layout.config_results_key(config))
+    tc = cell_train_config(config, cell)
+    tokens = layout.tokens_dir(config["corpus"]["name"], vocab)
+    return {
+        "train_bins": [layout.shards(tokens)["train"]],
+        "context": tc.context,
+        "global_batch": tc.global_batch,
+        "seed": tc.seed,
+        "vocab": vocab,
+    }
+
+
+def _cmd_batch(args: argparse.Namespace) -> int:
+    from leviathan.data.batch_view import step_rows
+
+    source = _source(args)
+    batch = step_rows(**source, step=args.step)
+    rank = args.rank
+    rows = batch.rows if rank is None else batch.of_rank(rank, args.world_size)
+    texts: list[str | None] = [None] * len(rows)
+    if args.decode:
+        from leviathan.data.shards import open_shard
+        from leviathan.data.tokenizers import load_tokenizer
+
+        vocab = open_shard(rows[0].shard).manifest["vocab"]["name"]
+        tok = load_tokenizer(vocab)
+        texts = [tok.decode(r.tokens[:-1].tolist()) for r in rows]
+    out = {
+        "step": batch.step,
+        "context": batch.context,
+        "global_batch": len(batch.rows),
+        "batch_sha256": batch.batch_sha256,
+        "rank": rank,
+        "world_size": args.world_size,
+        "rows": [r.record(t) for r, t in zip(rows, texts, strict=True)],
+    }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    who = "all rows" if rank is None else f"rank {rank} of {args.world_size}"
+    print(
+        f"step {batch.step}: {len(batch.rows)} rows x {batch.context + 1} tokens ({who}), "
+        f"batch_sha256 {batch.batch_sha256}"
+    )
+    for r, text in zip(rows, texts, strict=True):
+        print(f"row {r.row:>6}  window {r.window:>10}  {r.shard}  offset {r.offset}")
+        if text is not None:
+            print("    " + json.dumps(text, ensure_ascii=False))
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add `leviathan data ...` to the top-level command."""
     data = subparsers.add_parser("data", help="corpora, tokenizers, token shards, counts")
     sub = data.add_subparsers(dest="data_command", required=True, metavar="STEP")
     _add_fetch(sub)
+    _add_batch(sub)
 
     voc = sub.add_parser("vocab", help="resolve + verify BPE files (fills the offline cache)")
     voc.add_argument("names", nargs="*", help=f"default: all of {', '.join(sorted(VOCABS))}")

@@ -43,7 +43,7 @@ import logging
 import os
 import random
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +55,7 @@ from safetensors.torch import save_file
 
 from leviathan.data.loader import DataMismatchError
 from leviathan.io import NO_SPACE, disk_full, free_name, publish_dir, read_json, write_json
-from leviathan.layout import FINAL, OPTIM, RNG, STATE, WEIGHTS, step_dir, step_of
+from leviathan.layout import FINAL, OPTIM, RNG, STATE, WEIGHTS, kept_dir, step_dir, step_of
 from leviathan.manifest import display_path, write_manifest
 from leviathan.model import LanguageModel
 from leviathan.provenance import code_version, environment
@@ -69,6 +69,7 @@ from leviathan.train.integrity import (
     read_checkpoint_files,
     verify_checkpoint,
 )
+from leviathan.train.kept import list_kept, write_kept
 
 MANIFEST_KIND = "checkpoint"
 log = logging.getLogger("leviathan.train")
@@ -259,6 +260,7 @@ def _write_manifest(tmp: Path, final: Path, state: dict[str, Any], info: Manifes
             "state_sha256": files[STATE],
             "model_config": state["model_config"],
             "resumed_from": dict(info.resumed_from) if info.resumed_from else None,
+            "kept": list_kept(final.parent),  # the kept checkpoints written so far (kept.py)
         },
     )
 
@@ -385,8 +387,10 @@ class CheckpointManager:
         every: int = 0,
         background: bool = False,
         drop_steps_at_final: bool = False,
+        keep_at: Collection[int] = (),
     ) -> None:
         self.root, self.model, self.optimizer, self.loader = root, model, optimizer, loader
+        self.keep_at = frozenset(keep_at)  # steps whose weights are kept (kept.py)
         self.cfg, self.info, self.keep_last, self.every = cfg, info, keep_last, every
         self.background, self.drop_steps_at_final = background, drop_steps_at_final
         self.fingerprint = cfg.fingerprint()
@@ -482,6 +486,24 @@ class CheckpointManager:
         )
         # named as soon as it is taken: every exit path waits for its write (close)
         self.last_good = str(path)
+        return path
+
+    def keep_if_due(self, step: int) -> Path | None:
+        """The kept checkpoint of step `step` where `keep_at` names it (0: the initial weights):
+        weights and state only, written by the background writer where saves are (kept.py)."""
+        if step not in self.keep_at:
+            return None
+        path = step_dir(kept_dir(self.root), step)
+        if self.info.is_main:
+            self.wait()  # one write at a time, one snapshot held
+            weights = to_host(self.model.state_dict(), copy=self.background)
+            args = (self.root, step, weights, self._train_state(step, {}), self.manifest)
+            if self.background:
+                if self._writer is None:
+                    self._writer = ThreadPoolExecutor(1, thread_name_prefix="leviathan-ckpt")
+                self._pending = self._writer.submit(write_kept, *args)
+            else:
+                write_kept(*args)
         return path
 
     def save_final(self, step: int, train_loss: float | None, val_loss: float | None) -> Path:

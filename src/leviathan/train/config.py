@@ -22,6 +22,7 @@ from typing import Any
 
 from leviathan.provenance import config_sha256
 from leviathan.scales import get_scale
+from leviathan.train.schedule import keep_steps
 from leviathan.values import coerce
 
 # Fields recorded with a run but left out of its fingerprint: how the step is computed, not
@@ -174,12 +175,22 @@ class RuntimeConfig:
     async_checkpoint: bool = True
     # remove the step checkpoints once `final` is written (they only serve resuming)
     drop_steps_at_final: bool = False
+    # steps whose weights are kept for good in checkpoints/kept/ (no optimizer state; never
+    # pruned, nor dropped at final): leviathan.train.schedule.keep_steps, e.g. log2:512:1000
+    keep_at: str = ""
     prefetch: int = 2  # training batches read ahead in background threads (0: none)
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False
     dvclive: bool = (
         False  # live curves through DVCLive in <run_dir>/dvclive/ (pip install 'leviathan[live]')
     )
+    # Weights & Biases (train/wandb_log.py; pip install 'leviathan[wandb]'): the metrics, configs
+    # and provenance in one W&B run per run directory, continued on resume; the workflow
+    # config's `wandb: {project, entity, mode}` sets the three below
+    wandb: bool = False
+    wandb_project: str = "leviathan"
+    wandb_entity: str | None = None
+    wandb_mode: str | None = None  # online | offline | disabled; None: W&B's ($WANDB_MODE)
     threads: int | None = (
         None  # torch CPU threads (None: torch's default; 0: all this process's CPUs)
     )
@@ -208,6 +219,11 @@ class RuntimeConfig:
             raise ValueError(
                 f"runtime device={self.device!r} is not a device: use auto, cpu, cuda, cuda:N or mps"
             )
+        keep_steps(self.keep_at, 1)  # a malformed schedule is refused here
+        if self.wandb_mode not in (None, "online", "offline", "disabled"):
+            raise ValueError(
+                f"runtime wandb_mode={self.wandb_mode!r}: use online, offline or disabled"
+            )
         if self.threads == 0:
             from leviathan.data.encode import usable_cpus
 
@@ -217,6 +233,12 @@ class RuntimeConfig:
     def from_dict(cls, d: Mapping[str, Any], where: str = "runtime") -> RuntimeConfig:
         """From values as written, checked against the fields' types (see TrainConfig) and
         their ranges; errors name `where`."""
+        d = dict(d)
+        if isinstance(d.get("keep_at"), (list, tuple, int)) and not isinstance(d["keep_at"], bool):
+            keep = d["keep_at"]  # a list of steps as YAML writes it, or one step
+            d["keep_at"] = ",".join(
+                str(s) for s in (keep if isinstance(keep, (list, tuple)) else [keep])
+            )
         values = coerce(cls, d, where)
         try:
             return cls(**values)

@@ -55,13 +55,20 @@ def mfu(
 @dataclass(frozen=True)
 class StepRecord:
     """What one optimizer step reports: `step` steps are done (1-based), the step's mean
-    training loss, its learning rate, the gradient norm before clipping, its seconds."""
+    training loss, its learning rate, the gradient norm before clipping, its seconds, and the
+    fingerprint of its batch (train/batch_fingerprint.py; None where no record is due)."""
 
     step: int
     loss: float
     lr: float
     grad_norm: float
     seconds: float
+    batch_sha256: str | None = None
+
+
+def log_due(step: int, log_every: int, max_steps: int) -> bool:
+    """Whether step `step` (1-based) gets a metrics record: every `log_every` and the last."""
+    return step % log_every == 0 or step == max_steps
 
 
 def format_duration(seconds: float) -> str:
@@ -129,9 +136,15 @@ class MetricsLog:
     or the VS Code DVC extension draws them while training runs)."""
 
     def __init__(
-        self, path: Path, tensorboard_dir: Path | None = None, dvclive_dir: Path | None = None
+        self,
+        path: Path,
+        tensorboard_dir: Path | None = None,
+        dvclive_dir: Path | None = None,
+        wandb: Any | None = None,
     ) -> None:
+        """`wandb`: a `train.wandb_log.WandbRun` that gets every record too (None: none)."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._wandb = wandb
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._tb = None
@@ -159,6 +172,8 @@ class MetricsLog:
             for key, value in _scalars(record):
                 self._live.log_metric(f"{record.get('kind', 'train')}/{key}", value)
             self._live.make_summary()
+        if self._wandb is not None:
+            self._wandb.write(record)
 
     def _append(self, data: bytes) -> None:
         """Append one whole record; on failure cut the file back to what it was."""
@@ -180,6 +195,8 @@ class MetricsLog:
             self._tb.close()
         if self._live is not None:
             self._live.end()
+        if self._wandb is not None:
+            self._wandb.close()
 
 
 class TrainTelemetry:
@@ -260,7 +277,7 @@ class TrainTelemetry:
 
     def should_log(self, step: int) -> bool:
         """Whether step `step` (1-based) gets a record: every `runtime.log_every` and the last."""
-        return step % self.runtime.log_every == 0 or step == self.cfg.max_steps
+        return log_due(step, self.runtime.log_every, self.cfg.max_steps)
 
     def train_step(self, record: StepRecord) -> None:
         """After an optimizer step: its record where `should_log` says so, and the bar."""
@@ -277,6 +294,7 @@ class TrainTelemetry:
                     "tokens_per_s": tok_s,
                     "step_s": record.seconds,
                     "mfu": mfu(tok_s, self.flops_per_token, self.peak, self.info.world_size),
+                    "batch_sha256": record.batch_sha256,
                 }
             )
         if self.info.is_main and self.line_due(record.step):

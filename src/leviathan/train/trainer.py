@@ -23,8 +23,11 @@ Run directory:
   .lock                                       held by the process training it (leviathan.lock)
   checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`); damaged ones set aside as
                                               <name>.damaged-<n>/
+  checkpoints/kept/step_<N>/                  weights kept at runtime.keep_at's steps (kept.py)
   metrics.jsonl                               kind = start | train | val | end (a torn line
-                                              set aside as metrics.torn-<n>.jsonl)
+                                              set aside as metrics.torn-<n>.jsonl); a train
+                                              record holds its batch's fingerprint,
+                                              batch_sha256 (leviathan.data.batch_view)
   out_of_memory.json                          the last out-of-memory refusal (removed at a start)
 """
 
@@ -52,6 +55,7 @@ from leviathan.model.accounting import account_model
 from leviathan.model.lev_health import model_health
 from leviathan.provenance import utc_now
 from leviathan.train import checkpoint as ckpt
+from leviathan.train.batch_fingerprint import step_batch_sha256
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import (
     DistInfo,
@@ -70,8 +74,14 @@ from leviathan.train.errors import (
     out_of_memory,
 )
 from leviathan.train.preemption import Preempted, PreemptionWatch
-from leviathan.train.schedule import lr_at
-from leviathan.train.telemetry import MetricsLog, StepRecord, TrainTelemetry, rewind_metrics
+from leviathan.train.schedule import keep_steps, lr_at
+from leviathan.train.telemetry import (
+    MetricsLog,
+    StepRecord,
+    TrainTelemetry,
+    log_due,
+    rewind_metrics,
+)
 from leviathan.train.validation import Validator, evaluate_val_loss
 from leviathan.vocab import check_covers
 
@@ -249,6 +259,7 @@ class Trainer:
             every=runtime.ckpt_every,
             background=runtime.async_checkpoint,
             drop_steps_at_final=runtime.drop_steps_at_final,
+            keep_at=keep_steps(runtime.keep_at, self.cfg.max_steps),
         )
 
     def fit(self) -> TrainResult:
@@ -265,10 +276,13 @@ class Trainer:
             contextlib.closing(self.checkpoints),
         ):
             self.train_model.train()
+            if start == 0:
+                self.checkpoints.keep_if_due(0)  # the initial weights
             with PreemptionWatch(self.info) as preemption:
                 for step in range(start, stop):
                     record = self.train_step(step, batches)
                     telemetry.train_step(record)
+                    self.checkpoints.keep_if_due(record.step)
                     if record.step == stop:
                         break  # the final validation and checkpoint follow
                     if self.validator.should_validate(record.step):
@@ -331,6 +345,11 @@ class Trainer:
         t0 = time.perf_counter()
         lr = self._set_lr(step)
         x, y = batches.get(step)  # the loader's position moves past `step`
+        fingerprint = (
+            step_batch_sha256(x, y, self.info)
+            if log_due(step + 1, self.runtime.log_every, self.cfg.max_steps)
+            else None
+        )
         loss = self._forward_backward(x, y)
         last_good = self.checkpoints.last_good
         r = self.restored
@@ -342,7 +361,7 @@ class Trainer:
         )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepRecord(step + 1, loss, lr, grad_norm, self._step_time(t0))
+        return StepRecord(step + 1, loss, lr, grad_norm, self._step_time(t0), fingerprint)
 
     def _batches(self, start: int) -> Prefetcher:
         """The training batches from step `start` on, read ahead (pinned on CUDA)."""
@@ -376,6 +395,7 @@ class Trainer:
                 metrics,
                 layout.tensorboard_dir(self.run_dir) if runtime.tensorboard else None,
                 layout.dvclive_dir(self.run_dir) if runtime.dvclive else None,
+                self._wandb() if runtime.wandb else None,
             )
             if info.is_main
             else None
@@ -402,6 +422,33 @@ class Trainer:
             self._lev_health(0, telemetry)
         telemetry.show_progress(r.step)
         return telemetry
+
+    def _wandb(self) -> Any:
+        """The run's W&B run (train/wandb_log.py): created, or the stored one resumed."""
+        from dataclasses import asdict
+
+        from leviathan.provenance import code_version
+        from leviathan.train.wandb_log import WandbRun
+
+        cfg, runtime = self.cfg, self.runtime
+        config = {
+            "train": cfg.to_dict(),
+            "model": self.model.cfg.to_dict(),
+            "runtime": asdict(runtime),
+            "world_size": self.info.world_size,
+            "provenance": {
+                "code": code_version(),
+                "data": [s.input_record("train_tokens") for s in self.loader.shards],
+            },
+        }
+        return WandbRun(
+            self.run_dir,
+            project=runtime.wandb_project,
+            entity=runtime.wandb_entity,
+            mode=runtime.wandb_mode,
+            config=config,
+            name=f"{cfg.scale}/{cfg.vocab}/{cfg.variant}/seed{cfg.seed}",
+        )
 
     def _manifest(self) -> ckpt.ManifestInfo:
         # each training shard with the check its loader made of it (the sha256 is then the

@@ -151,7 +151,9 @@ def runtime_args(config: Mapping[str, Any]) -> str:
 
     from leviathan.train.config import RuntimeConfig, workflow_runtime
 
-    defaults, resolved = asdict(RuntimeConfig()), asdict(workflow_runtime(config.get("runtime")))
+    wandb = {f"wandb_{k}": v for k, v in (config.get("wandb") or {}).items()}  # the W&B section
+    runtime = {**(config.get("runtime") or {}), **wandb}
+    defaults, resolved = asdict(RuntimeConfig()), asdict(workflow_runtime(runtime))
     args: list[str] = []
     for key, value in sorted(resolved.items()):
         if value != defaults[key]:

@@ -49,6 +49,12 @@ class CellPlan:
     mfu_source: str = ""  # "stated" (--mfu), "compiled" or "eager" (the roofline's)
     mfu_eager: float | None = None  # the roofline's, both ways (None: no GPU model)
     mfu_compiled: float | None = None
+    kept_checkpoints: int = 0  # runtime.keep_at's steps of this run (weights only, kept for good)
+
+    @property
+    def kept_bytes(self) -> int:
+        """The kept checkpoints on disk: fp32 weights each (train/kept.py)."""
+        return self.kept_checkpoints * self.params * WEIGHT_BYTES
 
 
 def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
@@ -134,6 +140,8 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -
     util = cell_mfu(config, cell, mfu)
     hours = flops / (peak * util.mfu) / 3600 if peak and util.mfu else None
     runtime = workflow_runtime(config.get("runtime"))
+    from leviathan.train.schedule import keep_steps
+
     return CellPlan(
         cell=cell,
         params=acc.total_params,
@@ -149,6 +157,7 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -
         mfu_source=util.source,
         mfu_eager=util.eager,
         mfu_compiled=util.compiled,
+        kept_checkpoints=len(keep_steps(runtime.keep_at, tc.max_steps)),
     )
 
 
@@ -331,9 +340,10 @@ class StudyDisk:
     shards: int  # train.bin of every vocabulary (val.bin and counts are small beside them)
     step_checkpoints: int  # runtime.keep_last step checkpoints per cell, at most
     final_checkpoints: int  # checkpoints/final/ of every cell (weights + AdamW state)
-    dvc_cache: int  # DVC's copy of data/ and the final checkpoints (0 where it links: .dvc/config)
+    dvc_cache: int  # DVC's copy of data/, the final and kept checkpoints (0 where it links)
     steps_dropped_at_final: bool = False  # runtime.drop_steps_at_final
     set_aside: int = 0  # set-aside folders already in the study's run folders (kept, not planned)
+    kept_checkpoints: int = 0  # checkpoints/kept/ of every cell (runtime.keep_at: weights only)
 
     @property
     def total(self) -> int:
@@ -346,6 +356,7 @@ class StudyDisk:
             + self.final_checkpoints
             + self.dvc_cache
             + self.set_aside
+            + self.kept_checkpoints
         )
 
     @property
@@ -364,9 +375,17 @@ class StudyDisk:
             f"disk at most {_size(self.total)} (peak), {_size(self.at_end)} once every cell is "
             f"final: corpus text {_size(self.corpus_text)}, shards {_size(self.shards)}, step "
             f"checkpoints {_size(self.step_checkpoints)} ({steps}), final checkpoints "
-            f"{_size(self.final_checkpoints)}, DVC cache {_size(self.dvc_cache)} "
+            f"{_size(self.final_checkpoints)}, "
             + (
-                "(a copy of data/ and the final checkpoints: .dvc/config's cache.type copies)"
+                f"kept checkpoints {_size(self.kept_checkpoints)} (runtime.keep_at, versioned "
+                "with the runs), "
+                if self.kept_checkpoints
+                else ""
+            )
+            + f"DVC cache {_size(self.dvc_cache)} "
+            + (
+                "(a copy of data/ and the final and kept checkpoints: .dvc/config's cache.type "
+                "copies)"
                 if self.dvc_cache
                 else "(linked into the workspace, no second copy: .dvc/config's cache.type)"
             )
@@ -401,10 +420,11 @@ def study_disk(
     )
     steps = sum(p.checkpoint_bytes * (p.checkpoints_on_disk - 1) for p in plans)
     final = sum(p.checkpoint_bytes for p in plans)
-    cache = text + shards + final if dvc_cache_copies() else 0
+    kept = sum(p.kept_bytes for p in plans)
+    cache = text + shards + final + kept if dvc_cache_copies() else 0
     dropped = workflow_runtime(config.get("runtime")).drop_steps_at_final
     aside = sum(set_aside_bytes(Path(layout.run_dir(p.cell))) for p in plans)
-    return StudyDisk(text, shards, steps, final, cache, dropped, aside)
+    return StudyDisk(text, shards, steps, final, cache, dropped, aside, kept)
 
 
 # what a run sets aside and keeps (train/checkpoint.py, train/telemetry.py)

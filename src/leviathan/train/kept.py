@@ -1,0 +1,95 @@
+"""Kept checkpoints: a run's weights at log-spaced steps (`runtime.keep_at`), kept for good.
+
+Where training dynamics are studied (losses of the frequency buckets along training, the tokens
+one variant needs to reach another's loss), the weights of intermediate steps must outlive the
+run. A kept checkpoint is a directory `checkpoints/kept/step_<N>/` (leviathan.layout.kept_dir)
+holding
+  model.safetensors        the weights after N optimizer steps (N = 0: the initial weights)
+  state.json               step, tokens, loader state, train and model configs, code: what
+                           `leviathan eval` reads to rebuild the model (no optimizer nor RNG
+                           state: a kept checkpoint is evaluated, never resumed from)
+  model.safetensors.json   the manifest (kind "kept_checkpoint"): the weights' sha256 and, in
+                           `files`, state.json's, with the token shards and the train config
+It is written like a step checkpoint (temporary directory, renamed into place whole; by the
+background writer where checkpoints are), outside the reach of `keep_last` and of
+`drop_steps_at_final`, which only ever remove `checkpoints/step_*`. A step reached again after
+a resume (the run died past it) is written again, replacing the earlier directory whole.
+Every checkpoint's manifest lists the kept ones on disk when it was written (`kept`: step,
+path, sha256), so the final checkpoint's manifest records all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from leviathan.io import publish_dir, read_json, sha256_file, write_json
+from leviathan.layout import STATE, WEIGHTS, kept_dir, manifest_path, step_dir, step_of
+from leviathan.manifest import display_path, write_manifest
+
+KEPT_KIND = "kept_checkpoint"
+
+
+def write_kept(
+    checkpoints: Path,
+    step: int,
+    model_state: dict[str, torch.Tensor],
+    state: dict[str, Any],
+    info: Any | None,
+) -> Path:
+    """Write kept checkpoint `step` under `checkpoints/kept/` atomically; `info`: the run's
+    `checkpoint.ManifestInfo` (None: no manifest, as for a checkpoint written without one)."""
+    root = kept_dir(checkpoints)
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    tmp = root / f".{final.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, tmp / WEIGHTS)
+        write_json(tmp / STATE, state)
+        if info is not None:
+            write_manifest(
+                tmp / WEIGHTS,
+                kind=KEPT_KIND,
+                recorded_path=final / WEIGHTS,
+                inputs=info.inputs,
+                config=state["train_config"],
+                started=info.started,
+                device=info.device,
+                fields={
+                    "checkpoint_dir": display_path(final),
+                    "step": step,
+                    "tokens": state["tokens"],
+                    "train_fingerprint": state["train_fingerprint"],
+                    "files": {STATE: (digest := sha256_file(tmp / STATE))},
+                    "state_sha256": digest,
+                    "model_config": state["model_config"],
+                },
+            )
+        publish_dir(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def list_kept(checkpoints: Path) -> list[dict[str, Any]]:
+    """The kept checkpoints under `checkpoints/kept/`, by step: {step, path, sha256} (sha256
+    of the weights, as their manifest records it; None where none was written)."""
+    root = kept_dir(checkpoints)
+    if not root.is_dir():
+        return []
+    out = []
+    for p in root.iterdir():
+        step = step_of(p)
+        if step is None or not (p / STATE).is_file():
+            continue
+        manifest = manifest_path(p / WEIGHTS)
+        sha = read_json(manifest)["artifact"]["sha256"] if manifest.is_file() else None
+        out.append({"step": step, "path": display_path(p), "sha256": sha})
+    return sorted(out, key=lambda r: r["step"])

@@ -1,0 +1,51 @@
+"""The plan counts the kept checkpoints (`runtime.keep_at`): fp32 weights per kept step, in the
+peak and at the end (drop_steps_at_final leaves them), and the workflow passes keep_at on."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from typing import Any
+
+import pytest
+from workflow_helpers import ROOT
+
+from leviathan.workflow.config import resolve
+from leviathan.workflow.grid import config_cells
+from leviathan.workflow.launch import runtime_args
+from leviathan.workflow.plan import plan_cell, study_disk
+
+PAPER = ROOT / "config" / "paper.yaml"
+
+
+@pytest.fixture(scope="module")
+def paper() -> dict[str, Any]:
+    return resolve([PAPER], root=ROOT)
+
+
+def test_study_disk_counts_the_kept_checkpoints(paper: dict[str, Any]) -> None:
+    pythia = {**paper, "runtime": {**paper["runtime"], "keep_at": "log2:512:1000"}}
+    before, after = study_disk(paper), study_disk(pythia)
+    plans = [plan_cell(pythia, c) for c in config_cells(pythia)]
+    # 0, the ten powers of two up to 512, then every 1000th step up to the run's last
+    counts = [11 + p.steps // 1000 for p in plans]
+    assert [p.kept_checkpoints for p in plans] == counts
+    expected = sum(n * p.params * 4 for n, p in zip(counts, plans, strict=True))
+    assert after.kept_checkpoints == expected > 0
+    assert after.total == before.total + expected
+    assert after.at_end == before.at_end + expected  # never dropped at final
+    assert "kept checkpoints" in after.line() and "kept checkpoints" not in before.line()
+    assert math.isclose(sum(p.kept_bytes for p in plans), expected)
+
+
+def test_the_workflow_passes_keep_at_to_training(paper: dict[str, Any]) -> None:
+    args = shlex.split(runtime_args({**paper, "runtime": {**paper["runtime"], "keep_at": [0, 4]}}))
+    assert "keep_at=0,4" in args
+
+
+def test_the_workflow_passes_the_wandb_section_to_training(paper: dict[str, Any]) -> None:
+    config = {**paper, "runtime": {**paper["runtime"], "wandb": True}}
+    config["wandb"] = {"project": "lev", "entity": "team", "mode": "offline"}
+    args = shlex.split(runtime_args(config))
+    for value in ("wandb=true", "wandb_project=lev", "wandb_entity=team", "wandb_mode=offline"):
+        assert value in args
