@@ -13,7 +13,10 @@ several, each unrolled into the whole-model graph):
 Two figures each: Dynamo's own compile timers (seconds inside its frame compiles and the
 lazy backward compile: `torch._dynamo.utils.compilation_time_metrics`, wall), and the first
 compiled forward (with targets) + backward minus the second (the same work through the
-compiled code), after an eager warm-up step, in wall and this process's CPU seconds.
+compiled code), after an eager warm-up step, in wall and this process's CPU seconds (inductor
+compiles its C++ or Triton in worker processes, which the CPU figure leaves out). Inductor's
+caches start empty (a fresh TORCHINDUCTOR_CACHE_DIR per run, unless --warm-cache): a cold
+compile, as a new machine's first job sees it.
 
   PYTHONPATH=src python bench/bench_compile.py [--scale 400m] [--variant tied] [--backend inductor]
 """
@@ -21,18 +24,15 @@ compiled code), after an eager warm-up step, in wall and this process's CPU seco
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 
 import torch
-import torch._dynamo.utils as dynamo_utils
 
 from leviathan.model import model_config
 from leviathan.model.language_model import LanguageModel, build_model
-from leviathan.train.regions import compile_regions
-
-# Dynamo's timers that hold a compile: each frame's (trace + forward graph + backend) and the
-# backward graph's, compiled at the first backward
-COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
+from leviathan.train.regions import compile_regions, compile_seconds
 
 
 def _step_seconds(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, float]:
@@ -42,19 +42,12 @@ def _step_seconds(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, flo
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def compile_seconds() -> float:
-    """Seconds Dynamo's timers hold for the compiles since the last reset (wall)."""
-    metrics = dynamo_utils.compilation_time_metrics
-    return sum(sum(metrics.get(name, [])) for name in COMPILE_TIMERS)
-
-
 def measure(
     scale: str, variant: str, tokens: int, how: str, backend: str
 ) -> tuple[float, float, float]:
     """(Dynamo's compile seconds, wall and CPU seconds the first compiled step takes beyond the
     second) (`how`: whole, regional)."""
     torch._dynamo.reset()
-    dynamo_utils.compilation_time_metrics.clear()
     cfg = model_config(scale, "o200k_base", variant)
     model: LanguageModel = build_model(cfg)
     ids = torch.randint(0, cfg.vocab_size, (1, tokens))
@@ -80,7 +73,10 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--how", choices=("regional", "whole"), action="append")
     p.add_argument("--backend", choices=("aot_eager", "inductor"), default="aot_eager")
+    p.add_argument("--warm-cache", action="store_true", help="keep inductor's on-disk caches")
     args = p.parse_args()
+    if not args.warm_cache:  # read by inductor when it first compiles, after this
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_compile_")
     cfg = model_config(args.scale, "o200k_base", args.variant)
     for how in args.how or ("regional", "whole"):
         timers, wall, cpu = measure(args.scale, args.variant, args.tokens, how, args.backend)

@@ -23,10 +23,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch._dynamo.utils as dynamo_utils
 from torch import nn
 
 from leviathan.device import device_memory
 from leviathan.model.transformer import Block
+
+# Dynamo's timers that hold a compile: each frame's (trace, forward graph, backend) and the
+# backward graph's, compiled at the first backward
+COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
 
 
 def compile_regions(model: nn.Module, **options: Any) -> list[nn.Module]:
@@ -40,3 +45,10 @@ def compile_regions(model: nn.Module, **options: Any) -> list[nn.Module]:
     for block in blocks:
         block.compile(**options)
     return blocks
+
+
+def compile_seconds() -> float:
+    """Seconds (wall) Dynamo's timers hold for every compile of this process since its last
+    `torch._dynamo.reset()`: the difference across a step is that step's compile time."""
+    metrics = dynamo_utils.compilation_time_metrics
+    return sum(sum(metrics.get(name, [])) for name in COMPILE_TIMERS)
