@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 TORCH           := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' constraints-cpu.txt)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: venv run test test-fast fmt bench rehearse gpu-check clean-venv repro push pull env-pins
+.PHONY: venv run test test-fast fmt bench rehearse gpu-check gpu-test clean-venv repro push pull env-pins
 
 # torch: first a wheel pip already has on this machine (its configured --find-links; no
 # network), else the PyTorch CPU index (one retry, short timeout), then its dependencies.
@@ -97,6 +97,12 @@ GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 GPU_CHECK_OUT ?= gpu_check
 gpu-check:
 	PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) bench/gpu_check.py --out "$(GPU_CHECK_OUT)"
+
+## the tests that need a CUDA GPU (pytest marker `gpu`: the Triton kernels compiled for the GPU,
+## deterministic CUDA, the compiled step), in a GPU env with only torch, numpy, safetensors,
+## tiktoken, PyYAML, tqdm and pytest (GPU_PYTHON; the package from src/); elsewhere they skip
+gpu-test:
+	PYTHONPATH="$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) -m pytest -m gpu -p no:cacheprovider tests/gpu
 
 clean-venv:
 	rm -rf $(VENV)

@@ -16,25 +16,38 @@ Measurements, in this order (eager first, compiled last, so a time limit costs t
   deterministic_repeat   per variant, deterministic mode: a rerun of 4 optimizer steps, and a
                          run resumed after 2 from a snapshot of model + optimizer, end in
                          parameters bitwise equal to the first run's
-  step_ratio_compiled    as step_ratio under torch.compile; its leviathan step also gives
+  step_ratio_compiled    as step_ratio with each transformer block compiled, as training
+                         compiles it (`leviathan.train.regions`); its leviathan step also gives
                          tokens/s and MFU at 400m
   throughput_1.2b        leviathan training tokens/s and MFU at 1.2b, compiled (target MFU >= 45%)
+
+The training figures (step_ratio, step_ratio_compiled, throughput_1.2b) use the study's
+micro-batches (config/paper.yaml, `train.<scale>.micro_batch`), cycle N_BATCHES batches of
+Zipf-distributed ids (distinct-id counts that vary per step, as training's do), and print each
+figure beside the plan's prediction for an H200 (`predicted`): step ms in all and per part
+and MFU (`leviathan.model.roofline`, compiled or eager), peak memory
+(`torch.cuda.max_memory_allocated` against `leviathan.workflow.memory`'s traced tensors, and
+the job's total with its allowances), compile seconds (Dynamo's timers: every compile and
+recompile the figure's steps caused) and kernel launches per step (torch.profiler).
 
 Every measurement runs under its own time limit (`LIMITS_S`, and never past the whole
 check's `--budget`); a failure or a timeout is recorded as that figure's error and the rest
 still run. Each figure is printed as soon as it is measured and DIR/gpu_check.json is rewritten
 after each, so a run stopped from outside keeps what it measured. Without CUDA the script
-refuses to run unless --smoke (micro shapes on CPU, fp32, two timed steps, limits
-`SMOKE_SLACK` times longer: its figures mean nothing; it keeps this script working).
+refuses to run unless --smoke (micro shapes on CPU, two timed steps, the bf16 branches under
+CPU autocast, limits `SMOKE_SLACK` times longer: its figures mean nothing; it keeps this
+script working; on CPU "launches" are the aten ops of one step).
 
-It imports only what it measures: torch, the model, the evaluation model, the device helpers
-and the MFU arithmetic (no data layer), so it runs in a stock GPU PyTorch environment.
+It imports only what it measures and predicts: torch, PyYAML, the model, the evaluation model,
+the device helpers, the roofline, the memory plan and the MFU arithmetic (no data layer, no
+Snakemake), so it runs in a stock GPU PyTorch environment (tests/test_gpu_env.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import os
 import signal
@@ -49,29 +62,43 @@ from types import FrameType
 from typing import Any
 
 import torch
+import yaml
 
 from leviathan.device import set_deterministic
 from leviathan.eval.checkpoint import EvalModel
+from leviathan.gpus import GIB
 from leviathan.model import VARIANTS, LanguageModel, build_model, model_config
 from leviathan.model.accounting import account_model
 from leviathan.model.lev import LEV
+from leviathan.model.roofline import roofline
+from leviathan.train.regions import compile_regions, compile_seconds
 from leviathan.train.telemetry import device_name, mfu, peak_flops
+from leviathan.workflow.memory import train_memory
 
 JSON_NAME = "gpu_check.json"
-# seconds per measurement on one H200 (docs/gpu.md gives the estimate each limit covers)
+# the study whose micro-batches are measured (`train.<scale>.micro_batch`: what the plan and
+# its memory and roofline predictions use), read with PyYAML (the plan's config loader needs
+# Snakemake, absent from a GPU image)
+STUDY = Path(__file__).resolve().parents[1] / "config" / "paper.yaml"
+PREDICTED_GPU = "H200"  # the GPU the predictions are for (the check's machine)
+N_BATCHES = 4  # distinct batches, cycled: the distinct-id count changes from step to step
+ZIPF_S = 1.0  # token ids drawn with P(rank r) ~ 1 / r^s, as natural text's frequencies fall
+# seconds per measurement on one H200 (docs/gpu.md, "The GPU check's time on one H200", gives
+# the estimate each limit covers; the compiled two from the regional compile's measured time)
 LIMITS_S = {
-    "step_ratio": 30,
+    "step_ratio": 40,
     "materialize_ms": 15,
-    "lev_kernels_ms": 30,
-    "eval_tokens_s": 20,
+    "lev_kernels_ms": 25,
+    "eval_tokens_s": 15,
     "eval_tokens_s_1.2b": 25,
-    "bf16_vs_fp32": 15,
-    "deterministic_overhead": 20,
+    "bf16_vs_fp32": 10,
+    "deterministic_overhead": 15,
     "deterministic_repeat": 20,
-    "step_ratio_compiled": 100,
-    "throughput_1.2b": 70,
+    "step_ratio_compiled": 60,
+    "throughput_1.2b": 55,
 }
 BUDGET_S = 285  # the whole check, measurements only (start-up: ~15 s more)
+SMOKE_MICRO_BATCH = 2  # --smoke's micro-batch (its figures mean nothing; its time does)
 SMOKE_SLACK = 30  # --smoke on a shared CPU: limits and budget this many times longer
 
 
@@ -102,12 +129,14 @@ class Setup:
         self.device = torch.device("cpu" if smoke else "cuda")
         self.vocab = "gpt2" if smoke else "o200k_base"
         self.scale, self.big = ("micro", "micro") if smoke else ("400m", "1.2b")
-        self.micro_batch = {"micro": 4, "400m": 16, "1.2b": 8}
+        # the study's micro-batches; --smoke: SMOKE_MICRO_BATCH sequences of micro
+        self.micro_batch = {"micro": SMOKE_MICRO_BATCH, **study_micro_batches()}
         self.steps = 2 if smoke else 10
 
     def autocast(self, bf16: bool) -> AbstractContextManager[Any]:
-        if bf16 and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+        """bf16 autocast on this device (--smoke: CPU autocast, so its branches run in tests)."""
+        if bf16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
     def sync(self) -> None:
@@ -115,27 +144,49 @@ class Setup:
             torch.cuda.synchronize()
 
 
+def study_micro_batches(path: Path = STUDY) -> dict[str, int]:
+    """The study's micro-batch per scale (`train.<scale>.micro_batch` of its config)."""
+    train = yaml.safe_load(path.read_text())["train"]
+    return {scale: int(fields["micro_batch"]) for scale, fields in train.items()}
+
+
 def _model(setup: Setup, scale: str, variant: str) -> LanguageModel:
     torch.manual_seed(0)
     return build_model(model_config(scale, setup.vocab, variant), setup.device)
 
 
-def _batch(setup: Setup, model: LanguageModel, batch: int) -> torch.Tensor:
+def _batches(setup: Setup, model: LanguageModel, batch: int) -> list[torch.Tensor]:
+    """N_BATCHES batches of `batch` windows of max_seq_len + 1 ids, each id drawn with a
+    Zipf-like frequency (ranks shuffled over the vocabulary, fixed seed): their distinct-id
+    counts differ from batch to batch as training's do, so a recompile on LEV's dynamic
+    shapes would show in the timed steps."""
     gen = torch.Generator().manual_seed(0)
-    T = model.cfg.max_seq_len
-    return torch.randint(0, model.cfg.vocab_size, (batch, T + 1), generator=gen).to(setup.device)
+    V, T = model.cfg.vocab_size, model.cfg.max_seq_len
+    weights = torch.arange(1, V + 1, dtype=torch.float64).pow(-ZIPF_S)
+    ids_of_rank = torch.randperm(V, generator=gen)
+    draws = (
+        torch.multinomial(weights, batch * (T + 1), True, generator=gen) for _ in range(N_BATCHES)
+    )
+    return [ids_of_rank[d].view(batch, T + 1).to(setup.device) for d in draws]
+
+
+def _batch(setup: Setup, model: LanguageModel, batch: int) -> torch.Tensor:
+    return _batches(setup, model, batch)[0]
 
 
 def _step_fn(
     setup: Setup,
     model: torch.nn.Module,
-    ids: torch.Tensor,
+    batches: list[torch.Tensor],
     bf16: bool,
     opt: torch.optim.Optimizer | None = None,
 ) -> Callable[[], None]:
+    """One optimizer step per call, on the next of `batches` (cycled)."""
     opt = opt or torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cycle = itertools.cycle(batches)
 
     def step() -> None:
+        ids = next(cycle)
         with setup.autocast(bf16):
             loss = model(ids[:, :-1], ids[:, 1:])
         loss.backward()
@@ -157,31 +208,99 @@ def _time(setup: Setup, fn: Callable[[], object], steps: int) -> float:
     return statistics.median(times)
 
 
-def _training(setup: Setup, scale: str, compile: bool) -> dict[str, Any]:
-    """leviathan's step time at `scale`, its tokens/s and the MFU they give."""
-    model = _model(setup, scale, "leviathan")
-    ids = _batch(setup, model, setup.micro_batch[scale])
-    fwd = torch.compile(model) if compile else model
-    seconds = _time(setup, _step_fn(setup, fwd, ids, bf16=True), setup.steps)
-    tok_s = ids.shape[0] * (ids.shape[1] - 1) / seconds
-    flops = account_model(model, model.cfg.max_seq_len).train_flops
-    peak = peak_flops(device_name(setup.device))
+def _launches(setup: Setup, fn: Callable[[], object]) -> int | str:
+    """Kernels one call of `fn` launches (torch.profiler: CUDA kernel records); on CPU the
+    aten ops it runs (nested ones included), what a CPU can count."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = setup.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    try:
+        with profile(activities=activities) as prof:
+            fn()
+            setup.sync()
+    except Exception as e:  # a profiler that cannot start costs this field only
+        return f"not counted: {type(e).__name__}: {e}"
+    if cuda:
+        return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return sum(1 for e in prof.events() if e.name.startswith("aten::"))
+
+
+def _compiled(model: LanguageModel, compile: bool) -> LanguageModel:
+    """The model as training steps it: its blocks compiled in place where `compile`."""
+    if compile:
+        compile_regions(model)
+    return model
+
+
+def _predicted(model: LanguageModel, micro_batch: int, compile: bool) -> dict[str, Any]:
+    """The plan's predictions for this step on PREDICTED_GPU: the roofline's ms per part and
+    MFU (`leviathan.model.roofline`; one micro-batch per optimizer step), and the job's peak
+    GPU memory (`leviathan.workflow.memory`: traced tensors, and with its allowances)."""
+    line = roofline(model.cfg, micro_batch, micro_batch, fused=compile)
+    memory = train_memory(model.cfg, micro_batch, 1, PREDICTED_GPU)
     return {
-        "step_s": seconds,
-        "micro_batch": ids.shape[0],
-        "tokens_s": tok_s,
-        "mfu": mfu(tok_s, flops, peak, 1),
+        "gpu": PREDICTED_GPU,
+        "step_ms": 1e3 * line.seconds(PREDICTED_GPU),
+        "part_ms": {p.name: 1e3 * p.seconds(PREDICTED_GPU) for p in line.parts},
+        "mfu": line.mfu(PREDICTED_GPU),
+        "peak_allocated_gb": (memory.traced + memory.logsumexp) / GIB,
+        "peak_job_gb": memory.total / GIB,
     }
 
 
+def _training(
+    setup: Setup, scale: str, compile: bool, variant: str = "leviathan"
+) -> dict[str, Any]:
+    """`variant`'s step time at `scale` over N_BATCHES cycled batches, its tokens/s, MFU,
+    peak memory, compile seconds (Dynamo's timers: every compile the figure's steps caused,
+    recompiles included) and kernel launches per step, each beside the plan's prediction."""
+    cuda = setup.device.type == "cuda"
+    model = _model(setup, scale, variant)
+    batches = _batches(setup, model, setup.micro_batch[scale])
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    compiled_before = compile_seconds()
+    step = _step_fn(setup, _compiled(model, compile), batches, bf16=True)
+    seconds = _time(setup, step, setup.steps)
+    compile_s = compile_seconds() - compiled_before
+    peak = torch.cuda.max_memory_allocated() / GIB if cuda else "not measured on CPU"
+    ids = batches[0]
+    tok_s = ids.shape[0] * (ids.shape[1] - 1) / seconds
+    flops = account_model(model, model.cfg.max_seq_len).train_flops
+    measured = {
+        "step_s": seconds,
+        "step_ms": 1e3 * seconds,
+        "micro_batch": ids.shape[0],
+        "distinct_ids": [len(torch.unique(b)) for b in batches],
+        "tokens_s": tok_s,
+        "mfu": mfu(tok_s, flops, peak_flops(device_name(setup.device)), 1),
+        "peak_allocated_gb": peak,
+        "compile_s": compile_s,
+        "launches_per_step": _launches(setup, step),
+    }
+    return {**measured, "predicted": _predicted(model, ids.shape[0], compile)}
+
+
 def step_ratio(setup: Setup, compile: bool) -> dict[str, Any]:
-    model = _model(setup, setup.scale, "tied")
-    ids = _batch(setup, model, setup.micro_batch[setup.scale])
-    fwd = torch.compile(model) if compile else model
-    tied = _time(setup, _step_fn(setup, fwd, ids, bf16=True), setup.steps)
-    del model, fwd
+    """leviathan / tied step time at the 400m shape, with leviathan's figures; compiled, the
+    tied model's compile seconds too (leviathan's blocks then reuse its compiled code)."""
+    if compile:
+        torch._dynamo.reset()  # a fresh process's compile, as a training job's
+    tied = _training(setup, setup.scale, compile, "tied")
     lev = _training(setup, setup.scale, compile)
-    return {"tied_s": tied, "leviathan_s": lev["step_s"], "ratio": lev["step_s"] / tied, **lev}
+    out = {"tied_s": tied["step_s"], "leviathan_s": lev["step_s"], **lev}
+    out["ratio"] = lev["step_s"] / tied["step_s"]
+    if compile:
+        out["tied_compile_s"] = tied["compile_s"]
+    return out
+
+
+def _throughput(setup: Setup) -> dict[str, Any]:
+    """leviathan at 1.2b, compiled (a fresh compile: its block's widths are 1.2b's)."""
+    torch._dynamo.reset()
+    return _training(setup, setup.big, compile=True)
 
 
 def materialize_ms(setup: Setup) -> float:
@@ -261,8 +380,8 @@ def bf16_vs_fp32(setup: Setup) -> float:
 
 def deterministic_overhead(setup: Setup) -> float:
     model = _model(setup, setup.scale, "leviathan")
-    ids = _batch(setup, model, setup.micro_batch[setup.scale])
-    step = _step_fn(setup, model, ids, bf16=True)
+    batches = _batches(setup, model, setup.micro_batch[setup.scale])
+    step = _step_fn(setup, model, batches, bf16=True)
     fast = _time(setup, step, setup.steps)
     set_deterministic()
     try:
@@ -282,7 +401,7 @@ def _trained(
     if snapshot is not None:
         model.load_state_dict(snapshot["model"])
         opt.load_state_dict(snapshot["opt"])
-    step = _step_fn(setup, model, ids, bf16=True, opt=opt)
+    step = _step_fn(setup, model, [ids], bf16=True, opt=opt)
     half: dict[str, Any] = {}
     for i in range(steps):
         if i == steps // 2:
@@ -324,7 +443,7 @@ def measurements(setup: Setup) -> dict[str, Callable[[], Any]]:
         "deterministic_overhead": lambda: deterministic_overhead(setup),
         "deterministic_repeat": lambda: deterministic_repeat(setup),
         "step_ratio_compiled": lambda: step_ratio(setup, compile=True),
-        "throughput_1.2b": lambda: _training(setup, setup.big, compile=True),
+        "throughput_1.2b": lambda: _throughput(setup),
     }
 
 

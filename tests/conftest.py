@@ -1,4 +1,8 @@
-"""Fixtures shared across test packages: the embedded corpus and its real token shards."""
+"""Fixtures shared across test packages: the embedded corpus and its real token shards.
+
+The data layer (and zstandard, datasets with it) is imported inside the fixtures that use
+it, never at this module's import: `make gpu-test` runs the CUDA tests in a GPU image with
+only torch, NumPy, safetensors, tiktoken, PyYAML, tqdm and pytest (tests/test_gpu_env.py)."""
 
 from __future__ import annotations
 
@@ -11,20 +15,27 @@ import numpy as np
 import pytest
 import torch
 
-from leviathan.data.fetch import fetch_embedded
-from leviathan.data.prepare import tokenize_corpus
-from leviathan.io import atomic_path
-from leviathan.manifest import vocab_record, write_manifest
-from leviathan.vocab import get_vocab
-
 if not torch.cuda.is_available():
     # LEV's Triton kernels run on CPU tensors under Triton's interpreter, which Triton reads
     # once, at its import (torch._dynamo imports it): set before any test can
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `gpu` need a CUDA device (`make gpu-test` runs them); elsewhere they skip
+    saying so."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (make gpu-test on a GPU machine)")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def embedded_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from leviathan.data.fetch import fetch_embedded
+
     out = tmp_path_factory.mktemp("embedded")
     fetch_embedded(out)
     return out
@@ -32,12 +43,18 @@ def embedded_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def gpt2_shards(embedded_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from leviathan.data.prepare import tokenize_corpus
+
     out = tmp_path_factory.mktemp("tok_gpt2")
     tokenize_corpus(embedded_corpus, "gpt2", out, threads=2, processes=1, progress=False)
     return out
 
 
 def _make_shard(path: Path, tokens: np.ndarray[Any, Any], vocab: str = "gpt2") -> Path:
+    from leviathan.io import atomic_path
+    from leviathan.manifest import vocab_record, write_manifest
+    from leviathan.vocab import get_vocab
+
     spec = get_vocab(vocab)
     dtype = np.uint16 if spec.n_vocab <= 1 << 16 else np.uint32
     with atomic_path(path) as tmp:

@@ -71,7 +71,8 @@ def chunk_elems(device: torch.device, cpu_elems: int) -> int:
 
 def device_memory(device: torch.device) -> int:
     """Bytes of memory of `device`, asked of the driver once per CUDA device and then read
-    from `_memory` (code traced by torch.compile after the first call holds no device query);
+    from `_memory` (code traced by torch.compile after the first call holds no device query;
+    `leviathan.train.regions.compile_regions` asks before anything compiles);
     REFERENCE_GPU_BYTES for any other device (the GPU rule applied where no GPU is)."""
     if device.type != "cuda":
         return REFERENCE_GPU_BYTES

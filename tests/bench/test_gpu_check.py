@@ -57,10 +57,49 @@ def test_gpu_check_smoke_runs_and_writes_every_figure(tmp_path: Path) -> None:
     assert r["eval_tokens_s"] > 0
     assert r["deterministic_overhead"] > 0
     assert r["eval_tokens_s_1.2b"] > 0
-    assert r["bf16_vs_fp32"] == 0.0  # no bf16 on CPU: the same fp32 computation twice
+    # --smoke runs the bf16 branches under CPU autocast: a real, small difference
+    assert 0.0 < r["bf16_vs_fp32"] < 0.1
+    mod = _script()
+    for key in ("step_ratio", "step_ratio_compiled", "throughput_1.2b"):
+        fig = r[key]
+        assert fig["micro_batch"] == mod.SMOKE_MICRO_BATCH
+        assert len(set(fig["distinct_ids"])) > 1  # the batches' distinct-id counts vary
+        assert fig["launches_per_step"] > 0  # on CPU: the aten ops of one step
+        pred = fig["predicted"]
+        assert pred["gpu"] == "H200"
+        assert 0 < pred["mfu"] < 1
+        assert pred["step_ms"] == pytest.approx(sum(pred["part_ms"].values()))
+        assert pred["peak_allocated_gb"] > 0
+        assert pred["peak_job_gb"] > pred["peak_allocated_gb"]
+        assert fig["peak_allocated_gb"] == "not measured on CPU"
+    assert r["step_ratio"]["compile_s"] == 0.0  # eager: nothing compiled
+    assert r["step_ratio_compiled"]["tied_compile_s"] > 0
+    assert r["throughput_1.2b"]["compile_s"] > 0
+    # compiled, the roofline predicts the fused backbone: a shorter step than eager
+    assert (
+        r["step_ratio_compiled"]["predicted"]["step_ms"] < r["step_ratio"]["predicted"]["step_ms"]
+    )
     # every variant reruns and resumes bitwise under deterministic mode (here on CPU; the
     # same check is the CUDA proof when the script runs on a GPU)
     assert r["deterministic_repeat"] == dict.fromkeys(VARIANTS, True)
+
+
+def test_the_micro_batches_are_the_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the check reads from config/paper.yaml with PyYAML is each cell's micro-batch as
+    the plan resolves it (Snakemake's config loading and the training config)."""
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.grid import config_cells
+    from leviathan.workflow.plan import cell_train_config
+
+    mod = _script()
+    root = SCRIPT.parents[1]
+    monkeypatch.chdir(root)
+    config = resolve([mod.STUDY], root=root)
+    micro = mod.study_micro_batches()
+    cells = config_cells(config)
+    assert {c.scale for c in cells} == set(micro)
+    for cell in cells:
+        assert cell_train_config(config, cell).micro_batch == micro[cell.scale], cell
 
 
 def test_imports_without_the_data_layer_dependencies() -> None:
@@ -75,6 +114,13 @@ def test_imports_without_the_data_layer_dependencies() -> None:
         "assert callable(mod.main)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_limits_fit_the_budget() -> None:
+    """The check's limits add up to no more than its budget (<= 5 min with start-up)."""
+    mod = _script()
+    assert list(mod.LIMITS_S) == ORDER
+    assert sum(mod.LIMITS_S.values()) <= mod.BUDGET_S
 
 
 def test_refuses_to_run_without_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,6 +145,7 @@ def _fake(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, slow: str, action: o
 
     monkeypatch.setattr(mod, "step_ratio", fake("step_ratio", ratio))
     monkeypatch.setattr(mod, "_training", fake("training", {"tokens_s": 1.0}))
+    monkeypatch.setattr(mod, "_throughput", fake("training", {"tokens_s": 1.0}))
     cheap = ("materialize_ms", "lev_kernels_ms", "eval_tokens_s", "bf16_vs_fp32")
     for name in (*cheap, "deterministic_overhead"):
         monkeypatch.setattr(mod, name, fake(name, 1.0))

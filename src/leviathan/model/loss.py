@@ -35,7 +35,8 @@ against the float64 cross-entropy, padded head and ignore_index included). The l
 reduces are more exact than the chunked code's under autocast (fp32 accumulators, not a bf16
 product upcast). Memory: G of one micro-batch (6.6 GB in bf16 for the 400m one), formed in
 groups of rows where it does not fit `HEAD_GRAD_SHARE` chunk buffers; the device's memory
-is asked once per device (`leviathan.device.device_memory`), in the backward only.
+is asked once per device (`leviathan.device.device_memory`, asked before anything compiles:
+`leviathan.train.regions`), read in the backward only.
 
 The chunked loss (the CPU rule, and the GPU rule forced on a CPU): `chunk_elems` logits per
 chunk (cache-sized), each chunk adds its share of d weight in place (`addmm_`, no V x D
@@ -115,7 +116,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         valid = targets != IGNORE_INDEX
         denom = valid.sum().clamp_min(1)  # a tensor, so that no host sync waits on the GPU
         grad_h = torch.zeros_like(hidden)
-        budget = device_chunk_elems(hidden.device, chunk_elems)
+        budget = chunk_elems  # the device's budget, resolved by the caller (no query here)
         step = _rows_per_chunk(w.shape[0], budget)
         # d weight: G^T H over groups of `group` rows (one group, one product, where G fits)
         group = _head_grad_rows(hidden.device, budget, w, step, N)
@@ -300,7 +301,9 @@ def linear_cross_entropy(
         # no gradient wanted: skip the gradient work the fused function does in its forward
         n_valid = (targets != IGNORE_INDEX).sum().clamp_min(1)
         return token_losses(hidden, weight, targets, chunk_elems).sum() / n_valid
-    return _LinearCrossEntropy.apply(hidden, weight, targets, chunk_elems)
+    # the chunk budget is resolved here, outside the autograd Function that tracers enter
+    budget = device_chunk_elems(hidden.device, chunk_elems)
+    return _LinearCrossEntropy.apply(hidden, weight, targets, budget)
 
 
 def _scored_chunks(

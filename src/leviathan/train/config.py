@@ -158,7 +158,7 @@ class TrainConfig:
 @dataclass(frozen=True)
 class RuntimeConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    compile: bool = False  # torch.compile the model
+    compile: bool = False  # compile each transformer block (leviathan.train.regions)
     bf16: bool = True  # bf16 autocast on CUDA (never on CPU)
     log_every: int = 1  # steps between metric lines
     # a readable progress line on stderr (the job's log in the workflow) every this many

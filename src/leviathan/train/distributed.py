@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from leviathan.device import resolve_device
+from leviathan.train.regions import compile_regions
 
 
 @dataclass(frozen=True)
@@ -67,16 +68,17 @@ def shutdown(info: DistInfo) -> None:
 def wrap_model(
     model: nn.Module, info: DistInfo, compile: bool, stepping: bool = True
 ) -> tuple[DistributedDataParallel | None, Any]:
-    """(the DDP wrapper or None, the module a training step calls). DDP wraps the model first
-    and torch.compile then compiles the DDP-wrapped module, as PyTorch's DDP + compile guidance
-    says: Dynamo's DDP optimizer then splits the graph at DDP's bucket boundaries, so each
-    bucket's all-reduce overlaps the rest of backward (a compiled model inside DDP leaves one
-    opaque backward, all-reduce after it). A finished run (`stepping` False) is neither."""
+    """(the DDP wrapper or None, the module a training step calls). With `compile`, each
+    transformer block is compiled in place first (`compile_regions`: one compiled code for
+    every layer; LEV and the loss stay eager), then DDP wraps the model: the compiled regions
+    are inside DDP, whose gradient hooks see the same parameters and all-reduce each bucket
+    as backward reaches it. A finished run (`stepping` False) is neither."""
     if not stepping:
         return None, model
+    if compile:
+        compile_regions(model)
     ddp = None
     if info.enabled:
         cuda = info.device.type == "cuda"
         ddp = DistributedDataParallel(model, device_ids=[info.device] if cuda else None)
-    step_model: Any = ddp or model
-    return ddp, torch.compile(step_model) if compile else step_model
+    return ddp, ddp or model

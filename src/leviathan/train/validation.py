@@ -41,7 +41,9 @@ def evaluate_val_loss(
         max_windows=windows or None,
         vocab=vocab,
     )
-    with torch.no_grad():
+    # eager, as before any compile: the training step's compiled blocks (`train.regions`)
+    # would otherwise compile again for this no-grad pass and its batch shape
+    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
         for x, y in batches:
             x, y = x.to(info.device), y.to(info.device)
             with autocast:
