@@ -107,10 +107,10 @@ TABLE_ROW_BYTES, TABLE_GRAD_BYTES, TIED_GRAD_SUM_BYTES = 12, 4, 12
 # ops: eager, 23 fp32 passes over the h x d_seed coordinates (the codebook rows' sum, the
 # heads' projection, LayerNorm, its gain, bias and 1/2 as one multiply-add with the sigmoid
 # after it, `lev._AffineSigmoid`, and their gradients) and 13 bytes per unit of D (the generated row's cast, its gradient's), as
-# counted (within 3% at 200m, 400m and 1.2b). Compiled: inductor fuses the coordinate chain
-# into one kernel each way (stated: the projection's output and t written and read, their
-# gradients: 8 passes).
-LEV_COORD_PASSES, FUSED_LEV_COORD_PASSES, LEV_ROW_BYTES = 23, 8, 13
+# counted (within 3% at 200m, 400m and 1.2b). The same compiled: the regional compile
+# (`train/regions.py`) compiles the transformer blocks and leaves LEV eager (its distinct-id
+# count changes every batch).
+LEV_COORD_PASSES, LEV_ROW_BYTES = 23, 13
 # per generated row and token: the gather of the bf16 rows (4), the fp32 residual copy (6),
 # the gradient's bf16 cast (6) and the dense backward's read (2): per unit of D
 GENERATED_TOKEN_BYTES = 18
@@ -190,7 +190,7 @@ def roofline(
     parts = (
         _backbone_part(cfg, acc, N, fused),
         _head_part(cfg, N),
-        _input_part(cfg, acc, N, fused),
+        _input_part(cfg, acc, N),
         Part("optimizer", 0.0, acc.total_params * _optimizer_bytes() / micro_per_step),
     )
     return Roofline(label or cfg.variant, N, float(acc.train_flops) * N, parts)
@@ -229,7 +229,7 @@ def _head_part(cfg: ModelConfig, N: int) -> Part:
     )
 
 
-def _input_part(cfg: ModelConfig, acc: Accounting, N: int, fused: bool) -> Part:
+def _input_part(cfg: ModelConfig, acc: Accounting, N: int) -> Part:
     """The variant's input over N tokens and U = distinct_ids distinct ids."""
     D = cfg.d_model
     if not acc.input_flops:  # a table (albert's factors: their rows and gradients alike)
@@ -239,8 +239,9 @@ def _input_part(cfg: ModelConfig, acc: Accounting, N: int, fused: bool) -> Part:
     per_id, per_step = 4 * 2 * D, 0  # an MLP's output and its gradient, fp32
     if cfg.variant == "leviathan":
         lev, cost = cfg.lev, lev_triton.cost_per_id(cfg.lev)
-        passes = FUSED_LEV_COORD_PASSES if fused else LEV_COORD_PASSES
-        per_id = cost.bytes_per_id + 4 * passes * lev.n_heads * lev.d_seed + LEV_ROW_BYTES * D
+        per_id = (
+            cost.bytes_per_id + 4 * LEV_COORD_PASSES * lev.n_heads * lev.d_seed + LEV_ROW_BYTES * D
+        )
         per_step = cost.table_bytes_per_step
     return Part(
         "input",
