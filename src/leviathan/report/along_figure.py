@@ -18,7 +18,7 @@ from leviathan.eval.along import FREQUENCY_KEYS
 from leviathan.io import read_json
 from leviathan.layout import along_group
 from leviathan.report.basis import SmokePolicy, caption
-from leviathan.report.figures import _empty, _save, _title
+from leviathan.report import figures
 
 LEVELS = dict(zip(FREQUENCY_KEYS, ("token", "word"), strict=True))
 
@@ -81,7 +81,9 @@ def along_figure(
     cols = max(1, len(docs))
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.2 * rows), squeeze=False)
     if not docs:
-        _empty(axes[0][0], "no evaluation along training (set evaluate.along with runtime.keep_at)")
+        figures._empty(
+            axes[0][0], "no evaluation along training (set evaluate.along with runtime.keep_at)"
+        )
         for row in axes[1:]:
             row[0].set_axis_off()
     smoke = False
@@ -95,10 +97,10 @@ def along_figure(
             top, bottom = axes[2 * k][i], axes[2 * k + 1][i]
             _panel_pair(top, bottom, base, run, key, LEVELS[key])
             top.set_title(f"{vocab}: {caption(scale, tokens, seeds, policy)}", fontsize=9)
-    _title(
+    figures._title(
         fig,
         "Along training: the evaluation's loss per training-frequency bucket (kept checkpoints)",
         smoke,
         policy,
     )
-    return _save(fig, out_dir, "along", list(along))
+    return figures._save(fig, out_dir, "along", list(along))
