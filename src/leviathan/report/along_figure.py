@@ -17,8 +17,8 @@ import seaborn as sns
 from leviathan.eval.along import FREQUENCY_KEYS
 from leviathan.io import read_json
 from leviathan.layout import along_group
-from leviathan.report.basis import SmokePolicy, caption
 from leviathan.report import figures
+from leviathan.report.basis import SmokePolicy, caption
 
 LEVELS = dict(zip(FREQUENCY_KEYS, ("token", "word"), strict=True))
 
