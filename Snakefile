@@ -43,6 +43,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/tokenize.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/along.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/export.smk"
 

@@ -14,8 +14,8 @@ config's `study_name` where one is given (`<corpus>+<study_name>`; `results_key`
                                       checkpoints/kept/step_<N>/ (runtime.keep_at), metrics.jsonl,
                                       out_of_memory.json (the last out-of-memory refusal)
     results/eval/<study>/<cell>/      <kind>.json (val, wikitext, lm_eval), lm_eval.samples.jsonl,
-                                      lm_eval_harness/
-    results/eval/<study>/<scale>/<vocab>/  sample_efficiency_seed<k>.json
+                                      lm_eval_harness/, along/val_step<N>.json (evaluate.along)
+    results/eval/<study>/<scale>/<vocab>/  sample_efficiency_seed<k>.json, along_seed<k>.json
     results/export/<study>/<cell>/    transformers checkpoint (`leviathan export`)
     results/report/<study>/           tables/, figures/, plots/
     results/report/metrics/<study>/   one DVC metrics JSON per cell (every study's: `dvc metrics show`)
@@ -291,8 +291,10 @@ def eval_output(cell: CellLike, kind: str) -> str:
 
 def eval_cell_key(output: PathLike) -> str | None:
     """The key of the cell whose evaluation directory holds `output` (None if it is not in one):
-    the inverse of eval_output, on any path that ends like it (`.../eval/<study>/<cell>/<file>`)."""
-    parts = Path(output).parent.parts
+    the inverse of eval_output, on any path that ends like it (`.../eval/<study>/<cell>/<file>`,
+    or `<cell>/along/<file>`: along_output)."""
+    parent = Path(output).parent
+    parts = (parent.parent if parent.name == ALONG else parent).parts
     if len(parts) < 6 or parts[-6] != Path(EVAL_ROOT).name:
         return None
     return "/".join(parts[-4:])
@@ -354,6 +356,40 @@ def sample_efficiency_group(path: PathLike) -> tuple[str, str, str]:
 
 def is_sample_efficiency(path: PathLike) -> bool:
     return Path(path).name.startswith(SAMPLE_EFFICIENCY_PREFIX)
+
+
+# ---------------------------------------------------------------- evaluation along training
+ALONG = "along"  # evaluate.along: the val evaluation of every kept checkpoint of a cell
+ALONG_PREFIX = f"{ALONG}_"
+
+
+def kept_checkpoint(cell: CellLike, step: int | str) -> str:
+    """A cell's kept checkpoint of step `step` (runtime.keep_at)."""
+    return str(step_dir(kept_dir(f"{run_dir(cell)}/{CHECKPOINTS}"), int(step)))
+
+
+def along_output(cell: CellLike, step: int | str) -> str:
+    """The val evaluation of a cell's kept checkpoint of step `step`."""
+    return f"{eval_dir(cell)}/{ALONG}/val_step{step}.json"
+
+
+def along_name(seed: int | str) -> str:
+    return f"{ALONG_PREFIX}seed{seed}"
+
+
+def along_path(results: str, scale: str, vocab: str, seed: int | str) -> str:
+    """A (scale, vocab, seed) group's evaluations along training, compared with tied's."""
+    return f"{sample_efficiency_dir(results, scale, vocab)}/{along_name(seed)}.json"
+
+
+def along_group(path: PathLike) -> tuple[str, str, str]:
+    """(scale, vocab, seed<k>) of an along-training file: the inverse of along_path."""
+    p = Path(path)
+    return p.parent.parent.name, p.parent.name, p.stem.removeprefix(ALONG_PREFIX)
+
+
+def is_along(path: PathLike) -> bool:
+    return Path(path).name.startswith(ALONG_PREFIX)
 
 
 # ---------------------------------------------------------------- export

@@ -142,7 +142,9 @@ def test_figures_say_smoke_test_and_keep_the_paper_apart(
 ) -> None:
     write_report(_config(), "tables", None, metrics_dir="metrics")
     drawn = _figures(monkeypatch)
-    assert set(drawn) == {"loss_curves", "frequency", "vocabulary", "ablation", "training"}
+    assert set(drawn) == {"loss_curves", "frequency", "vocabulary", "ablation", "training", "along"}
+    # along: no evaluation along training in this config, as its canvas says
+    assert "no evaluation along training" in drawn.pop("along").axes[0].texts[0].get_text()
     for name, fig in drawn.items():
         assert "SMOKE TEST" in fig._suptitle.get_text(), name
     (curves,) = _titles(drawn["loss_curves"])

@@ -19,6 +19,7 @@ BENCHMARKS = (
     + [benchmark_path(layout.run_dir(c), "train") for c in CELLS]
     + [benchmark_path(layout.eval_dir(c), f"eval_{kind}") for c in CELLS for kind in EVALS]
     + [benchmark_path(layout.sample_efficiency_dir(RESULTS, s, v), "sample_efficiency", f"seed{seed}") for s, v, seed in SE_GROUPS]
+    + ALONG_BENCHMARKS
 )
 
 
@@ -40,6 +41,7 @@ rule report:
         plots_dir=lambda wc, output: layout.dir_of(output.plots[0]),
         metrics_dir=lambda wc, output: layout.dvc_metrics_dir(output.metrics[0], CELLS[0].key),
         sample_efficiency=lambda wc, input: [p for p in input.evals if layout.is_sample_efficiency(p)],
+        along=lambda wc, input: [p for p in input.evals if layout.is_along(p)],
     conda:
         "../envs/leviathan.yaml"
     log:

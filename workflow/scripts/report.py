@@ -9,6 +9,6 @@ from leviathan.workflow.logs import rule_log
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)
 p = sm.params
-write_report(sm.config, p.tables_dir, p.figures_dir, p.sample_efficiency, p.metrics_dir)
+write_report(sm.config, p.tables_dir, p.figures_dir, p.sample_efficiency, p.metrics_dir, p.along)
 write_plot_data(config_cells(sm.config), p.plots_dir)
 write_resources(sm.input.benchmarks, p.tables_dir)

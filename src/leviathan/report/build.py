@@ -36,6 +36,7 @@ def report_inputs(
     from leviathan.paper import reported_path
     from leviathan.report.basis import SmokePolicy
     from leviathan.workflow.actions import enabled_evals
+    from leviathan.workflow.along import along_enabled
 
     return ReportInputs(
         studies=config["studies"],
@@ -44,6 +45,7 @@ def report_inputs(
         paper_path=display_path(paper_path or reported_path()),
         smoke=SmokePolicy.from_config(config) if "report" in config else SmokePolicy.default(),
         train={k: v for k, v in (config.get("train") or {}).items() if "/" not in str(k)},
+        along=along_enabled(config),
     )
 
 
@@ -150,6 +152,7 @@ def write_report(
     figures_dir: str | os.PathLike[str] | None,
     sample_efficiency: Sequence[str | os.PathLike[str]] = (),
     metrics_dir: str | os.PathLike[str] | None = None,
+    along: Sequence[str | os.PathLike[str]] = (),
 ) -> list[Path]:
     """Every table (and, unless figures_dir is None, every figure) of the configured studies,
     and the per-cell DVC metrics files (default: the study's, `layout.dvc_metrics_dir_of`)."""
@@ -171,6 +174,13 @@ def write_report(
 
         cells = [c for group in inp.all_cells().values() for c in group]
         written.extend(
-            write_figures(csvs, [Path(p) for p in sample_efficiency], figures_dir, inp.smoke, cells)
+            write_figures(
+                csvs,
+                [Path(p) for p in sample_efficiency],
+                figures_dir,
+                inp.smoke,
+                cells,
+                [Path(p) for p in along],
+            )
         )
     return written

@@ -34,7 +34,7 @@ from leviathan.provenance import git
 from leviathan.report.cellmap import DocumentCache
 
 # the `kind`s of result files (evaluation outputs) that record their inputs: a chain to walk
-CHAINED_RESULT_KINDS = {"val", "wikitext", "lm_eval", "sample_efficiency", "word_counts"}
+CHAINED_RESULT_KINDS = {"val", "wikitext", "lm_eval", "sample_efficiency", "word_counts", "along"}
 
 
 class Status(enum.Enum):

@@ -68,6 +68,7 @@ class ReportInputs:
     paper_path: str  # config/paper_reported.yaml as recorded
     smoke: SmokePolicy = field(default_factory=SmokePolicy.default)  # report.smoke_test
     train: Mapping[str, Any] = field(default_factory=dict)  # config.train: the scales' recipes
+    along: bool = False  # config.evaluate.along: evaluations of the kept checkpoints
 
     def study(self, name: str) -> Configurations:
         return (

@@ -10,6 +10,8 @@
                   only at the same scale and vocabulary, otherwise in its own panel
     training      each cell's training loss, learning rate and gradient norm vs training
                   tokens (its metrics.jsonl), one row per (scale, vocab, seed), one line per cell
+    along         each frequency bucket's evaluation loss and leviathan's gain over tied vs
+                  training tokens, from the kept checkpoints (report.along_figure)
 
 Figures are drawn from the report tables (the same numbers, with the scale, training tokens,
 seeds and smoke-test label of each row) and the sample-efficiency outputs. Every panel says what
@@ -41,7 +43,7 @@ from leviathan.report.basis import SMOKE, SmokePolicy, caption  # noqa: E402
 from leviathan.train.telemetry import read_metrics  # noqa: E402
 from leviathan.workflow.grid import Cell  # noqa: E402
 
-FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation", "training"]
+FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation", "training", "along"]
 from leviathan.report.context import variant_order  # noqa: E402
 
 
@@ -373,7 +375,10 @@ def write_figures(
     out_dir: str | os.PathLike[str],
     policy: SmokePolicy,
     cells: Sequence[Cell] = (),
+    along: Sequence[Path] = (),
 ) -> list[Path]:
+    from leviathan.report.along_figure import along_figure
+
     sns.set_theme(context="paper", style="whitegrid")
     out: list[Path] = []
     out += loss_curves(sample_efficiency, out_dir, policy)
@@ -381,4 +386,5 @@ def write_figures(
     out += vocabulary(tables.get("vocabulary"), out_dir, policy)
     out += ablation(tables.get("ablation"), out_dir, policy)
     out += training(cells, out_dir, policy)
+    out += along_figure(along, out_dir, policy)
     return out

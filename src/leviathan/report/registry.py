@@ -16,6 +16,7 @@ from pathlib import Path
 
 from leviathan import layout
 from leviathan.paper import Paper
+from leviathan.report.along_table import ALONG_TABLE, along_applies, along_table
 from leviathan.report.builders import (
     ablation_table,
     cost_table,
@@ -72,6 +73,7 @@ TABLES: dict[str, TableDef] = {
             lambda inp: bool(seed_paired_variants(inp)),
             sample_efficiency_table,
         ),
+        TableDef(ALONG_TABLE, along_applies, along_table),  # config.evaluate.along
         TableDef("cost", _always, cost_table),
         TableDef("paper_vs_ours", _always, paper_vs_ours),
         # per cell and seed, flat; also JSON for DVC's `metrics:` (leviathan.report.formatting.render)

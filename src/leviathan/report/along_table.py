@@ -1,0 +1,83 @@
+"""The `sample_efficiency_along` table: sample efficiency from the evaluations of the kept
+checkpoints (leviathan.eval.along; config.evaluate.along), the evaluation's loss on the
+configured sample rather than the trainer's periodic subset. Every cell a ValueSpec whose
+sources are fields of the group's `along_seed<k>.json` (each listing its evaluations' sha256)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from leviathan import layout
+from leviathan.report.builders import CONFIG_LABELS, seed_paired_variants
+from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
+from leviathan.report.context import Context, ReportInputs
+from leviathan.report.table import Table
+from leviathan.workflow.grid import Cell
+
+ALONG_TABLE = "sample_efficiency_along"
+
+# column -> (format, field of a run's record; `baseline/...`: the tied baseline's)
+COLUMNS = {
+    "tied_tokens": ("int", "baseline/tokens"),
+    "target_val_loss": ("loss", "baseline/target_val_loss"),
+    "final_val_loss": ("loss", "final_val_loss"),
+    "reached": ("num", "reached"),
+    "tokens_before_target": ("int", "bracket/0"),
+    "tokens_at_target": ("int", "tokens_to_target"),
+    "tokens_to_target": ("int", "tokens_interpolated"),
+    "tokens_ratio": ("num", "ratio_interpolated"),
+}
+
+
+def along_applies(inp: ReportInputs) -> bool:
+    """Evaluations along training exist: the config runs them and a group has a tied baseline."""
+    return inp.along and bool(seed_paired_variants(inp))
+
+
+def _sources(docs: DocumentCache, cells: Sequence[Cell], field: str) -> tuple[Source, ...]:
+    out = []
+    for c in cells:
+        path = layout.along_path(c.results, c.scale, c.vocab, c.seed)
+        if field.startswith("baseline/"):
+            out.append(Source(path, f"/results/{field}"))
+            continue
+        runs = docs.get(path)["results"]["runs"]
+        i = next((i for i, r in enumerate(runs) if r.get("variant") == c.variant), None)
+        if i is None:
+            raise ValueError(
+                f"{path}: has no {c.variant} run: rerun its along_training rule "
+                "(`snakemake --forcerun along_training all`)"
+            )
+        if field.startswith("bracket/") and runs[i].get("bracket") is None:
+            return ()  # not reached in this seed: no bracketing checkpoints
+        out.append(Source(path, f"/results/runs/{i}/{field}"))
+    return tuple(out)
+
+
+def along_table(ctx: Context, name: str) -> Table:
+    """Per variant, the training tokens at which the evaluation's loss on its kept checkpoints
+    first reaches tied's last evaluated one, interpolated linearly in training tokens between
+    the bracketing checkpoints, and tied's tokens over those."""
+    t = Table(
+        name,
+        "Sample efficiency along training: training tokens to reach tied's final evaluation loss "
+        "(the val evaluation of each kept checkpoint, runtime.keep_at; not the periodic "
+        "in-training subset); tokens_to_target is interpolated linearly in training tokens "
+        "between tokens_before_target (the last kept checkpoint above the target) and "
+        "tokens_at_target (the first at or below it); reached: fraction of seeds that reach it; "
+        "tokens_ratio: tied's tokens over the variant's (> 1 = fewer tokens than tied, better)",
+        CONFIG_LABELS,
+        {col: fmt for col, (fmt, _) in COLUMNS.items()},
+    )
+    for scale, vocab, variant, cells, tied in seed_paired_variants(ctx.inp):
+        row = t.add_row(
+            f"{scale}/{vocab}/{variant}",
+            scale=scale,
+            vocab=vocab,
+            variant=variant,
+            seeds=len(cells),
+            **ctx.basis([*tied, *cells]),
+        )
+        for col, (_, field) in COLUMNS.items():
+            t.set(row, col, ValueSpec("mean", _sources(ctx.docs, cells, field)))
+    return t
