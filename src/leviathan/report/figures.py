@@ -10,6 +10,8 @@
                   only at the same scale and vocabulary, otherwise in its own panel
     training      each cell's training loss, learning rate and gradient norm vs training
                   tokens (its metrics.jsonl), one row per (scale, vocab, seed), one line per cell
+    recon, lev_health   LEV's reconstruction choices and its health statistics over training
+                  (leviathan.report.lev_figures)
 
 Figures are drawn from the report tables (the same numbers, with the scale, training tokens,
 seeds and smoke-test label of each row) and the sample-efficiency outputs. Every panel says what
@@ -41,7 +43,16 @@ from leviathan.report.basis import SMOKE, SmokePolicy, caption  # noqa: E402
 from leviathan.train.telemetry import read_metrics  # noqa: E402
 from leviathan.workflow.grid import Cell  # noqa: E402
 
-FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation", "training"]
+# recon and lev_health: drawn by leviathan.report.lev_figures
+FIGURE_NAMES = [
+    "loss_curves",
+    "frequency",
+    "vocabulary",
+    "ablation",
+    "training",
+    "recon",
+    "lev_health",
+]
 from leviathan.report.context import variant_order  # noqa: E402
 
 
@@ -381,4 +392,8 @@ def write_figures(
     out += vocabulary(tables.get("vocabulary"), out_dir, policy)
     out += ablation(tables.get("ablation"), out_dir, policy)
     out += training(cells, out_dir, policy)
+    from leviathan.report import lev_figures  # it draws with this module's helpers
+
+    out += lev_figures.recon(tables.get("recon"), out_dir, policy)
+    out += lev_figures.lev_health(cells, out_dir, policy)
     return out
