@@ -170,8 +170,16 @@ def test_recon_figure_draws_each_variants_loss_and_difference_with_its_ci(
         (_, y0), (_, y1) = bar.get_segments()[0]
         loss, ci = frame.loc[ticks[i], ["val_loss", "val_loss_ci95"]]
         assert (y0, y1) == pytest.approx((loss - ci, loss + ci))
-    changed = [t.get_text() for t in right.get_xticklabels()]
+    labels = [t.get_text().split("\n") for t in right.get_xticklabels()]
+    changed = [label[0] for label in labels]
     assert changed == [v for v in frame.index if v != "leviathan"]
+    # each choice's tick names its change (the recipe); tied's, the default recipe, none
+    assert {label[0]: label[1:] for label in labels} == {
+        "tied": [],
+        "lev_learned_knots": ["lev.knot_scale=learned"],
+        "lev_no_seed_bias": ["lev.seed_bias=False"],
+        "lev_normalised": ["lev.basis=normalised"],
+    }
     assert len(right.containers) == len(changed)
     for i, container in enumerate(right.containers):
         (_, y0), (_, y1) = container.lines[2][0].get_segments()[0]

@@ -79,14 +79,13 @@ def recon(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy
                 color=palette[r["variant"]],
             )
         right.axhline(0, color="black", lw=0.8)
-        right.set_xticks(range(len(changed)), changed["variant"], rotation=20)
-        right.set_ylabel("val loss minus default leviathan's (nats; - = better)")
-        recipes = [
-            f"{r['variant']}: {r['recipe']}"
+        labels = [
+            f"{r['variant']}\n{r['recipe']}" if isinstance(r["recipe"], str) else r["variant"]
             for _, r in changed.iterrows()
-            if isinstance(r["recipe"], str) and r["recipe"]
         ]
-        right.set_title("paired by seed; " + ("; ".join(recipes) or "no change"), fontsize=8)
+        right.set_xticks(range(len(changed)), labels, rotation=20, fontsize=8)
+        right.set_ylabel("minus default leviathan's val loss (nats)")
+        right.set_title("each choice against default leviathan, paired by seed", fontsize=9)
     figs._title(
         fig,
         "Does the result depend on the reconstruction? LEV's choices one at a time",
