@@ -215,7 +215,8 @@ def _study(work: Path) -> Path:
 @pytest.mark.slow
 def test_the_recon_study_runs_and_its_table_and_figures_pass_the_audit(tmp_path: Path) -> None:
     """config/recon.yaml's five cells, 3 steps each, through the DAG (corpus, tokenize, 5 x
-    train and eval_val, sample efficiency, report), then `leviathan audit` of the recon table."""
+    train and eval_val, sample efficiency, report), then `leviathan audit` of the recon table:
+    334 s measured on 2 shared cores while another two-job study ran on them (load 5-8)."""
     work = workflow_copy(tmp_path)
     configfile = _study(work)
     out = snakemake(
@@ -223,7 +224,7 @@ def test_the_recon_study_runs_and_its_table_and_figures_pass_the_audit(tmp_path:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = work / "results/report/embedded+recon"
-    frame = pd.read_csv(report / "tables/recon.csv", keep_default_na=False).set_index("variant")
+    frame = pd.read_csv(report / "tables/recon.csv").set_index("variant")
     assert list(frame.index) == ["tied", "leviathan", *sorted(NAMED)]
     assert set(frame["evidence"]) == {"smoke test"}
     assert frame.loc["lev_normalised", "recipe"] == "lev.basis=normalised"
