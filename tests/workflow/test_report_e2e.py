@@ -26,7 +26,7 @@ TABLES = [
     "paper_vs_ours",
     "metrics",
 ]
-FIGURES = ["loss_curves", "frequency", "vocabulary", "ablation", "training"]
+FIGURES = ["loss_curves", "frequency", "vocabulary", "ablation", "training", "recon", "lev_health"]
 LEV = "results/runs/embedded/micro/gpt2/leviathan/seed0"
 
 

@@ -23,7 +23,7 @@ from leviathan.workflow.grid import Cell
 
 SMOKE_TOKENS = 30_720  # the default config's micro runs: 60 steps of 8 x 64 tokens
 STUDY = {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}
-STUDIES = {"main": STUDY, "ablation": STUDY, "vocabulary": STUDY}
+STUDIES = {"main": STUDY, "ablation": STUDY, "vocabulary": STUDY, "recon": STUDY}
 
 
 def _config(below_tokens: int | None = None) -> dict[str, Any]:
@@ -52,7 +52,8 @@ def test_every_table_labels_a_small_run_a_smoke_test(micro: Path) -> None:
     policy = SmokePolicy.default()
     assert policy.below_tokens > SMOKE_TOKENS
     assert policy.reason  # the schema's default, stated
-    names = ["main", "ablation", "vocabulary", "frequency", "sample_efficiency", "metrics"]
+    names = ["main", "ablation", "vocabulary", "recon", "frequency", "sample_efficiency"]
+    names += ["metrics"]
     for name in names:
         frame = pd.read_csv(f"tables/{name}.csv")
         ours = frame[frame["source"] == "ours"] if "source" in frame else frame
@@ -126,7 +127,7 @@ def _figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         return []
 
     monkeypatch.setattr(figures, "_save", keep)
-    csvs = {n: Path(f"tables/{n}.csv") for n in ("frequency", "vocabulary", "ablation")}
+    csvs = {n: Path(f"tables/{n}.csv") for n in ("frequency", "vocabulary", "ablation", "recon")}
     se = [Path(layout.sample_efficiency_path("embedded", "micro", "gpt2", 0))]
     cells = [Cell("micro", "gpt2", v, 0, "embedded") for v in ("tied", "leviathan")]
     figures.write_figures(csvs, se, "figures", SmokePolicy.default(), cells)
@@ -142,7 +143,12 @@ def test_figures_say_smoke_test_and_keep_the_paper_apart(
 ) -> None:
     write_report(_config(), "tables", None, metrics_dir="metrics")
     drawn = _figures(monkeypatch)
-    assert set(drawn) == {"loss_curves", "frequency", "vocabulary", "ablation", "training", "along"}
+    assert set(drawn) == set(figures.FIGURE_NAMES)
+    assert set(drawn) == {"loss_curves", "frequency", "vocabulary", "ablation", "training"} | {
+        "along",
+        "recon",
+        "lev_health",
+    }
     # along: no evaluation along training in this config, as its canvas says
     assert "no evaluation along training" in drawn.pop("along").axes[0].texts[0].get_text()
     for name, fig in drawn.items():
@@ -175,4 +181,34 @@ def test_figures_say_smoke_test_and_keep_the_paper_apart(
         tied = ax.lines[1]
         assert list(tied.get_xdata()) == [r["tokens"] for r in train]
         assert list(tied.get_ydata()) == [r[key] for r in train]
+        assert f"micro, {SMOKE_TOKENS:,} tokens, seed 0" in ax.get_title()
+    # lev_health: each statistic of the leviathan cell (tied has no LEV: no line), read back from
+    # its metrics.jsonl's lev_health records at init and each validation, against the tokens
+    # of the validation at the same step; per-head statistics as the heads' mean and range
+    lev_records = [
+        json.loads(line)
+        for line in Path(
+            layout.run_dir(Cell("micro", "gpt2", "leviathan", 0, "embedded")), "metrics.jsonl"
+        )
+        .read_text()
+        .splitlines()
+    ]
+    health = [r for r in lev_records if r["kind"] == "lev_health"]
+    tokens = {0: 0} | {r["step"]: r["tokens"] for r in lev_records if r["kind"] == "val"}
+    assert [r["step"] for r in health] == [0, 1, 2, 3]
+    panels = drawn["lev_health"].axes
+    keys = ["near_ends", "log_std_M", "rms_head", "emb_vs_head_rms", "mean_cosine"]
+    assert len(panels) == len(keys)
+    for ax, key in zip(panels, keys, strict=True):
+        (line,) = ax.lines
+        assert line.get_label() == "leviathan"
+        assert list(line.get_xdata()) == [tokens[r["step"]] for r in health]
+        values = [r[key] for r in health]
+        if isinstance(values[0], list):  # per head: the mean, the range shaded
+            (band,) = ax.collections
+            ys = band.get_paths()[0].vertices[:, 1]
+            assert min(ys) == pytest.approx(min(min(v) for v in values))
+            assert max(ys) == pytest.approx(max(max(v) for v in values))
+            values = [sum(v) / len(v) for v in values]
+        assert list(line.get_ydata()) == pytest.approx(values)
         assert f"micro, {SMOKE_TOKENS:,} tokens, seed 0" in ax.get_title()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -34,10 +35,38 @@ CORPUS = {"name": "embedded"}  # the report's configs' corpus: their cells' resu
 RESULTS = "embedded"
 
 
-def write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
-    loss = LOSS[cell.variant]
+def health_record(step: int, shift: float = 0.0, n_heads: int = 2) -> dict[str, Any]:
+    """A `lev_health` record (leviathan.model.lev_health's keys) whose values follow the step
+    (and `shift`, so that cells differ)."""
+    return {
+        "kind": "lev_health",
+        "step": step,
+        "ids": 256,
+        "near_ends": [0.01 * step + 0.1 * h for h in range(n_heads)],
+        "log_std_M": [-1.0 + 0.1 * step - 0.2 * h for h in range(n_heads)],
+        "rms_head": [0.05 * (step + 1) * (h + 1) for h in range(n_heads)],
+        "emb_rms": 0.1 * (step + 1),
+        "head_row_rms": 0.02,
+        "emb_vs_head_rms": 5.0 * (step + 1) + shift,
+        "mean_cosine": 0.9 - 0.1 * step - 0.01 * shift,
+    }
+
+
+def write_cell(
+    cell: Cell,
+    tokens: int = TOKENS,
+    words: bool = True,
+    loss: float | None = None,
+    base: str | None = None,
+    lev: dict[str, Any] | None = None,
+) -> None:
+    """A trained and evaluated cell's files: its val evaluation, final checkpoint state and
+    metrics log (train, val and, for a cell with LEV, lev_health records at init and each
+    validation). A named variant: `base` its built-in variant, `lev` its LEV overrides."""
+    base = base or cell.variant
+    loss = LOSS[base] if loss is None else loss
     results = {
-        "overall": {"loss": loss, "bits_per_byte": loss / 4, "targets": VAL_TARGETS[cell.variant]},
+        "overall": {"loss": loss, "bits_per_byte": loss / 4, "targets": VAL_TARGETS[base]},
         "frequency_tokens": {"log10": [{**b, "mean_loss": loss + 1.0} for b in BUCKETS]},
     }
     if words:
@@ -48,16 +77,21 @@ def write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
         f"{layout.eval_dir(cell)}/val.json",
         {"kind": "val", "checkpoint": {"tokens": tokens}, "results": results},
     )
-    cfg = model_config(cell.scale, cell.vocab, cell.variant)
-    recipe = train_config(cell.scale, cell.vocab, cell.variant, seed=cell.seed).to_dict()
+    named = {"variant_name": cell.variant} if base != cell.variant else {}
+    overrides = {"model_overrides": {"lev": lev}} if lev else {}
+    cfg = model_config(cell.scale, cell.vocab, base, overrides={"lev": dict(lev or {})})
+    recipe = train_config(
+        cell.scale, cell.vocab, base, seed=cell.seed, **named, **overrides
+    ).to_dict()
     write_json(
         layout.final_marker(cell),
         {"model_config": cfg.to_dict(), "train_config": recipe, "tokens": tokens},
     )
-    start = {"kind": "start", "step": 0, "train_config": {"variant": cell.variant}}
+    start = {"kind": "start", "step": 0, "train_config": {"variant": base}}
+    curve = [v + (loss - LOSS[base]) for v in CURVES[base]]
     val = [
         {"kind": "val", "step": i + 1, "tokens": tokens * (i + 1) // 3, "val_loss": v}
-        for i, v in enumerate(CURVES[cell.variant])
+        for i, v in enumerate(curve)
     ]
     train = [
         {
@@ -68,10 +102,11 @@ def write_cell(cell: Cell, tokens: int = TOKENS, words: bool = True) -> None:
             "lr": 1e-3 * (i + 1),
             "grad_norm": 2.0 / (i + 1),
         }
-        for i, v in enumerate(CURVES[cell.variant])
+        for i, v in enumerate(curve)
     ]
+    health = [health_record(r["step"], loss) for r in [start, *val]] if base == "leviathan" else []
     Path(layout.run_dir(cell), "metrics.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in [start, *train, *val])
+        "".join(json.dumps(r) + "\n" for r in [start, *train, *val, *health])
     )
 
 

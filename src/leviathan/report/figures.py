@@ -12,6 +12,8 @@
                   tokens (its metrics.jsonl), one row per (scale, vocab, seed), one line per cell
     along         each frequency bucket's evaluation loss and leviathan's gain over tied vs
                   training tokens, from the kept checkpoints (report.along_figure)
+    recon, lev_health   LEV's reconstruction choices and its health statistics over training
+                  (leviathan.report.lev_figures)
 
 Figures are drawn from the report tables (the same numbers, with the scale, training tokens,
 seeds and smoke-test label of each row) and the sample-efficiency outputs. Every panel says what
@@ -43,7 +45,17 @@ from leviathan.report.basis import SMOKE, SmokePolicy, caption  # noqa: E402
 from leviathan.train.telemetry import read_metrics  # noqa: E402
 from leviathan.workflow.grid import Cell  # noqa: E402
 
-FIGURE_NAMES = ["loss_curves", "frequency", "vocabulary", "ablation", "training", "along"]
+# recon and lev_health: drawn by leviathan.report.lev_figures; along: report.along_figure
+FIGURE_NAMES = [
+    "loss_curves",
+    "frequency",
+    "vocabulary",
+    "ablation",
+    "training",
+    "along",
+    "recon",
+    "lev_health",
+]
 from leviathan.report.context import variant_order  # noqa: E402
 
 
@@ -377,6 +389,7 @@ def write_figures(
     cells: Sequence[Cell] = (),
     along: Sequence[Path] = (),
 ) -> list[Path]:
+    from leviathan.report import lev_figures  # they draw with this module's helpers
     from leviathan.report.along_figure import along_figure
 
     sns.set_theme(context="paper", style="whitegrid")
@@ -387,4 +400,6 @@ def write_figures(
     out += ablation(tables.get("ablation"), out_dir, policy)
     out += training(cells, out_dir, policy)
     out += along_figure(along, out_dir, policy)
+    out += lev_figures.recon(tables.get("recon"), out_dir, policy)
+    out += lev_figures.lev_health(cells, out_dir, policy)
     return out

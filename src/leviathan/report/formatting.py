@@ -14,10 +14,11 @@ import pandas as pd
 from leviathan.report.basis import RECIPE
 from leviathan.report.table import STAND_IN_COLUMN, Table, missing, smoke_rows, stand_in_rows
 
-# column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals, "pct" a fraction in %,
+# column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals ("dloss" signed), "pct" a fraction in %,
 # "points" already in percent/points, "int" an integer count, "ppl" 2 decimals
 FORMATS = {
     "loss": "{:.4f}",
+    "dloss": "{:+.4f}",  # a difference of losses (nats), signed
     "ppl": "{:.2f}",
     "pct": "{:+.2f}%",
     "points": "{:.1f}",
@@ -31,6 +32,7 @@ PPL_SCIENTIFIC = 1e6
 # gain over tied) is shown as "±" in the column's own format.
 CI_FORMAT = {
     "loss": "±{:.4f}",
+    "dloss": "±{:.4f}",
     "ppl": "±{:.2f}",
     "pct": "±{:.2f}%",
     "points": "±{:.1f}",

@@ -4,7 +4,8 @@ and the report itself both read it.
 
 Tables (the paper's: config/paper_reported.yaml): main, downstream, ablation, vocabulary, frequency,
 sample_efficiency, cost, paper_vs_ours (every reported figure beside ours, where we trained
-that scale) and metrics (per cell and seed).
+that scale) and metrics (per cell and seed); ours alone: recon (LEV's reconstruction choices,
+where the config has a study named `recon`: leviathan.report.recon).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from leviathan.report.builders import (
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import Context, ReportInputs, tied_and_leviathan
 from leviathan.report.paper_figures import paper_figures
+from leviathan.report.recon import recon_groups, recon_table
 from leviathan.report.table import Table
 
 
@@ -65,6 +67,8 @@ TABLES: dict[str, TableDef] = {
             lambda inp: bool(tied_and_leviathan(inp.study("vocabulary"))),
             vocabulary_table,
         ),
+        # does the result depend on LEV's reconstruction? (the study named `recon`)
+        TableDef("recon", lambda inp: bool(recon_groups(inp)), recon_table),
         TableDef(
             "frequency", lambda inp: bool(tied_and_leviathan(inp.all_cells())), frequency_table
         ),
