@@ -12,6 +12,8 @@ no part of the run's identity: the rerun with it resumes).
 `Trainer` wires the components, `Trainer.train_step` is one optimizer step of the recipe and
 `Trainer.fit` the loop; each component decides its own interval. Beside it:
   checkpoint.py   CheckpointManager: saves/restores model, optimizer, loader, train state, RNG
+  fsdp.py         FSDP2, runtime.parallel=fsdp: each block and the root sharded over the ranks
+  dcp_checkpoint.py  an FSDP run's checkpoints: the optimizer sharded, every rank writes its own
   integrity.py    every checkpoint file's sha256: recorded at save, checked before a restore
   preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1/SIGINT -> checkpoint, exit
                   128+signal
@@ -195,6 +197,11 @@ class Trainer:
                 activation_checkpointing=runtime.activation_checkpointing,
                 bf16=runtime.bf16,
             )
+        elif runtime.activation_checkpointing:
+            from leviathan.train.fsdp import blocks, checkpoint_activations
+
+            for block in blocks(self.model):
+                checkpoint_activations(block)
         self.loader = self._loader(train_bins)
         barrier(info)
         # the loader refuses shards of another vocabulary; the model must cover this one
