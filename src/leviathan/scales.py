@@ -19,6 +19,15 @@ these sizes). `micro` (CI, seconds) and `tiny` (CPU demo, minutes) shrink everyt
 included, so that the generator stays a small part of a small model; the large scales use
 LEV's RECON defaults (`leviathan.model.config.LEVConfig`, the paper's 1.21M + 512 D).
 
+Beyond the paper (its first limitation, docs/method.md §4): `3b` and `7b`, trained sharded
+(FSDP). 7b is OLMo-7B's and Llama-2-7B's backbone (D 4096, 32 layers of 32 heads, FFN 11008);
+3b takes Llama-3.2-3B's width (D 3072, 24 heads of 128, FFN 8192 = 8/3 D) at OLMo's depth
+ratio D / layers = 128 (OLMo-1B 2048/16, OLMo-7B 4096/32): 24 layers, 3.33B tied at o200k
+(Llama-3.2-3B's 28 layers share keys and values across heads, which this backbone does not).
+Context 512 and LEV are the paper's; token budgets ~20 tokens per tied parameter (the paper's
+1.2b: 21.6); batch (1M and 2M tokens) and peak learning rate are GPT-3's at 2.7B and 6.7B
+(RECON).
+
 Torch-free: the workflow reads the recipes at parse time.
 """
 
@@ -118,6 +127,29 @@ SCALES: dict[str, Scale] = {
             ffn_hidden=5504,
             total_tokens=24_100_000_000,
             lr=2e-4,
+        ),
+        # Beyond the paper (its first limitation): FSDP scales, planned in config/scale.yaml
+        Scale(
+            name="3b",
+            d_model=3072,
+            n_layers=24,
+            n_heads=24,
+            ffn_hidden=8192,
+            total_tokens=66_600_000_000,
+            lr=1.6e-4,
+            global_batch=2048,
+            micro_batch=16,
+        ),
+        Scale(
+            name="7b",
+            d_model=4096,
+            n_layers=32,
+            n_heads=32,
+            ffn_hidden=11008,
+            total_tokens=146_000_000_000,
+            lr=1.2e-4,
+            global_batch=4096,
+            micro_batch=16,
         ),
     )
 }

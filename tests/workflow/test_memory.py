@@ -77,3 +77,33 @@ def test_a_micro_batch_that_does_not_fit_is_refused_naming_the_largest_that_does
     fixed = copy.deepcopy(config)
     fixed["train"]["200m"]["micro_batch"] = largest
     assert "200m/o200k_base/tied/seed0" in render_plan(fixed)
+
+
+def test_sharded_trace_counts_the_state_at_one_over_world() -> None:
+    """FSDP's trace: parameters and AdamW's moments (12 bytes per parameter, held all step)
+    count 1/world, so the peak falls by at least 12 P (1 - 1/W); gradients and the weights'
+    bf16 compute copies (at most 4 + 2 bytes) are the most more it can fall."""
+    from leviathan.model import build_model, model_config
+    from leviathan.model.step_count import trace_step
+
+    cfg = model_config("micro", "gpt2", "tied")
+    params = sum(p.numel() for p in build_model(cfg).parameters())
+    whole = trace_step(cfg, 8, count=False).peak_bytes
+    for world in (2, 8):
+        sharded = trace_step(cfg, 8, count=False, world=world).peak_bytes
+        rebate = params * (1 - 1 / world)
+        assert whole - 18 * rebate - 8 <= sharded <= whole - 12 * rebate + 8, world
+
+
+def test_7b_fits_an_h100_only_sharded() -> None:
+    """The 7b study's plan: 64 H100s, micro-batch 16; DDP would hold 16 bytes per parameter
+    whole (117 GB), FSDP fits with the gathered groups."""
+    from leviathan.model import model_config
+    from leviathan.model.accounting import account
+
+    cfg = model_config("7b", "o200k_base", "leviathan")
+    fsdp = train_memory(cfg, 16, 64, "h100", "fsdp")
+    ddp = train_memory(cfg, 16, 64, "h100", "ddp")
+    assert fsdp.fits and not ddp.fits
+    assert ddp.traced > 16 * account(cfg, cfg.max_seq_len).total_params
+    assert fsdp.total < 80 * GIB

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -233,3 +234,24 @@ def test_slurm_settings_per_scale_and_the_users_set_resources_reach_the_jobs(
     )  # CPU scales without eval_resources evaluate with their training job's resources
     assert all("slurm_partition=everyday" in r for r in jobs["tokenize"])
     assert all("mem_mb=4000" in r for r in jobs["tokenize"])
+
+
+def test_scale_config_plans_multi_node_fsdp_jobs(tmp_path: Path) -> None:
+    """config/scale.yaml (3b and 7b, tied and leviathan) dry-runs on the SLURM profile: four
+    training jobs of 4 and 8 nodes, each launching torchrun per node with parallel=fsdp."""
+    work = workflow_copy(tmp_path)
+    out = snakemake(
+        work, "-n", "--configfile", "config/scale.yaml", "--profile", "profiles/slurm", "all"
+    )
+    assert out.returncode == 0, out.stderr
+    counts = job_counts(out.stdout + out.stderr)
+    assert counts["train"] == 4
+    jobs = _job_resources(out.stdout + out.stderr)["train"]
+    assert sorted(int(re.search(r"--nodes=(\d+)", r).group(1)) for r in jobs) == [4, 4, 8, 8]
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.grid import Cell
+    from leviathan.workflow.launch import train_command
+
+    config = resolve([ROOT / "config" / "scale.yaml"], root=ROOT)
+    command = train_command(Cell("7b", "o200k_base", "leviathan", 0, "pile"), config, "t", "r")
+    assert "--nnodes=8" in command and "--runtime parallel=fsdp" in command

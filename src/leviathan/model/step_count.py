@@ -106,30 +106,50 @@ class _DataStandIn(TorchDispatchMode):
 class LiveMemory(TorchDispatchMode):
     """The peak of the bytes held by live tensor storages: those `hold` registers (the model,
     its gradients, the optimizer's state) and every storage an op creates, freed when its last
-    tensor is (a caching allocator's rounding and fragmentation are not counted)."""
+    tensor is (a caching allocator's rounding and fragmentation are not counted).
 
-    def __init__(self) -> None:
+    `world` > 1 counts the storages marked sharded (`hold(..., sharded=True)`, `shard`: the
+    parameters, their gradients once accumulated, AdamW's moments) at 1/world of their size,
+    as FSDP holds them on each of `world` ranks; the gathered working set FSDP adds is the
+    memory model's allowance (`leviathan.workflow.memory`)."""
+
+    def __init__(self, world: int = 1) -> None:
         super().__init__()
-        self.current = 0
+        self.current = 0.0
         self.peak = 0
+        self.world = world
         self._seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._sharded: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
-    def hold(self, *values: Any) -> None:
+    def hold(self, *values: Any, sharded: bool = False) -> None:
         for t in tree_leaves(values):
             if isinstance(t, torch.Tensor):
-                self._add(t)
+                self._add(t, sharded)
 
-    def _add(self, t: torch.Tensor) -> None:
+    def shard(self, t: torch.Tensor) -> None:
+        """Count `t`'s storage (already live, e.g. an accumulated gradient) as sharded."""
+        storage = t.untyped_storage()
+        size = self._seen.get(storage)
+        if size is None or self.world == 1 or storage in self._sharded:
+            return
+        self._sharded[storage] = True
+        rebate = size * (1 - 1 / self.world)
+        self.current -= rebate
+        weakref.finalize(storage, self._free, -rebate)  # freed: its sharded size only
+
+    def _add(self, t: torch.Tensor, sharded: bool = False) -> None:
         storage = t.untyped_storage()
         if storage in self._seen:
             return
         size = storage.nbytes()
         self._seen[storage] = size
         self.current += size
-        self.peak = max(self.peak, self.current)
         weakref.finalize(storage, self._free, size)
+        if sharded:
+            self.shard(t)
+        self.peak = max(self.peak, int(self.current))
 
-    def _free(self, size: int) -> None:
+    def _free(self, size: float) -> None:
         self.current -= size
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -137,7 +157,14 @@ class LiveMemory(TorchDispatchMode):
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self._add(t)
+        # sharded: autocast's compute copy of a parameter stands for FSDP's gathered one, held
+        # only while its group computes (the memory model's allowance), so it counts as sharded
+        if func is aten._to_copy.default and self._is_sharded(args[0]) and args[0].requires_grad:
+            self.shard(out)
         return out
+
+    def _is_sharded(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.untyped_storage() in self._sharded
 
 
 @dataclass(frozen=True)
@@ -253,9 +280,12 @@ def trace_step(
     optim: Optimizer | None = None,
     distinct: int | None = None,
     count: bool = True,
+    world: int = 1,
 ) -> StepTrace:
     """One steady-state training micro-batch step of `micro_batch` sequences of
-    cfg.max_seq_len tokens: its peak memory and (`count`) its bytes per part."""
+    cfg.max_seq_len tokens: its peak memory and (`count`) its bytes per part. `world` > 1:
+    the peak with parameters, gradients and AdamW's state sharded over `world` ranks (FSDP;
+    `LiveMemory`)."""
     optim = optim or Optimizer()
     tokens = micro_batch * cfg.max_seq_len
     distinct = distinct_ids(cfg, tokens) if distinct is None else distinct
@@ -271,8 +301,11 @@ def trace_step(
         )
         batch = _micro_batch(cfg, micro_batch)
         _first_step(model, opt)
-        memory = LiveMemory()
-        memory.hold(list(model.parameters()), list(model.buffers()), opt.state, batch)
+        memory = LiveMemory(world)
+        memory.hold(list(model.parameters()), opt.state, sharded=True)
+        memory.hold(list(model.buffers()), batch)
+        for p in model.parameters():  # a gradient, once accumulated, is reduce-scattered
+            p.register_post_accumulate_grad_hook(lambda p: memory.shard(p.grad))
         counter = TrafficCounter(part_of)
         with memory, counter if count else ExitStack():
             _step(model, opt, batch, optim.grad_clip, counter.part if count else None)

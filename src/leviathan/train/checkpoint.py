@@ -242,7 +242,15 @@ def _newest(root: Path) -> str:
     return str(ref.path) if ref else "none (it starts afresh)"
 
 
-def _write_manifest(tmp: Path, final: Path, state: dict[str, Any], info: ManifestInfo) -> None:
+def _write_manifest(
+    tmp: Path,
+    final: Path,
+    state: dict[str, Any],
+    info: ManifestInfo,
+    files: dict[str, str] | None = None,
+) -> None:
+    """The manifest of checkpoint `tmp` (to be `final`); `files`: the hashes of the files
+    beside the weights (default: optim.pt, rng.pt, state.json, hashed here)."""
     write_manifest(
         tmp / WEIGHTS,
         kind=MANIFEST_KIND,
@@ -256,7 +264,7 @@ def _write_manifest(tmp: Path, final: Path, state: dict[str, Any], info: Manifes
             "step": state["step"],
             "tokens": state["tokens"],
             "train_fingerprint": state["train_fingerprint"],
-            "files": (files := file_hashes(tmp)),
+            "files": (files := files or file_hashes(tmp)),
             "state_sha256": files[STATE],
             "model_config": state["model_config"],
             "resumed_from": dict(info.resumed_from) if info.resumed_from else None,
@@ -313,6 +321,26 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
     if not (path / STATE).is_file():
         raise FileNotFoundError(f"{path}: not a complete checkpoint (no {STATE})")
     return read_checkpoint_files(path, device)
+
+
+# state.json's `optim_format` of a checkpoint whose optimizer state is sharded (DCP,
+# `leviathan.train.dcp_checkpoint`); absent: optim.pt, the whole state
+SHARDED_FORMAT = "dcp"
+
+
+def refuse_other_format(path: Path, sharded: bool) -> None:
+    """Refuse (ValueError, one line) to resume a checkpoint of the other training mode: DDP's
+    whole optimizer state or FSDP's sharded one. Its weights are whole either way."""
+    try:
+        theirs = read_json(path / STATE).get("optim_format") == SHARDED_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return  # unreadable: the integrity check names it
+    if theirs != sharded:
+        written, now = ("fsdp", "ddp") if theirs else ("ddp", "fsdp")
+        raise ValueError(
+            f"{path} was written by a runtime.parallel={written} run and this one is "
+            f"{now}: resume it with runtime.parallel={written} (resources.<scale>.parallel)"
+        )
 
 
 def set_aside_damaged(damage: DamagedCheckpoint) -> Path:
@@ -418,8 +446,7 @@ class CheckpointManager:
             if not restart_on_mismatch:
                 raise
             return Restored(set_aside=self._set_aside(), because=str(exc))
-        self.model.load_state_dict(loaded["model"])
-        self.optimizer.load_state_dict(loaded["optim"])
+        self._load_weights(loaded)
         set_rng_state(loaded["rng"])
         self.last_good = str(ref.path)
         return Restored(
@@ -429,6 +456,16 @@ class CheckpointManager:
             verified=verified,
             damaged=damaged,
         )
+
+    def _load_weights(self, loaded: dict[str, Any]) -> None:
+        """Put a read checkpoint's weights and optimizer state into the model and optimizer."""
+        self.model.load_state_dict(loaded["model"])
+        self.optimizer.load_state_dict(loaded["optim"])
+
+    def _read(self, path: Path) -> dict[str, Any]:
+        """Read checkpoint `path` (this rank's part of it); a sharded one is refused in one line."""
+        refuse_other_format(path, sharded=False)
+        return read_checkpoint_files(path, self.info.device)
 
     def _newest_intact(
         self,
@@ -443,7 +480,7 @@ class CheckpointManager:
             while (ref := latest_checkpoint(self.root)) is not None:
                 try:
                     verified = verify_checkpoint(ref.path)
-                    loaded = read_checkpoint_files(ref.path, self.info.device)
+                    loaded = self._read(ref.path)
                     break
                 except DamagedCheckpoint as exc:
                     verified, aside = None, set_aside_damaged(exc)
@@ -459,7 +496,7 @@ class CheckpointManager:
         if ref is None:
             return None
         if loaded is None:  # not the main rank: the checkpoint it kept
-            loaded = read_checkpoint_files(ref.path, self.info.device)
+            loaded = self._read(ref.path)
         return ref, loaded, verified, tuple(damaged)
 
     def _set_aside(self) -> Path:

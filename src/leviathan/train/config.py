@@ -207,6 +207,11 @@ class RuntimeConfig:
     # rendezvous, so dist_timeout_s must cover it).
     verify_shards: str = "sampled"
     dist_timeout_s: int = 1800  # the process group's collective and rendezvous timeout
+    # how several ranks share the model: ddp (a whole copy each) or fsdp (FSDP2: parameters,
+    # gradients and AdamW's moments sharded, checkpoints distributed; leviathan.train.fsdp)
+    parallel: str = "ddp"
+    # recompute each block's activations in backward instead of keeping them (fsdp and ddp)
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         """Every value's range, checked where it is read: a ValueError naming the key and what
@@ -215,6 +220,8 @@ class RuntimeConfig:
             value = getattr(self, key)
             if value is not None and value < low:
                 raise ValueError(f"runtime {key}={value!r} must be >= {low} ({meaning})")
+        if self.parallel not in ("ddp", "fsdp"):
+            raise ValueError(f"runtime parallel={self.parallel!r}: use ddp or fsdp")
         if not _DEVICE.fullmatch(self.device):
             raise ValueError(
                 f"runtime device={self.device!r} is not a device: use auto, cpu, cuda, cuda:N or mps"

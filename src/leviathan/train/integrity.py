@@ -11,7 +11,7 @@ check takes about the time of the largest file: optim.pt, two thirds of a checkp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +55,14 @@ class Verified:
         }
 
 
-def file_hashes(directory: Path) -> dict[str, str]:
-    """The manifest's `files`: the sha256 of each checkpoint file beside the weights."""
-    return dict(zip(HASHED_FILES, _hash_all([directory / n for n in HASHED_FILES]), strict=True))
+def file_hashes(directory: Path, names: Sequence[str] = HASHED_FILES) -> dict[str, str]:
+    """The manifest's `files`: the sha256 of each checkpoint file beside the weights (`names`,
+    relative to the checkpoint: a sharded one's `optim/` files, `dcp_checkpoint`)."""
+    found = _hash_all([directory / n for n in names])
+    for sha in found:
+        if isinstance(sha, OSError):
+            raise sha
+    return dict(zip(names, found, strict=True))  # type: ignore[arg-type]
 
 
 def recorded_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:

@@ -12,6 +12,8 @@ no part of the run's identity: the rerun with it resumes).
 `Trainer` wires the components, `Trainer.train_step` is one optimizer step of the recipe and
 `Trainer.fit` the loop; each component decides its own interval. Beside it:
   checkpoint.py   CheckpointManager: saves/restores model, optimizer, loader, train state, RNG
+  fsdp.py         FSDP2, runtime.parallel=fsdp: each block and the root sharded over the ranks
+  dcp_checkpoint.py  an FSDP run's checkpoints: the optimizer sharded, every rank writes its own
   integrity.py    every checkpoint file's sha256: recorded at save, checked before a restore
   preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1/SIGINT -> checkpoint, exit
                   128+signal
@@ -194,6 +196,22 @@ class Trainer:
         self.val_bin, self.run_dir = val_bin, run_dir
         device = info.device
         self.model = build_cell_model(cfg).to(device)
+        self.sharded = runtime.parallel == "fsdp" and info.enabled  # FSDP2: train/fsdp.py
+        if self.sharded:
+            from leviathan.train.fsdp import shard_model
+
+            shard_model(
+                self.model,
+                info,
+                compile=runtime.compile,
+                activation_checkpointing=runtime.activation_checkpointing,
+                bf16=runtime.bf16,
+            )
+        elif runtime.activation_checkpointing:
+            from leviathan.train.fsdp import blocks, checkpoint_activations
+
+            for block in blocks(self.model):
+                checkpoint_activations(block)
         self.loader = self._loader(train_bins)
         barrier(info)
         # the loader refuses shards of another vocabulary; the model must cover this one
@@ -213,7 +231,9 @@ class Trainer:
         self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
         self.accounting = account_model(self.model, cfg.context)
         stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
-        self.ddp, self.train_model = wrap_model(self.model, info, runtime.compile, stepping)
+        self.ddp, self.train_model = wrap_model(
+            self.model, info, runtime.compile, stepping and not self.sharded
+        )
         self.bf16 = runtime.bf16 and device.type == "cuda"
         self.n_micro = self.loader.local_batch // cfg.micro_batch
         self.validator = Validator(
@@ -248,7 +268,10 @@ class Trainer:
     def _checkpoint_manager(self) -> ckpt.CheckpointManager:
         """The run's checkpoints: what they hold, where, how often and how many are kept."""
         runtime = self.runtime
-        return ckpt.CheckpointManager(
+        manager = ckpt.CheckpointManager
+        if self.sharded:  # every rank writes its shard (train/dcp_checkpoint.py)
+            from leviathan.train.dcp_checkpoint import ShardedCheckpointManager as manager
+        return manager(
             layout.checkpoints_dir(self.run_dir),
             model=self.model,
             optimizer=self.optimizer,
@@ -338,7 +361,10 @@ class Trainer:
         if gpu_model(name) is None:
             return None
         per_rank, ranks = self.loader.local_batch, self.info.world_size
-        return largest_fitting(self.model.cfg, per_rank, self.cfg.micro_batch, ranks, name)
+        parallel = "fsdp" if self.sharded else "ddp"
+        return largest_fitting(
+            self.model.cfg, per_rank, self.cfg.micro_batch, ranks, name, parallel
+        )
 
     def _step(self, step: int, batches: Prefetcher) -> StepRecord:
         """The body of `train_step`."""
@@ -495,7 +521,8 @@ class Trainer:
         """Clip to `grad_clip` (0: no clipping); the norm before clipping, the same on every rank
         (all-reduced gradients)."""
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        return float(norm.full_tensor() if self.sharded else norm)  # type: ignore[attr-defined]
 
     def _step_time(self, t0: float) -> float:
         """Seconds since `t0`, once the device has finished the step's work."""
@@ -517,11 +544,17 @@ class Trainer:
         return val
 
     def _lev_health(self, step: int, telemetry: TrainTelemetry) -> None:
-        """LEV's health statistics on the main rank (a fixed sample of ids, no gradients)."""
-        if not self.info.is_main:
+        """LEV's health statistics on the main rank (a fixed sample of ids, no gradients;
+        FSDP: the root group, LEV and the head, gathered on every rank for it)."""
+        if not (self.info.is_main or self.sharded):
             return
-        was_training = self.model.training
-        stats = model_health(self.model.eval())
-        self.model.train(was_training)
+        from leviathan.train.fsdp import root_gathered
+
+        with root_gathered(self.model):
+            if not self.info.is_main:
+                return
+            was_training = self.model.training
+            stats = model_health(self.model.eval())
+            self.model.train(was_training)
         if stats is not None:
             telemetry.lev_health(step, stats)

@@ -5,7 +5,7 @@ evaluates the model it was given on the run's validation shard."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ def evaluate_val_loss(
     # eager, as before any compile: the training step's compiled blocks (`train.regions`)
     # would otherwise compile again for this no-grad pass and its batch shape
     with torch.no_grad(), torch.compiler.set_stance("force_eager"):
-        for x, y in batches:
+        for x, y in _even(batches, model, info, context):
             x, y = x.to(info.device), y.to(info.device)
             with autocast:
                 losses = model.token_losses(x, y)
@@ -53,6 +53,26 @@ def evaluate_val_loss(
     all_reduce_sum(sums, info)
     model.train(was_training)
     return float(sums[0] / sums[1].clamp_min(1))
+
+
+def _even(
+    batches: Any, model: Any, info: DistInfo, context: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The rank's batches; where the model is sharded (FSDP: every forward is a collective), as
+    many on every rank: a rank with fewer windows runs forwards on a batch of ignored targets
+    (-100: no loss, no count) until all have run as many as the busiest."""
+    from leviathan.train.fsdp import is_sharded
+
+    if not (info.enabled and is_sharded(model)):
+        yield from batches
+        return
+    mine = list(batches)
+    most = torch.tensor([len(mine)], device=info.device)
+    torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+    yield from mine
+    for _ in range(int(most.item()) - len(mine)):
+        ids = torch.zeros((1, context), dtype=torch.long)
+        yield ids, torch.full_like(ids, -100)
 
 
 class Validator:

@@ -27,6 +27,7 @@ RESOURCE_DEFAULTS: dict[str, Any] = {
     # None: sized from the scale's checkpoint (preempt_grace_s)
     "signal_grace_s": None,
     "checkpoint_write_mb_s": 200,  # the run directory's sustained write rate (sizes the grace)
+    "parallel": "ddp",  # ddp | fsdp (sharded: leviathan.train.fsdp)
 }
 # SLURM settings a job may carry (snakemake-executor-plugin-slurm resource names); unset ones
 # keep the profile's default-resources

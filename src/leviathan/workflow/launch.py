@@ -115,11 +115,15 @@ def memory_args(config: Mapping[str, Any], cell: Cell) -> str:
     """`--set` arguments of the overrides that are no part of the cell's identity
     (`leviathan.train.config.NOT_IDENTITY`: micro_batch). Kept out of the rule's params, so
     lowering train.<scale>.micro_batch after an out-of-memory error reruns nothing: the next
-    job resumes the run from its checkpoint."""
+    job resumes the run from its checkpoint. The scale's `resources.<scale>.parallel` (fsdp:
+    sharded) is one too, as `--runtime parallel=...`: the same run, sharded or not."""
     args: list[str] = []
     for key, value in sorted(train_overrides(config, cell).items()):
         if key in NOT_IDENTITY:
             args += ["--set", format_assignment(key, value)]
+    parallel = scale_resources(config, cell.scale)["parallel"]
+    if parallel != "ddp":
+        args += ["--runtime", format_assignment("parallel", parallel)]
     return shlex.join(args)
 
 

@@ -11,6 +11,12 @@ corrects them):
     chunk's logits that no dispatch mode sees: `x - max`, exponentiated in place;
   * DDP (jobs of more than one GPU): its gradient buckets, a flat fp32 copy of every
     gradient (`gradient_as_bucket_view` is off: the trainer's DDP defaults);
+  * FSDP (`resources.<scale>.parallel: fsdp`): the trace counts parameters, gradients, AdamW's
+    moments and the compute copies of the weights at 1/world of their size
+    (`step_count.LiveMemory`); added are the groups FSDP holds gathered (`leviathan.train.fsdp`:
+    the root group, LEV, the head and the final norm, all step; the block computing and the
+    one prefetched), in bf16, and, for the root and one block, their unsharded bf16 gradients
+    and the fp32 copy reduce-scattered (reductions in fp32);
   * `FRAGMENTATION` of what the caching allocator holds beyond its live tensors;
   * `CUDA_CONTEXT_BYTES` per process (the CUDA context, cuBLAS workspaces, kernel images)
     and `NCCL_BYTES` per process of a multi-GPU job (NCCL's channel buffers).
@@ -35,7 +41,7 @@ class JobMemory:
 
     traced: int
     logsumexp: int  # the loss chunk's hidden fp32 temporary
-    ddp_buckets: int  # 0 on one GPU
+    ddp_buckets: int  # 0 on one GPU; FSDP: its gathered groups and reduce-scatter buffers
     fixed: int  # CUDA context (+ NCCL on several GPUs)
     gpu: GPUModel | None
 
@@ -73,10 +79,27 @@ def _loss_chunk_bytes(cfg: Any, rows: int) -> int:
 
 
 @cache
-def _train_peak(cfg: Any, micro_batch: int) -> int:
+def _train_peak(cfg: Any, micro_batch: int, world: int = 1) -> int:
     from leviathan.model.step_count import trace_step
 
-    return trace_step(cfg, micro_batch, count=False).peak_bytes
+    return trace_step(cfg, micro_batch, count=False, world=world).peak_bytes
+
+
+def fsdp_buffers(cfg: Any) -> int:
+    """Bytes FSDP holds beyond the sharded trace: the root group gathered in bf16 all step and
+    two blocks (the one computing, the one prefetched); the root's and one block's unsharded
+    bf16 gradients and their fp32 reduce-scatter inputs."""
+    from leviathan.model.accounting import account
+
+    block = block_params(cfg)
+    root = account(cfg, cfg.max_seq_len).total_params - cfg.n_layers * block
+    return 2 * (root + 2 * block) + (2 + 4) * (root + block)
+
+
+def block_params(cfg: Any) -> int:
+    """Parameters of one transformer block (attention, SwiGLU, two norms)."""
+    d = cfg.d_model
+    return 4 * d * d + 3 * d * cfg.ffn_hidden + 2 * d
 
 
 @cache
@@ -86,16 +109,24 @@ def _eval_peak(cfg: Any, batch: int) -> int:
     return trace_eval(cfg, batch)
 
 
-def train_memory(cfg: Any, micro_batch: int, gpus: int, model: str | None) -> JobMemory:
-    """A training job's peak per GPU: `micro_batch` sequences per forward, `gpus` GPUs."""
+def train_memory(
+    cfg: Any, micro_batch: int, gpus: int, model: str | None, parallel: str = "ddp"
+) -> JobMemory:
+    """A training job's peak per GPU: `micro_batch` sequences per forward, `gpus` GPUs, the
+    model replicated (`ddp`) or sharded over them (`fsdp`)."""
     from leviathan.model.accounting import account
 
     params = account(cfg, cfg.max_seq_len).total_params
     several = gpus > 1
+    sharded = several and parallel == "fsdp"
+    if sharded:
+        extra = fsdp_buffers(cfg)
+    else:
+        extra = 4 * params if several else 0
     return JobMemory(
-        traced=_train_peak(cfg, micro_batch),
+        traced=_train_peak(cfg, micro_batch, gpus if sharded else 1),
         logsumexp=_loss_chunk_bytes(cfg, micro_batch * cfg.max_seq_len),
-        ddp_buckets=4 * params if several else 0,
+        ddp_buckets=extra,
         fixed=CUDA_CONTEXT_BYTES + (NCCL_BYTES if several else 0),
         gpu=gpu_model(model),
     )
@@ -112,10 +143,12 @@ def eval_memory(cfg: Any, batch: int, model: str | None) -> JobMemory:
     )
 
 
-def largest_fitting(cfg: Any, per_rank: int, below: int, gpus: int, model: str) -> int | None:
+def largest_fitting(
+    cfg: Any, per_rank: int, below: int, gpus: int, model: str, parallel: str = "ddp"
+) -> int | None:
     """The largest micro-batch under `below` that divides the per-rank batch and fits."""
     for micro in range(below - 1, 0, -1):
-        if per_rank % micro == 0 and train_memory(cfg, micro, gpus, model).fits:
+        if per_rank % micro == 0 and train_memory(cfg, micro, gpus, model, parallel).fits:
             return micro
     return None
 
@@ -160,7 +193,9 @@ def cell_memory(config: Any, cell: Any) -> tuple[JobMemory | None, JobMemory | N
     cfg = cell_model_config(tc)
     res, eres = scale_resources(config, cell.scale), eval_resources(config, cell.scale)
     gpus = int(res["gpus"]) * int(res["nodes"])
-    train = train_memory(cfg, tc.micro_batch, gpus, res["gpu_model"]) if gpus else None
+    train = (
+        train_memory(cfg, tc.micro_batch, gpus, res["gpu_model"], res["parallel"]) if gpus else None
+    )
     evaluation = eval_memory(cfg, eval_batch(config), eres["gpu_model"]) if eres["gpu"] else None
     return train, evaluation
 
@@ -177,6 +212,11 @@ def check_fits(config: Any, cell: Any, train: JobMemory | None) -> None:
     res = scale_resources(config, cell.scale)
     gpus = int(res["gpus"]) * int(res["nodes"])
     largest = largest_fitting(
-        cell_model_config(tc), tc.global_batch // gpus, tc.micro_batch, gpus, res["gpu_model"]
+        cell_model_config(tc),
+        tc.global_batch // gpus,
+        tc.micro_batch,
+        gpus,
+        res["gpu_model"],
+        res["parallel"],
     )
     raise ValueError(refusal(cell.scale, tc.micro_batch, train, largest))

@@ -532,7 +532,7 @@ def _memory_note() -> str:
 
     return (
         "GPU memory per job: peak per GPU of its step traced on FakeTensors (model/step_count.py) "
-        f"+ logsumexp's hidden chunk temporary + DDP's gradient buckets (several GPUs), "
+        f"+ logsumexp's hidden chunk temporary + DDP's gradient buckets or FSDP's gathered groups (several GPUs; workflow/memory.py), "
         f"x {1 + m.FRAGMENTATION:.2f} (allocator fragmentation) + {m.CUDA_CONTEXT_BYTES / 2**30:.0f} GB "
         f"CUDA context (+ {m.NCCL_BYTES / 2**30:.0f} GB NCCL on several GPUs); of the GPU model's memory"
     )

@@ -1,0 +1,203 @@
+"""Distributed checkpoints of an FSDP run (docs/method.md §4; `leviathan.train.fsdp`): the
+optimizer state written sharded, each rank its own part (`torch.distributed.checkpoint`), the
+weights whole, so a run resumes on another number of ranks and every downstream reader
+(evaluation, export, the audit) reads the checkpoint as it reads a DDP run's.
+
+A checkpoint directory holds what `checkpoint.py` describes, except that `optim.pt` is
+`optim/`: DCP's `.metadata` and one `__<rank>_0.distcp` per rank, AdamW's moments with their
+global shapes, keyed by parameter name (`get_optimizer_state_dict`). `model.safetensors` is
+the whole fp32 weights, gathered to the main rank (`get_model_state_dict(full_state_dict,
+cpu_offload)`: one all-gather of the parameters, the traffic of one forward), so the weights
+are consolidated once, at every save, and never need converting: a third of the state (4 of
+12 bytes per parameter) is written by one rank, the rest by all. `state.json` records
+`optim_format: dcp` and the world size; the manifest hashes every file of `optim/` too, so the
+integrity check before a restore covers the shards.
+
+The same guarantees as DDP's checkpoints: everything is written under a temporary directory
+(one name on every rank: the main rank's pid) and renamed into place by the main rank once
+every rank's shard is on disk, so a kill mid-save leaves the previous checkpoint whole (and
+the next start removes the leftover); periodic saves are written by a background thread per
+rank while training goes on (host copies taken at the step; the writers meet on a process
+group of their own, so their collectives never interleave with training's); preemption and
+final saves wait. Restoring: the main rank verifies every file against the manifest; the
+weights are read by the main rank and broadcast (`set_model_state_dict(broadcast_from_rank0)`),
+the optimizer state read by every rank for its own shard of the current sharding
+(`dcp.load` reshards: 4 ranks' files resume on 2), with the loader position (the same global
+batches at every world size) and the main rank's RNG states, as a DDP run. A checkpoint of the
+other mode is refused in one line (`checkpoint.refuse_other_format`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import load_file, save_file
+from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from leviathan.io import publish_dir, read_json, write_json
+from leviathan.layout import RNG, STATE, WEIGHTS
+from leviathan.train import checkpoint as ckpt
+from leviathan.train.integrity import DamagedCheckpoint, file_hashes
+
+OPTIM_DIR = "optim"
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def shard_files(directory: Path) -> list[str]:
+    """The files of a checkpoint's sharded optimizer state, relative to the checkpoint."""
+    root = directory / OPTIM_DIR
+    return sorted(str(p.relative_to(directory)) for p in root.rglob("*") if p.is_file())
+
+
+class ShardedCheckpointManager(ckpt.CheckpointManager):
+    """`CheckpointManager` for an FSDP run: every rank writes and reads its shard (above)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # the writers' own process group (gloo: host tensors), and one temp-dir name on all ranks
+        self._group = dist.new_group(backend="gloo")
+        pid = torch.tensor([os.getpid()], dtype=torch.long)
+        dist.broadcast(pid, src=0, group=self._group)
+        self._pid = int(pid.item())
+        self._staged: dict[str, Any] | None = None  # the optimizer's host copy, reused
+
+    # --- restoring -------------------------------------------------------------------------
+    def _read(self, path: Path) -> dict[str, Any]:
+        """The main rank reads the whole weights (host memory); every rank the RNG states and
+        the train state; the optimizer's shards are read collectively in `_load_weights`."""
+        ckpt.refuse_other_format(path, sharded=True)
+        loaded: dict[str, Any] = {"path": path}
+        loaders: dict[str, tuple[str, Any]] = {
+            "state": (STATE, read_json),
+            "rng": (RNG, lambda p: torch.load(p, weights_only=True)),
+        }
+        if self.info.is_main:
+            loaders["model"] = (WEIGHTS, lambda p: load_file(p, device="cpu"))
+        for key, (name, load) in loaders.items():
+            try:
+                loaded[key] = load(path / name)
+            except FileNotFoundError as exc:
+                raise DamagedCheckpoint(path, name, "missing") from exc
+            except Exception as exc:  # noqa: BLE001 - each loader has its own errors
+                raise DamagedCheckpoint(path, name, f"unreadable ({exc})") from exc
+        if not isinstance(loaded["state"], dict) or not isinstance(
+            loaded["state"].get("step"), int
+        ):
+            raise DamagedCheckpoint(path, STATE, "unreadable (no step)")
+        loaded.setdefault("model", {})  # the other ranks receive the weights by broadcast
+        return loaded
+
+    def _load_weights(self, loaded: dict[str, Any]) -> None:
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(self.model, loaded["model"], options=options)
+        optim = get_optimizer_state_dict(self.model, self.optimizer)  # the current sharding
+        dcp.load({"optim": optim}, checkpoint_id=str(loaded["path"] / OPTIM_DIR))
+        set_optimizer_state_dict(self.model, self.optimizer, optim)
+
+    # --- saving ----------------------------------------------------------------------------
+    def _save(
+        self, name: str, step: int, *, background: bool = False, **metrics: float | None
+    ) -> Path:
+        """Write checkpoint `name` after step `step`: every rank its shard, the main rank the
+        whole weights and the rest, renamed into place once all are written. With `background`
+        each rank returns once its host copies are taken (after the previous write)."""
+        self.wait()  # one write at a time, on every rank
+        model_state = get_model_state_dict(self.model, options=_FULL)  # whole on the main rank
+        optim = get_optimizer_state_dict(self.model, self.optimizer)
+        if self._staged is None:
+            self._staged = _create_cpu_state_dict(optim)
+        staged = _copy_state_dict(optim, self._staged)  # a host copy training may go on from
+        extra = None
+        if self.info.is_main:
+            extra = (self._train_state(step, metrics), ckpt.rng_state())
+        tmp = self.root / f".{name}.{self._pid}.tmp"
+        if self.info.is_main:
+            self.root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            (tmp / OPTIM_DIR).mkdir(parents=True)
+        dist.barrier(group=self._group)  # the temporary directory exists for every rank
+        job = (name, tmp, model_state, staged, extra)
+        if background:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="leviathan-dcp")
+            self._pending = self._writer.submit(self._write_sharded, *job)
+        else:
+            self._write_sharded(*job)
+        return self.root / name
+
+    def _write_sharded(
+        self,
+        name: str,
+        tmp: Path,
+        model_state: dict[str, torch.Tensor],
+        optim: dict[str, Any],
+        extra: tuple[dict[str, Any], dict[str, Any]] | None,
+    ) -> Path:
+        """Every rank: its optimizer shard; then the main rank: weights, RNG, state, manifest,
+        the rename and pruning. Every rank returns once the checkpoint is in place (or failed)."""
+        final = self.root / name
+        failed: BaseException | None = None
+        try:
+            dcp.save(
+                {"optim": optim}, checkpoint_id=str(tmp / OPTIM_DIR), process_group=self._group
+            )
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the rendezvous
+            failed = exc
+        dist.barrier(group=self._group)  # every shard written (or failed)
+        if self.info.is_main and failed is None:
+            try:
+                assert extra is not None
+                self._publish(tmp, final, model_state, extra)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                failed = exc
+        ok = torch.tensor([float(failed is None)])
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self._group)  # in place, or not
+        if failed is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise failed
+        if not bool(ok.item()):
+            raise RuntimeError(f"{final}: another rank failed to write its part; not written")
+        return final
+
+    def _publish(
+        self,
+        tmp: Path,
+        final: Path,
+        model_state: dict[str, torch.Tensor],
+        extra: tuple[dict[str, Any], dict[str, Any]],
+    ) -> None:
+        state, rng = extra
+        save_file({k: v.contiguous() for k, v in model_state.items()}, tmp / WEIGHTS)
+        torch.save(rng, tmp / RNG)
+        write_json(tmp / STATE, state)
+        if self.manifest is not None:
+            ckpt._write_manifest(tmp, final, state, self.manifest, files=self._files(tmp))
+        publish_dir(tmp, final)
+        ckpt.prune(self.root, self.keep_last, keep=final)
+
+    @staticmethod
+    def _files(tmp: Path) -> dict[str, str]:
+        return file_hashes(tmp, [RNG, STATE, *shard_files(tmp)])
+
+    def _train_state(self, step: int, metrics: dict[str, float | None]) -> dict[str, Any]:
+        return {**super()._train_state(step, metrics), "optim_format": ckpt.SHARDED_FORMAT}
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._staged = None
