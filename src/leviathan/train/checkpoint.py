@@ -56,7 +56,6 @@ from safetensors.torch import save_file
 from leviathan.data.loader import DataMismatchError
 from leviathan.io import NO_SPACE, disk_full, free_name, publish_dir, read_json, write_json
 from leviathan.layout import FINAL, OPTIM, RNG, STATE, WEIGHTS, kept_dir, step_dir, step_of
-from leviathan.manifest import display_path, write_manifest
 from leviathan.model import LanguageModel
 from leviathan.provenance import code_version, environment
 from leviathan.train.config import TrainConfig
@@ -68,6 +67,7 @@ from leviathan.train.integrity import (
     file_hashes,
     read_checkpoint_files,
     verify_checkpoint,
+    write_checkpoint_manifest,
 )
 from leviathan.train.kept import list_kept, write_kept
 
@@ -251,22 +251,14 @@ def _write_manifest(
 ) -> None:
     """The manifest of checkpoint `tmp` (to be `final`); `files`: the hashes of the files
     beside the weights (default: optim.pt, rng.pt, state.json, hashed here)."""
-    write_manifest(
-        tmp / WEIGHTS,
+    write_checkpoint_manifest(
+        tmp,
+        final,
+        state,
+        info,
         kind=MANIFEST_KIND,
-        recorded_path=final / WEIGHTS,
-        inputs=info.inputs,
-        config=state["train_config"],
-        started=info.started,
-        device=info.device,
-        fields={
-            "checkpoint_dir": display_path(final),
-            "step": state["step"],
-            "tokens": state["tokens"],
-            "train_fingerprint": state["train_fingerprint"],
-            "files": (files := files or file_hashes(tmp)),
-            "state_sha256": files[STATE],
-            "model_config": state["model_config"],
+        files=files or file_hashes(tmp),
+        extra={
             "resumed_from": dict(info.resumed_from) if info.resumed_from else None,
             "kept": list_kept(final.parent),  # the kept checkpoints written so far (kept.py)
         },

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from leviathan.io import read_json, sha256_file
 from leviathan.layout import OPTIM, RNG, STATE, WEIGHTS, manifest_path
-from leviathan.manifest import display_path
+from leviathan.manifest import display_path, write_manifest
 
 HASHED_FILES = (OPTIM, RNG, STATE)  # the manifest's `files`, beside its artifact (the weights)
 
@@ -140,3 +140,38 @@ def read_checkpoint_files(checkpoint: Path, device: torch.device | str = "cpu") 
     if not isinstance(loaded["state"], dict) or not isinstance(loaded["state"].get("step"), int):
         raise DamagedCheckpoint(checkpoint, STATE, "unreadable (no step)")
     return loaded
+
+
+def write_checkpoint_manifest(
+    tmp: Path,
+    final: Path,
+    state: Mapping[str, Any],
+    info: Any,
+    *,
+    kind: str,
+    files: Mapping[str, str],
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """The manifest of the weights in checkpoint directory `tmp` (to be published as `final`):
+    what every checkpoint records (its run's inputs, config, start and device from `info`, a
+    `checkpoint.ManifestInfo`; its step, tokens, fingerprint, model config and the hashes of
+    the `files` beside the weights), then `extra`."""
+    write_manifest(
+        tmp / WEIGHTS,
+        kind=kind,
+        recorded_path=final / WEIGHTS,
+        inputs=info.inputs,
+        config=state["train_config"],
+        started=info.started,
+        device=info.device,
+        fields={
+            "checkpoint_dir": display_path(final),
+            "step": state["step"],
+            "tokens": state["tokens"],
+            "train_fingerprint": state["train_fingerprint"],
+            "files": dict(files),
+            "state_sha256": files[STATE],
+            "model_config": state["model_config"],
+            **(extra or {}),
+        },
+    )

@@ -30,7 +30,8 @@ from safetensors.torch import save_file
 
 from leviathan.io import publish_dir, read_json, sha256_file, write_json
 from leviathan.layout import STATE, WEIGHTS, kept_dir, manifest_path, step_dir, step_of
-from leviathan.manifest import display_path, write_manifest
+from leviathan.manifest import display_path
+from leviathan.train.integrity import write_checkpoint_manifest
 
 KEPT_KIND = "kept_checkpoint"
 
@@ -54,24 +55,8 @@ def write_kept(
         save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, tmp / WEIGHTS)
         write_json(tmp / STATE, state)
         if info is not None:
-            write_manifest(
-                tmp / WEIGHTS,
-                kind=KEPT_KIND,
-                recorded_path=final / WEIGHTS,
-                inputs=info.inputs,
-                config=state["train_config"],
-                started=info.started,
-                device=info.device,
-                fields={
-                    "checkpoint_dir": display_path(final),
-                    "step": step,
-                    "tokens": state["tokens"],
-                    "train_fingerprint": state["train_fingerprint"],
-                    "files": {STATE: (digest := sha256_file(tmp / STATE))},
-                    "state_sha256": digest,
-                    "model_config": state["model_config"],
-                },
-            )
+            files = {STATE: sha256_file(tmp / STATE)}
+            write_checkpoint_manifest(tmp, final, state, info, kind=KEPT_KIND, files=files)
         publish_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
