@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from leviathan import layout
-from leviathan.report.builders import CONFIG_LABELS, seed_paired_variants
+from leviathan.report.builders import CONFIG_LABELS, group_run_source, seed_paired_variants
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import Context, ReportInputs
 from leviathan.report.table import Table
@@ -38,19 +38,10 @@ def _sources(docs: DocumentCache, cells: Sequence[Cell], field: str) -> tuple[So
     out = []
     for c in cells:
         path = layout.along_path(c.results, c.scale, c.vocab, c.seed)
-        if field.startswith("baseline/"):
-            out.append(Source(path, f"/results/{field}"))
-            continue
-        runs = docs.get(path)["results"]["runs"]
-        i = next((i for i, r in enumerate(runs) if r.get("variant") == c.variant), None)
-        if i is None:
-            raise ValueError(
-                f"{path}: has no {c.variant} run: rerun its along_training rule "
-                "(`snakemake --forcerun along_training all`)"
-            )
-        if field.startswith("bracket/") and runs[i].get("bracket") is None:
+        source, run = group_run_source(docs, path, c.variant, field, "along_training")
+        if field.startswith("bracket/") and run is not None and run.get("bracket") is None:
             return ()  # not reached in this seed: no bracketing checkpoints
-        out.append(Source(path, f"/results/runs/{i}/{field}"))
+        out.append(source)
     return tuple(out)
 
 

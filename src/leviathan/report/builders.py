@@ -347,6 +347,24 @@ def seed_paired_variants(
     return out
 
 
+def group_run_source(
+    docs: DocumentCache, path: Any, variant: str, field_: str, rule: str
+) -> tuple[Source, Mapping[str, Any] | None]:
+    """A field of one variant's run record in a per-(scale, vocab, seed) comparison output
+    (sample efficiency, along training): its Source, and the run record (None for the tied
+    baseline's fields, `baseline/...`). A variant missing from the file names `rule` to rerun."""
+    if field_.startswith("baseline/"):
+        return Source(path, f"/results/{field_}"), None
+    runs = docs.get(path)["results"]["runs"]
+    i = next((i for i, r in enumerate(runs) if r.get("variant") == variant), None)
+    if i is None:
+        raise ValueError(
+            f"{path}: has no {variant} run: rerun its {rule} rule "
+            f"(`snakemake --forcerun {rule} all`)"
+        )
+    return Source(path, f"/results/runs/{i}/{field_}"), runs[i]
+
+
 def _sample_efficiency_sources(
     docs: DocumentCache, cells: Sequence[Cell], field_: str
 ) -> tuple[Source, ...]:
@@ -358,17 +376,7 @@ def _sample_efficiency_sources(
         path = layout.sample_efficiency_path(c.results, c.scale, c.vocab, c.seed)
         if not docs.path(path).is_file():
             return ()
-        if field_.startswith("baseline/"):
-            out.append(Source(path, f"/results/{field_}"))
-            continue
-        runs = docs.get(path)["results"]["runs"]
-        i = next((i for i, r in enumerate(runs) if r.get("variant") == c.variant), None)
-        if i is None:
-            raise ValueError(
-                f"{path}: has no {c.variant} run: rerun its sample_efficiency rule "
-                "(`snakemake --forcerun sample_efficiency all`)"
-            )
-        out.append(Source(path, f"/results/runs/{i}/{field_}"))
+        out.append(group_run_source(docs, path, c.variant, field_, "sample_efficiency")[0])
     return tuple(out)
 
 
