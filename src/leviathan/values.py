@@ -195,3 +195,16 @@ def _example(tp: Any, key: str) -> str:
         if arg is bool:
             return f"{key}=true"
     return f"{key}=..."
+
+
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one level of dotted keys, `{"lev": {"n_heads": 4}}` ->
+    `{"lev.n_heads": 4}` (an empty mapping adds nothing): how a nested config key is named
+    in a message or a table."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

@@ -39,6 +39,7 @@ from leviathan.model import LanguageModel, ModelConfig, build_model
 from leviathan.model.generated import validate_ids
 from leviathan.model.loss import DEFAULT_CHUNK_ELEMS, token_losses, token_losses_and_greedy
 from leviathan.model.variants import TableInput
+from leviathan.values import flatten
 from leviathan.vocab import VocabSpec, check_covers, get_vocab
 
 # logits held at once (rows x V): on a CPU a cache-sized chunk (16 MiB), faster there than the
@@ -162,21 +163,11 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     return ckpt
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _check_overrides(ckpt_dir: Path, cfg: ModelConfig, overrides: dict[str, Any] | None) -> None:
     """Refuse a checkpoint whose model config contradicts what its training config set
     explicitly (e.g. lev.basis, a RECON choice with no weights of its own), naming the key."""
-    recorded = _flat(cfg.to_dict())
-    for key, value in _flat(overrides or {}).items():
+    recorded = flatten(cfg.to_dict())
+    for key, value in flatten(overrides or {}).items():
         if key in recorded and recorded[key] != value:
             raise EvalInputError(
                 f"{ckpt_dir / STATE}: its model_config has {key}={recorded[key]!r} but its "

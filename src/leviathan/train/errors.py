@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from leviathan.values import flatten
+
 # Exit status of `leviathan train` after an out-of-memory error (README: exit statuses). A
 # workflow retry of the same micro_batch stops at once with the same line (scripts/train.py).
 OUT_OF_MEMORY_EXIT = 4
@@ -131,22 +133,12 @@ def check_grad_norm(
         )
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, dict):  # an empty one adds nothing
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def config_mismatch(
     checkpoint: Path, theirs: dict[str, Any], ours: dict[str, Any], root: Path
 ) -> ConfigMismatch:
     """A checkpoint trained with another config than the one asked for now, with the diff
     (nested keys named in full: model_overrides.lev.knot_scale)."""
-    theirs, ours = _flat(theirs), _flat(ours)
+    theirs, ours = flatten(theirs), flatten(ours)
     diff = "; ".join(
         f"{k}: checkpoint {theirs.get(k)!r} != now {ours.get(k)!r}"
         for k in sorted(set(theirs) | set(ours))

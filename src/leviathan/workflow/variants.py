@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from leviathan.values import flatten
+
 TAG_SEP = "@"
 # a named variant or a tag: one path component and one Snakemake wildcard value (no `/`, `@`,
 # `+`, space or leading dot), e.g. lev_h4, lr1e-3
@@ -222,16 +224,6 @@ def cell_overrides(config: Mapping[str, Any], scale: str, name: str, key: str) -
 # ---------------------------------------------------------------- the recipe column
 
 
-def _flat(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, Mapping):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def recipe_differences(default: Mapping[str, Any], cell: Mapping[str, Any]) -> dict[str, Any]:
     """The cell's training config (TrainConfig.to_dict, as recorded) against its scale's
     default: {key: the cell's value} for every recipe key that differs; model overrides by
@@ -240,8 +232,8 @@ def recipe_differences(default: Mapping[str, Any], cell: Mapping[str, Any]) -> d
 
     skip = {*TRAIN_IDENTITY, *NOT_IDENTITY, "model_overrides"}
     out = {k: v for k, v in cell.items() if k not in skip and (k not in default or default[k] != v)}
-    ours = _flat(cell.get("model_overrides") or {})
-    theirs = _flat(default.get("model_overrides") or {})
+    ours = flatten(cell.get("model_overrides") or {})
+    theirs = flatten(default.get("model_overrides") or {})
     out.update({k: v for k, v in ours.items() if theirs.get(k, _MISSING) != v})
     return dict(sorted(out.items()))
 
