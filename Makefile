@@ -24,9 +24,11 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 
 venv: $(STAMP)
 
-## the main job: the whole DAG on the default config (embedded corpus, CPU, minutes)
+## the main job: the whole DAG on the default config (embedded corpus, CPU, minutes), then its HTML
+## report (results/report/<study>/report.html: the study's status first, then tables and figures)
 run: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --profile profiles/local all
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/leviathan report html
 
 ## the whole test suite (fast unit tests and the slower end-to-end ones)
 test: $(STAMP)

@@ -407,6 +407,9 @@ REPORT_DIR = "results/report"
 DVC_METRICS_DIR = f"{REPORT_DIR}/metrics"
 
 
+STATUS_FILE = "status.rst"
+
+
 def report_dir(results: str) -> str:
     """A study's report: tables/, figures/, plots/ (only its own)."""
     return f"{REPORT_DIR}/{results}"
@@ -422,6 +425,17 @@ def figures_dir(results: str) -> str:
 
 def plots_dir(results: str) -> str:
     return f"{report_dir(results)}/plots"
+
+
+def status_file(results: str) -> str:
+    """A study's status (what its run shows and what not), which the HTML report's first page
+    includes (leviathan.report.status, workflow/report/workflow.rst)."""
+    return f"{report_dir(results)}/{STATUS_FILE}"
+
+
+def html_report(results: str) -> str:
+    """A study's HTML report (Snakemake's --report; `leviathan report html`)."""
+    return f"{report_dir(results)}/report.html"
 
 
 def dvc_metrics_dir_of(results: str) -> str:

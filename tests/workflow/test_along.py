@@ -17,8 +17,8 @@ from leviathan import layout
 from leviathan.workflow.along import along_enabled, along_points
 from leviathan.workflow.grid import Cell
 
-KEEP_AT = "log2:2:30"  # 0, 1, 2, 30, 60: the final step (60) among them
-STEPS = [0, 1, 2, 30, 60]
+KEEP_AT = "log2:2:20"  # 0, 1, 2, 20, 40: the final step (40) among them
+STEPS = [0, 1, 2, 20, 40]
 EVAL = Path("results/eval/embedded/micro/gpt2")
 
 
@@ -37,7 +37,7 @@ def _config() -> dict:
 def test_the_curve_ends_with_the_final_evaluation_where_the_final_step_is_not_kept() -> None:
     config = _config()
     cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
-    config["runtime"]["keep_at"] = "log2:16"  # 0 ... 16 of 60 steps
+    config["runtime"]["keep_at"] = "log2:16"  # 0 ... 16 of 40 steps
     assert along_points(config, cell) == [
         *(layout.along_output(cell, s) for s in (0, 1, 2, 4, 8, 16)),
         layout.eval_output(cell, "val"),
@@ -80,11 +80,11 @@ def test_along_training_evaluations_figure_and_table(work: Path) -> None:
     for variant, rec in cells.items():
         points = rec["points"]
         assert [p["step"] for p in points] == STEPS
-        assert points[0]["tokens"] == 0 and points[-1]["tokens"] == 60 * 8 * 64
+        assert points[0]["tokens"] == 0 and points[-1]["tokens"] == 40 * 8 * 64
         for p in points:
             own = json.loads((work / p["path"]).read_text())
             assert own["checkpoint"]["path"].endswith(f"kept/step_{p['step']:08d}")
-        # the last point (kept step 60) is the final checkpoint's evaluation, evaluated apart
+        # the last point (kept step 40) is the final checkpoint's evaluation, evaluated apart
         final = json.loads((work / EVAL / variant / "seed0/val.json").read_text())["results"]
         last = json.loads((work / points[-1]["path"]).read_text())["results"]
         assert last["overall"]["loss"] == pytest.approx(final["overall"]["loss"], abs=1e-9)

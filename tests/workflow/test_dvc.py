@@ -293,7 +293,7 @@ def test_dvc_metrics_plots_and_params_show_the_study(built: Built, tmp_path: Pat
         "downstream_gain_points",
     } <= set(cells[LEV]["stand_in"])
     assert "val_loss_gain" not in cells[TIED]
-    assert cells[LEV]["evidence"] == "smoke test"  # 60 steps: below report.smoke_test.below_tokens
+    assert cells[LEV]["evidence"] == "smoke test"  # 40 steps: below report.smoke_test.below_tokens
     text = ok([DVC, "metrics", "show"], repo, env).stdout
     assert DVC_METRICS + LEV in text
     assert "val_loss" in text

@@ -65,7 +65,7 @@ def test_params_diff_shows_the_study_and_its_own_values(repo: Path) -> None:
     assert "params.yaml" in shown
     assert "config/config.yaml" in shown
     assert "train.micro.total_tokens" in shown
-    assert "30720" in shown
+    assert "20480" in shown
     try:
         assert _planned(repo, "config/tiny.yaml").endswith("--configfile config/tiny.yaml")
         changed = _run([DVC, "params", "diff"], repo)

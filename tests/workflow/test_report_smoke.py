@@ -21,7 +21,7 @@ from leviathan.report.basis import SmokePolicy
 from leviathan.report.build import write_report
 from leviathan.workflow.grid import Cell
 
-SMOKE_TOKENS = 30_720  # the default config's micro runs: 60 steps of 8 x 64 tokens
+SMOKE_TOKENS = 20_480  # the default config's micro runs: 40 steps of 8 x 64 tokens
 STUDY = {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}
 STUDIES = {"main": STUDY, "ablation": STUDY, "vocabulary": STUDY, "recon": STUDY}
 

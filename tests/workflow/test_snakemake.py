@@ -41,21 +41,52 @@ def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
     assert counts["all"] == 1
 
 
-def test_the_target_written_last_plans_what_it_names(tmp_path: Path) -> None:
-    """`snakemake ... --configfile F all`: --configfile takes every word after it, so Snakemake
-    reads `all` as a config file (the repository's `all` file, which adds nothing) and runs the
-    first rule, `all`: the same jobs as with the target first."""
+@pytest.mark.parametrize("target", ["all", "all_train", "all_data"])
+def test_the_target_written_last_plans_what_it_names(tmp_path: Path, target: str) -> None:
+    """`snakemake ... --configfile F all_train`: --configfile takes every word after it, so Snakemake
+    reads `all_train` as a config file (the repository's root file of that name, which names the
+    target) and no target is left: the same jobs as with the target first."""
     work = workflow_copy(tmp_path)
     last = snakemake(
-        work, "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml", "all"
+        work, "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml", target
     )
     first = snakemake(
-        work, "all", "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml"
+        work, target, "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml"
     )
     assert last.returncode == 0 and first.returncode == 0, last.stderr[-2000:]
     counts = job_counts(last.stdout + last.stderr)
     assert counts == job_counts(first.stdout + first.stderr)
-    assert counts["train"] == 2 and counts["all"] == 1  # tiny.yaml's two cells, not the default's
+    assert counts[target] == 1
+    # tiny.yaml's two cells, not the default's; all_data trains nothing
+    assert counts.get("train", 0) == (0 if target == "all_data" else 2)
+    assert counts.get("report", 0) == (1 if target == "all" else 0)
+
+
+def test_a_stage_target_alone_after_configfile_runs_the_default_study(tmp_path: Path) -> None:
+    """`--configfile all_train` (no study file): the root file is not a study, so the default
+    config is, as with `snakemake all_train`."""
+    work = workflow_copy(tmp_path)
+    out = snakemake(work, "-n", "--profile", "profiles/local", "--configfile", "all_train")
+    assert out.returncode == 0, out.stderr[-2000:]
+    default = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    cells = {
+        (v, vocab)
+        for s in default["studies"].values()
+        for v in s["variants"]
+        for vocab in s["vocabs"]
+    }
+    assert job_counts(out.stdout + out.stderr)["train"] == len(cells)
+
+
+def test_every_stage_target_has_its_root_file() -> None:
+    """Each `all*` rule of the Snakefile can be written last: a root file of its name names it."""
+    rules = re.findall(r"^rule (all\w*):", (ROOT / "Snakefile").read_text(), flags=re.M)
+    assert len(rules) >= 6
+    for rule in rules:
+        assert yaml.safe_load((ROOT / rule).read_text()) == {"target_written_last": rule}
+        assert (
+            f'default_target: TARGET_WRITTEN_LAST == "{rule}"' in (ROOT / "Snakefile").read_text()
+        )
 
 
 @pytest.mark.parametrize(

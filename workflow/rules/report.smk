@@ -8,6 +8,7 @@ REPORT_TARGETS = (
     + [str(p) for name in (PAPER_CHECK, RESOURCES_TABLE) for p in plain_table_paths(name).values()]
     + [str(p) for name in FIGURE_NAMES for p in layout.figure_files(layout.figures_dir(RESULTS), name).values()]
     + [str(p) for p in plot_paths(layout.plots_dir(RESULTS)).values()]
+    + [layout.status_file(RESULTS)]
 )
 
 # every job's benchmark file (the report's own excepted: it is written after the job), for the
@@ -35,6 +36,8 @@ rule report:
         figures=figure_outputs(),
         plots=[str(p) for p in plot_paths(layout.plots_dir(RESULTS)).values()],
         metrics=[str(layout.dvc_metrics_file(layout.dvc_metrics_dir_of(RESULTS), c.key)) for c in CELLS],
+        # the first page of the HTML report (`leviathan report html`) includes it: workflow.rst
+        status=report(layout.status_file(RESULTS), category="Status", caption="../report/status.rst"),
     params:
         tables_dir=lambda wc, output: layout.dir_of(output.tables[0]),
         figures_dir=lambda wc, output: layout.dir_of(output.figures[0]),

@@ -1,4 +1,5 @@
-"""`leviathan report ...`: the tables and figures of a workflow config, the paper's own consistency."""
+"""`leviathan report ...`: the tables and figures of a workflow config, the study's HTML report, the
+paper's own consistency."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 
 from leviathan import layout
+from leviathan.commands.config import configfile_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -32,6 +34,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     build.add_argument("--no-figures", action="store_true")
     build.set_defaults(func=run_tables)
+
+    html = rsub.add_parser(
+        "html",
+        help="the study's HTML report (Snakemake's --report), the study's status on its first page",
+        description="Build the HTML report of a finished run with Snakemake's own --report: tables, "
+        "figures, captions, run statistics and provenance in one file, the study's status "
+        "(what the run shows and what not) on its first page. Run it where you ran snakemake.",
+    )
+    configfile_arg(html)
+    html.add_argument(
+        "--out", help="default: results/report/<study>/report.html (leviathan.layout)"
+    )
+    html.set_defaults(func=run_html)
 
 
 def run_paper_check(args: argparse.Namespace) -> int:
@@ -67,3 +82,19 @@ def run_tables(args: argparse.Namespace) -> int:
     for path in write_report(config, tables, None if args.no_figures else figures, se):
         print(path)
     return 0
+
+
+def run_html(args: argparse.Namespace) -> int:
+    import subprocess
+    import sys
+
+    from leviathan.workflow.config import resolve
+
+    out = args.out or layout.html_report(layout.config_results_key(resolve(args.configfile)))
+    files = ["--configfile", *args.configfile] if args.configfile else []
+    # the target first: --configfile takes every word after it
+    cmd = [sys.executable, "-m", "snakemake", "all", "--report", out, *files]
+    done = subprocess.run(cmd, check=False)
+    if done.returncode == 0:
+        print(f"HTML report: {out}")
+    return done.returncode

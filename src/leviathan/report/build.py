@@ -146,6 +146,23 @@ def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[
     return [csv, md]
 
 
+def _write_status(
+    inp: ReportInputs,
+    cells: Sequence[Any],
+    csvs: Mapping[str, Path],
+    docs: DocumentCache,
+    tables_dir: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None,
+) -> Path:
+    from leviathan.report.status import ReportCsvs, study_status, write_status
+
+    tables = ReportCsvs(csvs["metrics"], csvs["paper_vs_ours"], csvs[PAPER_CHECK])
+    found = study_status(inp.results, cells, tables, inp.smoke, docs)
+    inputs = tables.paths() + [layout.final_marker(c) for c in cells]
+    # default: beside the tables directory, as layout.status_file places it beside the study's
+    return write_status(found, out or Path(tables_dir).parent / layout.STATUS_FILE, inputs)
+
+
 def write_report(
     config: Mapping[str, Any],
     tables_dir: str | os.PathLike[str],
@@ -153,9 +170,11 @@ def write_report(
     sample_efficiency: Sequence[str | os.PathLike[str]] = (),
     metrics_dir: str | os.PathLike[str] | None = None,
     along: Sequence[str | os.PathLike[str]] = (),
+    status_file: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
     """Every table (and, unless figures_dir is None, every figure) of the configured studies,
-    and the per-cell DVC metrics files (default: the study's, `layout.dvc_metrics_dir_of`)."""
+    the per-cell DVC metrics files (default: the study's, `layout.dvc_metrics_dir_of`) and the
+    study's status (leviathan.report.status; default: beside tables_dir)."""
     started = _dt.datetime.now(_dt.UTC)
     inp = report_inputs(config)
     docs = DocumentCache()
@@ -168,11 +187,14 @@ def write_report(
         written.extend(paths.values())
     metrics_dir = metrics_dir or layout.dvc_metrics_dir_of(inp.results)
     written.extend(write_dvc_metrics(tables["metrics"], csvs["metrics"], metrics_dir))
-    written.extend(write_paper_check(tables_dir, inp.paper_path))
+    paper_check = write_paper_check(tables_dir, inp.paper_path)
+    written.extend(paper_check)
+    cells = [c for group in inp.all_cells().values() for c in group]
+    csvs[PAPER_CHECK] = paper_check[0]
+    written.append(_write_status(inp, cells, csvs, docs, tables_dir, status_file))
     if figures_dir is not None:
         from leviathan.report.figures import write_figures
 
-        cells = [c for group in inp.all_cells().values() for c in group]
         written.extend(
             write_figures(
                 csvs,

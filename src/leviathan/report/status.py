@@ -1,0 +1,158 @@
+"""The study's status, for the first page of the HTML report: what this run shows and what not.
+
+Read from what the run produced (the report's metrics, paper_vs_ours and paper_check CSVs, and
+each cell's final checkpoint), so it says what was done, not what the config asked for. Written
+as reStructuredText (`layout.status_file`), which `workflow/report/workflow.rst` includes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from leviathan import layout
+from leviathan.io import atomic_path
+from leviathan.manifest import input_record, write_manifest
+from leviathan.report.basis import FULL, SmokePolicy, tokens_label
+from leviathan.report.cellmap import DocumentCache
+from leviathan.report.table import STAND_IN_COLUMN
+from leviathan.workflow.grid import Cell
+
+
+@dataclass(frozen=True)
+class ReportCsvs:
+    """The report's CSVs the status reads."""
+
+    metrics: str | os.PathLike[str]  # one row per cell
+    paper_vs_ours: str | os.PathLike[str]  # the paper's point figures beside ours
+    paper_check: str | os.PathLike[str]  # the paper's figures checked against each other
+
+    def paths(self) -> list[str]:
+        return [str(self.metrics), str(self.paper_vs_ours), str(self.paper_check)]
+
+
+@dataclass(frozen=True)
+class StudyStatus:
+    """Counts of what the study's run did, each from its outputs."""
+
+    study: str
+    scales: tuple[str, ...]  # the scales trained
+    tokens: tuple[int, ...]  # each cell's training tokens, from its final checkpoint
+    devices: tuple[str, ...]  # each cell's training device, from its final checkpoint
+    full_cells: int  # cells at or above the smoke-test size (report.smoke_test)
+    stand_in_cells: int  # cells with a number computed on offline stand-in data
+    paper_figures: int  # the paper's reported point figures (paper_vs_ours rows)
+    paper_figures_ours: int  # of those, with ours at the same scale
+    paper_figures_full: int  # of those, with ours from full runs
+    paper_checked: int  # the paper's figures checked against each other (paper_check)
+    paper_inconsistent: int  # of those, not following from the others
+    smoke: SmokePolicy
+
+    @property
+    def cells(self) -> int:
+        return len(self.tokens)
+
+    def items(self) -> list[tuple[str, str]]:
+        """(what, status) pairs, the headline first."""
+        n = self.cells
+        if self.paper_figures_full:
+            headline = (
+                f"{self.paper_figures_full} of the paper's {self.paper_figures} reported figures "
+                "have ours beside them from full runs at the same scale (``paper_vs_ours``)."
+            )
+        else:
+            headline = (
+                f"none of the paper's {self.paper_figures} reported figures has ours from a full "
+                "run at the same scale: no number of the paper is reproduced by this run "
+                f"({self.paper_figures_ours} have ours from smoke tests)."
+            )
+        smoke = n - self.full_cells
+        evidence = (
+            f"{smoke} of {n} cells are smoke tests, trained on fewer than "
+            f"{self.smoke.below_tokens:,} tokens (report.smoke_test): {self.smoke.reason}."
+            if smoke
+            else f"all {n} cells are full runs (at least {self.smoke.below_tokens:,} tokens)."
+        )
+        gpu = [d for d in self.devices if d.startswith("cuda")]
+        devices = ", ".join(f"{d} ({self.devices.count(d)})" for d in sorted(set(self.devices)))
+        hardware = (
+            f"{len(gpu)} of {n} cells trained on a GPU; by device: {devices}."
+            if gpu
+            else f"no cell trained on a GPU (by device: {devices}): the study's GPU figures "
+            "(step time, MFU, memory, GPU-hours) are predictions, not measurements "
+            "(``leviathan config show``, docs/gpu.md)."
+        )
+        benchmarks = (
+            f"{self.stand_in_cells} of {n} cells have scores on the offline stand-ins of "
+            "WikiText-103 and the lm-eval tasks (hand-written, in the official schemas): those "
+            "scores mean nothing; the tables mark them."
+            if self.stand_in_cells
+            else "every score is on the benchmarks' own data."
+        )
+        paper = (
+            f"{self.paper_inconsistent} of {self.paper_checked} of the paper's figures do not "
+            "follow from its others (``paper_check``)."
+        )
+        return [
+            ("Paper numbers", headline),
+            (
+                "Trained",
+                f"{n} cells of study ``{self.study}`` (scales: {', '.join(self.scales)}; "
+                f"{tokens_label(self.tokens)} tokens each).",
+            ),
+            ("Evidence", evidence),
+            ("Hardware", hardware),
+            ("Benchmarks", benchmarks),
+            ("The paper itself", paper),
+        ]
+
+    def rst(self) -> str:
+        lines = [".. rubric:: Study status", ""]
+        lines += [f"- **{what}**: {text}" for what, text in self.items()]
+        return "\n".join(lines) + "\n"
+
+
+def study_status(
+    study: str,
+    cells: Sequence[Cell],
+    tables: ReportCsvs,
+    smoke: SmokePolicy,
+    docs: DocumentCache | None = None,
+) -> StudyStatus:
+    """The status of a study's run from its cells' final checkpoints and its report's CSVs."""
+    docs = docs or DocumentCache()
+    states = [docs.get(layout.final_marker(c)) for c in cells]
+    metrics = pd.read_csv(tables.metrics, dtype={STAND_IN_COLUMN: str})
+    paper = pd.read_csv(tables.paper_vs_ours)
+    check = pd.read_csv(tables.paper_check)
+    ours = paper[paper["ours"].notna()]
+    return StudyStatus(
+        study=study,
+        scales=tuple(dict.fromkeys(str(c.scale) for c in cells)),
+        tokens=tuple(int(s["tokens"]) for s in states),
+        devices=tuple(str((s.get("env") or {}).get("device") or "unknown") for s in states),
+        full_cells=sum(not smoke.is_smoke([int(s["tokens"])]) for s in states),
+        stand_in_cells=int(metrics[STAND_IN_COLUMN].fillna("").astype(bool).sum())
+        if STAND_IN_COLUMN in metrics
+        else 0,
+        paper_figures=len(paper),
+        paper_figures_ours=len(ours),
+        paper_figures_full=int((ours["evidence"] == FULL).sum()),
+        paper_checked=len(check),
+        paper_inconsistent=int((~check["ok"].astype(bool)).sum()),
+        smoke=smoke,
+    )
+
+
+def write_status(status: StudyStatus, out: str | os.PathLike[str], inputs: Sequence[str]) -> Path:
+    """`status` as reStructuredText at `out`, with a manifest naming what it was read from."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        tmp.write_text(status.rst())
+    write_manifest(out, kind="study_status", inputs=[input_record(p) for p in inputs])
+    return out
