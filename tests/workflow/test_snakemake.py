@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from pathlib import Path
@@ -167,6 +168,17 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     again = snakemake(work, "-n", "--profile", "profiles/local", "all")
     assert "Nothing to be done" in again.stdout + again.stderr
+    # an evaluation's settings rerun that evaluation of every cell (and the report), nothing else
+    evaluate = copy.deepcopy(config["evaluate"])
+    config["evaluate"]["val"]["max_windows"] = 4
+    config["evaluate"]["lm_eval"]["bootstrap_iters"] = 10
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    plan = snakemake(work, "-n", "--profile", "profiles/local", "all")
+    counts = job_counts(plan.stdout + plan.stderr)
+    assert counts.get("eval_val") == counts.get("eval_lm_eval") == 2, counts
+    assert not {"train", "eval_wikitext", "tokenize"} & set(counts), counts
+    assert counts.get("report") == 1
+    config["evaluate"] = evaluate
     # one cell's own override reruns that cell only
     config["train"]["micro/gpt2/leviathan/seed0"] = {"lr": 1e-3}
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))

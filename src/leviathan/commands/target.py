@@ -7,7 +7,7 @@ import argparse
 
 from leviathan import layout
 from leviathan.commands.config import configfile_arg
-from leviathan.model.variants import VARIANTS
+from leviathan.model.config import VARIANT_NAMES
 from leviathan.scales import SCALES
 from leviathan.vocab import get_vocab
 from leviathan.workflow.grid import Cell
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--variant",
         required=True,
-        help=f"{', '.join(VARIANTS)}, or a named variant or tagged cell of the config (lev_h4, "
+        help=f"{', '.join(VARIANT_NAMES)}, or a named variant or tagged cell of the config (lev_h4, "
         "leviathan@lr1e-3)",
     )
     p.add_argument("--seed", type=int, default=0)

@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from leviathan.model.variants import VARIANTS
+from leviathan.model.config import VARIANT_NAMES
 from leviathan.scales import SCALES
 from leviathan.train.config import RuntimeConfig, train_config
 from leviathan.values import load_yaml, parse_assignments
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--scale", required=True, choices=list(SCALES))
     p.add_argument("--vocab", required=True)
-    p.add_argument("--variant", required=True, choices=list(VARIANTS))
+    p.add_argument("--variant", required=True, choices=list(VARIANT_NAMES))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--train", nargs="+", required=True, type=Path, help="train .bin shard(s)")
     p.add_argument("--val", type=Path, help="validation .bin shard (periodic val loss)")

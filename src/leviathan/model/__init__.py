@@ -1,18 +1,47 @@
-"""The model: backbone, the six input/output variants, LEV, and exact accounting."""
+"""The model: backbone, the six input/output variants, LEV, and exact accounting.
 
-from leviathan.model.config import LEVConfig, ModelConfig, digit_base, model_config
-from leviathan.model.language_model import LanguageModel, build_model
-from leviathan.model.lev import LEV
-from leviathan.model.variants import VARIANTS, InputOutput
+The names below load their module on first use (PEP 562), so that importing the torch-free
+`leviathan.model.config` (what the workflow's parse needs: the variants' names, the config's
+checks) does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leviathan.model.config import LEVConfig, ModelConfig, digit_base, model_config
+    from leviathan.model.language_model import LanguageModel, build_model
+    from leviathan.model.lev import LEV
+    from leviathan.model.variants import VARIANTS, InputOutput
+
+_HOMES = {
+    "LEV": "lev",
+    "LEVConfig": "config",
+    "LanguageModel": "language_model",
+    "InputOutput": "variants",
+    "ModelConfig": "config",
+    "VARIANTS": "variants",
+    "build_model": "language_model",
+    "digit_base": "config",
+    "model_config": "config",
+}
 
 __all__ = [
     "LEV",
     "LEVConfig",
-    "LanguageModel",
     "InputOutput",
+    "LanguageModel",
     "ModelConfig",
     "VARIANTS",
     "build_model",
     "digit_base",
     "model_config",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

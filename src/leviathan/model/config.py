@@ -24,6 +24,9 @@ def digit_base(vocab_size: int, n_digits: int) -> int:
     return b
 
 
+# the six input/output variants' names (docs/method.md §3), in the report's order (tied first);
+# their builders: leviathan.model.variants.VARIANTS, which holds exactly these
+VARIANT_NAMES = ("tied", "untied", "albert", "flat_mlp", "factored_mlp", "leviathan")
 LEV_BASES = ("unnormalised", "normalised")
 LEV_KNOT_SCALES = ("fixed", "learned")
 
@@ -101,8 +104,6 @@ class ModelConfig:
 
     def validate(self) -> ModelConfig:
         """Raise ValueError naming the inconsistent value and how to fix it; return self."""
-        from leviathan.model.variants import VARIANTS  # registry import is cheap, avoids a cycle
-
         positive = {
             "vocab_size": self.vocab_size,
             "d_model": self.d_model,
@@ -119,9 +120,9 @@ class ModelConfig:
         for name, value in positive.items():
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
-        if self.variant not in VARIANTS:
+        if self.variant not in VARIANT_NAMES:
             raise ValueError(
-                f"variant={self.variant!r} is unknown: use one of {', '.join(VARIANTS)}"
+                f"variant={self.variant!r} is unknown: use one of {', '.join(VARIANT_NAMES)}"
             )
         if self.d_model % self.n_heads:
             raise ValueError(

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from leviathan.model.config import ModelConfig
+from leviathan.model.config import VARIANT_NAMES, ModelConfig
 from leviathan.model.generated import GeneratedInput, validate_ids
 from leviathan.model.lev import LEV, DigitCodebooks
 
@@ -204,6 +204,10 @@ VARIANTS: dict[str, Callable[[ModelConfig], InputOutput]] = {
         "leviathan", LEV(c.vocab_size, c.d_model, c.lev_base, c.lev), _head(c)
     ),
 }
+
+
+if tuple(VARIANTS) != VARIANT_NAMES:  # one list of names: the config's, checked without torch
+    raise ImportError(f"VARIANTS {tuple(VARIANTS)} differ from model.config.VARIANT_NAMES")
 
 
 def build_variant(cfg: ModelConfig) -> InputOutput:

@@ -20,10 +20,10 @@ Configurations = dict[tuple[str, str, str], list[Cell]]
 
 
 def variant_order() -> list[str]:
-    """The variants in the registry's order (tied first); imported here, not at parse time of the workflow."""
-    from leviathan.model.variants import VARIANTS
+    """The built-in variants in the registry's order (tied first)."""
+    from leviathan.model.config import VARIANT_NAMES
 
-    return list(VARIANTS)
+    return list(VARIANT_NAMES)
 
 
 def _report_order(c: Cell) -> tuple[Any, ...]:

@@ -64,11 +64,17 @@ class StudyStatus:
                 f"{self.paper_figures_full} of the paper's {self.paper_figures} reported figures "
                 "have ours beside them from full runs at the same scale (``paper_vs_ours``)."
             )
-        else:
+        elif self.paper_figures_ours:
             headline = (
                 f"none of the paper's {self.paper_figures} reported figures has ours from a full "
                 "run at the same scale: no number of the paper is reproduced by this run "
                 f"({self.paper_figures_ours} have ours from smoke tests)."
+            )
+        else:
+            headline = (
+                f"none of the paper's {self.paper_figures} reported figures has ours at the same "
+                "scale (this run trains none of the paper's scales): no number of the paper is "
+                "reproduced by this run."
             )
         smoke = n - self.full_cells
         evidence = (

@@ -55,9 +55,9 @@ class CellVariant:
 
 
 def builtin_variants() -> list[str]:
-    from leviathan.model.variants import VARIANTS
+    from leviathan.model.config import VARIANT_NAMES
 
-    return list(VARIANTS)
+    return list(VARIANT_NAMES)
 
 
 def split_name(name: str) -> tuple[str, str | None]:
