@@ -449,10 +449,8 @@ def dvc_cache_copies(dvc_config: Path | None = None) -> bool:
     the filesystem has no reflinks) or names `copy`. Links (hardlink, symlink) never copy."""
     import configparser
 
-    from leviathan.paper import repo_root
-
     parser = configparser.ConfigParser()
-    parser.read(dvc_config or repo_root() / ".dvc" / "config")
+    parser.read(dvc_config or layout.repo_root() / ".dvc" / "config")
     kinds = parser.get("cache", "type", fallback="reflink,copy").strip('"').split(",")
     return "copy" in {k.strip() for k in kinds}
 
@@ -561,9 +559,7 @@ def profile_retries(profile: Path | None = None) -> int:
     checkout); 0 where it has none."""
     import yaml
 
-    from leviathan.paper import repo_root
-
-    path = profile or repo_root() / SLURM_PROFILE
+    path = profile or layout.repo_root() / SLURM_PROFILE
     if not path.is_file():
         return 0
     return int((yaml.safe_load(path.read_text()) or {}).get("retries") or 0)
