@@ -124,9 +124,9 @@ def _roofline_mfu(cfg: Any, micro: int, per_rank: int, gpu: str) -> tuple[float,
 
 def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -> CellPlan:
     """A cell's plan; GPU-hours at `mfu` where stated, else at the roofline's (`cell_mfu`)."""
+    from leviathan.device import peak_flops
     from leviathan.model.accounting import account
     from leviathan.train.config import workflow_runtime
-    from leviathan.train.telemetry import peak_flops
     from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import scale_resources
 
@@ -304,8 +304,8 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) 
     """The cell's evaluation jobs: forward FLOPs per token (the code's counter, the input
     table materialised: no per-token input cost) x tokens, on one GPU of the job's model, at
     EVAL_MFU_SHARE of the training MFU (`mfu` where stated, else the cell's roofline's)."""
+    from leviathan.device import peak_flops
     from leviathan.model.accounting import account
-    from leviathan.train.telemetry import peak_flops
     from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import eval_resources
 
