@@ -52,7 +52,7 @@ from leviathan.device import set_deterministic
 from leviathan.io import write_json
 from leviathan.lock import hold_lock
 from leviathan.manifest import input_record, recorded_sha256
-from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
+from leviathan.model import LanguageModel, build_model
 from leviathan.model.accounting import account_model
 from leviathan.model.lev_health import model_health
 from leviathan.provenance import utc_now
@@ -95,7 +95,6 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "build_cell_model",
-    "cell_model_config",
     "evaluate_val_loss",
     "set_deterministic",
     "train",
@@ -112,16 +111,8 @@ class TrainResult:
     final_val_loss: float | None
 
 
-def cell_model_config(cfg: TrainConfig) -> ModelConfig:
-    """The model a training config trains (its scale preset, the context, its overrides)."""
-    overrides = {"max_seq_len": cfg.context, **cfg.model_overrides}
-    return model_config(
-        cfg.scale, cfg.vocab, cfg.variant, vocab_size=cfg.vocab_size, overrides=overrides
-    )
-
-
 def build_cell_model(cfg: TrainConfig) -> LanguageModel:
-    mcfg = cell_model_config(cfg)
+    mcfg = cfg.model_config()
     ckpt.seed_rngs(cfg.seed)
     return build_model(mcfg)
 

@@ -75,10 +75,9 @@ def checkpoint_bytes(total_params: int) -> int:
 
 def cell_checkpoint_bytes(config: Mapping[str, Any], cell: Cell) -> int:
     from leviathan.model.accounting import account
-    from leviathan.train.trainer import cell_model_config
 
     tc = cell_train_config(config, cell)
-    return checkpoint_bytes(account(cell_model_config(tc), tc.context).total_params)
+    return checkpoint_bytes(account(tc.model_config(), tc.context).total_params)
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,6 @@ def cell_mfu(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) ->
     `gpu_model` at the cell's micro-batch, compiled where runtime.compile is on."""
     from leviathan.gpus import gpu_model
     from leviathan.train.config import workflow_runtime
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import scale_resources
 
     tc = cell_train_config(config, cell)
@@ -105,7 +103,7 @@ def cell_mfu(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) ->
     if not gpus or model is None:
         return CellMFU(mfu, "stated" if mfu else "", None, None)
     eager, compiled = _roofline_mfu(
-        cell_model_config(tc), tc.micro_batch, tc.global_batch // gpus, model.name
+        tc.model_config(), tc.micro_batch, tc.global_batch // gpus, model.name
     )
     compile_on = workflow_runtime(config.get("runtime")).compile
     if mfu is not None:
@@ -127,11 +125,10 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -
     from leviathan.device import peak_flops
     from leviathan.model.accounting import account
     from leviathan.train.config import workflow_runtime
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import scale_resources
 
     tc = cell_train_config(config, cell)
-    acc = account(cell_model_config(tc), tc.context)
+    acc = account(tc.model_config(), tc.context)
     tokens = tc.max_steps * tc.tokens_per_step
     flops = float(acc.train_flops) * tokens
     res = scale_resources(config, cell.scale)  # the training job's, as the config asks for them
@@ -306,11 +303,10 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) 
     EVAL_MFU_SHARE of the training MFU (`mfu` where stated, else the cell's roofline's)."""
     from leviathan.device import peak_flops
     from leviathan.model.accounting import account
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import eval_resources
 
     tc = cell_train_config(config, cell)
-    acc = account(cell_model_config(tc), tc.context)
+    acc = account(tc.model_config(), tc.context)
     per_token = acc.forward_flops - acc.input_flops
     res = eval_resources(config, cell.scale)
     model = res["gpu_model"] if res["gpu"] else None
