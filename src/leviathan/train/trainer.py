@@ -67,15 +67,8 @@ from leviathan.train.distributed import (
     shutdown,
     wrap_model,
 )
-from leviathan.train.errors import (
-    ConfigMismatch,
-    NonFiniteLoss,
-    OutOfMemory,
-    check_grad_norm,
-    check_loss,
-    out_of_memory,
-)
-from leviathan.train.preemption import Preempted, PreemptionWatch
+from leviathan.train.errors import OutOfMemory, check_grad_norm, check_loss, out_of_memory
+from leviathan.train.preemption import PreemptionWatch
 from leviathan.train.schedule import keep_steps, lr_at
 from leviathan.train.telemetry import (
     MetricsLog,
@@ -84,21 +77,10 @@ from leviathan.train.telemetry import (
     log_due,
     rewind_metrics,
 )
-from leviathan.train.validation import Validator, evaluate_val_loss
+from leviathan.train.validation import Validator
 from leviathan.vocab import check_covers
 
-__all__ = [
-    "ConfigMismatch",
-    "NonFiniteLoss",
-    "OutOfMemory",
-    "Preempted",
-    "TrainResult",
-    "Trainer",
-    "build_cell_model",
-    "evaluate_val_loss",
-    "set_deterministic",
-    "train",
-]
+__all__ = ["TrainResult", "Trainer", "build_cell_model", "train"]
 
 
 @dataclass(frozen=True)
