@@ -64,7 +64,7 @@ from typing import Any
 import torch
 import yaml
 
-from leviathan.device import set_deterministic
+from leviathan.device import device_name, mfu, peak_flops, set_deterministic
 from leviathan.eval.checkpoint import EvalModel
 from leviathan.gpus import GIB
 from leviathan.model import VARIANTS, LanguageModel, build_model, model_config
@@ -72,7 +72,6 @@ from leviathan.model.accounting import account_model
 from leviathan.model.lev import LEV
 from leviathan.model.roofline import roofline
 from leviathan.train.regions import compile_regions, compile_seconds
-from leviathan.train.telemetry import device_name, mfu, peak_flops
 from leviathan.workflow.memory import train_memory
 
 JSON_NAME = "gpu_check.json"

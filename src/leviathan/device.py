@@ -1,4 +1,5 @@
-"""Device selection shared by training and evaluation, and the chunk sizes each device gets.
+"""Device selection shared by training and evaluation, the device's name and dense bf16 peak
+(MFU's denominator), and the chunk sizes each device gets.
 
 Chunk sizes follow the device (docs/gpu.md, "Shapes for a GPU"). On a CPU they come from the
 cache (LEV's `LEVConfig.chunk_elems`, the loss's `DEFAULT_CHUNK_ELEMS`: fixed sizes, so CPU
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+
+from leviathan.gpus import gpu_model
 
 GPU_CHUNK_FRACTION = 1 / 64  # of the device's memory, per fp32 chunk buffer (H200: 2.2 GB)
 REFERENCE_GPU_BYTES = 80 * 2**30  # an H100's memory: the GPU rule where no GPU is present
@@ -42,6 +45,27 @@ def set_deterministic() -> None:
     set before its first use."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def peak_flops(name: str) -> float | None:
+    """The device's dense bf16 peak (`leviathan.gpus`), or None where we do not know it."""
+    model = gpu_model(name)
+    return model.bf16_flops if model else None
+
+
+def mfu(
+    tokens_per_s: float, flops_per_token: int, peak: float | None, n_devices: int
+) -> float | str:
+    """Model FLOPs utilisation, or "unknown" when the device's peak is not known."""
+    if peak is None:
+        return "unknown"
+    return tokens_per_s * flops_per_token / (peak * n_devices)
 
 
 @contextmanager

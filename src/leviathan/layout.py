@@ -76,6 +76,12 @@ def config_results_key(config: Mapping[str, Any]) -> str:
     return results_key(config["corpus"]["name"], config.get("study_name"))
 
 
+# ---------------------------------------------------------------- the checkout
+def repo_root() -> Path:
+    """The checkout this package runs from (src/leviathan/ -> repository root)."""
+    return Path(__file__).resolve().parents[2]
+
+
 # ---------------------------------------------------------------- configuration
 DEFAULT_CONFIG = "config/config.yaml"
 CONFIG_SCHEMA = "workflow/schemas/config.schema.yaml"

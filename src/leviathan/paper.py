@@ -13,14 +13,9 @@ from typing import Any
 
 import yaml
 
-from leviathan.layout import PAPER_REPORTED
+from leviathan.layout import PAPER_REPORTED, repo_root
 
 ENV_VAR = "LEVIATHAN_PAPER_REPORTED"
-
-
-def repo_root() -> Path:
-    """The checkout this package runs from (src/leviathan/ -> repository root)."""
-    return Path(__file__).resolve().parents[2]
 
 
 def reported_path() -> Path:

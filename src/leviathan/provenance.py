@@ -43,8 +43,7 @@ from typing import Any
 import leviathan
 from leviathan import __version__
 from leviathan.io import atomic_path
-from leviathan.layout import provenance_diff
-from leviathan.paper import repo_root
+from leviathan.layout import provenance_diff, repo_root
 
 # Distributions whose versions every record lists (None where one is not installed).
 PACKAGES = (

@@ -117,7 +117,7 @@ def test_unknown_dtype_names_the_valid_ones() -> None:
 def test_workflow_schema_offers_exactly_the_export_dtypes() -> None:
     import yaml
 
-    from leviathan.paper import repo_root
+    from leviathan.layout import repo_root
 
     schema = yaml.safe_load(
         (repo_root() / "workflow" / "schemas" / "config.schema.yaml").read_text()

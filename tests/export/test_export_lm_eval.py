@@ -19,7 +19,7 @@ import pytest
 from leviathan.cli import main
 from leviathan.eval.config import PAPER_TASKS
 from leviathan.eval.lm_eval_tasks import write_local_tasks
-from leviathan.paper import repo_root
+from leviathan.layout import repo_root
 from leviathan.workflow.actions import eval_config
 from leviathan.workflow.config import resolve
 

@@ -13,7 +13,8 @@ import pytest
 from leviathan.eval.checkpoint import open_checkpoint
 from leviathan.eval.errors import EvalInputError
 from leviathan.train.config import RuntimeConfig, train_config
-from leviathan.train.trainer import ConfigMismatch, train
+from leviathan.train.errors import ConfigMismatch
+from leviathan.train.trainer import train
 
 QUIET = RuntimeConfig(progress=False, val_every=2, val_windows=2, ckpt_every=1, keep_last=1)
 LEARNED = {"lev": {"knot_scale": "learned", "basis": "normalised"}}

@@ -2,9 +2,9 @@ import math
 
 import pytest
 
+from leviathan.device import mfu, peak_flops
 from leviathan.train.config import TrainConfig, train_config
 from leviathan.train.schedule import lr_at
-from leviathan.train.telemetry import mfu, peak_flops
 
 
 def test_warmup_then_cosine_to_ten_percent() -> None:

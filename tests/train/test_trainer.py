@@ -17,8 +17,9 @@ from safetensors.torch import load_file
 
 from leviathan.data.loader import DataMismatchError
 from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.errors import ConfigMismatch, NonFiniteLoss
 from leviathan.train.telemetry import read_metrics
-from leviathan.train.trainer import ConfigMismatch, NonFiniteLoss, train
+from leviathan.train.trainer import train
 
 STEPS = 12
 QUIET = RuntimeConfig(progress=False, val_every=4, val_windows=4, ckpt_every=4, keep_last=2)

@@ -12,7 +12,6 @@ import pytest
 import torch
 from workflow_helpers import ROOT
 
-from leviathan.train.trainer import cell_model_config
 from leviathan.workflow.actions import eval_device
 from leviathan.workflow.cluster import eval_resources
 from leviathan.workflow.config import resolve
@@ -71,7 +70,7 @@ def test_evaluation_plan_re_derived(paper: dict[str, Any]) -> None:
     cell = Cell("1.2b", "o200k_base", "leviathan", 0, "pile")
     evals = {e.kind: e for e in plan_evals(paper, cell)}
     tc = cell_train_config(paper, cell)
-    cfg = cell_model_config(tc)
+    cfg = tc.model_config()
     D, L, T, V, F = cfg.d_model, cfg.n_layers, tc.context, cfg.vocab_size, cfg.ffn_hidden
     per_token = 2 * L * (4 * D * D + 3 * D * F) + 4 * T * D * L + 2 * V * D
     assert evals["val"].tokens == 65_536 * 512

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from leviathan.gpus import GIB
-from leviathan.train.trainer import cell_model_config
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell
 from leviathan.workflow.memory import FRAGMENTATION, cell_memory, train_memory
@@ -43,9 +42,7 @@ def test_the_plan_prints_each_jobs_memory_beside_its_gpus() -> None:
     assert "DDP's gradient buckets" in text
     assert train.fits
     # 8 GPUs: DDP's buckets hold an fp32 copy of every gradient (4 bytes per parameter)
-    cfg = cell_model_config(
-        cell_train_config(config, Cell("1.2b", "o200k_base", "tied", 0, "pile"))
-    )
+    cfg = cell_train_config(config, Cell("1.2b", "o200k_base", "tied", 0, "pile")).model_config()
     one_gpu = train_memory(cfg, 16, 1, "h100")
     assert train.ddp_buckets == 4 * sum(p.numel() for p in _meta(cfg).parameters())
     assert one_gpu.ddp_buckets == 0
@@ -69,9 +66,7 @@ def test_a_micro_batch_that_does_not_fit_is_refused_naming_the_largest_that_does
     assert "\n" not in message
     assert message.startswith("train.200m.micro_batch=64 needs ")
     largest = int(re.search(r"set train\.200m\.micro_batch: (\d+)", message).group(1))  # type: ignore[union-attr]
-    cfg = cell_model_config(
-        cell_train_config(config, Cell("200m", "o200k_base", "tied", 0, "pile"))
-    )
+    cfg = cell_train_config(config, Cell("200m", "o200k_base", "tied", 0, "pile")).model_config()
     assert train_memory(cfg, largest, 1, "a10g").fits
     assert not train_memory(cfg, 2 * largest, 1, "a10g").fits  # the next divisor of 512 does not
     fixed = copy.deepcopy(config)

@@ -21,7 +21,6 @@ from leviathan.model import build_model
 from leviathan.model.config import model_config
 from leviathan.scales import get_scale
 from leviathan.train.config import train_config
-from leviathan.train.trainer import cell_model_config
 from leviathan.workflow.config import check_config
 from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.launch import cell_args
@@ -69,13 +68,13 @@ def test_named_variant_is_its_base_with_the_model_deep_merged() -> None:
     config = sweep()
     tc = cell_train_config(config, cell("lev_h4"))
     assert (tc.variant, tc.variant_name) == ("leviathan", "lev_h4")
-    got = cell_model_config(tc)
+    got = tc.model_config()
     # the same model written out by hand: the base's config with only lev.n_heads changed
     fields = get_scale("micro").model_fields()
     lev = {**fields["lev"], "n_heads": 4}
     assert got == model_config("micro", "gpt2", "leviathan", overrides={"lev": lev})
     assert got.lev.n_heads == 4 and got.lev.d_seed == get_scale("micro").lev["d_seed"]
-    base = cell_model_config(cell_train_config(config, cell("leviathan")))
+    base = cell_train_config(config, cell("leviathan")).model_config()
     assert base.lev.n_heads != 4 and base.with_(lev=got.lev) == got
     # the model it builds has 4 heads' worth of LEV projections, fewer than the base's
     n = {

@@ -131,7 +131,6 @@ def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
     """The roofline (`leviathan.model.roofline`) of each scale/vocab/variant of the studies,
     with the optimizer step spread over one GPU's micro-batches."""
     from leviathan.model.roofline import render
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import scale_resources
     from leviathan.workflow.grid import config_cells
     from leviathan.workflow.plan import cell_train_config
@@ -143,7 +142,7 @@ def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
             tc = cell_train_config(config, cell)
             res = scale_resources(config, cell.scale)
             per_rank = tc.global_batch // max(1, int(res["gpus"]) * int(res["nodes"]))
-            rows[label] = (label, cell_model_config(tc), tc.micro_batch, per_rank)
+            rows[label] = (label, tc.model_config(), tc.micro_batch, per_rank)
     return render(list(rows.values()))
 
 

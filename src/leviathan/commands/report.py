@@ -65,7 +65,7 @@ def run_paper_check(args: argparse.Namespace) -> int:
 
 
 def run_tables(args: argparse.Namespace) -> int:
-    from leviathan.paper import repo_root
+    from leviathan.layout import repo_root
     from leviathan.report.build import write_report
     from leviathan.workflow.actions import sample_efficiency_groups
     from leviathan.workflow.config import resolve

@@ -87,8 +87,9 @@ def _resume_hint(run_dir: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leviathan.train.errors import OUT_OF_MEMORY_EXIT
-    from leviathan.train.trainer import NonFiniteLoss, OutOfMemory, Preempted, train
+    from leviathan.train.errors import OUT_OF_MEMORY_EXIT, NonFiniteLoss, OutOfMemory
+    from leviathan.train.preemption import Preempted
+    from leviathan.train.trainer import train
 
     # the trainer's WARNINGs (a damaged checkpoint or a torn metrics line set aside), one line
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")

@@ -51,8 +51,7 @@ class SmokePolicy:
         """The schema's defaults (workflow/schemas/config.schema.yaml)."""
         import yaml
 
-        from leviathan.layout import CONFIG_SCHEMA
-        from leviathan.paper import repo_root
+        from leviathan.layout import CONFIG_SCHEMA, repo_root
 
         schema = yaml.safe_load((repo_root() / CONFIG_SCHEMA).read_text())
         props = schema["properties"]["report"]["properties"]["smoke_test"]["properties"]

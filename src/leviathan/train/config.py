@@ -18,12 +18,15 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leviathan.provenance import config_sha256
 from leviathan.scales import get_scale
 from leviathan.train.schedule import keep_steps
 from leviathan.values import coerce
+
+if TYPE_CHECKING:
+    from leviathan.model import ModelConfig
 
 # Fields recorded with a run but left out of its fingerprint: how the step is computed, not
 # what it computes (micro_batch: the same optimizer step, split into more or fewer
@@ -77,6 +80,16 @@ class TrainConfig:
         if self.warmup_steps is not None:
             return self.warmup_steps
         return max(min(100, self.max_steps // 10), self.max_steps // 100)
+
+    def model_config(self) -> ModelConfig:
+        """The model a training config trains (its scale preset, the context, its overrides)."""
+        # lazy: the model package imports torch, and the workflow reads this module at parse time
+        from leviathan.model import model_config
+
+        overrides = {"max_seq_len": self.context, **self.model_overrides}
+        return model_config(
+            self.scale, self.vocab, self.variant, vocab_size=self.vocab_size, overrides=overrides
+        )
 
     def validate(self, world_size: int = 1) -> TrainConfig:
         for name in ("context", "global_batch", "micro_batch", "total_tokens"):

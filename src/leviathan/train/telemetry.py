@@ -1,7 +1,7 @@
-"""Training telemetry: device peak FLOP/s for MFU, JSONL metrics, optional TensorBoard and
-DVCLive views, the progress bar, the readable progress line (`ProgressLine`: in a workflow
-job's log, `tail -f logs/train/<cell>.log`), and the rewind of a run's metrics to its
-checkpoint.
+"""Training telemetry: MFU against the device's peak (`leviathan.device`), JSONL metrics,
+optional TensorBoard and DVCLive views, the progress bar, the readable progress line
+(`ProgressLine`: in a workflow job's log, `tail -f logs/train/<cell>.log`), and the rewind of a
+run's metrics to its checkpoint.
 
 The metrics log is written one whole record per `write` call, appended and flushed at once
 (no buffer to lose); a write that fails (a full disk) is cut back to the last whole record
@@ -22,34 +22,13 @@ from typing import Any
 
 import torch
 
-from leviathan.gpus import gpu_model
+from leviathan.device import device_name, mfu, peak_flops
 from leviathan.io import NO_SPACE, disk_full, free_name
 from leviathan.provenance import code_version
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import DistInfo
 
 log = logging.getLogger("leviathan.train")
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return "cpu"
-
-
-def peak_flops(name: str) -> float | None:
-    """The device's dense bf16 peak (`leviathan.gpus`), or None where we do not know it."""
-    model = gpu_model(name)
-    return model.bf16_flops if model else None
-
-
-def mfu(
-    tokens_per_s: float, flops_per_token: int, peak: float | None, n_devices: int
-) -> float | str:
-    """Model FLOPs utilisation, or "unknown" when the device's peak is not known."""
-    if peak is None:
-        return "unknown"
-    return tokens_per_s * flops_per_token / (peak * n_devices)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from leviathan.device import set_deterministic
 from leviathan.io import write_json
 from leviathan.lock import hold_lock
 from leviathan.manifest import input_record, recorded_sha256
-from leviathan.model import LanguageModel, ModelConfig, build_model, model_config
+from leviathan.model import LanguageModel, build_model
 from leviathan.model.accounting import account_model
 from leviathan.model.lev_health import model_health
 from leviathan.provenance import utc_now
@@ -67,15 +67,8 @@ from leviathan.train.distributed import (
     shutdown,
     wrap_model,
 )
-from leviathan.train.errors import (
-    ConfigMismatch,
-    NonFiniteLoss,
-    OutOfMemory,
-    check_grad_norm,
-    check_loss,
-    out_of_memory,
-)
-from leviathan.train.preemption import Preempted, PreemptionWatch
+from leviathan.train.errors import OutOfMemory, check_grad_norm, check_loss, out_of_memory
+from leviathan.train.preemption import PreemptionWatch
 from leviathan.train.schedule import keep_steps, lr_at
 from leviathan.train.telemetry import (
     MetricsLog,
@@ -84,22 +77,10 @@ from leviathan.train.telemetry import (
     log_due,
     rewind_metrics,
 )
-from leviathan.train.validation import Validator, evaluate_val_loss
+from leviathan.train.validation import Validator
 from leviathan.vocab import check_covers
 
-__all__ = [
-    "ConfigMismatch",
-    "NonFiniteLoss",
-    "OutOfMemory",
-    "Preempted",
-    "TrainResult",
-    "Trainer",
-    "build_cell_model",
-    "cell_model_config",
-    "evaluate_val_loss",
-    "set_deterministic",
-    "train",
-]
+__all__ = ["TrainResult", "Trainer", "build_cell_model", "train"]
 
 
 @dataclass(frozen=True)
@@ -112,16 +93,8 @@ class TrainResult:
     final_val_loss: float | None
 
 
-def cell_model_config(cfg: TrainConfig) -> ModelConfig:
-    """The model a training config trains (its scale preset, the context, its overrides)."""
-    overrides = {"max_seq_len": cfg.context, **cfg.model_overrides}
-    return model_config(
-        cfg.scale, cfg.vocab, cfg.variant, vocab_size=cfg.vocab_size, overrides=overrides
-    )
-
-
 def build_cell_model(cfg: TrainConfig) -> LanguageModel:
-    mcfg = cell_model_config(cfg)
+    mcfg = cfg.model_config()
     ckpt.seed_rngs(cfg.seed)
     return build_model(mcfg)
 

@@ -113,7 +113,6 @@ def check_config(config: dict[str, Any]) -> None:
 def _check_cells(config: Mapping[str, Any], study_cells: Sequence[Any]) -> None:
     """Each cell's training config and the model it trains (a named variant's merged model
     config among them: e.g. lev.n_heads that does not divide D)."""
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import resources
     from leviathan.workflow.plan import cell_train_config
 
@@ -121,7 +120,7 @@ def _check_cells(config: Mapping[str, Any], study_cells: Sequence[Any]) -> None:
         try:
             tc = cell_train_config(config, cell)
             tc.validate(max(1, int(resources(config, cell.scale)["gpu"])))
-            cell_model_config(tc)
+            tc.model_config()
         except ValueError as exc:
             raise ValueError(f"config, cell {cell.key}: {exc}") from None
 

@@ -185,12 +185,11 @@ def eval_batch(config: Any) -> int:
 
 def cell_memory(config: Any, cell: Any) -> tuple[JobMemory | None, JobMemory | None]:
     """(the training job's, the evaluation job's) peak per GPU; None for a CPU job."""
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import eval_resources, scale_resources
     from leviathan.workflow.plan import cell_train_config
 
     tc = cell_train_config(config, cell)
-    cfg = cell_model_config(tc)
+    cfg = tc.model_config()
     res, eres = scale_resources(config, cell.scale), eval_resources(config, cell.scale)
     gpus = int(res["gpus"]) * int(res["nodes"])
     train = (
@@ -204,7 +203,6 @@ def check_fits(config: Any, cell: Any, train: JobMemory | None) -> None:
     """Refuse (ValueError, one line) a training micro-batch that does not fit its GPU."""
     if train is None or train.fits is not False:
         return
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import scale_resources
     from leviathan.workflow.plan import cell_train_config
 
@@ -212,7 +210,7 @@ def check_fits(config: Any, cell: Any, train: JobMemory | None) -> None:
     res = scale_resources(config, cell.scale)
     gpus = int(res["gpus"]) * int(res["nodes"])
     largest = largest_fitting(
-        cell_model_config(tc),
+        tc.model_config(),
         tc.global_batch // gpus,
         tc.micro_batch,
         gpus,

@@ -75,10 +75,9 @@ def checkpoint_bytes(total_params: int) -> int:
 
 def cell_checkpoint_bytes(config: Mapping[str, Any], cell: Cell) -> int:
     from leviathan.model.accounting import account
-    from leviathan.train.trainer import cell_model_config
 
     tc = cell_train_config(config, cell)
-    return checkpoint_bytes(account(cell_model_config(tc), tc.context).total_params)
+    return checkpoint_bytes(account(tc.model_config(), tc.context).total_params)
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,6 @@ def cell_mfu(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) ->
     `gpu_model` at the cell's micro-batch, compiled where runtime.compile is on."""
     from leviathan.gpus import gpu_model
     from leviathan.train.config import workflow_runtime
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import scale_resources
 
     tc = cell_train_config(config, cell)
@@ -105,7 +103,7 @@ def cell_mfu(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) ->
     if not gpus or model is None:
         return CellMFU(mfu, "stated" if mfu else "", None, None)
     eager, compiled = _roofline_mfu(
-        cell_model_config(tc), tc.micro_batch, tc.global_batch // gpus, model.name
+        tc.model_config(), tc.micro_batch, tc.global_batch // gpus, model.name
     )
     compile_on = workflow_runtime(config.get("runtime")).compile
     if mfu is not None:
@@ -124,14 +122,13 @@ def _roofline_mfu(cfg: Any, micro: int, per_rank: int, gpu: str) -> tuple[float,
 
 def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -> CellPlan:
     """A cell's plan; GPU-hours at `mfu` where stated, else at the roofline's (`cell_mfu`)."""
+    from leviathan.device import peak_flops
     from leviathan.model.accounting import account
     from leviathan.train.config import workflow_runtime
-    from leviathan.train.telemetry import peak_flops
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import scale_resources
 
     tc = cell_train_config(config, cell)
-    acc = account(cell_model_config(tc), tc.context)
+    acc = account(tc.model_config(), tc.context)
     tokens = tc.max_steps * tc.tokens_per_step
     flops = float(acc.train_flops) * tokens
     res = scale_resources(config, cell.scale)  # the training job's, as the config asks for them
@@ -304,13 +301,12 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) 
     """The cell's evaluation jobs: forward FLOPs per token (the code's counter, the input
     table materialised: no per-token input cost) x tokens, on one GPU of the job's model, at
     EVAL_MFU_SHARE of the training MFU (`mfu` where stated, else the cell's roofline's)."""
+    from leviathan.device import peak_flops
     from leviathan.model.accounting import account
-    from leviathan.train.telemetry import peak_flops
-    from leviathan.train.trainer import cell_model_config
     from leviathan.workflow.cluster import eval_resources
 
     tc = cell_train_config(config, cell)
-    acc = account(cell_model_config(tc), tc.context)
+    acc = account(tc.model_config(), tc.context)
     per_token = acc.forward_flops - acc.input_flops
     res = eval_resources(config, cell.scale)
     model = res["gpu_model"] if res["gpu"] else None
@@ -449,10 +445,8 @@ def dvc_cache_copies(dvc_config: Path | None = None) -> bool:
     the filesystem has no reflinks) or names `copy`. Links (hardlink, symlink) never copy."""
     import configparser
 
-    from leviathan.paper import repo_root
-
     parser = configparser.ConfigParser()
-    parser.read(dvc_config or repo_root() / ".dvc" / "config")
+    parser.read(dvc_config or layout.repo_root() / ".dvc" / "config")
     kinds = parser.get("cache", "type", fallback="reflink,copy").strip('"').split(",")
     return "copy" in {k.strip() for k in kinds}
 
@@ -561,9 +555,7 @@ def profile_retries(profile: Path | None = None) -> int:
     checkout); 0 where it has none."""
     import yaml
 
-    from leviathan.paper import repo_root
-
-    path = profile or repo_root() / SLURM_PROFILE
+    path = profile or layout.repo_root() / SLURM_PROFILE
     if not path.is_file():
         return 0
     return int((yaml.safe_load(path.read_text()) or {}).get("retries") or 0)

@@ -278,7 +278,7 @@ def preflight(
     python: str = "python",
 ) -> list[Check]:
     """Every check, in order; the compute-node probe only once account and partition pass."""
-    from leviathan.paper import repo_root
+    from leviathan.layout import repo_root
     from leviathan.workflow.plan import study_disk
 
     resources = profile_resources(profile)
