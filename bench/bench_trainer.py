@@ -25,7 +25,7 @@ import torch
 
 from leviathan.data.loader import TrainLoader
 from leviathan.train.config import RuntimeConfig, train_config
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import build_cell_model, train
 
 WARMUP = 3

@@ -220,7 +220,7 @@ def step_run_start(train: str) -> dict[str, Any]:
 
 def step_train(train: str, val: str, run_dir: str) -> dict[str, Any]:
     from leviathan.train.config import RuntimeConfig, train_config
-    from leviathan.train.telemetry import read_metrics
+    from leviathan.train.metrics_log import read_metrics
     from leviathan.train.trainer import train as run_train
 
     cfg = train_config(

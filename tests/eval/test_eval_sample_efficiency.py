@@ -8,7 +8,7 @@ import pytest
 
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.sample_efficiency import read_curve, sample_efficiency
-from leviathan.train.telemetry import MetricsLog, read_metrics
+from leviathan.train.metrics_log import MetricsLog, read_metrics
 
 
 def write_run(

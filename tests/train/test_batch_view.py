@@ -20,7 +20,7 @@ import pytest
 
 from leviathan.cli import main
 from leviathan.train.config import RuntimeConfig, train_config
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import train
 
 STEPS = 6

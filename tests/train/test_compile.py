@@ -14,7 +14,7 @@ from leviathan.layout import step_dir
 from leviathan.model import build_model, model_config
 from leviathan.model.variants import VARIANTS
 from leviathan.train.config import RuntimeConfig, train_config
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import train
 
 GENERATED = {"flat_mlp", "factored_mlp", "leviathan"}  # unique + gather: one documented break

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from leviathan.train.integrity import verify_checkpoint
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 
 STEPS = 6
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -92,7 +92,7 @@ def test_metrics_log_records_lev_health_at_init_and_each_validation(
 ) -> None:
     from dataclasses import replace
 
-    from leviathan.train.telemetry import read_metrics
+    from leviathan.train.metrics_log import read_metrics
 
     run_dir = tmp_path / "run"
     train(

@@ -25,7 +25,7 @@ from leviathan.io import read_json
 from leviathan.model import LanguageModel
 from leviathan.train.config import RuntimeConfig, train_config
 from leviathan.train.errors import OUT_OF_MEMORY_EXIT, smaller_micro_batch
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import train
 
 STEPS = 12

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_trainer import assert_bitwise_equal, cli, reference_run, wait_for_training, weights
 
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 
 __all__ = ["reference_run"]  # the uninterrupted run, a fixture of this module too
 

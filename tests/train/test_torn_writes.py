@@ -20,7 +20,7 @@ from test_trainer import cli
 from leviathan.io import DiskFull
 from leviathan.train import checkpoint as ckpt
 from leviathan.train.integrity import verify_checkpoint
-from leviathan.train.telemetry import MetricsLog, read_metrics, rewind_metrics
+from leviathan.train.metrics_log import MetricsLog, read_metrics, rewind_metrics
 
 
 @pytest.fixture

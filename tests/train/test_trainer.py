@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from leviathan.data.loader import DataMismatchError
 from leviathan.train.config import RuntimeConfig, train_config
 from leviathan.train.errors import ConfigMismatch, NonFiniteLoss
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import train
 
 STEPS = 12
@@ -334,7 +334,7 @@ def test_shortened_cell_restarts_with_its_own_curve(
 
 
 def test_rewind_metrics_keeps_the_records_up_to_the_checkpoint(tmp_path: Path) -> None:
-    from leviathan.train.telemetry import MetricsLog, rewind_metrics
+    from leviathan.train.metrics_log import MetricsLog, rewind_metrics
 
     path = tmp_path / "metrics.jsonl"
     log = MetricsLog(path)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 
 STEPS = 8
 BLOCK = 32768  # the .wandb file's block size (LevelDB's log format, which W&B writes)

@@ -80,7 +80,7 @@ def test_a_committed_checkpoint_is_not_duplicated_on_disk(tmp_path: Path) -> Non
         assert int(du.stdout.split()[0]) * 1024 < 1.5 * size
 
     # a rerun of the cell rewrites its metrics log: a new file, the cached one is untouched
-    from leviathan.train.telemetry import rewind_metrics
+    from leviathan.train.metrics_log import rewind_metrics
 
     metrics = repo / "results/runs/cell/metrics.jsonl"
     before = metrics.read_bytes()

@@ -158,7 +158,7 @@ def test_a_retry_of_a_micro_batch_that_ran_out_of_memory_stops_at_once(tmp_path:
 def test_a_training_jobs_log_shows_a_progress_line_every_n_steps(
     tmp_path: Path, gpt2_shards: Path
 ) -> None:
-    from leviathan.train.telemetry import read_metrics
+    from leviathan.train.metrics_log import read_metrics
 
     cell = Cell("micro", "gpt2", "tied", 0, "embedded")
     config = {

@@ -13,7 +13,7 @@ import pytest
 
 from leviathan import layout
 from leviathan.train.config import RuntimeConfig
-from leviathan.train.telemetry import read_metrics, rewind_metrics
+from leviathan.train.metrics_log import read_metrics, rewind_metrics
 from leviathan.train.trainer import train
 from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.plan import cell_train_config

@@ -29,7 +29,7 @@ from leviathan.eval.results import envelope
 from leviathan.io import read_json, sha256_file
 from leviathan.layout import METRICS, STATE, WEIGHTS, final_dir, metrics_file
 from leviathan.provenance import utc_now
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 
 
 @dataclass(frozen=True)

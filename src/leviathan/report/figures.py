@@ -42,7 +42,7 @@ from leviathan.layout import figure_files, run_dir, sample_efficiency_group  # n
 from leviathan.manifest import input_record, write_manifest  # noqa: E402
 from leviathan.paper import Paper  # noqa: E402
 from leviathan.report.basis import SMOKE, SmokePolicy, caption  # noqa: E402
-from leviathan.train.telemetry import read_metrics  # noqa: E402
+from leviathan.train.metrics_log import read_metrics  # noqa: E402
 from leviathan.workflow.grid import Cell  # noqa: E402
 
 # recon and lev_health: drawn by leviathan.report.lev_figures; along: report.along_figure

@@ -27,7 +27,7 @@ from leviathan.eval.sample_efficiency import metrics_path
 from leviathan.layout import run_dir
 from leviathan.report import figures as figs  # its helpers, looked up when drawing
 from leviathan.report.basis import SmokePolicy, caption
-from leviathan.train.telemetry import read_metrics
+from leviathan.train.metrics_log import read_metrics
 from leviathan.workflow.grid import Cell
 
 CI = "_ci95"

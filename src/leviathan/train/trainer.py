@@ -68,15 +68,10 @@ from leviathan.train.distributed import (
     wrap_model,
 )
 from leviathan.train.errors import OutOfMemory, check_grad_norm, check_loss, out_of_memory
+from leviathan.train.metrics_log import MetricsLog, rewind_metrics
 from leviathan.train.preemption import PreemptionWatch
 from leviathan.train.schedule import keep_steps, lr_at
-from leviathan.train.telemetry import (
-    MetricsLog,
-    StepRecord,
-    TrainTelemetry,
-    log_due,
-    rewind_metrics,
-)
+from leviathan.train.telemetry import StepRecord, TrainTelemetry, log_due
 from leviathan.train.validation import Validator
 from leviathan.vocab import check_covers
 

@@ -39,7 +39,7 @@ class CellStatus:
 
 def _progress(metrics: Path) -> tuple[int, float | None, float | None]:
     """(step, last loss, seconds per step since the last start) from a metrics log."""
-    from leviathan.train.telemetry import read_metrics
+    from leviathan.train.metrics_log import read_metrics
 
     if not metrics.is_file():
         return 0, None, None
