@@ -89,7 +89,7 @@ def test_the_micro_batches_are_the_plans(monkeypatch: pytest.MonkeyPatch) -> Non
     the plan resolves it (Snakemake's config loading and the training config)."""
     from leviathan.workflow.config import resolve
     from leviathan.workflow.grid import config_cells
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     mod = _script()
     root = SCRIPT.parents[1]

@@ -22,7 +22,7 @@ def _study_step(scale: str, variant: str) -> tuple[StepTrace, int]:
     """One counted micro-batch step at the micro-batch config/paper.yaml gives the scale."""
     from leviathan.workflow.config import resolve
     from leviathan.workflow.grid import Cell
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     config = resolve([ROOT / "config" / "paper.yaml"], root=ROOT)
     micro = cell_train_config(config, Cell(scale, "o200k_base", variant, 0, "pile")).micro_batch

@@ -16,7 +16,7 @@ from workflow_helpers import ROOT, snakemake, workflow_copy
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell
 from leviathan.workflow.launch import cell_args
-from leviathan.workflow.plan import cell_train_config
+from leviathan.workflow.resolve import cell_train_config
 
 STUDY = {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"]}}
 CELL = "micro/gpt2/leviathan/seed0"

@@ -21,12 +21,12 @@ from leviathan.workflow.plan import (
     LM_EVAL_TASK_SIZES,
     WIKITEXT_TOKENS,
     cell_mfu,
-    cell_train_config,
     plan_cell,
     plan_evals,
     render_plan,
     study_disk,
 )
+from leviathan.workflow.resolve import cell_train_config
 
 PAPER = ROOT / "config" / "paper.yaml"
 

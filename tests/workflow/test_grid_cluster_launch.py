@@ -101,7 +101,7 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
 
 
 def test_cell_overrides_apply_after_scale_overrides() -> None:
-    from leviathan.workflow.launch import train_overrides
+    from leviathan.workflow.resolve import train_overrides
 
     cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
     config = {
@@ -192,7 +192,7 @@ def test_micro_batch_stays_out_of_the_train_rules_params() -> None:
     change of train.<scale>.micro_batch leaves both as they were, and reaches the job's
     command (`memory_args`) with the same training fingerprint."""
     from leviathan.workflow.launch import cell_args, launcher_args, memory_args
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
     before = {"train": {"micro": {"lr": 1e-3, "micro_batch": 8}}}

@@ -14,7 +14,8 @@ from leviathan.gpus import GIB
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell
 from leviathan.workflow.memory import FRAGMENTATION, cell_memory, train_memory
-from leviathan.workflow.plan import cell_train_config, render_plan
+from leviathan.workflow.plan import render_plan
+from leviathan.workflow.resolve import cell_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from leviathan.train.config import RuntimeConfig
 from leviathan.train.metrics_log import read_metrics, rewind_metrics
 from leviathan.train.trainer import train
 from leviathan.workflow.grid import Cell, config_cells
-from leviathan.workflow.plan import cell_train_config
+from leviathan.workflow.resolve import cell_train_config
 from leviathan.workflow.status import cell_status, render_status
 
 VARIANTS = ["albert", "flat_mlp", "leviathan", "tied", "untied"]

@@ -24,14 +24,8 @@ from leviathan.train.config import train_config
 from leviathan.workflow.config import check_config
 from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.launch import cell_args
-from leviathan.workflow.plan import cell_train_config
-from leviathan.workflow.variants import (
-    cell_recipe,
-    deep_merge,
-    format_number,
-    recipe_differences,
-    recipe_text,
-)
+from leviathan.workflow.resolve import cell_recipe, cell_train_config
+from leviathan.workflow.variants import deep_merge, format_number, recipe_differences, recipe_text
 
 H4 = {"base": "leviathan", "model": {"lev": {"n_heads": 4}}}
 SWEEP = {

@@ -110,7 +110,8 @@ def cells_section(config: dict) -> str:  # type: ignore[type-arg]
     """Each configured scale/vocab/variant: the built-in variant its model is built from and
     its recipe's differences from the scale's default (leviathan.workflow.variants)."""
     from leviathan.workflow.grid import config_cells
-    from leviathan.workflow.variants import cell_recipe, cell_variant
+    from leviathan.workflow.resolve import cell_recipe
+    from leviathan.workflow.variants import cell_variant
 
     lines = [
         "cells: variant (the built-in its model is built from) and recipe (its differences "
@@ -133,7 +134,7 @@ def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
     from leviathan.model.roofline import render
     from leviathan.workflow.cluster import scale_resources
     from leviathan.workflow.grid import config_cells
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     rows = {}
     for cell in config_cells(config):
@@ -163,8 +164,9 @@ def cell_settings(config: dict, cell: Cell, mfu: float | None, memory: bool = Tr
     from leviathan.train.config import workflow_runtime
     from leviathan.workflow.cluster import resources
     from leviathan.workflow.launch import launch_env, train_command
-    from leviathan.workflow.plan import cell_train_config, plan_cell
-    from leviathan.workflow.variants import cell_recipe, cell_variant
+    from leviathan.workflow.plan import plan_cell
+    from leviathan.workflow.resolve import cell_recipe, cell_train_config
+    from leviathan.workflow.variants import cell_variant
 
     tc = cell_train_config(config, cell)
     plan = plan_cell(config, cell, mfu)

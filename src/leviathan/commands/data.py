@@ -291,7 +291,7 @@ def _source(args: argparse.Namespace) -> dict[str, Any]:
     from leviathan import layout
     from leviathan.workflow.config import resolve
     from leviathan.workflow.grid import Cell
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     config = resolve(args.configfile)
     scale, vocab, variant, seed = layout.parse_cell_key(args.cell)

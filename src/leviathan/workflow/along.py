@@ -34,7 +34,7 @@ def along_steps(config: Mapping[str, Any], cell: Cell) -> list[int]:
     """The kept steps of a cell (runtime.keep_at up to its max_steps), ascending."""
     from leviathan.train.config import workflow_runtime
     from leviathan.train.schedule import keep_steps
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     spec = workflow_runtime(config.get("runtime")).keep_at
     return keep_steps(spec, cell_train_config(config, cell).max_steps)
@@ -43,7 +43,7 @@ def along_steps(config: Mapping[str, Any], cell: Cell) -> list[int]:
 def along_points(config: Mapping[str, Any], cell: Cell) -> list[str]:
     """The evaluation outputs of a cell's curve along training, by step: one per kept step, and
     the final evaluation last where the schedule does not keep the final step."""
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     steps = along_steps(config, cell)
     points = [layout.along_output(cell, s) for s in steps]

@@ -5,13 +5,12 @@ from config.resources (training), config.eval_resources (evaluation) and config.
 from __future__ import annotations
 
 import ast
-import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from leviathan.values import split_assignment
-from leviathan.workflow.grid import Cell
+from leviathan.workflow.resolve import largest_checkpoint_bytes
 
 # A training job's resources where config.resources[<scale>] is silent (their one home).
 RESOURCE_DEFAULTS: dict[str, Any] = {
@@ -35,33 +34,11 @@ SLURM_KEYS = ("slurm_partition", "slurm_account", "constraint", "qos", "slurm_ex
 # The grace covers a periodic save still being written, the preemption save and the end of the
 # step in progress: two checkpoints at the write rate plus this margin.
 GRACE_MARGIN_S = 60
-LARGEST = ("o200k_base", "untied")  # the largest checkpoint of a scale outside any study
 
 
 def scale_resources(config: Mapping[str, Any], scale: str) -> dict[str, Any]:
     """config.resources[<scale>] over RESOURCE_DEFAULTS (the config's own terms)."""
     return {**RESOURCE_DEFAULTS, **((config.get("resources") or {}).get(scale) or {})}
-
-
-def _largest_checkpoint(config: Mapping[str, Any], scale: str) -> int:
-    """Bytes of the largest checkpoint of a cell of `scale` (the configured studies' cells, or
-    the scale's largest possible cell when no study has it)."""
-    import json
-
-    return _largest_checkpoint_cached(json.dumps(config, sort_keys=True, default=str), scale)
-
-
-@functools.lru_cache(maxsize=64)
-def _largest_checkpoint_cached(config_json: str, scale: str) -> int:
-    import json
-
-    from leviathan.workflow.grid import config_cells
-    from leviathan.workflow.plan import cell_checkpoint_bytes
-
-    config = json.loads(config_json)
-    studies = config.get("studies") or {}
-    mine = [c for c in config_cells(config) if c.scale == scale] if studies else []
-    return max(cell_checkpoint_bytes(config, c) for c in mine or [Cell(scale, *LARGEST, 0, "")])
 
 
 def preempt_grace_s(config: Mapping[str, Any], scale: str) -> int:
@@ -72,7 +49,7 @@ def preempt_grace_s(config: Mapping[str, Any], scale: str) -> int:
     mb_s = r["checkpoint_write_mb_s"]
     if mb_s is None or mb_s <= 0:
         raise ValueError(f"resources.{scale}.checkpoint_write_mb_s={mb_s!r}: must be > 0 (MB/s)")
-    size = _largest_checkpoint(config, scale)
+    size = largest_checkpoint_bytes(config, scale)
     needed = math.ceil(2 * size / (mb_s * 1e6)) + GRACE_MARGIN_S
     grace = r["signal_grace_s"]
     if grace is None:

@@ -114,7 +114,7 @@ def _check_cells(config: Mapping[str, Any], study_cells: Sequence[Any]) -> None:
     """Each cell's training config and the model it trains (a named variant's merged model
     config among them: e.g. lev.n_heads that does not divide D)."""
     from leviathan.workflow.cluster import resources
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     for cell in study_cells:
         try:

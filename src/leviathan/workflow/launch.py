@@ -15,14 +15,7 @@ from leviathan.train.config import NOT_IDENTITY
 from leviathan.values import format_assignment
 from leviathan.workflow.cluster import preempt_grace_s, scale_resources
 from leviathan.workflow.grid import Cell
-
-
-def train_overrides(config: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
-    """config.train[<scale>], the cell's named variant and tag, then config.train[<cell key>]
-    (one cell's own overrides): leviathan.workflow.variants.cell_overrides."""
-    from leviathan.workflow.variants import cell_overrides
-
-    return cell_overrides(config, cell.scale, cell.variant, cell.key)
+from leviathan.workflow.resolve import cell_train_config, train_overrides
 
 
 def launcher_args(config: Mapping[str, Any], scale: str) -> str:
@@ -133,7 +126,6 @@ def known_out_of_memory(config: Mapping[str, Any], cell: Cell, run_dir: str) -> 
     already ran out of memory: a retry of the same job (the profile's `retries`) fails in
     seconds with the same line instead of repeating the failure; None when it may run."""
     from leviathan.io import read_json
-    from leviathan.workflow.plan import cell_train_config
 
     record_file = layout.out_of_memory_file(run_dir)
     if not record_file.is_file():

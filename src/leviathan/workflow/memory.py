@@ -186,7 +186,7 @@ def eval_batch(config: Any) -> int:
 def cell_memory(config: Any, cell: Any) -> tuple[JobMemory | None, JobMemory | None]:
     """(the training job's, the evaluation job's) peak per GPU; None for a CPU job."""
     from leviathan.workflow.cluster import eval_resources, scale_resources
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     tc = cell_train_config(config, cell)
     cfg = tc.model_config()
@@ -204,7 +204,7 @@ def check_fits(config: Any, cell: Any, train: JobMemory | None) -> None:
     if train is None or train.fits is not False:
         return
     from leviathan.workflow.cluster import scale_resources
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     tc = cell_train_config(config, cell)
     res = scale_resources(config, cell.scale)

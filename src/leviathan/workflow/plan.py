@@ -27,10 +27,9 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.workflow.grid import Cell, config_cells
+from leviathan.workflow.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
 
 DEFAULT_MFU = 0.40  # the best mature stacks publish for ~1B models on H100s: `--mfu 0.4`
-OPTIMIZER_SLOTS = 2  # AdamW keeps exp_avg and exp_avg_sq: two fp32 tensors per parameter
-WEIGHT_BYTES = 4  # checkpoints hold fp32 weights (model.safetensors)
 
 
 @dataclass(frozen=True)
@@ -55,29 +54,6 @@ class CellPlan:
     def kept_bytes(self) -> int:
         """The kept checkpoints on disk: fp32 weights each (train/kept.py)."""
         return self.kept_checkpoints * self.params * WEIGHT_BYTES
-
-
-def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
-    from leviathan.train.config import train_config
-    from leviathan.workflow.launch import train_overrides
-    from leviathan.workflow.variants import cell_variant
-
-    base = cell_variant(config, cell.variant).base
-    return train_config(
-        cell.scale, cell.vocab, base, seed=cell.seed, **train_overrides(config, cell)
-    )
-
-
-def checkpoint_bytes(total_params: int) -> int:
-    """One checkpoint on disk: fp32 weights and AdamW's two fp32 moments per parameter."""
-    return total_params * WEIGHT_BYTES * (1 + OPTIMIZER_SLOTS)
-
-
-def cell_checkpoint_bytes(config: Mapping[str, Any], cell: Cell) -> int:
-    from leviathan.model.accounting import account
-
-    tc = cell_train_config(config, cell)
-    return checkpoint_bytes(account(tc.model_config(), tc.context).total_params)
 
 
 @dataclass(frozen=True)

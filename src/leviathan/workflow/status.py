@@ -86,7 +86,7 @@ def cell_status(
     config: Mapping[str, Any], cell: Cell, now: float | None = None, stale_s: float = STALE_S
 ) -> CellStatus:
     """The state of one cell of the configured studies."""
-    from leviathan.workflow.plan import cell_train_config
+    from leviathan.workflow.resolve import cell_train_config
 
     run = layout.run_dir(cell)
     now = time.time() if now is None else now

@@ -270,11 +270,3 @@ def scale_default(config_train: Mapping[str, Any], record: Mapping[str, Any]) ->
         seed=int(record.get("seed") or 0),
         **(config_train.get(scale) or {}),
     ).to_dict()
-
-
-def cell_recipe(config: Mapping[str, Any], cell: Any) -> str:
-    """The recipe text of a configured cell (what `leviathan config show` lists)."""
-    from leviathan.workflow.plan import cell_train_config
-
-    record = cell_train_config(config, cell).to_dict()
-    return recipe_text(recipe_differences(scale_default(config.get("train") or {}, record), record))
