@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from leviathan.paper import Paper
+from leviathan.report.paper import Paper
 from leviathan.report.paper_consistency import consistency_checks
 
 

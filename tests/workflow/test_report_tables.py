@@ -14,10 +14,10 @@ from leviathan import layout
 from leviathan.io import write_json
 from leviathan.model import model_config
 from leviathan.model.accounting import account, overhead
-from leviathan.paper import Paper, reported_path
 from leviathan.report.build import write_report
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import ReportInputs
+from leviathan.report.paper import Paper, reported_path
 from leviathan.report.registry import build_tables, table_names
 from leviathan.train.config import train_config
 from leviathan.workflow.grid import Cell

@@ -1,6 +1,6 @@
 # Report: the paper's tables (CSV, Markdown, LaTeX) and figures (PNG, PDF), each with a
 # manifest, from the evaluation outputs (leviathan.report). Captions: workflow/report/.
-from leviathan.paper import reported_path
+from leviathan.report.paper import reported_path
 
 
 REPORT_TARGETS = (

@@ -30,7 +30,7 @@ from leviathan.report.context import (
     seeded,
     tied_and_leviathan,
 )
-from leviathan.report.paper_figures import MAIN_PAPER_FIGURES, PAPER_TASKS, paper_value
+from leviathan.report.paper import MAIN_PAPER_FIGURES, PAPER_TASKS, paper_value
 from leviathan.report.table import Table
 from leviathan.workflow.grid import Cell
 

@@ -13,7 +13,7 @@ from typing import Any
 from leviathan import layout
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import ReportInputs
-from leviathan.report.paper_figures import PAPER_TASKS
+from leviathan.report.paper import PAPER_TASKS
 from leviathan.report.table import Table
 from leviathan.workflow.grid import Cell
 

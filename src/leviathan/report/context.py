@@ -8,10 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from leviathan.paper import Paper
 from leviathan.report.basis import SmokePolicy, basis_labels, recipe_label
 from leviathan.report.cellmap import DocumentCache
-from leviathan.report.paper_figures import PaperFigure
+from leviathan.report.paper import Paper, PaperFigure
 from leviathan.report.table import Table
 from leviathan.workflow.grid import Cell, study_cells
 

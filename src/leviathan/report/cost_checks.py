@@ -11,7 +11,7 @@ from typing import Any
 
 from leviathan.model.accounting import account, overhead
 from leviathan.model.config import model_config
-from leviathan.paper import Paper
+from leviathan.report.paper import Paper
 
 TOLERANCE = 0.01  # relative
 

@@ -40,8 +40,8 @@ from leviathan.eval.sample_efficiency import metrics_path  # noqa: E402
 from leviathan.io import atomic_path, read_json  # noqa: E402
 from leviathan.layout import figure_files, run_dir, sample_efficiency_group  # noqa: E402
 from leviathan.manifest import input_record, write_manifest  # noqa: E402
-from leviathan.paper import Paper  # noqa: E402
 from leviathan.report.basis import SMOKE, SmokePolicy, caption  # noqa: E402
+from leviathan.report.paper import Paper  # noqa: E402
 from leviathan.train.metrics_log import read_metrics  # noqa: E402
 from leviathan.workflow.grid import Cell  # noqa: E402
 
@@ -271,7 +271,7 @@ def vocabulary(
 def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy) -> list[Path]:
     """Ours per (scale, vocab); the paper's figures in the same panel only at its scale and
     vocabulary, otherwise in a panel of their own."""
-    from leviathan.report.paper_figures import PAPER_MAIN_VOCAB
+    from leviathan.report.paper import PAPER_MAIN_VOCAB
 
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
     inputs = [csv] if csv else []

@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from leviathan.paper import Paper
+from leviathan.report.paper import Paper
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leviathan import layout
-from leviathan.paper import Paper
 from leviathan.report.along_table import ALONG_TABLE, along_applies, along_table
 from leviathan.report.builders import (
     ablation_table,
@@ -32,7 +31,7 @@ from leviathan.report.builders import (
 )
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import Context, ReportInputs, tied_and_leviathan
-from leviathan.report.paper_figures import paper_figures
+from leviathan.report.paper import Paper, paper_figures
 from leviathan.report.recon import recon_groups, recon_table
 from leviathan.report.table import Table
 
