@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from docutils.core import publish_parts
-from test_report_tables import write_cell
+from report_cells import write_cell
 
 from leviathan import layout
 from leviathan.report.build import write_report
