@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 from report_cells import CORPUS, RESULTS, TOKENS, VAL_TARGETS, write_cell, write_sample_efficiency
 
-from leviathan.model import model_config
-from leviathan.model.accounting import account, overhead
+from leviathan.model import build_model, model_config
 from leviathan.paper import Paper, reported_path
 from leviathan.report.build import write_report
 from leviathan.report.cellmap import DocumentCache
@@ -62,12 +61,24 @@ def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
     assert row["difference"] == pytest.approx(3.0 - 3.052)
     assert math.isnan(pvo.loc["main/400m/leviathan/val_loss", "ours"])  # not trained here
 
+    # the cost table against counts of its own: the parameters of the built models (the
+    # cells' recorded configs) and tied's forward FLOPs per token by docs/usage.md's convention
+    # (2 per multiply-accumulate; per layer q, k, v, o 4 D^2, SwiGLU 3 D F, attention 4 T D;
+    # the head D V; the lookup free) at 200m's D 768, L 7, F 2048, o200k's V 200,019, T 512
     cost = tables["cost"].frame(DocumentCache()).set_index("row")
-    tied, lev_acc = (account(model_config("200m", "o200k_base", v)) for v in ("tied", "leviathan"))
-    assert cost.loc["200m/o200k_base/leviathan", "params"] == lev_acc.total_params
+    built = {
+        v: build_model(model_config("200m", "o200k_base", v), device="meta")
+        for v in ("tied", "leviathan")
+    }
+    n_params = {v: sum(p.numel() for p in model.parameters()) for v, model in built.items()}
+    for variant in ("tied", "leviathan"):
+        assert cost.loc[f"200m/o200k_base/{variant}", "params"] == n_params[variant]
     assert cost.loc["200m/o200k_base/leviathan", "params_overhead"] == pytest.approx(
-        overhead(lev_acc, tied)["params"]
+        n_params["leviathan"] / n_params["tied"] - 1
     )
+    d, layers, ffn, vocab, t = 768, 7, 2048, 200_019, 512
+    flops = 2 * (layers * (4 * d * d + 3 * d * ffn) + d * vocab) + layers * 4 * t * d
+    assert cost.loc["200m/o200k_base/tied", "forward_flops_per_token"] == flops
 
     freq = tables["frequency"].frame(DocumentCache()).set_index("row")
     assert freq.loc["200m/o200k_base/1-9", "loss_gain_nats"] == pytest.approx(0.1)
