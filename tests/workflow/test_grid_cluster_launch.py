@@ -5,9 +5,10 @@ from pathlib import Path
 import yaml
 
 from leviathan import layout
+from leviathan.cli import build_parser
+from leviathan.values import parse_assignments
 from leviathan.workflow.cluster import (
     default_resource,
-    preempt_grace_s,
     resources,
     rule_resources,
     train_slurm_keys,
@@ -68,7 +69,10 @@ def test_resources_per_scale_in_the_plugins_terms() -> None:
         "threads": 32,
         "mem_mb": 1000,
         "runtime": 30,
-        "slurm_extra": f"--signal=TERM@{preempt_grace_s(config, '400m')}",
+        # sbatch's --signal=[{R|B}:]<sig_num>[@sig_time]: SIGTERM to the job's steps (no `B:`)
+        # 134 s before the limit, docs/slurm.md's grace at 400m (two writes of its largest
+        # checkpoint at 200 MB/s plus 60 s)
+        "slurm_extra": "--signal=TERM@134",
     }
     cpu = resources({"resources": {"micro": {"cpus": 2}}}, "micro")
     assert cpu["gpu"] == 0
@@ -90,12 +94,12 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
     assert args[:3] == [sys.executable, "-m", "leviathan.torchrun"]  # torchrun, 128+signal
     assert "--nproc-per-node" in args
     assert args[args.index("--nproc-per-node") + 1] == "4"
-    assert "--set" in args
-    assert "lr=0.0003" in args
-    assert "betas=[0.9, 0.95]" in args
-    assert "val_every=500" in args
-    assert not any(a.startswith("threads=") for a in args)
-    assert yaml.safe_load("[0.9, 0.95]") == [0.9, 0.95]  # what the CLI parses back
+    # what `leviathan train` reads back from the command: the config's values, as written
+    train = build_parser().parse_args(args[args.index("leviathan.cli") + 1 :])
+    assert parse_assignments(train.set, "--set") == {"lr": 3e-4, "betas": [0.9, 0.95]}
+    runtime = parse_assignments(train.runtime, "--runtime")
+    assert runtime["val_every"] == 500
+    assert "threads" not in runtime  # null: RuntimeConfig's own default
     single = shlex.split(train_command(cell, {"resources": {"400m": {"gpus": 1}}}, "t", "r"))
     assert single[:3] == [sys.executable, "-m", "leviathan.cli"]
 

@@ -1,5 +1,6 @@
-"""Helpers shared by the end-to-end workflow tests (test_snakemake.py, test_dvc.py): a temporary
-copy of the project's workflow files, real Snakemake runs, and the SMALL test configuration."""
+"""Helpers shared by the end-to-end workflow tests (test_snakemake.py, test_dvc.py, and
+tests/report's through its conftest.py): a temporary copy of the project's workflow files, real
+Snakemake runs, and the SMALL test configuration."""
 
 from __future__ import annotations
 

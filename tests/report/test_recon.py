@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from report_cells import write_cell
 from scipy import stats
-from test_report_tables import write_cell
 from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
 
 from leviathan.model import build_model, model_config

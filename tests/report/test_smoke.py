@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from test_report_tables import write_cell, write_sample_efficiency
+from report_cells import write_cell, write_sample_efficiency
 from workflow_helpers import BIN
 
 from leviathan import layout

@@ -2,125 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
+from report_cells import CORPUS, RESULTS, TOKENS, VAL_TARGETS, write_cell, write_sample_efficiency
 
-from leviathan import layout
-from leviathan.io import write_json
-from leviathan.model import model_config
-from leviathan.model.accounting import account, overhead
+from leviathan.model import build_model, model_config
 from leviathan.report.build import write_report
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import ReportInputs
 from leviathan.report.paper import Paper, reported_path
 from leviathan.report.registry import build_tables, table_names
-from leviathan.train.config import train_config
 from leviathan.workflow.grid import Cell
-
-LOSS = {"tied": 3.10, "leviathan": 3.00}
-VAL_TARGETS = {"tied": 65_536 * 512, "leviathan": 65_536 * 512 - 7}  # the sample each rests on
-BUCKETS = [{"label": "1-9", "n": 10}, {"label": "10-99", "n": 0}]
-WORD_BUCKETS = [{"label": "0", "n": 4}]
-TOKENS = 4_200_000_000  # the paper's 200M budget: a full run
-# periodic in-training validation losses at 1/3, 2/3 and all of TOKENS
-CURVES = {"tied": [3.5, 3.2, 3.1], "leviathan": [3.4, 3.05, 3.0]}
-
-
-CORPUS = {"name": "embedded"}  # the report's configs' corpus: their cells' results key
-RESULTS = "embedded"
-
-
-def health_record(step: int, shift: float = 0.0, n_heads: int = 2) -> dict[str, Any]:
-    """A `lev_health` record (leviathan.model.lev_health's keys) whose values follow the step
-    (and `shift`, so that cells differ)."""
-    return {
-        "kind": "lev_health",
-        "step": step,
-        "ids": 256,
-        "near_ends": [0.01 * step + 0.1 * h for h in range(n_heads)],
-        "log_std_M": [-1.0 + 0.1 * step - 0.2 * h for h in range(n_heads)],
-        "rms_head": [0.05 * (step + 1) * (h + 1) for h in range(n_heads)],
-        "emb_rms": 0.1 * (step + 1),
-        "head_row_rms": 0.02,
-        "emb_vs_head_rms": 5.0 * (step + 1) + shift,
-        "mean_cosine": 0.9 - 0.1 * step - 0.01 * shift,
-    }
-
-
-def write_cell(
-    cell: Cell,
-    tokens: int = TOKENS,
-    words: bool = True,
-    loss: float | None = None,
-    base: str | None = None,
-    lev: dict[str, Any] | None = None,
-) -> None:
-    """A trained and evaluated cell's files: its val evaluation, final checkpoint state and
-    metrics log (train, val and, for a cell with LEV, lev_health records at init and each
-    validation). A named variant: `base` its built-in variant, `lev` its LEV overrides."""
-    base = base or cell.variant
-    loss = LOSS[base] if loss is None else loss
-    results = {
-        "overall": {"loss": loss, "bits_per_byte": loss / 4, "targets": VAL_TARGETS[base]},
-        "frequency_tokens": {"log10": [{**b, "mean_loss": loss + 1.0} for b in BUCKETS]},
-    }
-    if words:
-        results["frequency_words"] = {
-            "log10": [{**b, "mean_loss": loss + 2.0} for b in WORD_BUCKETS]
-        }
-    write_json(
-        f"{layout.eval_dir(cell)}/val.json",
-        {"kind": "val", "checkpoint": {"tokens": tokens}, "results": results},
-    )
-    named = {"variant_name": cell.variant} if base != cell.variant else {}
-    overrides = {"model_overrides": {"lev": lev}} if lev else {}
-    cfg = model_config(cell.scale, cell.vocab, base, overrides={"lev": dict(lev or {})})
-    recipe = train_config(
-        cell.scale, cell.vocab, base, seed=cell.seed, **named, **overrides
-    ).to_dict()
-    write_json(
-        layout.final_marker(cell),
-        {"model_config": cfg.to_dict(), "train_config": recipe, "tokens": tokens},
-    )
-    start = {"kind": "start", "step": 0, "train_config": {"variant": base}}
-    curve = [v + (loss - LOSS[base]) for v in CURVES[base]]
-    val = [
-        {"kind": "val", "step": i + 1, "tokens": tokens * (i + 1) // 3, "val_loss": v}
-        for i, v in enumerate(curve)
-    ]
-    train = [
-        {
-            "kind": "train",
-            "step": i + 1,
-            "tokens": tokens * (i + 1) // 3,
-            "loss": v + 0.1,
-            "lr": 1e-3 * (i + 1),
-            "grad_norm": 2.0 / (i + 1),
-        }
-        for i, v in enumerate(curve)
-    ]
-    health = [health_record(r["step"], loss) for r in [start, *val]] if base == "leviathan" else []
-    Path(layout.run_dir(cell), "metrics.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in [start, *train, *val, *health])
-    )
-
-
-def write_sample_efficiency(scale: str, vocab: str, seed: int = 0) -> None:
-    """The sample-efficiency evaluation of the cells' curves (its own code)."""
-    from leviathan.eval.results import write_result
-    from leviathan.eval.sample_efficiency import sample_efficiency
-
-    tied, lev = (
-        layout.run_dir(Cell(scale, vocab, v, seed, RESULTS)) for v in ("tied", "leviathan")
-    )
-    write_result(
-        layout.sample_efficiency_path(RESULTS, scale, vocab, seed), sample_efficiency(tied, [lev])
-    )
 
 
 @pytest.fixture
@@ -166,12 +61,24 @@ def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
     assert row["difference"] == pytest.approx(3.0 - 3.052)
     assert math.isnan(pvo.loc["main/400m/leviathan/val_loss", "ours"])  # not trained here
 
+    # the cost table against counts of its own: the parameters of the built models (the
+    # cells' recorded configs) and tied's forward FLOPs per token by docs/usage.md's convention
+    # (2 per multiply-accumulate; per layer q, k, v, o 4 D^2, SwiGLU 3 D F, attention 4 T D;
+    # the head D V; the lookup free) at 200m's D 768, L 7, F 2048, o200k's V 200,019, T 512
     cost = tables["cost"].frame(DocumentCache()).set_index("row")
-    tied, lev_acc = (account(model_config("200m", "o200k_base", v)) for v in ("tied", "leviathan"))
-    assert cost.loc["200m/o200k_base/leviathan", "params"] == lev_acc.total_params
+    built = {
+        v: build_model(model_config("200m", "o200k_base", v), device="meta")
+        for v in ("tied", "leviathan")
+    }
+    n_params = {v: sum(p.numel() for p in model.parameters()) for v, model in built.items()}
+    for variant in ("tied", "leviathan"):
+        assert cost.loc[f"200m/o200k_base/{variant}", "params"] == n_params[variant]
     assert cost.loc["200m/o200k_base/leviathan", "params_overhead"] == pytest.approx(
-        overhead(lev_acc, tied)["params"]
+        n_params["leviathan"] / n_params["tied"] - 1
     )
+    d, layers, ffn, vocab, t = 768, 7, 2048, 200_019, 512
+    flops = 2 * (layers * (4 * d * d + 3 * d * ffn) + d * vocab) + layers * 4 * t * d
+    assert cost.loc["200m/o200k_base/tied", "forward_flops_per_token"] == flops
 
     freq = tables["frequency"].frame(DocumentCache()).set_index("row")
     assert freq.loc["200m/o200k_base/1-9", "loss_gain_nats"] == pytest.approx(0.1)

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from docutils.core import publish_parts
-from test_report_tables import write_cell
+from report_cells import write_cell
 
 from leviathan import layout
 from leviathan.report.build import write_report
@@ -69,7 +69,7 @@ def test_the_status_follows_what_the_cells_did(study: Path) -> None:
     text, _ = _status(study, below_tokens=TOKENS)  # 30,720 tokens: a full run at this size
     assert "all 2 cells are full runs (at least 30,720 tokens)" in text
     assert "1 of 2 cells trained on a GPU; by device: cpu (1), cuda:0 (1)" in text
-    assert "smoke tests" not in text
+    assert "cells are smoke tests" not in text
 
 
 def test_the_status_is_valid_restructuredtext(study: Path) -> None:
