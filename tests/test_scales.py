@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from leviathan.model import build_model, model_config
-from leviathan.paper import Paper
+from leviathan.report.paper import Paper
 from leviathan.scales import SCALES
 from leviathan.train.config import train_config
 
