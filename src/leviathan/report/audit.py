@@ -8,7 +8,7 @@ A table's link sits above the provenance chain of leviathan.report.chain:
 Checked here, each by its own method: a rendering is exactly its CSV rendered
 (`check_rendering`); every number has a recorded source (`check_unmapped_numbers`); each
 number, recomputed from its cell map (leviathan.report.cellmap), equals the table's
-(`audit_cell`); every number computed on offline stand-in data is labelled so
+(`audit_number`); every number computed on offline stand-in data is labelled so
 (`check_stand_in_labels`). Any mismatch is reported with the exact file and the exit status
 is non-zero.
 """
@@ -46,7 +46,7 @@ class Auditor(ChainWalker):
     """The audit of a table (its renderings, every number, the chain behind each) or of any
     other artifact with a manifest (its chain)."""
 
-    def audit(self, p: str | os.PathLike[str], cell: tuple[str, str] | None = None) -> str:
+    def audit(self, p: str | os.PathLike[str], at: tuple[str, str] | None = None) -> str:
         """Audit a report table (any of its renderings: CSV, Markdown, LaTeX, the metrics JSON)
         or another artifact with a manifest, chosen by its manifest's kind; return which
         ("table" or "artifact"). A path that does not exist raises FileNotFoundError."""
@@ -56,17 +56,15 @@ class Auditor(ChainWalker):
         mpath = manifest_path(path)
         kind = read_json(mpath).get("kind") if path.is_file() and mpath.is_file() else None
         suffixes = tuple(f".{fmt}" for fmt in layout.TABLE_FORMATS)
-        if cell is not None or kind in TABLE_KINDS or (kind is None and path.suffix in suffixes):
-            self.audit_table(p, cell)
+        if at is not None or kind in TABLE_KINDS or (kind is None and path.suffix in suffixes):
+            self.audit_table(p, at)
             return "table"
         self.audit_artifact(p)
         return "artifact"
 
     # ------------------------------------------------------------ tables
-    def audit_table(
-        self, table: str | os.PathLike[str], cell: tuple[str, str] | None = None
-    ) -> None:
-        """Every number of a table (or the one at `cell`: row, column) and the chain behind it."""
+    def audit_table(self, table: str | os.PathLike[str], at: tuple[str, str] | None = None) -> None:
+        """Every number of a table (or the one `at` (row, column)) and the chain behind it."""
         found = self.table_csv(table)
         if found is None:
             return
@@ -79,17 +77,17 @@ class Auditor(ChainWalker):
             MappedValue(c["row"], c["column"], ValueSpec.from_dict(c))
             for c in manifest.get("cells", [])
         ]
-        if cell is not None:
-            picked = [m for m in mapped if (m.row, m.column) == cell]
+        if at is not None:
+            picked = [m for m in mapped if (m.row, m.column) == at]
             if not picked:
-                self.check_empty_cell(path, frame, cell)
+                self.check_empty_number(path, frame, at)
                 return
             mapped = picked
         else:
             self.check_unmapped_numbers(path, frame, manifest, mapped)
         for m in mapped:
-            self.audit_cell(path, frame, m.row, m.column, m.spec, recorded_inputs)
-        if cell is None:
+            self.audit_number(path, frame, m.row, m.column, m.spec, recorded_inputs)
+        if at is None:
             self.check_stand_in_labels(path, frame, mapped)
 
     def table_csv(self, table: str | os.PathLike[str]) -> tuple[Path, Mapping[str, Any]] | None:
@@ -152,12 +150,13 @@ class Auditor(ChainWalker):
                 f"{what} differs from what the report step wrote (hand-edited?)",
             )
 
-    def check_empty_cell(self, path: Path, frame: pd.DataFrame, cell: tuple[str, str]) -> None:
-        """A cell asked for that has no recorded source: fine where it is empty, else a failure."""
-        row, column = cell
+    def check_empty_number(self, path: Path, frame: pd.DataFrame, at: tuple[str, str]) -> None:
+        """A table position asked for that has no recorded source: fine where it is empty, else a
+        failure."""
+        row, column = at
         empty = row in frame.index and column in frame.columns and pd.isna(frame.loc[row, column])
         status = Status.OK if empty else Status.FAIL
-        self.record(status, 0, f"{path.name} [{row}, {column}]", _no_cell(frame, cell))
+        self.record(status, 0, f"{path.name} [{row}, {column}]", _no_number(frame, at))
 
     def check_unmapped_numbers(
         self,
@@ -209,7 +208,7 @@ class Auditor(ChainWalker):
         if rendering.read_text() != render(table, frame, rendering.suffix.lstrip(".")):
             self.failed(0, self.show(rendering), f"is not {self.show(csv)} rendered: it was edited")
 
-    def audit_cell(
+    def audit_number(
         self,
         table: Path,
         frame: pd.DataFrame,
@@ -266,8 +265,8 @@ def _unique_paths(spec: ValueSpec) -> Iterator[str]:
             yield s.path
 
 
-def _no_cell(frame: pd.DataFrame, cell: tuple[str, str]) -> str:
-    row, col = cell
+def _no_number(frame: pd.DataFrame, at: tuple[str, str]) -> str:
+    row, col = at
     if row not in frame.index:
         return f"no row {row!r} (rows: {', '.join(map(str, frame.index[:8]))}{', ...' if len(frame) > 8 else ''})"
     if col not in frame.columns:

@@ -180,7 +180,7 @@ class TrainTelemetry:
         """Whether step `step` (1-based) gets a record: every `runtime.log_every` and the last."""
         return log_due(step, self.runtime.log_every, self.cfg.max_steps)
 
-    def train_step(self, record: StepRecord) -> None:
+    def record_step(self, record: StepRecord) -> None:
         """After an optimizer step: its record where `should_log` says so, and the bar."""
         tok_s = self.cfg.tokens_per_step / record.seconds
         if self.log and self.should_log(record.step):

@@ -272,7 +272,7 @@ class Trainer:
             with PreemptionWatch(self.info) as preemption:
                 for step in range(start, stop):
                     record = self.train_step(step, batches)
-                    telemetry.train_step(record)
+                    telemetry.record_step(record)
                     self.checkpoints.keep_if_due(record.step)
                     if record.step == stop:
                         break  # the final validation and checkpoint follow
