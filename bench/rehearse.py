@@ -287,7 +287,7 @@ def study(config: dict[str, Any]) -> dict[str, Any]:
     from leviathan.vocab import get_vocab
     from leviathan.workflow import actions, cluster, plan
     from leviathan.workflow.grid import config_cells
-    from leviathan.workflow.memory import cell_memory
+    from leviathan.workflow.plan import cell_memory
 
     budgets = plan.vocab_budgets(config)
     margin = 1 + float(config["corpus"]["size_margin"])
@@ -525,7 +525,7 @@ def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str
                 None,
                 rss_mb=gpu.total / 2**20,
                 mem_limit_mb=gpu.gpu.memory / 2**20,
-                note="its step traced on FakeTensors + allowances (leviathan.workflow.memory)",
+                note="its step traced on FakeTensors + allowances (leviathan.memory)",
             )
     ck = m["checkpoint"]
     big = s["scales"].get("1.2b") or max(s["scales"].values(), key=lambda p: p.params)

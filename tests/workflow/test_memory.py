@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from leviathan.gpus import GIB
+from leviathan.memory import FRAGMENTATION, train_memory
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell
-from leviathan.workflow.memory import FRAGMENTATION, cell_memory, train_memory
-from leviathan.workflow.plan import render_plan
+from leviathan.workflow.plan import cell_memory, render_plan
 from leviathan.workflow.resolve import cell_train_config
 
 ROOT = Path(__file__).resolve().parents[2]

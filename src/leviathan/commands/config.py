@@ -149,7 +149,7 @@ def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
 
 def _cell_memory(config: dict, cell: Cell) -> dict:  # type: ignore[type-arg]
     """The cell's training and evaluation jobs' GPU memory (bytes; the GPU's beside)."""
-    from leviathan.workflow.memory import cell_memory
+    from leviathan.workflow.plan import cell_memory
 
     out = {}
     for name, job in zip(("train", "eval"), cell_memory(config, cell), strict=True):

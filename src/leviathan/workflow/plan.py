@@ -6,7 +6,7 @@ Every figure comes from the code's own counters: the cell's resolved training co
 so any scale is free), the vocabulary's token dtype, the GPU table (`leviathan.gpus`), the
 roofline's predicted MFU of the cell on its GPU model (`leviathan.model.roofline`: compiled
 where runtime.compile is on, else eager; `--mfu` states one instead) and each job's memory
-traced on FakeTensors (`leviathan.workflow.memory`). What is assumed is stated beside the
+traced on FakeTensors (`leviathan.memory`). What is assumed is stated beside the
 figure: the roofline's efficiencies, the memory allowances, and the bytes of raw text per
 token that size the corpus download.
 
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from leviathan import layout
+from leviathan.memory import JobMemory, eval_memory, largest_fitting, refusal, train_memory
 from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
 
@@ -489,7 +490,6 @@ def _mfu(p: CellPlan) -> str:
 def _job_memory(config: Mapping[str, Any], plans: list[CellPlan]) -> dict[Cell, Any]:
     """Each cell's (training, evaluation) JobMemory; a training micro-batch that does not
     fit its GPU refused in one line."""
-    from leviathan.workflow.memory import cell_memory, check_fits
 
     jobs = {p.cell: cell_memory(config, p.cell) for p in plans}
     for cell, (train, _) in jobs.items():
@@ -498,11 +498,11 @@ def _job_memory(config: Mapping[str, Any], plans: list[CellPlan]) -> dict[Cell, 
 
 
 def _memory_note() -> str:
-    from leviathan.workflow import memory as m
+    from leviathan import memory as m
 
     return (
         "GPU memory per job: peak per GPU of its step traced on FakeTensors (model/step_count.py) "
-        f"+ logsumexp's hidden chunk temporary + DDP's gradient buckets or FSDP's gathered groups (several GPUs; workflow/memory.py), "
+        f"+ logsumexp's hidden chunk temporary + DDP's gradient buckets or FSDP's gathered groups (several GPUs; leviathan/memory.py), "
         f"x {1 + m.FRAGMENTATION:.2f} (allocator fragmentation) + {m.CUDA_CONTEXT_BYTES / 2**30:.0f} GB "
         f"CUDA context (+ {m.NCCL_BYTES / 2**30:.0f} GB NCCL on several GPUs); of the GPU model's memory"
     )
@@ -577,7 +577,7 @@ def training_time_warnings(
 def render_plan(config: Mapping[str, Any], mfu: float | None = None, memory: bool = True) -> str:
     """The study's plan as text (what `leviathan config show` prints after the config):
     GPU-hours at `mfu` where stated, else at each cell's roofline MFU; with `memory`, each
-    job's GPU memory (`leviathan.workflow.memory`), a training micro-batch that does not fit
+    job's GPU memory (`leviathan.memory`), a training micro-batch that does not fit
     refused (ValueError)."""
     from leviathan.data.tokenizers import token_dtype
     from leviathan.vocab import get_vocab
@@ -640,3 +640,53 @@ def render_plan(config: Mapping[str, Any], mfu: float | None = None, memory: boo
         config, plans, {c: j[1] for c, j in jobs.items()} if memory else None
     )
     return "\n".join(lines)
+
+
+def eval_batch(config: Any) -> int:
+    """The largest batch of the configured evaluations (windows of the full context: an
+    upper bound for lm-eval's shorter requests); each section's default where unset."""
+    from leviathan.eval.config import LmEvalConfig, ValConfig, WikitextConfig
+
+    defaults = {"val": ValConfig, "wikitext": WikitextConfig, "lm_eval": LmEvalConfig}
+    sections = config.get("evaluate") or {}
+    batches = [
+        int((sections.get(k) or {}).get("batch_size") or cls.batch_size)
+        for k, cls in defaults.items()
+        if k in sections
+    ]
+    return max(batches, default=ValConfig.batch_size)
+
+
+def cell_memory(config: Any, cell: Any) -> tuple[JobMemory | None, JobMemory | None]:
+    """(the training job's, the evaluation job's) peak per GPU; None for a CPU job."""
+    from leviathan.workflow.cluster import eval_resources, scale_resources
+
+    tc = cell_train_config(config, cell)
+    cfg = tc.model_config()
+    res, eres = scale_resources(config, cell.scale), eval_resources(config, cell.scale)
+    gpus = int(res["gpus"]) * int(res["nodes"])
+    train = (
+        train_memory(cfg, tc.micro_batch, gpus, res["gpu_model"], res["parallel"]) if gpus else None
+    )
+    evaluation = eval_memory(cfg, eval_batch(config), eres["gpu_model"]) if eres["gpu"] else None
+    return train, evaluation
+
+
+def check_fits(config: Any, cell: Any, train: JobMemory | None) -> None:
+    """Refuse (ValueError, one line) a training micro-batch that does not fit its GPU."""
+    if train is None or train.fits is not False:
+        return
+    from leviathan.workflow.cluster import scale_resources
+
+    tc = cell_train_config(config, cell)
+    res = scale_resources(config, cell.scale)
+    gpus = int(res["gpus"]) * int(res["nodes"])
+    largest = largest_fitting(
+        tc.model_config(),
+        tc.global_batch // gpus,
+        tc.micro_batch,
+        gpus,
+        res["gpu_model"],
+        res["parallel"],
+    )
+    raise ValueError(refusal(cell.scale, tc.micro_batch, train, largest))

@@ -1,5 +1,4 @@
-"""GPU memory per job of a study: each training job's and each evaluation job's peak on one
-GPU, from its step traced on FakeTensors (`leviathan.model.step_count`: no GPU, seconds),
+"""GPU memory per job: a training job's and an evaluation job's peak on one GPU, from its step traced on FakeTensors (`leviathan.model.step_count`: no GPU, seconds),
 plus the stated allowances a trace cannot see, against the memory of the job's `gpu_model`
 (`leviathan.gpus`). The plan prints it; a training micro-batch that would not fit is refused
 naming `train.<scale>.micro_batch` and the largest that fits.
@@ -166,55 +165,3 @@ def refusal(scale: str, micro: int, memory: JobMemory, largest: int | None) -> s
         f"train.{scale}.micro_batch={micro} needs {memory.total / GIB:.1f} GB per GPU, an "
         f"{gpu.name} holds {gpu.memory / GIB:.0f} GB: {fix}"
     )
-
-
-def eval_batch(config: Any) -> int:
-    """The largest batch of the configured evaluations (windows of the full context: an
-    upper bound for lm-eval's shorter requests); each section's default where unset."""
-    from leviathan.eval.config import LmEvalConfig, ValConfig, WikitextConfig
-
-    defaults = {"val": ValConfig, "wikitext": WikitextConfig, "lm_eval": LmEvalConfig}
-    sections = config.get("evaluate") or {}
-    batches = [
-        int((sections.get(k) or {}).get("batch_size") or cls.batch_size)
-        for k, cls in defaults.items()
-        if k in sections
-    ]
-    return max(batches, default=ValConfig.batch_size)
-
-
-def cell_memory(config: Any, cell: Any) -> tuple[JobMemory | None, JobMemory | None]:
-    """(the training job's, the evaluation job's) peak per GPU; None for a CPU job."""
-    from leviathan.workflow.cluster import eval_resources, scale_resources
-    from leviathan.workflow.resolve import cell_train_config
-
-    tc = cell_train_config(config, cell)
-    cfg = tc.model_config()
-    res, eres = scale_resources(config, cell.scale), eval_resources(config, cell.scale)
-    gpus = int(res["gpus"]) * int(res["nodes"])
-    train = (
-        train_memory(cfg, tc.micro_batch, gpus, res["gpu_model"], res["parallel"]) if gpus else None
-    )
-    evaluation = eval_memory(cfg, eval_batch(config), eres["gpu_model"]) if eres["gpu"] else None
-    return train, evaluation
-
-
-def check_fits(config: Any, cell: Any, train: JobMemory | None) -> None:
-    """Refuse (ValueError, one line) a training micro-batch that does not fit its GPU."""
-    if train is None or train.fits is not False:
-        return
-    from leviathan.workflow.cluster import scale_resources
-    from leviathan.workflow.resolve import cell_train_config
-
-    tc = cell_train_config(config, cell)
-    res = scale_resources(config, cell.scale)
-    gpus = int(res["gpus"]) * int(res["nodes"])
-    largest = largest_fitting(
-        tc.model_config(),
-        tc.global_batch // gpus,
-        tc.micro_batch,
-        gpus,
-        res["gpu_model"],
-        res["parallel"],
-    )
-    raise ValueError(refusal(cell.scale, tc.micro_batch, train, largest))
