@@ -26,7 +26,7 @@ micro-batches (config/paper.yaml, `train.<scale>.micro_batch`), cycle N_BATCHES 
 Zipf-distributed ids (distinct-id counts that vary per step, as training's do), and print each
 figure beside the plan's prediction for an H200 (`predicted`): step ms in all and per part
 and MFU (`leviathan.model.roofline`, compiled or eager), peak memory
-(`torch.cuda.max_memory_allocated` against `leviathan.memory`'s traced tensors, and
+(`torch.cuda.max_memory_allocated` against `leviathan.model.memory`'s traced tensors, and
 the job's total with its allowances), compile seconds (Dynamo's timers: every compile and
 recompile the figure's steps caused) and kernel launches per step (torch.profiler).
 
@@ -67,10 +67,10 @@ import yaml
 from leviathan.device import device_name, mfu, peak_flops, set_deterministic
 from leviathan.eval.checkpoint import EvalModel
 from leviathan.gpus import GIB
-from leviathan.memory import train_memory
 from leviathan.model import VARIANTS, LanguageModel, build_model, model_config
 from leviathan.model.accounting import account_model
 from leviathan.model.lev import LEV
+from leviathan.model.memory import train_memory
 from leviathan.model.roofline import roofline
 from leviathan.train.regions import compile_regions, compile_seconds
 
@@ -236,7 +236,7 @@ def _compiled(model: LanguageModel, compile: bool) -> LanguageModel:
 def _predicted(model: LanguageModel, micro_batch: int, compile: bool) -> dict[str, Any]:
     """The plan's predictions for this step on PREDICTED_GPU: the roofline's ms per part and
     MFU (`leviathan.model.roofline`; one micro-batch per optimizer step), and the job's peak
-    GPU memory (`leviathan.memory`: traced tensors, and with its allowances)."""
+    GPU memory (`leviathan.model.memory`: traced tensors, and with its allowances)."""
     line = roofline(model.cfg, micro_batch, micro_batch, fused=compile)
     memory = train_memory(model.cfg, micro_batch, 1, PREDICTED_GPU)
     return {

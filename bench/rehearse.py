@@ -525,7 +525,7 @@ def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str
                 None,
                 rss_mb=gpu.total / 2**20,
                 mem_limit_mb=gpu.gpu.memory / 2**20,
-                note="its step traced on FakeTensors + allowances (leviathan.memory)",
+                note="its step traced on FakeTensors + allowances (leviathan.model.memory)",
             )
     ck = m["checkpoint"]
     big = s["scales"].get("1.2b") or max(s["scales"].values(), key=lambda p: p.params)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from leviathan.gpus import GIB
-from leviathan.memory import FRAGMENTATION, train_memory
+from leviathan.model.memory import FRAGMENTATION, train_memory
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell
 from leviathan.workflow.plan import cell_memory, render_plan

@@ -111,7 +111,7 @@ class LiveMemory(TorchDispatchMode):
     `world` > 1 counts the storages marked sharded (`hold(..., sharded=True)`, `shard`: the
     parameters, their gradients once accumulated, AdamW's moments) at 1/world of their size,
     as FSDP holds them on each of `world` ranks; the gathered working set FSDP adds is the
-    memory model's allowance (`leviathan.memory`)."""
+    memory model's allowance (`leviathan.model.memory`)."""
 
     def __init__(self, world: int = 1) -> None:
         super().__init__()

@@ -319,9 +319,9 @@ class Trainer:
 
     def _predicted_micro_batch(self) -> int | None:
         """The largest micro-batch below this one that the memory model predicts to fit this
-        GPU (`leviathan.memory`); None off a GPU the model table knows."""
+        GPU (`leviathan.model.memory`); None off a GPU the model table knows."""
         from leviathan.gpus import gpu_model
-        from leviathan.memory import largest_fitting
+        from leviathan.model.memory import largest_fitting
 
         if self.info.device.type != "cuda":
             return None

@@ -6,7 +6,7 @@ Every figure comes from the code's own counters: the cell's resolved training co
 so any scale is free), the vocabulary's token dtype, the GPU table (`leviathan.gpus`), the
 roofline's predicted MFU of the cell on its GPU model (`leviathan.model.roofline`: compiled
 where runtime.compile is on, else eager; `--mfu` states one instead) and each job's memory
-traced on FakeTensors (`leviathan.memory`). What is assumed is stated beside the
+traced on FakeTensors (`leviathan.model.memory`). What is assumed is stated beside the
 figure: the roofline's efficiencies, the memory allowances, and the bytes of raw text per
 token that size the corpus download.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from leviathan import layout
-from leviathan.memory import JobMemory, eval_memory, largest_fitting, refusal, train_memory
+from leviathan.model.memory import JobMemory, eval_memory, largest_fitting, refusal, train_memory
 from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
 
@@ -498,7 +498,7 @@ def _job_memory(config: Mapping[str, Any], plans: list[CellPlan]) -> dict[Cell, 
 
 
 def _memory_note() -> str:
-    from leviathan import memory as m
+    from leviathan.model import memory as m
 
     return (
         "GPU memory per job: peak per GPU of its step traced on FakeTensors (model/step_count.py) "
@@ -577,7 +577,7 @@ def training_time_warnings(
 def render_plan(config: Mapping[str, Any], mfu: float | None = None, memory: bool = True) -> str:
     """The study's plan as text (what `leviathan config show` prints after the config):
     GPU-hours at `mfu` where stated, else at each cell's roofline MFU; with `memory`, each
-    job's GPU memory (`leviathan.memory`), a training micro-batch that does not fit
+    job's GPU memory (`leviathan.model.memory`), a training micro-batch that does not fit
     refused (ValueError)."""
     from leviathan.data.tokenizers import token_dtype
     from leviathan.vocab import get_vocab
