@@ -1,6 +1,8 @@
-# Evaluation of each trained cell (leviathan.eval through leviathan.workflow.actions; resources: .cluster).
-EVAL_CFG = actions.eval_config(config)  # a bad evaluate: key fails here, before any job
-EVALS = actions.enabled_evals(config)
+# Evaluation of each trained cell (leviathan.eval through leviathan.eval.run; resources: leviathan.workflow.cluster).
+from leviathan.eval import run as eval_run
+
+EVAL_CFG = eval_run.eval_config(config)  # a bad evaluate: key fails here, before any job
+EVALS = eval_run.enabled_evals(config)
 SE_GROUPS = actions.sample_efficiency_groups(CELLS)
 SE_DIR = layout.sample_efficiency_dir("{results}", "{scale}", "{vocab}")
 LM_EVAL_OUT = layout.eval_output(WILDCARDS, "lm_eval")

@@ -1,6 +1,6 @@
 """Rules eval_val / eval_wikitext / eval_lm_eval: one evaluation of one cell."""
 
-from leviathan.workflow.actions import evaluate
+from leviathan.eval.run import evaluate
 from leviathan.workflow.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821

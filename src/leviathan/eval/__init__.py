@@ -12,6 +12,7 @@ Modules, one job each:
     sample_efficiency  tokens to reach the tied baseline's final loss, from training curves
     hub                fast, clear failure when the Hugging Face Hub is unreachable
     config             evaluation settings (val / wikitext / lm_eval sections)
+    run                the evaluation kinds, which the config runs; the one dispatcher (rules, CLI)
     results            the JSON envelope every output shares (checkpoint sha256, data manifests)
     cli                `leviathan eval ...`
 """
