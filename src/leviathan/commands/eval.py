@@ -255,7 +255,7 @@ def run_val(args: argparse.Namespace) -> int:
 
 
 def run_word_counts(args: argparse.Namespace) -> int:
-    from leviathan.eval.validation import build_word_counts
+    from leviathan.eval.val import build_word_counts
 
     started = utc_now()
     out = build_word_counts(

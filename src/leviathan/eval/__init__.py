@@ -5,7 +5,7 @@ Modules, one job each:
     perplexity         one pass over a token shard (per-id loss sums), bits per byte; sliding windows
     frequency          frequency-stratified loss: fixed log10 bins and equal-mass quantile bins
     words              tokenizer-independent words, word losses, training word counts
-    validation         the `val` output: overall + token- and word-level buckets
+    val                the `val` output: overall + token- and word-level buckets
     wikitext           WikiText-103 zero-shot perplexity through HF `datasets`
     lm_eval_adapter    the lm-eval model `leviathan` (TemplateLM)
     lm_eval_tasks      lm-eval's official tasks, optionally on local files; the `lm_eval` output

@@ -59,7 +59,7 @@ def run_evaluation(
     result document, not yet written. The workflow's rules and `leviathan eval` both run
     their evaluations through this."""
     if kind == "val":
-        from leviathan.eval.validation import evaluate_val
+        from leviathan.eval.val import evaluate_val
 
         if files.val is None:
             raise ValueError("the val evaluation needs a validation shard (--val)")

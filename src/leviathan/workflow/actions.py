@@ -111,7 +111,7 @@ def word_counts(
 ) -> None:
     from leviathan.eval.results import write_result
     from leviathan.eval.run import eval_sections
-    from leviathan.eval.validation import build_word_counts
+    from leviathan.eval.val import build_word_counts
 
     options = eval_sections(config).get("word_counts") or {}
     write_result(
