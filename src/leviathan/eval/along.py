@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.eval.errors import EvalInputError
-from leviathan.eval.results import envelope
+from leviathan.eval.results import FREQUENCY_KEYS, envelope
 from leviathan.eval.sample_efficiency import Curve, compare
 from leviathan.io import read_json, sha256_file
 from leviathan.provenance import utc_now
 
-FREQUENCY_KEYS = ("frequency_tokens", "frequency_words")
 INTERPOLATION = (
     "tokens_interpolated: linear in training tokens between the last evaluated checkpoint above "
     "the target and the first at or below it (bracket); tokens_to_target: that first checkpoint"
