@@ -17,7 +17,7 @@ from leviathan.eval.checkpoint import (
     resolve_checkpoint,
 )
 from leviathan.eval.errors import EvalInputError
-from leviathan.eval.validation import open_val_shard
+from leviathan.eval.val import open_val_shard
 from leviathan.io import sha256_file
 from leviathan.model import VARIANTS, build_model, model_config
 

@@ -15,7 +15,7 @@ from leviathan.eval.errors import EvalInputError
 from leviathan.eval.frequency import bucket_table, log10_bins, quantile_bins, stratify
 from leviathan.eval.results import write_result
 from leviathan.eval.token_bytes import token_bytes
-from leviathan.eval.validation import build_word_counts, evaluate_val
+from leviathan.eval.val import build_word_counts, evaluate_val
 from leviathan.eval.words import segment
 
 

@@ -17,7 +17,7 @@ from leviathan.eval.config import ValConfig
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.perplexity import evaluate_shard, score_stream, stream_windows
 from leviathan.eval.results import write_result
-from leviathan.eval.validation import evaluate_val
+from leviathan.eval.val import evaluate_val
 
 
 def direct_losses(model, tokens: np.ndarray, context: int) -> np.ndarray:

@@ -19,8 +19,8 @@ import pytest
 from leviathan.cli import main
 from leviathan.eval.config import PAPER_TASKS
 from leviathan.eval.lm_eval_tasks import write_local_tasks
+from leviathan.eval.run import eval_config
 from leviathan.layout import repo_root
-from leviathan.workflow.actions import eval_config
 from leviathan.workflow.config import resolve
 
 # our backend: lm-eval's own command line with the `leviathan` model registered

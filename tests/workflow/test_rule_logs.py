@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -72,9 +73,10 @@ def test_every_rule_script_sends_its_output_to_the_log_before_its_work() -> None
 
 def test_every_rule_with_a_script_declares_a_log() -> None:
     for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
-        for rule in smk.read_text().split("\nrule ")[1:]:
+        # a named rule, or one defined in a loop (`rule:` with its `name:` inside)
+        for rule in re.split(r"^ *rule\b", smk.read_text(), flags=re.M)[1:]:
             if "script:" in rule:
-                assert "    log:" in rule, f"{smk.name}: rule {rule.split(':')[0]}"
+                assert "    log:" in rule, f"{smk.name}: rule {rule.split(chr(10))[:2]}"
 
 
 def _run_train_script(

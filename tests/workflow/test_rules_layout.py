@@ -10,12 +10,13 @@ from pathlib import Path
 from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
+from leviathan.eval.run import enabled_evals
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
 from leviathan.report.registry import table_names, table_paths
 from leviathan.report.resources import RESOURCES_TABLE
-from leviathan.workflow.actions import enabled_evals, sample_efficiency_groups
+from leviathan.workflow.actions import sample_efficiency_groups
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import config_cells
 

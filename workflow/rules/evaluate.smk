@@ -1,6 +1,8 @@
-# Evaluation of each trained cell (leviathan.eval through leviathan.workflow.actions; resources: .cluster).
-EVAL_CFG = actions.eval_config(config)  # a bad evaluate: key fails here, before any job
-EVALS = actions.enabled_evals(config)
+# Evaluation of each trained cell (leviathan.eval through leviathan.eval.run; resources: leviathan.workflow.cluster).
+from leviathan.eval import run as eval_run
+
+EVAL_CFG = eval_run.eval_config(config)  # a bad evaluate: key fails here, before any job
+EVALS = eval_run.enabled_evals(config)
 SE_GROUPS = actions.sample_efficiency_groups(CELLS)
 SE_DIR = layout.sample_efficiency_dir("{results}", "{scale}", "{vocab}")
 LM_EVAL_OUT = layout.eval_output(WILDCARDS, "lm_eval")
@@ -29,73 +31,56 @@ rule word_counts:
         "../scripts/word_counts.py"
 
 
-rule eval_val:
-    """Validation loss, perplexity, bits per byte; token- and word-level frequency buckets."""
-    input:
-        unpack(val_inputs),
-    output:
-        layout.eval_output(WILDCARDS, "val"),
-    params:
-        settings=EVAL_CFG.val,
-        run_dir=lambda wc, input: layout.run_of(input.final),
-    conda:
-        "../envs/leviathan.yaml"
-    log:
-        layout.cell_log("eval", WILDCARDS, "val"),
-    benchmark:
-        benchmark_path(EVAL_DIR, "eval_val")
-    threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
-    resources:
-        **EVAL_RESOURCES,
-    script:
-        "../scripts/evaluate.py"
-
-
-rule eval_wikitext:
-    """Zero-shot WikiText-103 perplexity (token, word and byte level)."""
-    input:
-        final=layout.final_marker(WILDCARDS),
-    output:
-        layout.eval_output(WILDCARDS, "wikitext"),
-    params:
-        settings=EVAL_CFG.wikitext,
-        run_dir=lambda wc, input: layout.run_of(input.final),
-    conda:
-        "../envs/leviathan.yaml"
-    log:
-        layout.cell_log("eval", WILDCARDS, "wikitext"),
-    benchmark:
-        benchmark_path(EVAL_DIR, "eval_wikitext")
-    threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
-    resources:
-        **EVAL_RESOURCES,
-    script:
-        "../scripts/evaluate.py"
-
-
-rule eval_lm_eval:
-    """Zero-shot lm-evaluation-harness tasks, with per-sample logs."""
-    input:
-        final=layout.final_marker(WILDCARDS),
-    output:
-        LM_EVAL_OUT,
-        samples=str(layout.lm_eval_samples(LM_EVAL_OUT)),
+# The evaluation rules of a trained cell, eval_<kind> for each kind of eval_run.CHECKPOINT_EVALS:
+# each one's docstring, its inputs (positional, named: val's val_inputs, the others' final marker)
+# and its outputs beside the JSON (lm_eval's per-sample log and lm-eval's own layout)
+EVAL_DOCS = {
+    "val": "Validation loss, perplexity, bits per byte; token- and word-level frequency buckets.",
+    "wikitext": "Zero-shot WikiText-103 perplexity (token, word and byte level).",
+    "lm_eval": "Zero-shot lm-evaluation-harness tasks, with per-sample logs.",
+}
+EVAL_INPUTS = {
+    "val": ([unpack(val_inputs)], {}),
+    "wikitext": ([], {"final": layout.final_marker(WILDCARDS)}),
+    "lm_eval": ([], {"final": layout.final_marker(WILDCARDS)}),
+}
+EVAL_EXTRA_OUTPUTS = {
+    "lm_eval": {
+        "samples": str(layout.lm_eval_samples(LM_EVAL_OUT)),
         # lm-eval's own layout (results_<date>.json, samples_<task>_<date>.jsonl), as --output_path writes it
-        harness=directory(str(layout.lm_eval_harness_dir(LM_EVAL_OUT))),
-    params:
-        settings=EVAL_CFG.lm_eval,
-        run_dir=lambda wc, input: layout.run_of(input.final),
-    conda:
-        "../envs/leviathan.yaml"
-    log:
-        layout.cell_log("eval", WILDCARDS, "lm_eval"),
-    benchmark:
-        benchmark_path(EVAL_DIR, "eval_lm_eval")
-    threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
-    resources:
-        **EVAL_RESOURCES,
-    script:
-        "../scripts/evaluate.py"
+        "harness": directory(str(layout.lm_eval_harness_dir(LM_EVAL_OUT))),
+    },
+}
+
+for _kind in eval_run.CHECKPOINT_EVALS:
+
+    rule:
+        name:
+            f"eval_{_kind}"
+        input:
+            *EVAL_INPUTS[_kind][0],
+            **EVAL_INPUTS[_kind][1],
+        output:
+            layout.eval_output(WILDCARDS, _kind),
+            **EVAL_EXTRA_OUTPUTS.get(_kind, {}),
+        params:
+            kind=_kind,
+            settings=getattr(EVAL_CFG, _kind),
+            run_dir=lambda wc, input: layout.run_of(input.final),
+        conda:
+            "../envs/leviathan.yaml"
+        log:
+            layout.cell_log("eval", WILDCARDS, _kind),
+        benchmark:
+            benchmark_path(EVAL_DIR, f"eval_{_kind}")
+        threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
+        resources:
+            **EVAL_RESOURCES,
+        script:
+            "../scripts/evaluate.py"
+
+    # a rule's docstring is a literal in its body: one per kind is set here
+    workflow.get_rule(f"eval_{_kind}").docstring = EVAL_DOCS[_kind]
 
 
 rule sample_efficiency:

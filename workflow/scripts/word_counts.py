@@ -1,4 +1,4 @@
-"""Rule word_counts (logic: leviathan.workflow.actions / leviathan.eval.validation)."""
+"""Rule word_counts (logic: leviathan.workflow.actions / leviathan.eval.val)."""
 
 from leviathan.workflow.actions import word_counts
 from leviathan.workflow.logs import rule_log

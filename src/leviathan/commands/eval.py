@@ -26,10 +26,10 @@ from typing import Any
 
 from leviathan.eval.config import PAPER_TASKS, EvalConfig, LocalTaskData
 from leviathan.eval.errors import EvalInputError
+from leviathan.eval.run import EvalFiles, run_evaluation
 from leviathan.layout import eval_partial, lm_eval_samples
 from leviathan.provenance import utc_now
 from leviathan.values import split_assignment
-from leviathan.workflow.actions import EvalFiles, run_evaluation
 
 
 def _common_model(p: argparse.ArgumentParser) -> None:
@@ -255,7 +255,7 @@ def run_val(args: argparse.Namespace) -> int:
 
 
 def run_word_counts(args: argparse.Namespace) -> int:
-    from leviathan.eval.validation import build_word_counts
+    from leviathan.eval.val import build_word_counts
 
     started = utc_now()
     out = build_word_counts(
@@ -329,7 +329,7 @@ def _task_data(data: dict[str, LocalTaskData], items: list[str]) -> dict[str, Lo
 
 def run_lm_eval_tasks(args: argparse.Namespace) -> int:
     from leviathan.eval.lm_eval_tasks import write_local_tasks
-    from leviathan.workflow.actions import eval_config
+    from leviathan.eval.run import eval_config
     from leviathan.workflow.config import resolve
 
     cfg = eval_config(resolve(args.configfile)).lm_eval

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from leviathan.workflow.actions import enabled_evals
+    from leviathan.eval.run import enabled_evals
     from leviathan.workflow.config import resolve
     from leviathan.workflow.grid import config_cells
 

@@ -5,13 +5,14 @@ Modules, one job each:
     perplexity         one pass over a token shard (per-id loss sums), bits per byte; sliding windows
     frequency          frequency-stratified loss: fixed log10 bins and equal-mass quantile bins
     words              tokenizer-independent words, word losses, training word counts
-    validation         the `val` output: overall + token- and word-level buckets
+    val                the `val` output: overall + token- and word-level buckets
     wikitext           WikiText-103 zero-shot perplexity through HF `datasets`
     lm_eval_adapter    the lm-eval model `leviathan` (TemplateLM)
     lm_eval_tasks      lm-eval's official tasks, optionally on local files; the `lm_eval` output
     sample_efficiency  tokens to reach the tied baseline's final loss, from training curves
     hub                fast, clear failure when the Hugging Face Hub is unreachable
     config             evaluation settings (val / wikitext / lm_eval sections)
+    run                the evaluation kinds, which the config runs; the one dispatcher (rules, CLI)
     results            the JSON envelope every output shares (checkpoint sha256, data manifests)
     cli                `leviathan eval ...`
 """

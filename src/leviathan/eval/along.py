@@ -2,7 +2,7 @@
 one) as a curve against training tokens, compared with the tied baseline's of the same scale,
 vocabulary and seed (docs/method.md, the frequency-bucket and sample-efficiency claims).
 
-Each point is an evaluation output (`val`, leviathan.eval.validation): the checkpoint's step and
+Each point is an evaluation output (`val`, leviathan.eval.val): the checkpoint's step and
 training tokens, the evaluation's loss on the configured sample (not the trainer's periodic
 subset), and the mean loss of every token- and word-frequency bucket. The comparison is that of
 leviathan.eval.sample_efficiency on these curves: the target is tied's last evaluated loss;
@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.eval.errors import EvalInputError
-from leviathan.eval.results import envelope
+from leviathan.eval.results import FREQUENCY_KEYS, envelope
 from leviathan.eval.sample_efficiency import Curve, compare
 from leviathan.io import read_json, sha256_file
 from leviathan.provenance import utc_now
 
-FREQUENCY_KEYS = ("frequency_tokens", "frequency_words")
 INTERPOLATION = (
     "tokens_interpolated: linear in training tokens between the last evaluated checkpoint above "
     "the target and the first at or below it (bracket); tokens_to_target: that first checkpoint"

@@ -16,6 +16,10 @@
 `code`, `env`, `config`, `config_sha256`, `started_utc` and `finished_utc` come from
 `leviathan.provenance.record`, the same function that fills every manifest. An output's own
 sha256 is recorded by whoever consumes it (the report tables).
+
+The fields of `results` that others read (the report's tables, the evaluation along training)
+are named here once: RFC 6901 JSON pointers into an output (VAL_LOSS, ..., `lm_eval_metric`)
+and the keys of the val output's frequency buckets (FREQUENCY_KEYS).
 """
 
 from __future__ import annotations
@@ -35,6 +39,40 @@ from leviathan.manifest import display_path, read_manifest
 from leviathan.provenance import record
 
 SCHEMA = 2  # 2: + config_sha256, started_utc/finished_utc, env.packages, checkpoint.manifest
+
+# The val output's frequency-stratified loss: token-level and word-level buckets
+FREQUENCY_KEYS = ("frequency_tokens", "frequency_words")
+
+
+def lm_eval_metric(task: str, metric: str) -> str:
+    """A task's metric in the lm_eval output (lm-eval's name, e.g. "acc,none")."""
+    return f"/results/tasks/{task}/metrics/{metric}"
+
+
+def frequency_bucket(key: str, i: int) -> str:
+    """The `i`-th log10 bucket of the val output's `key` (one of FREQUENCY_KEYS)."""
+    return f"/results/{key}/log10/{i}"
+
+
+def group_field(field: str) -> str:
+    """A field of a per-(scale, vocab, seed) comparison output (sample efficiency, along
+    training), e.g. `baseline/target_val_loss`."""
+    return f"/results/{field}"
+
+
+def group_run_field(i: int, field: str) -> str:
+    """A field of the `i`-th run record of a per-(scale, vocab, seed) comparison output."""
+    return f"/results/runs/{i}/{field}"
+
+
+# The fields the report's tables read (JSON pointers into the val, wikitext, lm_eval outputs).
+# WikiText-103 perplexity per word (lm-eval's wikitext metric): independent of the tokenizer,
+# so vocabularies and the paper compare; token-level perplexity is in the evaluation JSON too
+WIKITEXT_PPL = "/results/word_perplexity"
+VAL_LOSS = "/results/overall/loss"
+VAL_TARGETS = "/results/overall/targets"  # the validation tokens a loss rests on (its sample)
+VAL_BPB = "/results/overall/bits_per_byte"
+LAMBADA_PPL = lm_eval_metric("lambada_openai", "perplexity,none")
 
 
 def perplexity(loss: float | None) -> float | None:

@@ -14,7 +14,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from leviathan.eval.along import FREQUENCY_KEYS
+from leviathan.eval.results import FREQUENCY_KEYS
 from leviathan.io import read_json
 from leviathan.layout import along_group
 from leviathan.report import figures

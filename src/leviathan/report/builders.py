@@ -11,10 +11,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from leviathan import layout
+from leviathan.eval.results import (
+    FREQUENCY_KEYS,
+    VAL_LOSS,
+    frequency_bucket,
+    group_field,
+    group_run_field,
+)
 from leviathan.report.basis import BASIS_COLUMNS, GAIN_CONVENTION, RECIPE
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.columns import (
-    LOSS,
     EvalColumns,
     accuracy_sources,
     accuracy_tasks,
@@ -170,10 +176,10 @@ def ablation_table(ctx: Context, name: str) -> Table:
     for (scale, vocab, variant), cells in groups.items():
         row = config_row(ctx, t, scale, vocab, variant, cells)
         t.set(row, "params", ValueSpec("params", state_sources(cells[:1])))
-        t.set(row, "val_loss", ValueSpec("mean", eval_sources(cells, "val", LOSS)))
+        t.set(row, "val_loss", ValueSpec("mean", eval_sources(cells, "val", VAL_LOSS)))
         tied = groups.get((scale, vocab, "tied"))
         if tied:
-            t.set(row, "gain", compared("gain", tied, cells, "val", LOSS))
+            t.set(row, "gain", compared("gain", tied, cells, "val", VAL_LOSS))
         ctx.set_paper(t, row)
     return t
 
@@ -211,9 +217,9 @@ def vocabulary_table(ctx: Context, name: str) -> Table:
             seeds=len(lev),
             **ctx.basis([*tied, *lev]),
         )
-        t.set(row, "tied_loss", ValueSpec("mean", eval_sources(tied, "val", LOSS)))
-        t.set(row, "leviathan_loss", ValueSpec("mean", eval_sources(lev, "val", LOSS)))
-        t.set(row, "gain", compared("gain", tied, lev, "val", LOSS))
+        t.set(row, "tied_loss", ValueSpec("mean", eval_sources(tied, "val", VAL_LOSS)))
+        t.set(row, "leviathan_loss", ValueSpec("mean", eval_sources(lev, "val", VAL_LOSS)))
+        t.set(row, "gain", compared("gain", tied, lev, "val", VAL_LOSS))
     if pairs:
         row = t.add_row(
             "paper",
@@ -227,7 +233,7 @@ def vocabulary_table(ctx: Context, name: str) -> Table:
 
 
 # frequency levels: the val evaluation's result key -> the table's `level` label and row-id part
-FREQUENCY_LEVELS = {"frequency_tokens": ("token", ""), "frequency_words": ("word", "words/")}
+FREQUENCY_LEVELS = dict(zip(FREQUENCY_KEYS, (("token", ""), ("word", "words/")), strict=True))
 
 
 def frequency_table(ctx: Context, name: str) -> Table:
@@ -269,7 +275,7 @@ def frequency_table(ctx: Context, name: str) -> Table:
                     level=level,
                     bucket=label,
                 )
-                _frequency_row(ctx, t, row, tied, lev, f"/results/{key}/log10/{i}", bucket)
+                _frequency_row(ctx, t, row, tied, lev, frequency_bucket(key, i), bucket)
     return t
 
 
@@ -354,7 +360,7 @@ def group_run_source(
     (sample efficiency, along training): its Source, and the run record (None for the tied
     baseline's fields, `baseline/...`). A variant missing from the file names `rule` to rerun."""
     if field_.startswith("baseline/"):
-        return Source(path, f"/results/{field_}"), None
+        return Source(path, group_field(field_)), None
     runs = docs.get(path)["results"]["runs"]
     i = next((i for i, r in enumerate(runs) if r.get("variant") == variant), None)
     if i is None:
@@ -362,7 +368,7 @@ def group_run_source(
             f"{path}: has no {variant} run: rerun its {rule} rule "
             f"(`snakemake --forcerun {rule} all`)"
         )
-    return Source(path, f"/results/runs/{i}/{field_}"), runs[i]
+    return Source(path, group_run_field(i, field_)), runs[i]
 
 
 def _sample_efficiency_sources(

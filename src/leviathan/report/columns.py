@@ -11,19 +11,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from leviathan import layout
+from leviathan.eval.results import (
+    LAMBADA_PPL,
+    VAL_BPB,
+    VAL_LOSS,
+    VAL_TARGETS,
+    WIKITEXT_PPL,
+    lm_eval_metric,
+)
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import ReportInputs
 from leviathan.report.paper import PAPER_TASKS
 from leviathan.report.table import Table
 from leviathan.workflow.grid import Cell
-
-# WikiText-103 perplexity per word (lm-eval's wikitext metric): independent of the tokenizer,
-# so vocabularies and the paper compare; token-level perplexity is in the evaluation JSON too
-WIKITEXT_PPL = "/results/word_perplexity"
-LOSS = "/results/overall/loss"
-VAL_TARGETS = "/results/overall/targets"  # the validation tokens a loss rests on (its sample)
-VAL_BPB = "/results/overall/bits_per_byte"
-LAMBADA_PPL = "/results/tasks/lambada_openai/metrics/perplexity,none"
 
 
 def eval_output(c: Cell, kind: str) -> str:
@@ -89,9 +89,7 @@ def accuracy_sources(
     return tuple(
         s
         for task in tasks
-        for s in eval_sources(
-            cells, "lm_eval", f"/results/tasks/{task}/metrics/{metric(task)}", group
-        )
+        for s in eval_sources(cells, "lm_eval", lm_eval_metric(task, metric(task)), group)
     )
 
 
@@ -131,8 +129,8 @@ class EvalColumns:
     def _values(self) -> dict[str, Callable[[Sequence[Cell]], ValueSpec]]:
         acc = self.averaged
         return {
-            "val_loss": lambda c: ValueSpec("mean", eval_sources(c, "val", LOSS)),
-            "val_ppl": lambda c: ValueSpec("exp", eval_sources(c, "val", LOSS)),
+            "val_loss": lambda c: ValueSpec("mean", eval_sources(c, "val", VAL_LOSS)),
+            "val_ppl": lambda c: ValueSpec("exp", eval_sources(c, "val", VAL_LOSS)),
             "val_targets": lambda c: ValueSpec("mean", eval_sources(c, "val", VAL_TARGETS)),
             "val_bpb": lambda c: ValueSpec("mean", eval_sources(c, "val", VAL_BPB)),
             "wikitext_ppl": lambda c: ValueSpec("mean", eval_sources(c, "wikitext", WIKITEXT_PPL)),
@@ -143,8 +141,8 @@ class EvalColumns:
     def _gains(self) -> dict[str, Callable[[Sequence[Cell], Sequence[Cell]], ValueSpec]]:
         acc = self.averaged
         return {
-            "val_loss_gain": lambda tied, c: compared("gain", tied, c, "val", LOSS),
-            "val_ppl_gain": lambda tied, c: compared("exp_gain", tied, c, "val", LOSS),
+            "val_loss_gain": lambda tied, c: compared("gain", tied, c, "val", VAL_LOSS),
+            "val_ppl_gain": lambda tied, c: compared("exp_gain", tied, c, "val", VAL_LOSS),
             "wikitext_ppl_gain": lambda tied, c: compared(
                 "gain", tied, c, "wikitext", WIKITEXT_PPL
             ),

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from leviathan.eval.results import VAL_LOSS
 from leviathan.report.builders import CONFIG_LABELS, config_row
 from leviathan.report.cellmap import ValueSpec
-from leviathan.report.columns import LOSS, compared, eval_sources, state_sources
+from leviathan.report.columns import compared, eval_sources, state_sources
 from leviathan.report.context import Configurations, Context, ReportInputs, seeded
 from leviathan.report.table import Table
 from leviathan.workflow.grid import Cell
@@ -54,11 +55,11 @@ def recon_table(ctx: Context, name: str) -> Table:
     for (scale, vocab, variant), cells in groups.items():
         row = config_row(ctx, t, scale, vocab, variant, cells)
         t.set(row, "params", ValueSpec("params", state_sources(cells[:1])))
-        t.set(row, "val_loss", ValueSpec("mean", eval_sources(cells, "val", LOSS)))
+        t.set(row, "val_loss", ValueSpec("mean", eval_sources(cells, "val", VAL_LOSS)))
         for col, reference in REFERENCES.items():
             ref = groups.get((scale, vocab, reference))
             if ref and variant != reference:
                 a, b = paired_by_seed(ref, cells)
                 if a:
-                    t.set(row, col, compared("diff", a, b, "val", LOSS))
+                    t.set(row, col, compared("diff", a, b, "val", VAL_LOSS))
     return t
