@@ -16,11 +16,11 @@ from scipy import stats
 from workflow_helpers import BIN, ROOT, tool_env
 
 from leviathan import layout
-from leviathan.eval.run import evaluate
 from leviathan.io import read_json
 from leviathan.report.build import write_report
 from leviathan.train.config import RuntimeConfig, train_config
 from leviathan.train.trainer import train
+from leviathan.workflow.actions import evaluate
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from workflow_helpers import ROOT
 
-from leviathan.eval.run import eval_device
+from leviathan.workflow.actions import eval_device
 from leviathan.workflow.cluster import eval_resources
 from leviathan.workflow.config import resolve
 from leviathan.workflow.grid import Cell, config_cells

@@ -35,6 +35,7 @@ def _layout_paths(config: dict) -> set[str]:
         layout.benchmark_path(layout.corpus_dir(corpus), "fetch_corpus"),
         layout.log_file("report", results),
         layout.benchmark_path(layout.report_dir(results), "report"),
+        layout.status_file(results),
     }
     for vocab in {c.vocab for c in all_cells}:
         tokens = layout.tokens_dir(corpus, vocab)

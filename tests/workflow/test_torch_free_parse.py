@@ -29,7 +29,9 @@ def _without_torch(tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("configfile", [None, "config/tiny.yaml"])
 def test_a_cpu_study_plans_without_torch(tmp_path: Path, configfile: str | None) -> None:
-    work = workflow_copy(tmp_path / "work")
+    work = tmp_path / "work"
+    work.mkdir()
+    workflow_copy(work)
     files = ["--configfile", configfile] if configfile else []
     out = subprocess.run(
         [SNAKEMAKE, "all", "-n", "--profile", "profiles/local", *files],

@@ -65,7 +65,7 @@ for _kind in eval_run.CHECKPOINT_EVALS:
             **EVAL_EXTRA_OUTPUTS.get(_kind, {}),
         params:
             kind=_kind,
-            settings=getattr(EVAL_CFG, _kind),
+            settings=eval_run.result_settings(EVAL_CFG, _kind),  # its rerun trigger
             run_dir=lambda wc, input: layout.run_of(input.final),
         conda:
             "../envs/leviathan.yaml"

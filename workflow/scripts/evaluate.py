@@ -1,6 +1,6 @@
 """Rules eval_val / eval_wikitext / eval_lm_eval / eval_val_along: one evaluation (params.kind)."""
 
-from leviathan.eval.run import evaluate
+from leviathan.workflow.actions import evaluate
 from leviathan.workflow.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821

@@ -29,14 +29,16 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from leviathan.eval.checkpoint import Checkpoint
 from leviathan.eval.standin import is_stand_in
 from leviathan.io import read_json, sha256_file, write_json
 from leviathan.layout import manifest_path
 from leviathan.manifest import display_path, read_manifest
 from leviathan.provenance import record
+
+if TYPE_CHECKING:  # the report reads results without torch
+    from leviathan.eval.checkpoint import Checkpoint
 
 SCHEMA = 2  # 2: + config_sha256, started_utc/finished_utc, env.packages, checkpoint.manifest
 

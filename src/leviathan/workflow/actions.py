@@ -1,8 +1,8 @@
 """What each workflow rule does, as plain functions of the validated config (unit-tested;
 the rule scripts only unpack `snakemake` and call these): fetch the corpus, tokenize it, count
-the validation text's words, group cells for sample efficiency. What a job asks of the cluster
-is in leviathan.workflow.cluster, the training command in leviathan.workflow.launch, the
-evaluation of a checkpoint in leviathan.eval.run."""
+the validation text's words, evaluate a trained cell (through leviathan.eval.run's dispatcher,
+on the device its job was given), group cells for sample efficiency. What a job asks of the
+cluster is in leviathan.workflow.cluster, the training command in leviathan.workflow.launch."""
 
 from __future__ import annotations
 
@@ -10,6 +10,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from leviathan import layout
+from leviathan.eval.run import (
+    CHECKPOINT_EVALS,
+    EvalFiles,
+    eval_config,
+    eval_sections,
+    run_evaluation,
+    settings_key,
+)
+from leviathan.workflow.cluster import eval_resources
 from leviathan.workflow.grid import Cell
 
 
@@ -110,13 +120,67 @@ def word_counts(
     train: str | Path, val: str | Path, out: str | Path, config: Mapping[str, Any]
 ) -> None:
     from leviathan.eval.results import write_result
-    from leviathan.eval.run import eval_sections
     from leviathan.eval.val import build_word_counts
 
     options = eval_sections(config).get("word_counts") or {}
     write_result(
         out, build_word_counts(train, val, max_train_tokens=options.get("max_train_tokens"))
     )
+
+
+def eval_device(config: Mapping[str, Any], scale: str) -> str:
+    """The device an evaluation job uses: config.evaluate.device, except that a job given GPUs
+    must find one (checked before anything is loaded), and never silently runs on the CPU."""
+    import torch
+
+    device = str(eval_sections(config).get("device", "auto"))
+    gpus = eval_resources(config, scale)["gpu"]
+    if gpus and device in ("auto", "cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"this {scale} evaluation job was given {gpus} GPU(s) (config.eval_resources.{scale}) "
+            "but CUDA sees none here: run it on a GPU node (check the SLURM profile's gres), or "
+            f"set eval_resources.{scale}.gpus: 0 to evaluate on the CPU"
+        )
+    return device
+
+
+def evaluate(
+    kind: str, run_dir: str | Path, out: str | Path, config: Mapping[str, Any], **inputs: Any
+) -> None:
+    """Run one evaluation of a trained cell and write its JSON (atomically); `inputs`: the
+    rule's input files (val, counts, word_counts) by name.
+
+    Work in progress survives a kill: `val` keeps its running sums in `layout.eval_partial`
+    and lm-eval (tasks and WikiText) its request cache in `layout.lm_eval_cache`, both beside
+    the output; a rerun continues from them and removes them once the output is written."""
+    from leviathan.eval.checkpoint import open_checkpoint, resolve_checkpoint
+    from leviathan.eval.results import write_result
+    from leviathan.io import read_json
+    from leviathan.provenance import utc_now
+
+    started = utc_now()
+    cfg = eval_config(config)
+    if kind not in CHECKPOINT_EVALS:
+        raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(CHECKPOINT_EVALS)}")
+    state = read_json(resolve_checkpoint(run_dir) / layout.STATE)  # no weights read yet
+    scale = (state.get("train_config") or {}).get("scale")
+    device = eval_device(config, str(scale)) if scale else eval_sections(config).get("device")
+    ckpt, model = open_checkpoint(run_dir, device=device or "auto")
+    settings = getattr(cfg, kind)
+    cache = str(layout.lm_eval_cache(out, settings_key(ckpt.sha256, model.precision, settings)))
+    files = EvalFiles(
+        val=inputs.get("val"),
+        counts=inputs.get("counts"),
+        word_counts=inputs.get("word_counts"),
+        partial=layout.eval_partial(out),
+        cache=cache,
+        samples=layout.lm_eval_samples(out),
+        harness_dir=layout.lm_eval_harness_dir(out),
+    )
+    write_result(out, run_evaluation(kind, ckpt, model, settings, started, files))
+    layout.eval_partial(out).unlink(missing_ok=True)
+    for db in Path(cache).parent.glob(Path(cache).name + "*"):
+        db.unlink()
 
 
 def sample_efficiency_groups(cells: list[Cell]) -> dict[tuple[str, str, int], list[Cell]]:
