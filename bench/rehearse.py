@@ -281,12 +281,12 @@ def measure(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
 
 def study(config: dict[str, Any]) -> dict[str, Any]:
     """What the study asks of each step (the plan's figures) and the limits its config sets."""
+    from leviathan.cells import config_cells
     from leviathan.data.encode import usable_cpus
     from leviathan.data.tokenizers import token_dtype
     from leviathan.train.config import workflow_runtime
     from leviathan.vocab import get_vocab
     from leviathan.workflow import actions, cluster, plan
-    from leviathan.workflow.grid import config_cells
     from leviathan.workflow.plan import cell_memory
 
     budgets = plan.vocab_budgets(config)

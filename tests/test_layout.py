@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.eval.checkpoint import resolve_checkpoint
 from leviathan.train.checkpoint import latest_checkpoint, save_checkpoint
-from leviathan.workflow.grid import Cell
 
 CELL = Cell("400m", "o200k_base", "leviathan", 0, "pile")
 

@@ -25,7 +25,7 @@ A job's Snakemake benchmark file sits beside its outputs: <dir>/<rule>[.<tag>].b
 
 A cell is anything with `scale`, `vocab`, `variant`, `seed` and `results` (its <study>)
 attributes: a
-`leviathan.workflow.grid.Cell`, Snakemake's wildcards of a cell rule, or `WILDCARDS` (the
+`leviathan.cells.Cell`, Snakemake's wildcards of a cell rule, or `WILDCARDS` (the
 rules' patterns). Functions of cells and of the workflow's directories return str (what
 Snakemake and DVC name); functions of the files inside a run, a checkpoint or an output
 directory take that directory and return a Path. A rule's script gets the directories it needs

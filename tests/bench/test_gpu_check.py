@@ -87,8 +87,8 @@ def test_gpu_check_smoke_runs_and_writes_every_figure(tmp_path: Path) -> None:
 def test_the_micro_batches_are_the_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the check reads from config/paper.yaml with PyYAML is each cell's micro-batch as
     the plan resolves it (Snakemake's config loading and the training config)."""
+    from leviathan.cells import config_cells
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import config_cells
     from leviathan.workflow.resolve import cell_train_config
 
     mod = _script()

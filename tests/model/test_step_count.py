@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @cache
 def _study_step(scale: str, variant: str) -> tuple[StepTrace, int]:
     """One counted micro-batch step at the micro-batch config/paper.yaml gives the scale."""
+    from leviathan.cells import Cell
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import Cell
     from leviathan.workflow.resolve import cell_train_config
 
     config = resolve([ROOT / "config" / "paper.yaml"], root=ROOT)

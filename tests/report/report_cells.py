@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.io import write_json
 from leviathan.model import model_config
 from leviathan.train.config import train_config
-from leviathan.workflow.grid import Cell
 
 LOSS = {"tied": 3.10, "leviathan": 3.00}
 VAL_TARGETS = {"tied": 65_536 * 512, "leviathan": 65_536 * 512 - 7}  # the sample each rests on

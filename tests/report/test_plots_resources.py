@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.io import read_json, write_json
 from leviathan.layout import benchmark_path, benchmark_rule
 from leviathan.report.plots import write_plot_data
 from leviathan.report.resources import resource_table, write_resources
-from leviathan.workflow.grid import Cell
 
 CELLS = [
     Cell("micro", "gpt2", "tied", 0, "embedded"),

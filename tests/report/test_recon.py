@@ -19,13 +19,13 @@ from report_cells import write_cell
 from scipy import stats
 from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
 
+from leviathan.cells import Cell
 from leviathan.model import build_model, model_config
-from leviathan.report import figures
+from leviathan.report import drawing
 from leviathan.report.basis import SmokePolicy
 from leviathan.report.build import report_inputs, write_report
 from leviathan.report.registry import table_names
 from leviathan.workflow.config import check_config
-from leviathan.workflow.grid import Cell
 
 SMOKE_TOKENS = 30_720
 # the named variants of config/recon.yaml: name -> its LEV overrides
@@ -148,7 +148,9 @@ def test_one_seed_has_no_ci_columns(written: dict[str, Any]) -> None:
 
 def _drawn(monkeypatch: pytest.MonkeyPatch, csv: Path | None) -> Any:
     drawn: dict[str, Any] = {}
-    monkeypatch.setattr(figures, "_save", lambda fig, out, name, inputs: drawn.update({name: fig}))
+    monkeypatch.setattr(
+        drawing, "save_figure", lambda fig, out, name, inputs: drawn.update({name: fig})
+    )
     from leviathan.report import lev_figures
 
     lev_figures.recon(csv, "figures", SmokePolicy.default())

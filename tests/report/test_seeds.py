@@ -16,13 +16,13 @@ from scipy import stats
 from workflow_helpers import BIN, ROOT, tool_env
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.io import read_json
 from leviathan.report.build import write_report
 from leviathan.train.config import RuntimeConfig, train_config
 from leviathan.train.trainer import train
 from leviathan.workflow.actions import evaluate
 from leviathan.workflow.config import resolve
-from leviathan.workflow.grid import Cell
 
 pytestmark = pytest.mark.slow
 SEEDS = [0, 1, 2]

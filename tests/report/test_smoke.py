@@ -16,10 +16,10 @@ from report_cells import write_cell, write_sample_efficiency
 from workflow_helpers import BIN
 
 from leviathan import layout
-from leviathan.report import figures
+from leviathan.cells import Cell
+from leviathan.report import drawing, figures
 from leviathan.report.basis import SmokePolicy
 from leviathan.report.build import write_report
-from leviathan.workflow.grid import Cell
 
 SMOKE_TOKENS = 20_480  # the default config's micro runs: 40 steps of 8 x 64 tokens
 STUDY = {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}
@@ -126,7 +126,7 @@ def _figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         drawn[name] = fig
         return []
 
-    monkeypatch.setattr(figures, "_save", keep)
+    monkeypatch.setattr(drawing, "save_figure", keep)
     csvs = {n: Path(f"tables/{n}.csv") for n in ("frequency", "vocabulary", "ablation", "recon")}
     se = [Path(layout.sample_efficiency_path("embedded", "micro", "gpt2", 0))]
     cells = [Cell("micro", "gpt2", v, 0, "embedded") for v in ("tied", "leviathan")]

@@ -13,8 +13,8 @@ from docutils.core import publish_parts
 from report_cells import write_cell
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.report.build import write_report
-from leviathan.workflow.grid import Cell
 
 TOKENS = 30_720
 CELLS = [Cell("micro", "gpt2", v, 0, "embedded") for v in ("tied", "leviathan")]

@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 from report_cells import CORPUS, RESULTS, TOKENS, VAL_TARGETS, write_cell, write_sample_efficiency
 
+from leviathan.cells import Cell
 from leviathan.model import build_model, model_config
 from leviathan.report.build import write_report
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import ReportInputs
 from leviathan.report.paper import Paper, reported_path
 from leviathan.report.registry import build_tables, table_names
-from leviathan.workflow.grid import Cell
 
 
 @pytest.fixture

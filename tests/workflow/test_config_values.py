@@ -13,8 +13,8 @@ import yaml
 from snakemake.common.configfile import load_configfile
 from workflow_helpers import ROOT, snakemake, workflow_copy
 
+from leviathan.cells import Cell
 from leviathan.workflow.config import resolve
-from leviathan.workflow.grid import Cell
 from leviathan.workflow.launch import cell_args
 from leviathan.workflow.resolve import cell_train_config
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from workflow_helpers import ROOT
 
+from leviathan.cells import Cell, config_cells
 from leviathan.workflow.actions import eval_device
 from leviathan.workflow.cluster import eval_resources
 from leviathan.workflow.config import resolve
-from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.plan import (
     EVAL_MFU_SHARE,
     LM_EVAL_TASK_SIZES,

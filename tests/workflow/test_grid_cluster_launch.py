@@ -5,6 +5,7 @@ from pathlib import Path
 import yaml
 
 from leviathan import layout
+from leviathan.cells import Cell, cells, wildcard_pattern
 from leviathan.cli import build_parser
 from leviathan.values import parse_assignments
 from leviathan.workflow.cluster import (
@@ -13,7 +14,6 @@ from leviathan.workflow.cluster import (
     rule_resources,
     train_slurm_keys,
 )
-from leviathan.workflow.grid import Cell, cells, wildcard_pattern
 from leviathan.workflow.launch import train_command
 
 STUDIES = {

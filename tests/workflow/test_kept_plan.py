@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from workflow_helpers import ROOT
 
+from leviathan.cells import config_cells
 from leviathan.workflow.config import resolve
-from leviathan.workflow.grid import config_cells
 from leviathan.workflow.launch import runtime_args
 from leviathan.workflow.plan import plan_cell, study_disk
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from leviathan.cells import Cell
 from leviathan.gpus import GIB
 from leviathan.model.memory import FRAGMENTATION, train_memory
 from leviathan.workflow.config import resolve
-from leviathan.workflow.grid import Cell
 from leviathan.workflow.plan import cell_memory, render_plan
 from leviathan.workflow.resolve import cell_train_config
 

@@ -18,7 +18,7 @@ import yaml
 from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
-from leviathan.workflow.grid import Cell
+from leviathan.cells import Cell
 from leviathan.workflow.launch import cell_args, launcher_args, train_command
 
 SCRIPTS = sorted((ROOT / "workflow" / "scripts").glob("*.py"))

@@ -10,6 +10,7 @@ from pathlib import Path
 from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
+from leviathan.cells import config_cells
 from leviathan.eval.run import enabled_evals
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.figures import FIGURE_NAMES
@@ -18,7 +19,6 @@ from leviathan.report.registry import table_names, table_paths
 from leviathan.report.resources import RESOURCES_TABLE
 from leviathan.workflow.actions import sample_efficiency_groups
 from leviathan.workflow.config import resolve
-from leviathan.workflow.grid import config_cells
 
 
 def _layout_paths(config: dict) -> set[str]:

@@ -291,8 +291,8 @@ def test_scale_config_plans_multi_node_fsdp_jobs(tmp_path: Path) -> None:
     assert counts["train"] == 4
     jobs = _job_resources(out.stdout + out.stderr)["train"]
     assert sorted(int(re.search(r"--nodes=(\d+)", r).group(1)) for r in jobs) == [4, 4, 8, 8]
+    from leviathan.cells import Cell
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import Cell
     from leviathan.workflow.launch import train_command
 
     config = resolve([ROOT / "config" / "scale.yaml"], root=ROOT)

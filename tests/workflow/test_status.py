@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from leviathan import layout
+from leviathan.cells import Cell, config_cells
 from leviathan.train.config import RuntimeConfig
 from leviathan.train.metrics_log import read_metrics, rewind_metrics
 from leviathan.train.trainer import train
-from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.resolve import cell_train_config
 from leviathan.workflow.status import cell_status, render_status
 

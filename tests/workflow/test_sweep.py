@@ -17,12 +17,12 @@ import yaml
 from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
 
 from leviathan import layout
+from leviathan.cells import Cell, config_cells
 from leviathan.model import build_model
 from leviathan.model.config import model_config
 from leviathan.scales import get_scale
 from leviathan.train.config import train_config
 from leviathan.workflow.config import check_config
-from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.launch import cell_args
 from leviathan.workflow.resolve import cell_recipe, cell_train_config
 from leviathan.workflow.variants import deep_merge, format_number, recipe_differences, recipe_text
@@ -134,7 +134,7 @@ def test_named_variants_and_tags_are_safe_path_components_and_wildcards() -> Non
         assert run.split("/")[-2] == c.variant and ".." not in run
         assert layout.parse_cell_key(c.key)[2] == c.variant
     # the rules' wildcard constraint (common.smk) matches each name exactly, and nothing longer
-    from leviathan.workflow.grid import wildcard_pattern
+    from leviathan.cells import wildcard_pattern
 
     pattern = wildcard_pattern(c.variant for c in config_cells(config))
     for c in config_cells(config):

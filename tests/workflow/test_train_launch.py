@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.train.config import train_config
 from leviathan.train.trainer import build_cell_model
 from leviathan.workflow.cluster import GRACE_MARGIN_S, preempt_grace_s, resources, train_slurm_value
-from leviathan.workflow.grid import Cell
 from leviathan.workflow.launch import launch_argv, launch_env, launcher_args
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 # unit-tested there); every path and file name comes from leviathan.layout.
 from leviathan import layout
 from leviathan.layout import WILDCARDS, benchmark_path, log_file
-from leviathan.workflow.grid import Cell, config_cells, wildcard_pattern
+from leviathan.cells import Cell, config_cells, wildcard_pattern
 from leviathan.workflow import actions, cluster, launch
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.figures import FIGURE_NAMES

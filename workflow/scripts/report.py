@@ -1,9 +1,9 @@
 """Rule report (logic: leviathan.report.build, .status, .plots and .resources)."""
 
+from leviathan.cells import config_cells
 from leviathan.report.build import write_report
 from leviathan.report.plots import write_plot_data
 from leviathan.report.resources import write_resources
-from leviathan.workflow.grid import config_cells
 from leviathan.workflow.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821

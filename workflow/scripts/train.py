@@ -13,8 +13,8 @@ import socket
 import sys
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.train.errors import OUT_OF_MEMORY_EXIT
-from leviathan.workflow.grid import Cell
 from leviathan.workflow.launch import known_out_of_memory, launch_env, memory_args, train_argv
 from leviathan.workflow.logs import rule_log
 

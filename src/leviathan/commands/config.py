@@ -9,8 +9,8 @@ import shlex
 from dataclasses import asdict
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.vocab import get_vocab
-from leviathan.workflow.grid import Cell
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -68,8 +68,8 @@ def _parse_cell(key: str, results: str) -> Cell:
 def run_show(args: argparse.Namespace) -> int:
     import yaml
 
+    from leviathan.cells import config_cells
     from leviathan.workflow.config import resolve, stand_in_files
-    from leviathan.workflow.grid import config_cells
     from leviathan.workflow.plan import render_plan
 
     config = resolve(args.configfile)
@@ -109,7 +109,7 @@ def run_show(args: argparse.Namespace) -> int:
 def cells_section(config: dict) -> str:  # type: ignore[type-arg]
     """Each configured scale/vocab/variant: the built-in variant its model is built from and
     its recipe's differences from the scale's default (leviathan.workflow.variants)."""
-    from leviathan.workflow.grid import config_cells
+    from leviathan.cells import config_cells
     from leviathan.workflow.resolve import cell_recipe
     from leviathan.workflow.variants import cell_variant
 
@@ -131,9 +131,9 @@ def cells_section(config: dict) -> str:  # type: ignore[type-arg]
 def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
     """The roofline (`leviathan.model.roofline`) of each scale/vocab/variant of the studies,
     with the optimizer step spread over one GPU's micro-batches."""
+    from leviathan.cells import config_cells
     from leviathan.model.roofline import render
     from leviathan.workflow.cluster import scale_resources
-    from leviathan.workflow.grid import config_cells
     from leviathan.workflow.resolve import cell_train_config
 
     rows = {}

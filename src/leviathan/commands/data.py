@@ -289,8 +289,8 @@ def _source(args: argparse.Namespace) -> dict[str, Any]:
             "seed": args.seed,
         }
     from leviathan import layout
+    from leviathan.cells import Cell
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import Cell
     from leviathan.workflow.resolve import cell_train_config
 
     config = resolve(args.configfile)

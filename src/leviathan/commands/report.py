@@ -65,11 +65,11 @@ def run_paper_check(args: argparse.Namespace) -> int:
 
 
 def run_tables(args: argparse.Namespace) -> int:
+    from leviathan.cells import config_cells
     from leviathan.layout import repo_root
     from leviathan.report.build import write_report
     from leviathan.workflow.actions import sample_efficiency_groups
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import config_cells
 
     config = resolve([args.config], root=repo_root())  # as the workflow does: defaults filled
     results = layout.config_results_key(config)

@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from leviathan.cells import config_cells
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import config_cells
     from leviathan.workflow.status import STALE_S, cell_status, render_status
 
     config = resolve(args.configfile)

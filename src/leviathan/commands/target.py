@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.commands.config import configfile_arg
 from leviathan.model.config import VARIANT_NAMES
 from leviathan.scales import SCALES
 from leviathan.vocab import get_vocab
-from leviathan.workflow.grid import Cell
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -41,9 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from leviathan.cells import config_cells
     from leviathan.eval.run import enabled_evals
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.grid import config_cells
 
     config = resolve(args.configfile)
     results = layout.config_results_key(config)

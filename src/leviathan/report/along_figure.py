@@ -17,7 +17,7 @@ import seaborn as sns
 from leviathan.eval.results import FREQUENCY_KEYS
 from leviathan.io import read_json
 from leviathan.layout import along_group
-from leviathan.report import figures
+from leviathan.report import drawing
 from leviathan.report.basis import SmokePolicy, caption
 
 LEVELS = dict(zip(FREQUENCY_KEYS, ("token", "word"), strict=True))
@@ -81,7 +81,7 @@ def along_figure(
     cols = max(1, len(docs))
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.2 * rows), squeeze=False)
     if not docs:
-        figures._empty(
+        drawing.empty_panel(
             axes[0][0], "no evaluation along training (set evaluate.along with runtime.keep_at)"
         )
         for row in axes[1:]:
@@ -97,10 +97,10 @@ def along_figure(
             top, bottom = axes[2 * k][i], axes[2 * k + 1][i]
             _panel_pair(top, bottom, base, run, key, LEVELS[key])
             top.set_title(f"{vocab}: {caption(scale, tokens, seeds, policy)}", fontsize=9)
-    figures._title(
+    drawing.figure_title(
         fig,
         "Along training: the evaluation's loss per training-frequency bucket (kept checkpoints)",
         smoke,
         policy,
     )
-    return figures._save(fig, out_dir, "along", list(along))
+    return drawing.save_figure(fig, out_dir, "along", list(along))

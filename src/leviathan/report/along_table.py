@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.report.builders import CONFIG_LABELS, group_run_source, seed_paired_variants
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import Context, ReportInputs
 from leviathan.report.table import Table
-from leviathan.workflow.grid import Cell
 
 ALONG_TABLE = "sample_efficiency_along"
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.report.cellmap import DocumentCache
-from leviathan.workflow.grid import Cell
 
 SMOKE = "smoke test"
 FULL = "full run"

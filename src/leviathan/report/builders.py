@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.eval.results import (
     FREQUENCY_KEYS,
     VAL_LOSS,
@@ -38,7 +39,6 @@ from leviathan.report.context import (
 )
 from leviathan.report.paper import MAIN_PAPER_FIGURES, PAPER_TASKS, paper_value
 from leviathan.report.table import Table
-from leviathan.workflow.grid import Cell
 
 CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", *BASIS_COLUMNS]
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.eval.results import (
     LAMBADA_PPL,
     VAL_BPB,
@@ -23,7 +24,6 @@ from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import ReportInputs
 from leviathan.report.paper import PAPER_TASKS
 from leviathan.report.table import Table
-from leviathan.workflow.grid import Cell
 
 
 def eval_output(c: Cell, kind: str) -> str:

@@ -8,11 +8,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from leviathan.cells import Cell, study_cells
 from leviathan.report.basis import SmokePolicy, basis_labels, recipe_label
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.paper import Paper, PaperFigure
 from leviathan.report.table import Table
-from leviathan.workflow.grid import Cell, study_cells
 
 # (scale, vocab, variant) -> its cells, one per seed: a configuration, its seeds averaged
 Configurations = dict[tuple[str, str, str], list[Cell]]

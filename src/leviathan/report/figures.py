@@ -24,7 +24,7 @@ is not in the config says so on its canvas instead of being omitted.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +36,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from leviathan.cells import Cell  # noqa: E402
 from leviathan.eval.sample_efficiency import metrics_path  # noqa: E402
-from leviathan.io import atomic_path, read_json  # noqa: E402
-from leviathan.layout import figure_files, run_dir, sample_efficiency_group  # noqa: E402
-from leviathan.manifest import input_record, write_manifest  # noqa: E402
-from leviathan.report.basis import SMOKE, SmokePolicy, caption  # noqa: E402
+from leviathan.io import read_json  # noqa: E402
+from leviathan.layout import run_dir, sample_efficiency_group  # noqa: E402
+from leviathan.report import (
+    drawing,  # noqa: E402
+    lev_figures,  # noqa: E402
+)
+from leviathan.report.along_figure import along_figure  # noqa: E402
+from leviathan.report.basis import SmokePolicy, caption  # noqa: E402
 from leviathan.report.paper import Paper  # noqa: E402
 from leviathan.train.metrics_log import read_metrics  # noqa: E402
-from leviathan.workflow.grid import Cell  # noqa: E402
 
 # recon and lev_health: drawn by leviathan.report.lev_figures; along: report.along_figure
 FIGURE_NAMES = [
@@ -59,73 +63,17 @@ FIGURE_NAMES = [
 from leviathan.report.context import variant_order  # noqa: E402
 
 
-def _empty(ax: Any, message: str) -> None:
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, fontsize=11)
-    ax.set_axis_off()
-
-
-def _save(
-    fig: Any, out_dir: str | os.PathLike[str], name: str, inputs: Sequence[Path]
-) -> list[Path]:
-    paths = figure_files(out_dir, name)
-    for fmt, path in paths.items():
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
-        write_manifest(
-            path, kind="figure", inputs=[input_record(p) for p in inputs], fields={"figure": name}
-        )
-    plt.close(fig)
-    return list(paths.values())
-
-
-def _title(fig: Any, title: str, smoke: bool, policy: SmokePolicy) -> None:
-    """The figure's title; with smoke-test numbers, a second line that says so."""
-    if smoke:
-        title += (
-            f"\nSMOKE TEST (runs below {policy.below_tokens:,} training tokens): "
-            "checks that the pipeline runs, not evidence"
-        )
-    fig.suptitle(title, color="firebrick" if smoke else "black")
-    fig.tight_layout()  # room for the title's lines above the panels' own titles
-
-
-def _basis(rows: pd.DataFrame) -> str:
-    """A panel's basis from its table rows: `micro / gpt2: 30,720 tokens, 1 seed(s), smoke test`."""
-    first = rows.iloc[0]
-    return (
-        f"{first['scale']} / {first['vocab']}: {first['train_tokens']} tokens, "
-        f"{int(first['seeds'])} seed(s), {first['evidence']}"
-    )
-
-
-def _palette(names: Iterable[str]) -> dict[str, Any]:
-    """A colour per variant: the built-ins in report order, then named variants and tagged
-    cells (sorted), each its own."""
-    variants = variant_order()
-    variants += sorted(set(names) - set(variants))
-    colours = sns.color_palette("husl" if len(variants) > 10 else "colorblind", len(variants))
-    return dict(zip(variants, colours, strict=True))
-
-
-def _grid(n: int, width: float = 5.0, height: float = 3.6) -> tuple[Any, list[Any]]:
-    cols = min(n, 3) or 1
-    rows = max(1, -(-n // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
-    flat = list(axes.ravel())
-    for ax in flat[n:]:
-        ax.set_axis_off()
-    return fig, flat
-
-
 def loss_curves(
     sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[str], policy: SmokePolicy
 ) -> list[Path]:
     groups = [(p, read_json(p)) for p in sorted(sample_efficiency)]
     smoke = False
-    fig, axes = _grid(max(1, len(groups)))
+    fig, axes = drawing.panel_grid(max(1, len(groups)))
     if not groups:
-        _empty(axes[0], "no (scale, vocab, seed) group with a tied baseline and another variant")
-    palette = _palette(
+        drawing.empty_panel(
+            axes[0], "no (scale, vocab, seed) group with a tied baseline and another variant"
+        )
+    palette = drawing.variant_palette(
         run["variant"]
         for _, d in groups
         for run in [d["results"]["baseline"], *d["results"]["runs"]]
@@ -166,18 +114,14 @@ def loss_curves(
         ax.set_xlabel("training tokens")
         ax.set_ylabel("periodic val loss (in training, nats/token)")
         ax.legend(fontsize=7, title="▼ reaches tied final periodic loss", title_fontsize=7)
-    _title(
+    drawing.figure_title(
         fig,
         "Periodic in-training validation loss (a fixed subset of windows; not the evaluation's "
         "val_loss) vs training tokens",
         smoke,
         policy,
     )
-    return _save(fig, out_dir, "loss_curves", sample_efficiency)
-
-
-def _smoke(frame: pd.DataFrame) -> bool:
-    return bool(len(frame)) and bool((frame["evidence"] == SMOKE).any())
+    return drawing.save_figure(fig, out_dir, "loss_curves", sample_efficiency)
 
 
 def frequency(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy) -> list[Path]:
@@ -189,14 +133,14 @@ def frequency(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePo
         2 * len(levels), ncols, figsize=(6 * ncols, 3.6 * 2 * len(levels)), squeeze=False
     )
     if not pairs:
-        _empty(axes[0][0], "no tied/leviathan pair in the studies")
+        drawing.empty_panel(axes[0][0], "no tied/leviathan pair in the studies")
         axes[1][0].set_axis_off()
     for i, ((_scale, _vocab), pair) in enumerate(pairs):
         for k, level in enumerate(levels):
             g = pair[pair["level"] == level].dropna(subset=["tied_loss", "leviathan_loss"])
             top, bottom = axes[2 * k][i], axes[2 * k + 1][i]
             if not len(g):
-                _empty(top, f"no {level}-level buckets")
+                drawing.empty_panel(top, f"no {level}-level buckets")
                 bottom.set_axis_off()
                 continue
             long = g.melt(
@@ -207,7 +151,7 @@ def frequency(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePo
             )
             long["variant"] = long["variant"].str.removesuffix("_loss")
             sns.barplot(long, x="bucket", y="loss", hue="variant", ax=top, palette="colorblind")
-            top.set_title(f"{level} level, {_basis(g)}", fontsize=9)
+            top.set_title(f"{level} level, {drawing.panel_basis(g)}", fontsize=9)
             top.set_xlabel("")
             top.set_ylabel("mean val loss (nats)")
             sns.barplot(x=g["bucket"], y=100 * g["ppl_gain"], ax=bottom, color="C2")
@@ -216,8 +160,10 @@ def frequency(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePo
             bottom.set_ylabel("ppl gain of leviathan (%, + = better)")
             for ax in (top, bottom):
                 ax.tick_params(axis="x", rotation=30)
-    _title(fig, "Validation loss by training-frequency bucket", _smoke(frame), policy)
-    return _save(fig, out_dir, "frequency", [csv] if csv else [])
+    drawing.figure_title(
+        fig, "Validation loss by training-frequency bucket", drawing.any_smoke(frame), policy
+    )
+    return drawing.save_figure(fig, out_dir, "frequency", [csv] if csv else [])
 
 
 def vocabulary(
@@ -231,7 +177,7 @@ def vocabulary(
     paper = frame[frame["source"] == "paper"] if len(frame) else frame
     fig, (ax, pax) = plt.subplots(1, 2, figsize=(11, 4))
     if not len(ours):
-        _empty(ax, "no vocabulary study in this config")
+        drawing.empty_panel(ax, "no vocabulary study in this config")
         pax.set_axis_off()
     else:
         ours = ours.assign(
@@ -264,8 +210,8 @@ def vocabulary(
             pax.set_xlabel("vocabulary size (tokens)")
             pax.set_ylabel("loss gain of leviathan over tied (%)")
         pax.set_title(f"THE PAPER's reported range (scale: {paper['scale'].iloc[0]})")
-    _title(fig, "Relative gain vs vocabulary size", _smoke(ours), policy)
-    return _save(fig, out_dir, "vocabulary", [csv] if csv else [])
+    drawing.figure_title(fig, "Relative gain vs vocabulary size", drawing.any_smoke(ours), policy)
+    return drawing.save_figure(fig, out_dir, "vocabulary", [csv] if csv else [])
 
 
 def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy) -> list[Path]:
@@ -280,7 +226,7 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePol
         paper = Paper.load()
         inputs.append(Path(paper.path))
         for _key, g in frame.groupby(["scale", "vocab"], sort=False):
-            panels[f"ours: {_basis(g)}"] = [
+            panels[f"ours: {drawing.panel_basis(g)}"] = [
                 {"variant": r["variant"], "gain": 100 * r["gain"], "source": "ours"}
                 for _, r in g.iterrows()
             ]
@@ -298,9 +244,9 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePol
                 panels[same] += rows
             else:
                 panels[f"THE PAPER's reported figures: {label}"] = rows
-    fig, axes = _grid(max(1, len(panels)), width=6.0, height=4.0)
+    fig, axes = drawing.panel_grid(max(1, len(panels)), width=6.0, height=4.0)
     if not panels:
-        _empty(axes[0], "no ablation study in this config")
+        drawing.empty_panel(axes[0], "no ablation study in this config")
     order = variant_order()
     for ax, (title, rows) in zip(axes, panels.items(), strict=False):
         long = pd.DataFrame(rows)
@@ -320,8 +266,8 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePol
         ax.set_xlabel("input layer")
         ax.set_ylabel("val loss gain over tied (%, + = better)")
         ax.tick_params(axis="x", rotation=20)
-    _title(fig, "Ablation: relative gain over tied", _smoke(frame), policy)
-    return _save(fig, out_dir, "ablation", inputs)
+    drawing.figure_title(fig, "Ablation: relative gain over tied", drawing.any_smoke(frame), policy)
+    return drawing.save_figure(fig, out_dir, "ablation", inputs)
 
 
 TRAINING_PANELS = {
@@ -343,8 +289,8 @@ def training(
     fig, axes = plt.subplots(rows, 3, figsize=(15.0, 3.4 * rows), squeeze=False)
     if not groups:
         for ax in axes[0]:
-            _empty(ax, "no trained cell")
-    palette = _palette(cell.variant for cell in cells)
+            drawing.empty_panel(ax, "no trained cell")
+    palette = drawing.variant_palette(cell.variant for cell in cells)
     inputs, smoke = [], False
     for row, ((scale, vocab, seed), group) in zip(axes, groups.items(), strict=False):
         tokens = []
@@ -372,13 +318,13 @@ def training(
             if key == "grad_norm":
                 ax.set_yscale("log")
         row[0].legend(fontsize=7)
-    _title(
+    drawing.figure_title(
         fig,
         "Training: loss, learning rate and gradient norm of every cell (metrics.jsonl)",
         smoke,
         policy,
     )
-    return _save(fig, out_dir, "training", inputs)
+    return drawing.save_figure(fig, out_dir, "training", inputs)
 
 
 def write_figures(
@@ -389,9 +335,6 @@ def write_figures(
     cells: Sequence[Cell] = (),
     along: Sequence[Path] = (),
 ) -> list[Path]:
-    from leviathan.report import lev_figures  # they draw with this module's helpers
-    from leviathan.report.along_figure import along_figure
-
     sns.set_theme(context="paper", style="whitegrid")
     out: list[Path] = []
     out += loss_curves(sample_efficiency, out_dir, policy)

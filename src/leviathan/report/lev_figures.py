@@ -23,12 +23,12 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from leviathan.cells import Cell
 from leviathan.eval.sample_efficiency import metrics_path
 from leviathan.layout import run_dir
-from leviathan.report import figures as figs  # its helpers, looked up when drawing
+from leviathan.report import drawing
 from leviathan.report.basis import SmokePolicy, caption
 from leviathan.train.metrics_log import read_metrics
-from leviathan.workflow.grid import Cell
 
 CI = "_ci95"
 
@@ -48,9 +48,9 @@ def recon(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy
         max(1, len(pairs)), 2, figsize=(12.0, 4.2 * max(1, len(pairs))), squeeze=False
     )
     if not pairs:
-        figs._empty(axes[0][0], "no study named `recon` in this config (config/recon.yaml)")
+        drawing.empty_panel(axes[0][0], "no study named `recon` in this config (config/recon.yaml)")
         axes[0][1].set_axis_off()
-    palette = figs._palette(frame["variant"]) if len(frame) else {}
+    palette = drawing.variant_palette(frame["variant"]) if len(frame) else {}
     for (left, right), (_key, g) in zip(axes, pairs, strict=False):
         g = g.reset_index(drop=True)
         xs = list(range(len(g)))
@@ -64,7 +64,7 @@ def recon(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy
                 left.axhline(at["val_loss"].iloc[0], ls=style, lw=1, color=palette[ref], label=ref)
         left.set_xticks(xs, g["variant"], rotation=20)
         left.set_ylabel("val loss (nats/token; 95% CI over seeds)")
-        left.set_title(figs._basis(g), fontsize=9)
+        left.set_title(drawing.panel_basis(g), fontsize=9)
         left.legend(fontsize=7)
         changed = g[g["diff_vs_leviathan"].notna()].reset_index(drop=True)
         for x, (_, r), err in zip(
@@ -86,13 +86,13 @@ def recon(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy
         right.set_xticks(range(len(changed)), labels, rotation=20, fontsize=8)
         right.set_ylabel("minus default leviathan's val loss (nats)")
         right.set_title("each choice against default leviathan, paired by seed", fontsize=9)
-    figs._title(
+    drawing.figure_title(
         fig,
         "Does the result depend on the reconstruction? LEV's choices one at a time",
-        figs._smoke(frame),
+        drawing.any_smoke(frame),
         policy,
     )
-    return figs._save(fig, out_dir, "recon", [csv] if csv else [])
+    return drawing.save_figure(fig, out_dir, "recon", [csv] if csv else [])
 
 
 HEALTH_PANELS = {
@@ -142,12 +142,14 @@ def lev_health(
     rows = max(1, len(groups))
     fig, axes = plt.subplots(rows, len(HEALTH_PANELS), figsize=(20.0, 3.4 * rows), squeeze=False)
     if not groups:
-        figs._empty(
+        drawing.empty_panel(
             axes[0][0], "no cell with LEV (no lev_health records in the runs' metrics.jsonl)"
         )
         for ax in axes[0][1:]:
             ax.set_axis_off()
-    palette = figs._palette(cell.variant for group in groups.values() for cell, _, _ in group)
+    palette = drawing.variant_palette(
+        cell.variant for group in groups.values() for cell, _, _ in group
+    )
     smoke = False
     for row, ((scale, vocab, seed), group) in zip(axes, groups.items(), strict=False):
         tokens = [t for _, _, t in group]
@@ -159,14 +161,14 @@ def lev_health(
             ax.set_xlabel("training tokens")
             ax.set_ylabel(label)
         row[0].legend(fontsize=7)
-    figs._title(
+    drawing.figure_title(
         fig,
         "LEV's health over training (metrics.jsonl `lev_health`; per-head statistics: the mean "
         "over heads, their range shaded)",
         smoke,
         policy,
     )
-    return figs._save(fig, out_dir, "lev_health", inputs)
+    return drawing.save_figure(fig, out_dir, "lev_health", inputs)
 
 
 def _health_line(ax: Any, health: pd.DataFrame, key: str, colour: Any, label: str) -> None:

@@ -19,10 +19,10 @@ from pathlib import Path
 import pandas as pd
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.eval.sample_efficiency import metrics_path, read_curve
 from leviathan.io import atomic_path, read_json
 from leviathan.manifest import input_record, write_manifest
-from leviathan.workflow.grid import Cell
 
 PLOT_NAMES = ("loss_curves", "frequency")
 # the in-training evaluation's loss, named apart from the evaluation's `val_loss` everywhere

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from leviathan.cells import Cell
 from leviathan.eval.results import VAL_LOSS
 from leviathan.report.builders import CONFIG_LABELS, config_row
 from leviathan.report.cellmap import ValueSpec
 from leviathan.report.columns import compared, eval_sources, state_sources
 from leviathan.report.context import Configurations, Context, ReportInputs, seeded
 from leviathan.report.table import Table
-from leviathan.workflow.grid import Cell
 
 RECON_STUDY = "recon"  # the study the table reads (config/recon.yaml)
 # the references each row is compared with, by column: default leviathan and tied

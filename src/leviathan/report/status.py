@@ -15,12 +15,12 @@ from pathlib import Path
 import pandas as pd
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.io import atomic_path
 from leviathan.manifest import input_record, write_manifest
 from leviathan.report.basis import FULL, SmokePolicy, tokens_label
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.table import STAND_IN_COLUMN
-from leviathan.workflow.grid import Cell
 
 
 @dataclass(frozen=True)

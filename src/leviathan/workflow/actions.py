@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.eval.run import (
     CHECKPOINT_EVALS,
     EvalFiles,
@@ -20,7 +21,6 @@ from leviathan.eval.run import (
     settings_key,
 )
 from leviathan.workflow.cluster import eval_resources
-from leviathan.workflow.grid import Cell
 
 
 def corpus_settings(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from leviathan import layout
-from leviathan.workflow.grid import Cell
+from leviathan.cells import Cell
 
 
 def along_enabled(config: Mapping[str, Any]) -> bool:

@@ -82,9 +82,9 @@ def check_config(config: dict[str, Any]) -> None:
     the float 0.0003; `lr: fast` is an error); a per-cell key for a cell in no study; and every
     cell's whole training config (e.g. a micro_batch that does not divide the per-GPU batch).
     Raise a one-line ValueError naming the value and the fix."""
+    from leviathan.cells import cells
     from leviathan.train.config import RuntimeConfig, TrainConfig
     from leviathan.values import coerce
-    from leviathan.workflow.grid import cells
     from leviathan.workflow.variants import check_model_overrides
 
     check_names(config)

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from leviathan import layout
+from leviathan.cells import Cell
 from leviathan.train.config import NOT_IDENTITY
 from leviathan.values import format_assignment
 from leviathan.workflow.cluster import preempt_grace_s, scale_resources
-from leviathan.workflow.grid import Cell
 from leviathan.workflow.resolve import cell_train_config, train_overrides
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from leviathan import layout
+from leviathan.cells import Cell, config_cells
 from leviathan.model.memory import JobMemory, eval_memory, largest_fitting, refusal, train_memory
-from leviathan.workflow.grid import Cell, config_cells
 from leviathan.workflow.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
 
 DEFAULT_MFU = 0.40  # the best mature stacks publish for ~1B models on H100s: `--mfu 0.4`

@@ -128,8 +128,8 @@ def check_named(kind: str, key: str, value: Any, known: set[str] | None, tool: s
 
 def check_gpu_models(config: Mapping[str, Any], models: set[str] | None) -> list[Check]:
     """Every resources.<scale>.gpu_model the studies ask for, as the site's gres spells it."""
+    from leviathan.cells import config_cells
     from leviathan.workflow.cluster import scale_resources
-    from leviathan.workflow.grid import config_cells
 
     wanted = {c.scale: scale_resources(config, c.scale)["gpu_model"] for c in config_cells(config)}
     checks = []

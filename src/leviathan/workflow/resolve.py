@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from leviathan.workflow.grid import Cell, config_cells
+from leviathan.cells import Cell, config_cells
 
 OPTIMIZER_SLOTS = 2  # AdamW keeps exp_avg and exp_avg_sq: two fp32 tensors per parameter
 WEIGHT_BYTES = 4  # checkpoints hold fp32 weights (model.safetensors)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from leviathan import layout
-from leviathan.workflow.grid import Cell
+from leviathan.cells import Cell
 
 STALE_S = 900.0  # a metrics log silent this long: its job is no longer running
 STATES = ("not started", "running", "preempted", "done", "failed")

@@ -1,4 +1,4 @@
-"""Studies -> cells: the experiment grid (a cell's paths: leviathan.layout).
+"""The experiment's identity: studies -> cells, the grid (a cell's paths: leviathan.layout).
 
 A study is scales x vocabs x variants x seeds; the DAG trains the union of the studies'
 cells, each once however many studies use it.
