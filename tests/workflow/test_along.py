@@ -15,7 +15,8 @@ from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
 
 from leviathan import layout
 from leviathan.cells import Cell
-from leviathan.workflow.along import along_enabled, along_points
+from leviathan.eval.run import along_enabled
+from leviathan.workflow.along import along_points
 
 KEEP_AT = "log2:2:20"  # 0, 1, 2, 20, 40: the final step (40) among them
 STEPS = [0, 1, 2, 20, 40]

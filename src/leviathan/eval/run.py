@@ -46,6 +46,20 @@ def enabled_evals(config: Mapping[str, Any]) -> list[str]:
     return [k for k in CHECKPOINT_EVALS if k == "val" or sections.get(k) is not None]
 
 
+def along_enabled(config: Mapping[str, Any]) -> bool:
+    """Whether the config evaluates along training; on without runtime.keep_at is an error."""
+    if not (config.get("evaluate") or {}).get("along"):
+        return False
+    from leviathan.train.config import workflow_runtime
+
+    if not workflow_runtime(config.get("runtime")).keep_at:
+        raise ValueError(
+            "evaluate.along: true needs runtime.keep_at (the kept checkpoints it evaluates), "
+            "e.g. runtime: {keep_at: log2:512:1000}"
+        )
+    return True
+
+
 @dataclass(frozen=True)
 class EvalFiles:
     """The files one evaluation reads or keeps beside its output; None: not used."""

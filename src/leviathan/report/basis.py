@@ -83,10 +83,10 @@ def recipe_label(
 ) -> str:
     """What the cells were trained with beyond their scale's default recipe (the scale's, with
     config.train.<scale>: `train`), read from each final checkpoint's recorded training config
-    (leviathan.workflow.variants.recipe_differences): `lev.n_heads=4`, `lr=1e-3`; "" for the
+    (leviathan.train.recipe.recipe_differences): `lev.n_heads=4`, `lr=1e-3`; "" for the
     default. A row of several variants (tied beside leviathan) names each non-default one:
     `leviathan@lr1e-3: lr=1e-3`; seeds of different recipes are joined by ` | `."""
-    from leviathan.workflow.variants import recipe_differences, recipe_text, scale_default
+    from leviathan.train.recipe import recipe_differences, recipe_text, scale_default
 
     by_variant: dict[str, list[str]] = {}
     for c in cells:

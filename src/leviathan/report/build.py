@@ -33,10 +33,9 @@ def report_inputs(
     config: Mapping[str, Any], paper_path: str | os.PathLike[str] | None = None
 ) -> ReportInputs:
     """What the report reads, from the workflow config (studies, enabled evaluations)."""
-    from leviathan.eval.run import enabled_evals
+    from leviathan.eval.run import along_enabled, enabled_evals
     from leviathan.report.basis import SmokePolicy
     from leviathan.report.paper import reported_path
-    from leviathan.workflow.along import along_enabled
 
     return ReportInputs(
         studies=config["studies"],

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 # what it computes (micro_batch: the same optimizer step, split into more or fewer
 # forward/backward passes; the gradients agree up to the summation order).
 NOT_IDENTITY = ("micro_batch",)
+# Fields no recipe block (config.train, a tag) sets: the cell's own identity
+TRAIN_IDENTITY = ("scale", "vocab", "variant", "seed", "variant_name")
 # Fields added after runs were recorded: left out of the fingerprint while unset, so a run
 # trained before they existed keeps its fingerprint (and resumes).
 UNSET_NOT_HASHED = ("variant_name",)

@@ -14,20 +14,7 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell
-
-
-def along_enabled(config: Mapping[str, Any]) -> bool:
-    """Whether the config evaluates along training; on without runtime.keep_at is an error."""
-    if not (config.get("evaluate") or {}).get("along"):
-        return False
-    from leviathan.train.config import workflow_runtime
-
-    if not workflow_runtime(config.get("runtime")).keep_at:
-        raise ValueError(
-            "evaluate.along: true needs runtime.keep_at (the kept checkpoints it evaluates), "
-            "e.g. runtime: {keep_at: log2:512:1000}"
-        )
-    return True
+from leviathan.eval.run import along_enabled
 
 
 def along_steps(config: Mapping[str, Any], cell: Cell) -> list[int]:

@@ -139,9 +139,9 @@ def check_names(config: Mapping[str, Any]) -> None:
     and their recipe fields (leviathan.train.config.TrainConfig, the cell's identity apart),
     and config.resources' scales. Raise ValueError naming the value and the valid ones."""
     from leviathan.scales import SCALES
-    from leviathan.train.config import TrainConfig
+    from leviathan.train.config import TRAIN_IDENTITY, TrainConfig
     from leviathan.vocab import VOCABS
-    from leviathan.workflow.variants import TRAIN_IDENTITY, check_definitions, check_variant_name
+    from leviathan.workflow.variants import check_definitions, check_variant_name
 
     check_definitions(config)  # converts their values in place
     registries = {"scale": list(SCALES), "vocabulary": list(VOCABS)}

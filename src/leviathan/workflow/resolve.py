@@ -41,7 +41,7 @@ def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
 
 def cell_recipe(config: Mapping[str, Any], cell: Any) -> str:
     """The recipe text of a configured cell (what `leviathan config show` lists)."""
-    from leviathan.workflow.variants import recipe_differences, recipe_text, scale_default
+    from leviathan.train.recipe import recipe_differences, recipe_text, scale_default
 
     record = cell_train_config(config, cell).to_dict()
     return recipe_text(recipe_differences(scale_default(config.get("train") or {}, record), record))
