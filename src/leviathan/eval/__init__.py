@@ -13,8 +13,13 @@ Modules, one job each:
     hub                fast, clear failure when the Hugging Face Hub is unreachable
     config             evaluation settings (val / wikitext / lm_eval sections)
     run                the evaluation kinds, which the config runs; the one dispatcher (rules, CLI)
-    results            the JSON envelope every output shares (checkpoint sha256, data manifests)
-    cli                `leviathan eval ...`
+    results            the JSON envelope every output shares (checkpoint sha256, data manifests);
+                       the result shapes the report reads
+    along              the `val` evaluation along training, against the tied baseline
+    generate           samples of a trained cell (`leviathan generate`)
+    errors, standin, token_bytes, lm_eval_cli   input errors; offline stand-ins; bytes per
+                       token; lm-eval's own command line with our model registered
+The command line: `leviathan eval ...` (leviathan.commands.eval).
 """
 
 from __future__ import annotations
