@@ -22,6 +22,7 @@ from torch import nn
 from leviathan import layout
 from leviathan.cli import main
 from leviathan.model import build_model, model_config
+from leviathan.model import config as config_module
 from leviathan.model import variants as variants_module
 from leviathan.model.variants import InputOutput, TableInput
 from leviathan.provenance import ALLOW_FOREIGN_ENV
@@ -40,7 +41,10 @@ def _wide_head(c: object) -> InputOutput:
 def test_add_a_variant(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    # the recipe's two lines: the builder in VARIANTS, the name in VARIANT_NAMES
     monkeypatch.setitem(variants_module.VARIANTS, "my_variant", _wide_head)
+    names = (*config_module.VARIANT_NAMES, "my_variant")
+    monkeypatch.setattr(config_module, "VARIANT_NAMES", names)
     model = build_model(model_config("micro", "gpt2", "my_variant"))
     ids = torch.randint(0, 50_257, (2, 17))
     assert math.isfinite(model.loss(ids[:, :-1], ids[:, 1:]).item())
