@@ -102,6 +102,39 @@ def test_head_gradient_matches_float64_reference(
         torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-7)
 
 
+def test_cpu_tiles_over_tokens_and_classes_match_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU rule's tiles when neither the tokens nor the classes fit one tile (tiles of 64
+    tokens x 46 classes: 4 row blocks, the last of 8 tokens; 7 class tiles, the last of 24),
+    fp32 as training runs them: the loss, both gradients, the per-token losses and the argmax
+    of the float64 cross-entropy of all logits at once."""
+    monkeypatch.setattr(loss_module, "TILE_ROWS", 64)
+    assert loss_module._tile_shape(200, 300, 3000) == (64, 46)
+    gen = torch.Generator().manual_seed(5)
+    h64 = torch.randn(200, 16, dtype=torch.float64, generator=gen)
+    w64 = torch.randn(300, 16, dtype=torch.float64, generator=gen) * 0.5
+    logits64 = h64 @ w64.t()
+    t = torch.randint(0, 300, (200,), generator=gen)
+    t[::4] = logits64.argmax(-1)[::4]
+    t[::9] = -100
+    h, w = h64.float().requires_grad_(), w64.float().requires_grad_()
+    with forced_policy("cpu"):
+        ours = linear_cross_entropy(h, w, t, chunk_elems=3000)
+        g_ours = torch.autograd.grad(ours * 2.0, (h, w))
+        losses, greedy = token_losses_and_greedy(h.detach(), w.detach(), t, chunk_elems=3000)
+    h64.requires_grad_(), w64.requires_grad_()
+    ref = F.cross_entropy(h64 @ w64.t(), t, ignore_index=-100)
+    g_ref = torch.autograd.grad(ref * 2.0, (h64, w64))
+    torch.testing.assert_close(ours.double(), ref, rtol=1e-6, atol=1e-6)
+    for a, b in zip(g_ours, g_ref, strict=True):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-7)
+    ref_losses = F.cross_entropy(logits64, t, ignore_index=-100, reduction="none")
+    torch.testing.assert_close(losses.double(), ref_losses, rtol=1e-5, atol=1e-5)
+    valid = t != -100
+    assert torch.equal(greedy[valid], (logits64.argmax(-1) == t)[valid])
+    assert not greedy[~valid].any()
+    assert int(greedy.sum()) >= 40
+
+
 def test_gpu_rule_pads_the_head_and_gives_the_unpadded_loss() -> None:
     """Under the GPU rule the head enters the matmuls padded to a multiple of 128 rows (300 ->
     384) with the padded logits masked: the loss and gradients of the unpadded CPU-rule

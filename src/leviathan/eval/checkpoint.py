@@ -42,10 +42,6 @@ from leviathan.model.variants import TableInput
 from leviathan.values import flatten
 from leviathan.vocab import VocabSpec, check_covers, get_vocab
 
-# logits held at once (rows x V): on a CPU a cache-sized chunk (16 MiB), faster there than the
-# training loss's 128 MiB (BENCHMARKS.md, Evaluation); on a GPU larger chunks are faster
-CPU_CHUNK_ELEMS = 1 << 22
-
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """The checkpoint directory meant by `path` (a run dir means its final checkpoint)."""
@@ -246,7 +242,8 @@ class EvalModel(nn.Module):
     hidden(ids) = backbone(table[ids]); the output head is the variant's V x D matrix.
     Table variants use their own weight (no copy); generated inputs (LEV, MLPs) are
     evaluated once for all ids here. bf16 autocast on CUDA ("auto"), fp32 elsewhere;
-    logits and losses are always fp32. Logits are computed `chunk_elems` (rows x V) at a time.
+    logits and losses are always fp32. At most `chunk_elems` logits are held at once (the loss's
+    tiles on a CPU, its chunks under the GPU rule: `leviathan.model.loss`).
     """
 
     def __init__(
@@ -262,9 +259,7 @@ class EvalModel(nn.Module):
         self.register_buffer("output_weight", io.output_weight.detach(), persistent=False)
         self.eval().requires_grad_(False)
         self.amp_dtype = _amp_dtype(self.device, precision)
-        self.chunk_elems = chunk_elems or (
-            CPU_CHUNK_ELEMS if self.device.type == "cpu" else DEFAULT_CHUNK_ELEMS
-        )
+        self.chunk_elems = chunk_elems or DEFAULT_CHUNK_ELEMS
 
     @property
     def device(self) -> torch.device:

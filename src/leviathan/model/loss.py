@@ -38,9 +38,19 @@ groups of rows where it does not fit `HEAD_GRAD_SHARE` chunk buffers; the device
 is asked once per device (`leviathan.device.device_memory`, asked before anything compiles:
 `leviathan.train.regions`), read in the backward only.
 
-The chunked loss (the CPU rule, and the GPU rule forced on a CPU): `chunk_elems` logits per
-chunk (cache-sized), each chunk adds its share of d weight in place (`addmm_`, no V x D
-temporary). Forced to the GPU rule (what a GPU ran before the kernels):
+The CPU rule (`_TiledCrossEntropy`): the logits of up to `TILE_ROWS` tokens by `chunk_elems //
+rows` classes at a time (2 MiB in fp32 by default: the tile stays in the core's caches through
+its few passes), the CPU's version of the kernels' tiling. A first sweep over the classes keeps
+an online logsumexp and the target's logit per token; a second recomputes each tile and turns
+it into its share of G = softmax - onehot in place, scaled by 1 / the counted tokens (one pass:
+exp(logit - lse - log(1 / n)), a masked token's shift is +inf), then adds G w into d hidden and
+writes G^T h into the tile's rows of d weight. One more matmul than keeping the logits, but no
+[rows x V] logits in memory and no page faults: at the default run's o200k head on one core,
+forward and backward in 0.65x the time of 128 MiB chunks of all V, the forward alone in 0.30x
+(`bench/bench_loss.py`, BENCHMARKS.md "Loss on a CPU").
+
+The chunked loss (the GPU rule forced on a CPU): `chunk_elems` logits per chunk, each chunk of
+all V. Forced to the GPU rule (what a GPU ran before the kernels):
   * a chunk holds a fixed share of the GPU's memory (a few chunks per step);
   * d weight is formed once per step, not rewritten chunk by chunk: every chunk's softmax
     gradient G is kept in the matmul dtype (at most `HEAD_GRAD_SHARE` chunk buffers' bytes,
@@ -71,7 +81,10 @@ from leviathan.model.transformer import activation_dtype
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 IGNORE_INDEX = -100
-DEFAULT_CHUNK_ELEMS = 1 << 25  # logits held at once on a CPU: 128 MiB in fp32
+# logits held at once on a CPU (one tile: 2 MiB in fp32); the GPU rule's chunks take a share
+# of the device's memory instead (`leviathan.device.chunk_elems`)
+DEFAULT_CHUNK_ELEMS = 1 << 19
+TILE_ROWS = 512  # CPU rule: tokens per tile (each sweep reads the head once per TILE_ROWS tokens)
 HEAD_GRAD_SHARE = 8  # GPU rule: G may hold this many chunk buffers' bytes (1/8 of memory)
 HEAD_ROWS_MULTIPLE = 128  # GPU rule: the head's rows padded to a multiple of this
 # The GPU path's HBM bytes under bf16 autocast (see `fused_loss_bytes`): per logit, G in bf16
@@ -102,7 +115,27 @@ def _chunk_logits(h: torch.Tensor, w: torch.Tensor, n_classes: int) -> torch.Ten
     return logits
 
 
-class _LinearCrossEntropy(torch.autograd.Function):
+class _GradientsInForward(torch.autograd.Function):
+    """A loss whose forward computes d hidden and d weight (fp32, for a unit upstream
+    gradient) and saves them: the backward scales them by the upstream gradient."""
+
+    @staticmethod
+    @once_differentiable
+    def backward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
+        grad_h, grad_w = ctx.saved_tensors  # type: ignore[attr-defined]
+        return (
+            grad_h * grad_out.to(grad_h.dtype) if ctx.needs_input_grad[0] else None,
+            (grad_w * grad_out).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None,  # type: ignore[attr-defined]
+            None,
+            None,
+        )
+
+
+class _LinearCrossEntropy(_GradientsInForward):
+    """The GPU rule's chunked loss, forced on a CPU (module docstring)."""
+
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx,
@@ -150,18 +183,130 @@ class _LinearCrossEntropy(torch.autograd.Function):
         ctx.weight_dtype = weight.dtype  # type: ignore[attr-defined]
         return total / denom
 
+
+def _tile_shape(n_rows: int, n_classes: int, chunk_elems: int) -> tuple[int, int]:
+    """(tokens, classes) of the CPU rule's tiles: up to TILE_ROWS tokens, `chunk_elems` logits."""
+    rows = max(1, min(n_rows, TILE_ROWS, chunk_elems))
+    return rows, max(1, min(n_classes, chunk_elems // rows))
+
+
+def _tile_logits(h: torch.Tensor, w: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
+    """fp32 logits h @ w.T of one tile: written into `buffer` (flat, reused tile after tile)
+    where the matmul is fp32, else (another matmul dtype) a new tile."""
+    if h.dtype == w.dtype == buffer.dtype:
+        return torch.mm(h, w.t(), out=buffer[: h.shape[0] * w.shape[0]].view(h.shape[0], -1))
+    return (h.to(w.dtype) @ w.t()).float()
+
+
+def _in_tile(t: torch.Tensor, start: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which targets fall in the tile's classes [start, start + width), and their column."""
+    return (t >= start) & (t < start + width), (t - start).clamp(0, width - 1)
+
+
+def _tiled_scores(
+    h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, cols: int, buffer: torch.Tensor, argmax: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One sweep over the classes for the tokens `h`: their logsumexp (online: a running max
+    and the sum of exp(logit - max), rescaled when the max grows), the target's logit (0 where
+    ignored) and, if asked, the logits' argmax (the first of equal ones, as torch's)."""
+    n = h.shape[0]
+    top = torch.full((n,), float("-inf"), device=h.device)
+    total = torch.zeros(n, device=h.device)
+    picked = torch.zeros(n, device=h.device)
+    best = torch.zeros(n, dtype=torch.long, device=h.device) if argmax else None
+    for start in range(0, w.shape[0], cols):
+        logits = _tile_logits(h, w[start : start + cols], buffer)
+        inside, col = _in_tile(t, start, logits.shape[1])
+        picked = torch.where(inside, logits.gather(1, col.unsqueeze(1)).squeeze(1), picked)
+        if best is None:
+            tile_top = logits.amax(1)
+        else:
+            tile_top, where = logits.max(1)
+            best = torch.where(tile_top > top, where + start, best)
+        new_top = torch.maximum(top, tile_top)
+        total.mul_((top - new_top).exp_()).add_(logits.sub_(new_top.unsqueeze(1)).exp_().sum(1))
+        top = new_top
+    return top + total.log(), picked, best
+
+
+def _tiled_losses(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_elems: int,
+    argmax: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token losses [N] (0 where ignored) and, if asked, whether each target is the argmax:
+    the CPU rule's forward, tile by tile."""
+    w, n = matmul_weight(weight), hidden.shape[0]
+    rows, cols = _tile_shape(n, w.shape[0], chunk_elems)
+    buffer = torch.empty(rows * cols, device=hidden.device)
+    out = torch.zeros(n, device=hidden.device)
+    greedy = torch.zeros(n, dtype=torch.bool, device=hidden.device) if argmax else None
+    for start in range(0, n, rows):
+        r = slice(start, start + rows)
+        t = targets[r]
+        lse, picked, best = _tiled_scores(hidden[r], w, t, cols, buffer, argmax)
+        out[r] = torch.where(t != IGNORE_INDEX, lse - picked, 0.0)
+        if greedy is not None and best is not None:
+            greedy[r] = best == t
+    return out, greedy
+
+
+class _TiledCrossEntropy(_GradientsInForward):
+    """The CPU rule's loss, tile by tile (module docstring)."""
+
     @staticmethod
-    @once_differentiable
-    def backward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
-        grad_h, grad_w = ctx.saved_tensors  # type: ignore[attr-defined]
-        return (
-            grad_h * grad_out.to(grad_h.dtype) if ctx.needs_input_grad[0] else None,
-            (grad_w * grad_out).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None,  # type: ignore[attr-defined]
-            None,
-            None,
-        )
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        targets: torch.Tensor,
+        chunk_elems: int,
+    ) -> torch.Tensor:
+        w, n = matmul_weight(weight), hidden.shape[0]
+        rows, cols = _tile_shape(n, w.shape[0], chunk_elems)
+        buffer = torch.empty(rows * cols, device=hidden.device)
+        valid = targets != IGNORE_INDEX
+        counted = valid.sum().clamp_min(1)
+        # log of each token's weight in the mean: -log(counted), -inf where ignored
+        log_share = torch.where(valid, -counted.float().log(), float("-inf"))
+        fp32 = hidden.dtype == w.dtype == torch.float32
+        grad_h = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
+        grad_w = torch.empty(w.shape, dtype=torch.float32, device=w.device)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for first in range(0, n, rows):
+            r = slice(first, first + rows)
+            h, t = hidden[r], targets[r]
+            lse, picked, _ = _tiled_scores(h, w, t, cols, buffer, argmax=False)
+            total += torch.where(valid[r], lse - picked, 0.0).sum()
+            shift = (lse - log_share[r]).unsqueeze(1)
+            share = log_share[r].exp()
+            for start in range(0, w.shape[0], cols):
+                wc, dw = w[start : start + cols], grad_w[start : start + cols]
+                g = _tile_logits(h, wc, buffer).sub_(shift).exp_()  # softmax / counted
+                inside, col = _in_tile(t, start, g.shape[1])
+                hit = inside.nonzero().squeeze(1)
+                g[hit, col[hit]] -= share[hit]  # - onehot / counted
+                if fp32:
+                    grad_h[r].addmm_(g, wc)
+                    if first:
+                        dw.addmm_(g.t(), h)
+                    else:
+                        torch.mm(g.t(), h, out=dw)
+                    continue
+                g = g.to(w.dtype)  # another matmul dtype (float64 in tests): fp32 sums
+                grad_h[r] += (g @ wc).float()
+                head = (g.t() @ h.to(w.dtype)).float()
+                if first:
+                    dw.add_(head)
+                else:
+                    dw.copy_(head)
+        if n == 0:
+            grad_w.zero_()
+        ctx.save_for_backward(grad_h.to(hidden.dtype), grad_w)
+        ctx.weight_dtype = weight.dtype  # type: ignore[attr-defined]
+        return total / counted
 
 
 def _head_grad_rows(device: torch.device, budget: int, w: torch.Tensor, step: int, N: int) -> int:
@@ -301,6 +446,8 @@ def linear_cross_entropy(
         # no gradient wanted: skip the gradient work the fused function does in its forward
         n_valid = (targets != IGNORE_INDEX).sum().clamp_min(1)
         return token_losses(hidden, weight, targets, chunk_elems).sum() / n_valid
+    if not uses_gpu_policy(hidden.device):
+        return _TiledCrossEntropy.apply(hidden, weight, targets, chunk_elems)
     # the chunk budget is resolved here, outside the autograd Function that tracers enter
     budget = device_chunk_elems(hidden.device, chunk_elems)
     return _LinearCrossEntropy.apply(hidden, weight, targets, budget)
@@ -309,8 +456,8 @@ def linear_cross_entropy(
 def _scored_chunks(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_elems: int
 ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
-    """(rows, fp32 logits of those rows, their per-token losses) chunk by chunk: the one
-    place evaluation computes logits from hidden states (0 loss where the target is ignored)."""
+    """(rows, fp32 logits of those rows, their per-token losses) chunk by chunk under the GPU
+    rule (0 loss where the target is ignored); the CPU rule's are `_tiled_losses`."""
     V, w = weight.shape[0], matmul_weight(weight)
     step = _rows_per_chunk(w.shape[0], device_chunk_elems(hidden.device, chunk_elems))
     for start in range(0, hidden.shape[0], step):
@@ -334,6 +481,8 @@ def token_losses(
     if uses_fused_kernels(hidden.device):
         lse, picked = _fused_lse_and_pick(hidden, weight, targets)
         return torch.where(targets != IGNORE_INDEX, lse - picked, 0.0)
+    if not uses_gpu_policy(hidden.device):
+        return _tiled_losses(hidden, weight, targets, chunk_elems, argmax=False)[0]
     out = torch.zeros(hidden.shape[0], dtype=torch.float32, device=hidden.device)
     for rows, _, losses in _scored_chunks(hidden, weight, targets, chunk_elems):
         out[rows] = losses
@@ -349,6 +498,10 @@ def token_losses_and_greedy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`token_losses` and, per token, whether the target is the logits' argmax (bool [N]):
     what a log-likelihood request of lm-eval asks (its `is_greedy`)."""
+    if not uses_gpu_policy(hidden.device):
+        losses, greedy = _tiled_losses(hidden, weight, targets, chunk_elems, argmax=True)
+        assert greedy is not None
+        return losses, greedy
     out = torch.zeros(hidden.shape[0], dtype=torch.float32, device=hidden.device)
     greedy = torch.zeros(hidden.shape[0], dtype=torch.bool, device=hidden.device)
     for rows, logits, losses in _scored_chunks(hidden, weight, targets, chunk_elems):
