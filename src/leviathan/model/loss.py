@@ -190,6 +190,16 @@ def _tile_shape(n_rows: int, n_classes: int, chunk_elems: int) -> tuple[int, int
     return rows, max(1, min(n_classes, chunk_elems // rows))
 
 
+def _tiling(
+    hidden: torch.Tensor, weight: torch.Tensor, chunk_elems: int
+) -> tuple[torch.Tensor, int, int, torch.Tensor]:
+    """The head as the matmuls take it, the tile's (tokens, classes) and the one fp32 buffer
+    every tile of the call is written into."""
+    w = matmul_weight(weight)
+    rows, cols = _tile_shape(hidden.shape[0], w.shape[0], chunk_elems)
+    return w, rows, cols, torch.empty(rows * cols, device=hidden.device)
+
+
 def _tile_logits(h: torch.Tensor, w: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
     """fp32 logits h @ w.T of one tile: written into `buffer` (flat, reused tile after tile)
     where the matmul is fp32, else (another matmul dtype) a new tile."""
@@ -238,9 +248,8 @@ def _tiled_losses(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token losses [N] (0 where ignored) and, if asked, whether each target is the argmax:
     the CPU rule's forward, tile by tile."""
-    w, n = matmul_weight(weight), hidden.shape[0]
-    rows, cols = _tile_shape(n, w.shape[0], chunk_elems)
-    buffer = torch.empty(rows * cols, device=hidden.device)
+    w, rows, cols, buffer = _tiling(hidden, weight, chunk_elems)
+    n = hidden.shape[0]
     out = torch.zeros(n, device=hidden.device)
     greedy = torch.zeros(n, dtype=torch.bool, device=hidden.device) if argmax else None
     for start in range(0, n, rows):
@@ -264,9 +273,8 @@ class _TiledCrossEntropy(_GradientsInForward):
         targets: torch.Tensor,
         chunk_elems: int,
     ) -> torch.Tensor:
-        w, n = matmul_weight(weight), hidden.shape[0]
-        rows, cols = _tile_shape(n, w.shape[0], chunk_elems)
-        buffer = torch.empty(rows * cols, device=hidden.device)
+        w, rows, cols, buffer = _tiling(hidden, weight, chunk_elems)
+        n = hidden.shape[0]
         valid = targets != IGNORE_INDEX
         counted = valid.sum().clamp_min(1)
         # log of each token's weight in the mean: -log(counted), -inf where ignored
