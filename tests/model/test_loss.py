@@ -135,6 +135,39 @@ def test_cpu_tiles_over_tokens_and_classes_match_float64(monkeypatch: pytest.Mon
     assert int(greedy.sum()) >= 40
 
 
+def test_compiled_cpu_loss_is_one_node_with_the_eager_sums(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torch.compile the CPU rule's loss is one opaque op (no graph break, no tile loop
+    unrolled into the graph) that gives the eager loss and gradients bit for bit."""
+    monkeypatch.setattr(loss_module, "TILE_ROWS", 64)
+    gen = torch.Generator().manual_seed(6)
+    h = torch.randn(150, 16, generator=gen)
+    w = torch.randn(300, 16, generator=gen) * 0.5
+    t = torch.randint(0, 300, (150,), generator=gen)
+    t[::7] = -100
+
+    def loss_and_grads(fn):  # type: ignore[no-untyped-def]
+        hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+        with forced_policy("cpu"):
+            loss = fn(hh, ww, t, 3000)
+        return (loss, *torch.autograd.grad(loss * 3.0, (hh, ww)))
+
+    torch._dynamo.reset()
+    with forced_policy("cpu"):
+        explained = torch._dynamo.explain(linear_cross_entropy)(
+            h.clone().requires_grad_(), w.clone().requires_grad_(), t, 3000
+        )
+    assert explained.graph_break_count == 0, explained.break_reasons
+    ops = [str(n.target) for g in explained.graphs for n in g.graph.nodes]
+    assert "leviathan.tiled_cross_entropy.default" in ops, ops
+    assert not any("mm" in op for op in ops), ops  # the tiles' matmuls stay inside the op
+    torch._dynamo.reset()
+    compiled = torch.compile(linear_cross_entropy, backend="aot_eager", fullgraph=True)
+    for ours, eager in zip(
+        loss_and_grads(compiled), loss_and_grads(linear_cross_entropy), strict=True
+    ):
+        assert torch.equal(ours, eager)
+
+
 def test_gpu_rule_pads_the_head_and_gives_the_unpadded_loss() -> None:
     """Under the GPU rule the head enters the matmuls padded to a multiple of 128 rows (300 ->
     384) with the padded logits masked: the loss and gradients of the unpadded CPU-rule

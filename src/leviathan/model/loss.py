@@ -47,7 +47,9 @@ exp(logit - lse - log(1 / n)), a masked token's shift is +inf), then adds G w in
 writes G^T h into the tile's rows of d weight. One more matmul than keeping the logits, but no
 [rows x V] logits in memory and no page faults: at the default run's o200k head on one core,
 forward and backward in 0.65x the time of 128 MiB chunks of all V, the forward alone in 0.30x
-(`bench/bench_loss.py`, BENCHMARKS.md "Loss on a CPU").
+(`bench/bench_loss.py`, BENCHMARKS.md "Loss on a CPU"). Under torch.compile the same sums are
+one custom op, `leviathan::tiled_cross_entropy` (one node: no tile loop unrolled into the graph,
+no graph break; the loss and gradients of the eager code bit for bit).
 
 The chunked loss (the GPU rule forced on a CPU): `chunk_elems` logits per chunk, each chunk of
 all V. Forced to the GPU rule (what a GPU ran before the kernels):
@@ -191,13 +193,12 @@ def _tile_shape(n_rows: int, n_classes: int, chunk_elems: int) -> tuple[int, int
 
 
 def _tiling(
-    hidden: torch.Tensor, weight: torch.Tensor, chunk_elems: int
-) -> tuple[torch.Tensor, int, int, torch.Tensor]:
-    """The head as the matmuls take it, the tile's (tokens, classes) and the one fp32 buffer
-    every tile of the call is written into."""
-    w = matmul_weight(weight)
+    hidden: torch.Tensor, w: torch.Tensor, chunk_elems: int
+) -> tuple[int, int, torch.Tensor]:
+    """The tile's (tokens, classes) and the one fp32 buffer every tile of the call is written
+    into, for the head `w` as the matmuls take it (`matmul_weight`)."""
     rows, cols = _tile_shape(hidden.shape[0], w.shape[0], chunk_elems)
-    return w, rows, cols, torch.empty(rows * cols, device=hidden.device)
+    return rows, cols, torch.empty(rows * cols, device=hidden.device)
 
 
 def _tile_logits(h: torch.Tensor, w: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
@@ -248,7 +249,8 @@ def _tiled_losses(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token losses [N] (0 where ignored) and, if asked, whether each target is the argmax:
     the CPU rule's forward, tile by tile."""
-    w, rows, cols, buffer = _tiling(hidden, weight, chunk_elems)
+    w = matmul_weight(weight)
+    rows, cols, buffer = _tiling(hidden, w, chunk_elems)
     n = hidden.shape[0]
     out = torch.zeros(n, device=hidden.device)
     greedy = torch.zeros(n, dtype=torch.bool, device=hidden.device) if argmax else None
@@ -262,8 +264,54 @@ def _tiled_losses(
     return out, greedy
 
 
+def _tiled_loss_and_grads(
+    hidden: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, chunk_elems: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CPU rule's mean loss, d hidden (hidden's dtype) and d w (fp32) for a unit upstream
+    gradient, tile by tile (module docstring); `w` is the head as the matmuls take it."""
+    rows, cols, buffer = _tiling(hidden, w, chunk_elems)
+    n = hidden.shape[0]
+    valid = targets != IGNORE_INDEX
+    counted = valid.sum().clamp_min(1)
+    # log of each token's weight in the mean: -log(counted), -inf where ignored
+    log_share = torch.where(valid, -counted.float().log(), float("-inf"))
+    fp32 = hidden.dtype == w.dtype == torch.float32
+    grad_h = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
+    grad_w = torch.empty(w.shape, dtype=torch.float32, device=w.device)
+    total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    for first in range(0, n, rows):
+        r = slice(first, first + rows)
+        h, t = hidden[r], targets[r]
+        lse, picked, _ = _tiled_scores(h, w, t, cols, buffer, argmax=False)
+        total += torch.where(valid[r], lse - picked, 0.0).sum()
+        shift = (lse - log_share[r]).unsqueeze(1)
+        share = log_share[r].exp()
+        for start in range(0, w.shape[0], cols):
+            wc, dw = w[start : start + cols], grad_w[start : start + cols]
+            g = _tile_logits(h, wc, buffer).sub_(shift).exp_()  # softmax / counted
+            inside, col = _in_tile(t, start, g.shape[1])
+            g.scatter_add_(1, col.unsqueeze(1), torch.where(inside, -share, 0.0).unsqueeze(1))
+            if fp32:
+                grad_h[r].addmm_(g, wc)
+                if first:
+                    dw.addmm_(g.t(), h)
+                else:
+                    torch.mm(g.t(), h, out=dw)
+                continue
+            g = g.to(w.dtype)  # another matmul dtype (float64 in tests): fp32 sums
+            grad_h[r] += (g @ wc).float()
+            head = (g.t() @ h.to(w.dtype)).float()
+            if first:
+                dw.add_(head)
+            else:
+                dw.copy_(head)
+    if n == 0:
+        grad_w.zero_()
+    return total / counted, grad_h.to(hidden.dtype), grad_w
+
+
 class _TiledCrossEntropy(_GradientsInForward):
-    """The CPU rule's loss, tile by tile (module docstring)."""
+    """The CPU rule's loss, tile by tile (module docstring), as autograd runs it eagerly."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -273,48 +321,41 @@ class _TiledCrossEntropy(_GradientsInForward):
         targets: torch.Tensor,
         chunk_elems: int,
     ) -> torch.Tensor:
-        w, rows, cols, buffer = _tiling(hidden, weight, chunk_elems)
-        n = hidden.shape[0]
-        valid = targets != IGNORE_INDEX
-        counted = valid.sum().clamp_min(1)
-        # log of each token's weight in the mean: -log(counted), -inf where ignored
-        log_share = torch.where(valid, -counted.float().log(), float("-inf"))
-        fp32 = hidden.dtype == w.dtype == torch.float32
-        grad_h = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
-        grad_w = torch.empty(w.shape, dtype=torch.float32, device=w.device)
-        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        for first in range(0, n, rows):
-            r = slice(first, first + rows)
-            h, t = hidden[r], targets[r]
-            lse, picked, _ = _tiled_scores(h, w, t, cols, buffer, argmax=False)
-            total += torch.where(valid[r], lse - picked, 0.0).sum()
-            shift = (lse - log_share[r]).unsqueeze(1)
-            share = log_share[r].exp()
-            for start in range(0, w.shape[0], cols):
-                wc, dw = w[start : start + cols], grad_w[start : start + cols]
-                g = _tile_logits(h, wc, buffer).sub_(shift).exp_()  # softmax / counted
-                inside, col = _in_tile(t, start, g.shape[1])
-                hit = inside.nonzero().squeeze(1)
-                g[hit, col[hit]] -= share[hit]  # - onehot / counted
-                if fp32:
-                    grad_h[r].addmm_(g, wc)
-                    if first:
-                        dw.addmm_(g.t(), h)
-                    else:
-                        torch.mm(g.t(), h, out=dw)
-                    continue
-                g = g.to(w.dtype)  # another matmul dtype (float64 in tests): fp32 sums
-                grad_h[r] += (g @ wc).float()
-                head = (g.t() @ h.to(w.dtype)).float()
-                if first:
-                    dw.add_(head)
-                else:
-                    dw.copy_(head)
-        if n == 0:
-            grad_w.zero_()
-        ctx.save_for_backward(grad_h.to(hidden.dtype), grad_w)
+        loss, grad_h, grad_w = _tiled_loss_and_grads(
+            hidden, matmul_weight(weight), targets, chunk_elems
+        )
+        ctx.save_for_backward(grad_h, grad_w)
         ctx.weight_dtype = weight.dtype  # type: ignore[attr-defined]
-        return total / counted
+        return loss
+
+
+@torch.library.custom_op("leviathan::tiled_cross_entropy", mutates_args=())
+def _tiled_op(
+    hidden: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, chunk_elems: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_tiled_loss_and_grads` as one opaque op: what torch.compile traces on a CPU (one node,
+    the tile loops not unrolled into the graph; the same sums as the eager loss)."""
+    return _tiled_loss_and_grads(hidden, w, targets, chunk_elems)
+
+
+@_tiled_op.register_fake
+def _(hidden: torch.Tensor, w: torch.Tensor, *_: Any) -> tuple[torch.Tensor, ...]:
+    loss = hidden.new_empty((), dtype=torch.float32)
+    return loss, torch.empty_like(hidden), w.new_empty(w.shape, dtype=torch.float32)
+
+
+def _tiled_op_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
+    ctx.mark_non_differentiable(output[1], output[2])
+    ctx.save_for_backward(output[1], output[2])
+    ctx.weight_dtype = inputs[1].dtype
+
+
+def _tiled_op_backward(ctx: Any, grad_out: torch.Tensor, *_: Any) -> tuple[Any, ...]:
+    grad_h, grad_w = ctx.saved_tensors
+    return grad_h * grad_out.to(grad_h.dtype), (grad_w * grad_out).to(ctx.weight_dtype), None, None
+
+
+_tiled_op.register_autograd(_tiled_op_backward, setup_context=_tiled_op_setup)
 
 
 def _head_grad_rows(device: torch.device, budget: int, w: torch.Tensor, step: int, N: int) -> int:
@@ -455,6 +496,8 @@ def linear_cross_entropy(
         n_valid = (targets != IGNORE_INDEX).sum().clamp_min(1)
         return token_losses(hidden, weight, targets, chunk_elems).sum() / n_valid
     if not uses_gpu_policy(hidden.device):
+        if torch.compiler.is_compiling():  # one node, not the tile loops unrolled
+            return _tiled_op(hidden, matmul_weight(weight), targets, chunk_elems)[0]
         return _TiledCrossEntropy.apply(hidden, weight, targets, chunk_elems)
     # the chunk budget is resolved here, outside the autograd Function that tracers enter
     budget = device_chunk_elems(hidden.device, chunk_elems)
