@@ -7,6 +7,8 @@ the roofline's LEV bytes against a dispatch-mode count of the op's inputs and ou
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from leviathan.device import forced_policy
+from leviathan.model import lev as lev_module
 from leviathan.model import lev_triton, model_config
 from leviathan.model.config import LEVConfig, ModelConfig, digit_base
 from leviathan.model.lev import LEV, spline_product
@@ -134,3 +137,39 @@ def test_the_roofline_lev_bytes_are_the_counted_traffic_of_the_op(
 
 def _input_bytes(cfg: ModelConfig) -> float:
     return {p.name: p for p in roofline(cfg, 16, 16).parts}["input"].bytes
+
+
+def test_eager_code_skips_the_op_with_its_sums_and_no_dynamo_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eager, plain tensors, no mode: the op's bodies run directly, giving the op's product
+    and gradients bit for bit; a dispatch mode still sees the op; and a LEV training step in
+    a fresh process never imports torch._dynamo (what the op's dispatch costs: ~2 s)."""
+    torch.manual_seed(2)
+    t, S = random_inputs(N=30, h=2, P=6, kappa=5, r=3, dtype=torch.float32)
+    assert lev_module._skips_the_op(t, S)
+
+    def product_and_grads() -> tuple[torch.Tensor, ...]:
+        M = spline_product(t, S, 1e-30, 1 << 20)
+        return (M, *torch.autograd.grad((M * M).sum(), (t, S)))
+
+    direct = product_and_grads()
+    monkeypatch.setattr(lev_module, "_skips_the_op", lambda *tensors: False)
+    for a, b in zip(direct, product_and_grads(), strict=True):
+        assert torch.equal(a, b)
+    monkeypatch.undo()
+    with TrafficCounter() as counter:
+        spline_product(t, S, 1e-30, 1 << 20).sum().backward()
+    assert any(op == "leviathan.spline_product" for _, op in counter.records)
+    code = (
+        "import sys, torch\n"
+        "from leviathan.model import build_model, model_config\n"
+        "m = build_model(model_config('micro', 'gpt2', 'leviathan'))\n"
+        "ids = torch.randint(0, m.cfg.vocab_size, (2, 17))\n"
+        "m(ids[:, :-1], ids[:, 1:]).backward()\n"
+        "from leviathan.model.lev import LEV\n"
+        "assert [x.kernel for x in m.modules() if isinstance(x, LEV)] == ['auto']\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr

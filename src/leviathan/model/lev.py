@@ -25,8 +25,10 @@ phi is ~0. `LEV.forward` evaluates each distinct id of a batch once (unique + ga
 
 The paths (`spline_product`'s `kernel`): "auto" runs one custom op,
 `leviathan::spline_product` (with its backward op and autograd formula: torch.compile keeps
-it one node, a dispatch mode sees its inputs and output), whose kernel is the Triton pair on
-a GPU (`lev_triton`), the native C kernel on a CPU (`lev_native`), else the plain torch ops;
+it one node, a dispatch mode sees its inputs and output; eager code with plain tensors and no
+mode calls the op's bodies directly, `_EagerFusedProduct`, sparing each process torch's ~2 s
+custom-op set-up), whose kernel is the Triton pair on a GPU (`lev_triton`), the native C
+kernel on a CPU (`lev_native`), else the plain torch ops;
 "plain" is those torch ops themselves (`SplineProduct`: the product in fp32 log space, ids in
 chunks bounded by `LEVConfig.chunk_elems` on a CPU, by a share of the memory on a GPU,
 `leviathan.device.chunk_elems`, which asks a GPU for its memory once; one chunk under torch.compile), which tracers and dispatch modes see through.
@@ -46,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from leviathan.device import chunk_elems as device_chunk_elems
 from leviathan.model import lev_native, lev_triton
@@ -225,12 +228,10 @@ class SplineProduct(torch.autograd.Function):
         )
 
 
-@torch.library.custom_op("leviathan::spline_product", mutates_args=())
-def _spline_op(
+def _fused_forward(
     t: torch.Tensor, coef: torch.Tensor, n_knots: int, eps: float, chunk_elems: int, kernel: str
 ) -> torch.Tensor:
-    """The fused product as one opaque op (torch.compile keeps it one node; a dispatch mode
-    sees its inputs and output): the kernel `_resolve` picks, in fp32 (fp64 in, fp64 out)."""
+    """The fused product by the kernel `_resolve` picks, in fp32 (fp64 in, fp64 out)."""
     dtype = torch.promote_types(t.dtype, torch.float32)
     t32, coef32 = t.to(dtype).contiguous(), coef.to(dtype).contiguous()
     path = _resolve(kernel, t)
@@ -241,8 +242,7 @@ def _spline_op(
     return _plain_forward(t32, coef32, n_knots, eps, device_chunk_elems(t.device, chunk_elems))
 
 
-@torch.library.custom_op("leviathan::spline_product_backward", mutates_args=())
-def _spline_backward_op(
+def _fused_backward(
     t: torch.Tensor,
     coef: torch.Tensor,
     M: torch.Tensor,
@@ -271,6 +271,30 @@ def _native_shape(t: torch.Tensor, coef: torch.Tensor, n_knots: int) -> tuple[in
     return (t.shape[1], t.shape[2], n_knots, N_TAPS, coef.shape[-1])
 
 
+@torch.library.custom_op("leviathan::spline_product", mutates_args=())
+def _spline_op(
+    t: torch.Tensor, coef: torch.Tensor, n_knots: int, eps: float, chunk_elems: int, kernel: str
+) -> torch.Tensor:
+    """The fused product as one opaque op (torch.compile keeps it one node; a dispatch mode
+    sees its inputs and output)."""
+    return _fused_forward(t, coef, n_knots, eps, chunk_elems, kernel)
+
+
+@torch.library.custom_op("leviathan::spline_product_backward", mutates_args=())
+def _spline_backward_op(
+    t: torch.Tensor,
+    coef: torch.Tensor,
+    M: torch.Tensor,
+    grad_M: torch.Tensor,
+    n_knots: int,
+    eps: float,
+    chunk_elems: int,
+    kernel: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_t, grad_coef) of `_spline_op`."""
+    return _fused_backward(t, coef, M, grad_M, n_knots, eps, chunk_elems, kernel)
+
+
 @_spline_op.register_fake
 def _(t: torch.Tensor, coef: torch.Tensor, *_: Any) -> torch.Tensor:
     dtype = torch.promote_types(t.dtype, torch.float32)
@@ -289,12 +313,48 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
 
 
 def _spline_op_backward(ctx: Any, grad_M: torch.Tensor) -> tuple[Any, ...]:
+    return _input_grads(ctx, grad_M, _spline_backward_op)
+
+
+def _input_grads(ctx: Any, grad_M: torch.Tensor, backward: Any) -> tuple[Any, ...]:
+    """The inputs' gradients from what `_setup_context` saved, by `backward` (the op, or its
+    body where the product skipped the op)."""
     t, coef, M = ctx.saved_tensors
-    grad_t, grad_coef = _spline_backward_op(t, coef, M, grad_M.contiguous(), *ctx.args)
+    grad_t, grad_coef = backward(t, coef, M, grad_M.contiguous(), *ctx.args)
     return grad_t.to(t.dtype), grad_coef.to(coef.dtype), None, None, None, None
 
 
 _spline_op.register_autograd(_spline_op_backward, setup_context=_setup_context)
+
+
+class _EagerFusedProduct(torch.autograd.Function):
+    """The op's forward and backward bodies, called without the op where no tracer or mode
+    could see it (`_skips_the_op`): the same kernels and saved tensors, without the op's
+    first-call set-up (torch's custom-op dispatch imports torch._dynamo: ~2 s per process,
+    once in each of the default run's LEV jobs)."""
+
+    @staticmethod
+    def forward(ctx: Any, *inputs: Any) -> torch.Tensor:  # type: ignore[override]
+        M = _fused_forward(*inputs)
+        _setup_context(ctx, inputs, M)
+        return M
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_M: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        return _input_grads(ctx, grad_M, _fused_backward)
+
+
+def _skips_the_op(*tensors: torch.Tensor) -> bool:
+    """Whether the fused product may run without its custom op: eager (not traced by
+    torch.compile), no dispatch or torch-function mode active (a FakeTensor or traffic count
+    sees the op as one record) and plain tensors on a real device (no subclass, no meta)."""
+    return not (
+        torch.compiler.is_compiling()
+        or is_in_torch_dispatch_mode()
+        or torch._C._is_torch_function_mode_enabled()
+        or any(type(x) is not torch.Tensor or x.device.type == "meta" for x in tensors)
+    )
 
 
 def spline_product(
@@ -310,7 +370,8 @@ def spline_product(
     """M [N, h, r] = prod_p sum_j B(t[n, l, p], j) S[l, p, j, :], for t [N, h, P], S [h, P, kappa, r].
 
     kernel: "auto" (the Triton kernels on a GPU, the native C kernel on a CPU, where they
-    run, else the plain torch ops; as one custom op, eager or compiled; fp64 takes the plain
+    run, else the plain torch ops; as one custom op where a tracer or mode could see it, its
+    bodies directly otherwise: `_skips_the_op`; fp64 takes the plain
     path directly), "native", "triton"
     (the CPU runs it under Triton's interpreter: tests) or "plain" (the torch ops themselves,
     which tracers and dispatch modes see through: the reference, benchmarks).
@@ -338,6 +399,8 @@ def spline_product(
     fp32 = torch.promote_types(t.dtype, torch.float32) == torch.float32
     if kernel == "plain" or (kernel == "auto" and not fp32):  # fp64: the kernels are fp32
         M = SplineProduct.apply(t, coef, S.shape[2], eps, chunk_elems)
+    elif _skips_the_op(t, coef):
+        M = _EagerFusedProduct.apply(t, coef, S.shape[2], eps, chunk_elems, kernel)
     else:
         M = _spline_op(t, coef, S.shape[2], eps, chunk_elems, kernel)
     if basis == "normalised":
