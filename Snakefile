@@ -11,7 +11,7 @@ from snakemake.utils import min_version, validate
 
 from leviathan import layout
 from leviathan.provenance import package_checkout_error
-from leviathan.workflow.config import check_config
+from leviathan.workflow.config import check_config, check_moved
 
 min_version("9.0")
 
@@ -43,6 +43,7 @@ TARGET_WRITTEN_LAST = config.pop("target_written_last", "all")
 if TARGET_WRITTEN_LAST not in STAGE_TARGETS:
     raise WorkflowError(f"target_written_last: {TARGET_WRITTEN_LAST!r} is none of {STAGE_TARGETS}")
 
+check_moved(config)  # a key of an earlier layout: its new place, before the schema's error
 validate(config, layout.CONFIG_SCHEMA)
 check_config(config)  # names, value types and each cell's recipe: the code's own, not the schema's
 

@@ -13,7 +13,7 @@ compared (sha256 of every step's tensors).
 Checkpoint. A model of `--ckpt-params` million fp32 parameters with AdamW state (12 bytes per
 parameter on disk) trains `--ckpt-steps` steps of a fixed CPU matmul load, saving every
 `--ckpt-every` steps through `CheckpointManager`; the stall per save is the loop's time beyond
-the same loop without saves, in line (`async_checkpoint: false`) and in the background.
+the same loop without saves, in line (`checkpoint: {background: false}`) and in the background.
 
     .venv/bin/python bench/bench_train_io.py --gib 2 --steps 24 --step-ms 100
 """
@@ -36,7 +36,7 @@ from leviathan.data.loader import TrainLoader
 from leviathan.io import atomic_path
 from leviathan.manifest import vocab_record, write_manifest
 from leviathan.train import checkpoint as ckpt
-from leviathan.train.config import train_config
+from leviathan.train.config import CheckpointConfig, train_config
 from leviathan.train.distributed import DistInfo
 from leviathan.vocab import get_vocab
 
@@ -137,8 +137,7 @@ def checkpoint_run(
         loader=loader,
         cfg=train_config("micro", "gpt2", "tied", total_tokens=512),
         info=CPU,
-        keep_last=1,
-        background=mode == "background",
+        config=CheckpointConfig(every=0, keep_last=1, background=mode == "background"),
     )
     a = torch.randn(768, 768)
     blocked = 0.0

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from leviathan.data.loader import TrainLoader
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import build_cell_model, train
 
@@ -53,7 +53,9 @@ def bare_loop(cfg, bins: list[Path], steps: int) -> list[float]:
 
 def trainer_steps(cfg, bins: list[Path], work: Path) -> list[float]:
     run = Path(tempfile.mkdtemp(dir=work))
-    runtime = RuntimeConfig(progress=False, val_every=0, ckpt_every=0)
+    runtime = RuntimeConfig(
+        progress=False, validation=ValidationConfig(every=0), checkpoint=CheckpointConfig(every=0)
+    )
     train(cfg, train_bins=bins, val_bin=None, run_dir=run, runtime=runtime)
     return [r["step_s"] for r in read_metrics(run / "metrics.jsonl", "train")][WARMUP:]
 

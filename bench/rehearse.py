@@ -219,7 +219,12 @@ def step_run_start(train: str) -> dict[str, Any]:
 
 
 def step_train(train: str, val: str, run_dir: str) -> dict[str, Any]:
-    from leviathan.train.config import RuntimeConfig, train_config
+    from leviathan.train.config import (
+        CheckpointConfig,
+        RuntimeConfig,
+        ValidationConfig,
+        train_config,
+    )
     from leviathan.train.metrics_log import read_metrics
     from leviathan.train.trainer import train as run_train
 
@@ -232,7 +237,12 @@ def step_train(train: str, val: str, run_dir: str) -> dict[str, Any]:
         total_tokens=TRAIN_STEPS * 512,
         warmup_steps=1,
     )
-    runtime = RuntimeConfig(device="cpu", progress=False, val_every=0, ckpt_every=0)
+    runtime = RuntimeConfig(
+        device="cpu",
+        progress=False,
+        validation=ValidationConfig(every=0),
+        checkpoint=CheckpointConfig(every=0),
+    )
     run_train(cfg, train_bins=[train], val_bin=None, run_dir=run_dir, runtime=runtime)
     steps = [r["step_s"] for r in read_metrics(Path(run_dir) / "metrics.jsonl", "train")]
     return {"seconds": min(steps[1:] or steps), "steps": len(steps)}
@@ -530,14 +540,14 @@ def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str
     ck = m["checkpoint"]
     big = s["scales"].get("1.2b") or max(s["scales"].values(), key=lambda p: p.params)
     save_rate, load_rate = ck["bytes"] / ck["save_s"], ck["bytes"] / ck["load_s"]
-    interval = s["runtime"].ckpt_every * step_s[big.cell.scale]
+    interval = s["runtime"].checkpoint.every * step_s[big.cell.scale]
     for what, rate in (("save", save_rate), ("load", load_rate)):
         t.add(
             f"checkpoint {what}, {big.cell.scale} state ({big.checkpoint_bytes / 1e9:.1f} GB)",
             f"200m ({ck['bytes'] / 1e9:.2f} GB): {rate / 1e9:.2f} GB/s, {_mb(ck['rss_mb'])}",
             big.checkpoint_bytes / rate,
             interval,
-            note=f"against ckpt_every={s['runtime'].ckpt_every} steps of training",
+            note=f"against checkpoint.every={s['runtime'].checkpoint.every} steps of training",
         )
 
 

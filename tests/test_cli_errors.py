@@ -46,7 +46,11 @@ def test_train_reads_3e_minus_4_as_the_number(
 ) -> None:
     run_dir = tmp_path / "run"
     assert (
-        main(train_args(random_shards, run_dir, "--set", "lr=3e-4", "--runtime", "val_every=1"))
+        main(
+            train_args(
+                random_shards, run_dir, "--set", "lr=3e-4", "--runtime", "validation.every=1"
+            )
+        )
         == 0
     )
     import json
@@ -59,7 +63,10 @@ def test_train_reads_3e_minus_4_as_the_number(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (("--runtime", "val_every=often"), "--runtime: val_every='often' is not an integer"),
+        (
+            ("--runtime", "validation.every=often"),
+            "--runtime validation: every='often' is not an integer",
+        ),
         (("--set", "lr=fast"), "--set: lr='fast' is not a number: give a number, e.g. lr=3e-4"),
         (("--set", "speed=3"), "--set: unknown key 'speed'"),
         (("--set", "micro_batch=3"), "train.micro_batch=3 does not divide the per-rank batch 8"),
@@ -67,9 +74,12 @@ def test_train_reads_3e_minus_4_as_the_number(
         # every range, refused where it is read, naming the key and what it may be
         (("--runtime", "log_every=0"), "--runtime: runtime log_every=0 must be >= 1"),
         (("--runtime", "threads=-2"), "runtime threads=-2 must be >= 0 (torch CPU threads; 0: all"),
-        (("--runtime", "val_windows=-1"), "runtime val_windows=-1 must be >= 0"),
-        (("--runtime", "ckpt_every=-1"), "runtime ckpt_every=-1 must be >= 0"),
-        (("--runtime", "keep_last=0"), "runtime keep_last=0 must be >= 1"),
+        (("--runtime", "validation.windows=-1"), "runtime validation.windows=-1 must be >= 0"),
+        (("--runtime", "checkpoint.every=-1"), "runtime checkpoint.every=-1 must be >= 0"),
+        (("--runtime", "checkpoint.keep_last=0"), "runtime checkpoint.keep_last=0 must be >= 1"),
+        (("--runtime", "ckpt_every=4"), "--runtime: ckpt_every is now checkpoint.every"),
+        (("--runtime", "wandb=true"), "--runtime: wandb=True: wandb is a block of its own keys"),
+        (("--runtime", "checkpoint.often=4"), "--runtime checkpoint: unknown key 'often'"),
         (("--runtime", "dist_timeout_s=0"), "runtime dist_timeout_s=0 must be >= 1 (seconds)"),
         (("--runtime", "device=bogus"), "runtime device='bogus' is not a device: use auto, cpu"),
         (("--runtime", "device=cuda:x"), "runtime device='cuda:x' is not a device"),
@@ -125,8 +135,20 @@ def test_train_config_file_errors(
         ),
         (
             "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
-            "runtime: {keep_last: 0}\n",
+            "runtime: {checkpoint: {keep_last: 0}}\n",
             "0 is less than the minimum of 1",
+        ),
+        # a key of the runtime's earlier flat layout: its new place, not the schema's error
+        (
+            "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
+            "runtime: {keep_last: 0}\n",
+            "config runtime.keep_last is now runtime.checkpoint.keep_last: write runtime: "
+            "{checkpoint: {keep_last: 0}}",
+        ),
+        (
+            "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
+            "wandb: {project: lev}\n",
+            "config wandb: (project, entity, mode) is now the block runtime.wandb",
         ),
     ],
 )

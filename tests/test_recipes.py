@@ -83,7 +83,14 @@ def test_watch_then_resume_with_dvclive(tmp_path: Path, random_shards: tuple[Pat
         "dvclive", reason="the DVCLive recipe needs `pip install 'leviathan[live]'`"
     )
     run_dir = tmp_path / "run"
-    live = ["--runtime", "ckpt_every=1", "--runtime", "val_every=5", "--runtime", "dvclive=true"]
+    live = [
+        "--runtime",
+        "checkpoint.every=1",
+        "--runtime",
+        "validation.every=5",
+        "--runtime",
+        "dvclive=true",
+    ]
     steps = ["--set", f"total_tokens={8 * 64 * 40}", "--runtime", "progress=true"]
     argv = train_args(random_shards, run_dir, *live, *steps, variant="leviathan")
     cmd = [str(BIN / "leviathan"), *argv]

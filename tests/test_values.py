@@ -135,6 +135,8 @@ def test_train_and_runtime_configs_read_values_as_written() -> None:
     assert cfg.lr == 3e-4
     assert cfg.total_tokens == 100_000
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg  # a recorded config reads back equal
-    assert RuntimeConfig.from_dict({"val_every": "20", "threads": None}).val_every == 20
-    with pytest.raises(ValueError, match=r"^--runtime: val_every='often' is not an integer"):
-        RuntimeConfig.from_dict({"val_every": "often"}, "--runtime")
+    runtime = RuntimeConfig.from_dict({"validation": {"every": "20"}, "threads": None})
+    assert runtime.validation.every == 20
+    assert RuntimeConfig.from_dict({"validation.every": "20"}) == runtime  # --runtime's form
+    with pytest.raises(ValueError, match=r"^--runtime validation: every='often' is not an int"):
+        RuntimeConfig.from_dict({"validation": {"every": "often"}}, "--runtime")

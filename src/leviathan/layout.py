@@ -11,7 +11,7 @@ config's `study_name` where one is given (`<corpus>+<study_name>`; `results_key`
     data/corpus/<corpus>/             raw text splits <split>.jsonl.zst (+ manifests)
     data/tokens/<corpus>/<vocab>/     train.bin, val.bin, counts.npy, word_counts.json (+ manifests)
     results/runs/<study>/<cell>/      checkpoints/step_<N>/, checkpoints/final/,
-                                      checkpoints/kept/step_<N>/ (runtime.keep_at), metrics.jsonl,
+                                      checkpoints/kept/step_<N>/ (runtime.checkpoint.keep_at), metrics.jsonl,
                                       out_of_memory.json (the last out-of-memory refusal)
     results/eval/<study>/<cell>/      <kind>.json (val, wikitext, lm_eval), lm_eval.samples.jsonl,
                                       lm_eval_harness/, along/val_step<N>.json (evaluate.along)
@@ -184,7 +184,7 @@ WEIGHTS = "model.safetensors"
 STATE = "state.json"  # step, tokens, loader state, configs: written last, marks a whole checkpoint
 OPTIM = "optim.pt"
 RNG = "rng.pt"
-KEPT = "kept"  # checkpoints/kept/step_<N>/: log-spaced weights (runtime.keep_at), never pruned
+KEPT = "kept"  # checkpoints/kept/step_<N>/: log-spaced weights (runtime.checkpoint.keep_at), never pruned
 
 
 def cell_key(cell: CellLike) -> str:
@@ -264,7 +264,7 @@ def step_dir(checkpoints: PathLike, step: int) -> Path:
 
 
 def kept_dir(checkpoints: PathLike) -> Path:
-    """The kept checkpoints of a run (`runtime.keep_at`): `checkpoints/kept/step_<N>/`, each
+    """The kept checkpoints of a run (`runtime.checkpoint.keep_at`): `checkpoints/kept/step_<N>/`, each
     the weights, a small state.json and their manifest; outside retention's reach."""
     return Path(checkpoints) / KEPT
 
@@ -370,7 +370,7 @@ ALONG_PREFIX = f"{ALONG}_"
 
 
 def kept_checkpoint(cell: CellLike, step: int | str) -> str:
-    """A cell's kept checkpoint of step `step` (runtime.keep_at)."""
+    """A cell's kept checkpoint of step `step` (runtime.checkpoint.keep_at)."""
     return str(step_dir(kept_dir(f"{run_dir(cell)}/{CHECKPOINTS}"), int(step)))
 
 

@@ -16,12 +16,16 @@ from leviathan.data.tokenizers import token_dtype
 from leviathan.eval.checkpoint import Checkpoint, EvalModel, open_checkpoint
 from leviathan.io import atomic_path
 from leviathan.manifest import read_manifest, vocab_record, write_manifest
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.trainer import train
 from leviathan.vocab import get_vocab
 
 STEPS = 4
-QUIET = RuntimeConfig(progress=False, val_every=1, val_windows=4, ckpt_every=0, keep_last=1)
+QUIET = RuntimeConfig(
+    progress=False,
+    validation=ValidationConfig(every=1, windows=4),
+    checkpoint=CheckpointConfig(every=0, keep_last=1),
+)
 
 
 def write_shard(path: Path, tokens: Any, vocab: str = "gpt2", split: str = "val") -> Path:

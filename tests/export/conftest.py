@@ -19,11 +19,15 @@ pytest.importorskip(
 )
 
 from leviathan.data.tokenizers import Tokenizer, VocabFileError, load_tokenizer  # noqa: E402
-from leviathan.train.config import RuntimeConfig, train_config  # noqa: E402
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config  # noqa: E402
 from leviathan.train.trainer import train  # noqa: E402
 
 VOCAB_NAMES = ("gpt2", "cl100k_base", "o200k_base")
-QUIET = RuntimeConfig(progress=False, val_every=0, val_windows=2, ckpt_every=0, keep_last=1)
+QUIET = RuntimeConfig(
+    progress=False,
+    validation=ValidationConfig(every=0, windows=2),
+    checkpoint=CheckpointConfig(every=0, keep_last=1),
+)
 
 
 @pytest.fixture(scope="session")

@@ -207,7 +207,7 @@ def _study(work: Path) -> Path:
     (study,) = config["studies"].values()
     study["seeds"] = [0]
     config["train"] = {"micro": {"total_tokens": 8 * 64 * 3}}
-    config["runtime"].update({"val_every": 1, "val_windows": 2, "ckpt_every": 0})
+    config["runtime"].update({"validation": {"every": 1, "windows": 2}, "checkpoint": {"every": 0}})
     config["evaluate"]["val"]["max_windows"] = 8
     path = work / "config" / "recon_small.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))

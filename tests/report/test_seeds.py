@@ -19,7 +19,7 @@ from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.io import read_json
 from leviathan.report.build import write_report
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.trainer import train
 from leviathan.workflow.actions import evaluate
 from leviathan.workflow.config import resolve
@@ -50,7 +50,12 @@ def seeded(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             "lm_eval": None,
         },
     }
-    quiet = RuntimeConfig(progress=False, val_every=0, ckpt_every=0, threads=2)
+    quiet = RuntimeConfig(
+        progress=False,
+        threads=2,
+        validation=ValidationConfig(every=0),
+        checkpoint=CheckpointConfig(every=0),
+    )
     for variant in ("tied", "leviathan"):
         for seed in SEEDS:
             cell = Cell("micro", "gpt2", variant, seed, "embedded")

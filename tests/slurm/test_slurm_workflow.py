@@ -62,12 +62,11 @@ CONFIG: dict[str, Any] = {
         }
     },
     "train": {"micro": {"total_tokens": 8 * 64 * STEPS}, BROKEN: {"lr": 1e30}},
-    # ckpt_every beyond any run's length: the only step checkpoint a run can have is the one
-    # written on SIGTERM
+    # checkpoint.every beyond any run's length: the only step checkpoint a run can have is the
+    # one written on SIGTERM
     "runtime": {
-        "val_every": 3,
-        "val_windows": 4,
-        "ckpt_every": 1000,
+        "validation": {"every": 3, "windows": 4},
+        "checkpoint": {"every": 1000},
         "threads": 1,
         "restart_on_mismatch": True,
     },
@@ -533,8 +532,8 @@ def test_cancelled_training_job_resumes_from_its_sigterm_checkpoint(rerun: Run, 
     assert starts[0]["resumed_from"] is None, starts
     assert starts[0]["step"] == 0, starts
     resumed = starts[1]
-    # from a step checkpoint that only SIGTERM can have written (ckpt_every is beyond the run)
-    assert CONFIG["runtime"]["ckpt_every"] > CANCELLED_STEPS
+    # from a step checkpoint that only SIGTERM can have written (its interval is beyond the run)
+    assert CONFIG["runtime"]["checkpoint"]["every"] > CANCELLED_STEPS
     assert logged <= resumed["step"] < CANCELLED_STEPS, (logged, resumed)
     assert resumed["resumed_from"].endswith(f"checkpoints/step_{resumed['step']:08d}"), resumed
     assert json.loads(final_state(work, CANCELLED).read_text())["step"] == CANCELLED_STEPS

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from leviathan.cli import main
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import train
 
@@ -39,7 +39,7 @@ def _cli_train(shards: Path, run_dir: Path, micro_batch: int) -> list[str]:
     argv += ["--variant", "leviathan", "--train", str(shards / "train.bin")]
     argv += ["--run-dir", str(run_dir), "--set", f"total_tokens={BATCH * CONTEXT * STEPS}"]
     argv += ["--set", f"global_batch={BATCH}", "--set", f"micro_batch={micro_batch}"]
-    for value in ("progress=false", "val_every=0", "ckpt_every=0", "threads=1"):
+    for value in ("progress=false", "validation.every=0", "checkpoint.every=0", "threads=1"):
         argv += ["--runtime", value]
     return argv
 
@@ -76,7 +76,11 @@ def one_rank(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
         train_bins=[gpt2_shards / "train.bin"],
         val_bin=None,
         run_dir=run_dir,
-        runtime=RuntimeConfig(progress=False, val_every=0, ckpt_every=0),
+        runtime=RuntimeConfig(
+            progress=False,
+            validation=ValidationConfig(every=0),
+            checkpoint=CheckpointConfig(every=0),
+        ),
     )
     return run_dir
 

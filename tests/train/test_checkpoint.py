@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from leviathan.train import checkpoint as ckpt
-from leviathan.train.config import train_config
+from leviathan.train.config import CheckpointConfig, train_config
 from leviathan.train.distributed import DistInfo
 from leviathan.train.trainer import build_cell_model
 
@@ -48,8 +49,8 @@ def manager(root: Path, **kw: Any) -> ckpt.CheckpointManager:
         loader=Position(),
         cfg=cfg,
         info=CPU,
-        keep_last=2,
-        **kw,
+        # in line and no interval unless a test says otherwise (runtime.checkpoint's keys)
+        config=CheckpointConfig(**{"keep_last": 2, "every": 0, "background": False, **kw}),
     )
 
 
@@ -71,7 +72,7 @@ def test_background_save_writes_the_in_line_bytes_of_its_step(tmp_path: Path) ->
     m.close()
     m.model.load_state_dict(model_at_save)
     m.optimizer.load_state_dict(optim_at_save)
-    m.root, m.background = tmp_path / "inline", False
+    m.root, m.config = tmp_path / "inline", replace(m.config, background=False)
     torch.manual_seed(3)  # the same RNG states recorded
     m.save_step(1, 0.5)
     a, b = tmp_path / "bg" / "step_00000001", tmp_path / "inline" / "step_00000001"

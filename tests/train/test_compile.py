@@ -13,7 +13,7 @@ import torch
 from leviathan.layout import step_dir
 from leviathan.model import build_model, model_config
 from leviathan.model.variants import VARIANTS
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import train
 
@@ -42,7 +42,12 @@ LOSS_ATOL = 2e-3  # nats per step, compiled vs eager (fused kernels reorder fp32
 
 def _run(shards: Path, run_dir: Path, compile: bool):
     cfg = train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * STEPS)
-    runtime = RuntimeConfig(progress=False, compile=compile, val_every=0, ckpt_every=3, keep_last=2)
+    runtime = RuntimeConfig(
+        progress=False,
+        compile=compile,
+        validation=ValidationConfig(every=0),
+        checkpoint=CheckpointConfig(every=3, keep_last=2),
+    )
     return train(
         cfg, train_bins=[shards / "train.bin"], val_bin=None, run_dir=run_dir, runtime=runtime
     )

@@ -57,7 +57,14 @@ def args(shards: Path, run_dir: Path, scale: str = "micro", *extra: str) -> list
         "--run-dir",
         str(run_dir),
         *steps[scale],
-        *["--runtime", "progress=false", "--runtime", "val_windows=2", "--runtime", "threads=1"],
+        *[
+            "--runtime",
+            "progress=false",
+            "--runtime",
+            "validation.windows=2",
+            "--runtime",
+            "threads=1",
+        ],
         *extra,
     ]
 
@@ -84,7 +91,7 @@ def runs(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     """The micro scale, STEPS steps of 8 sequences, checkpoints every 3: one process, DDP on 2
     ranks, FSDP on 2 and on 4 ranks."""
     root = tmp_path_factory.mktemp("fsdp")
-    every = ["--runtime", "ckpt_every=3", "--runtime", "val_every=3"]
+    every = ["--runtime", "checkpoint.every=3", "--runtime", "validation.every=3"]
     out = {}
     for name, ranks, parallel in (("one", 1, "ddp"), ("ddp2", 2, "ddp"), ("fsdp2", 2, "fsdp")):
         out[name] = root / name
@@ -120,7 +127,9 @@ def test_fsdp_on_2_and_4_ranks_follows_ddp_and_one_process(runs: dict[str, Path]
 
 def test_tiny_scale_fsdp_on_2_ranks_follows_one_process(gpt2_shards: Path, tmp_path: Path) -> None:
     for name, ranks in (("one", 1), ("fsdp2", 2)):
-        cmd = launch(ranks, args(gpt2_shards, tmp_path / name, "tiny", "--runtime", "val_every=0"))
+        cmd = launch(
+            ranks, args(gpt2_shards, tmp_path / name, "tiny", "--runtime", "validation.every=0")
+        )
         subprocess.run(cmd, check=True, env=ENV, timeout=600)
     assert len(losses(tmp_path / "one")) == 2
     assert losses(tmp_path / "fsdp2") == pytest.approx(losses(tmp_path / "one"), rel=1e-4)
@@ -134,7 +143,13 @@ def test_sigterm_on_4_ranks_resumes_on_2_as_the_same_run(
     batches: its losses are the uninterrupted run's."""
     run_dir = tmp_path / "run"
     argv = args(
-        gpt2_shards, run_dir, "micro", "--runtime", "ckpt_every=0", "--runtime", "val_every=0"
+        gpt2_shards,
+        run_dir,
+        "micro",
+        "--runtime",
+        "checkpoint.every=0",
+        "--runtime",
+        "validation.every=0",
     )
     proc = subprocess.Popen(launch(4, argv), env=ENV, stderr=subprocess.PIPE, text=True)
     metrics = run_dir / "metrics.jsonl"
@@ -188,7 +203,7 @@ def test_sigkill_during_a_distributed_save_leaves_the_previous_checkpoint(
     script = tmp_path / "killer.py"
     script.write_text(textwrap.dedent(KILLER))
     run_dir = tmp_path / "run"
-    every = ["--runtime", "ckpt_every=2", "--runtime", "val_every=0"]
+    every = ["--runtime", "checkpoint.every=2", "--runtime", "validation.every=0"]
     argv = args(gpt2_shards, run_dir, "micro", *every)[3:]  # after `-m leviathan.cli train`
     cmd = launch(2, [str(script), "train", *argv])
     proc = subprocess.run(cmd, env={**ENV, "VICTIM": str(victim)}, capture_output=True, text=True)

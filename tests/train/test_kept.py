@@ -1,4 +1,4 @@
-"""Kept checkpoints (`runtime.keep_at`): the schedule's steps, weights equal to the run's at those
+"""Kept checkpoints (`runtime.checkpoint.keep_at`): the schedule's steps, weights equal to the run's at those
 steps, manifests whose sha256 match the files, outside `keep_last` and `drop_steps_at_final`."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from leviathan.eval.checkpoint import load_model, read_checkpoint
 from leviathan.io import read_json
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.integrity import verify_checkpoint
 from leviathan.train.schedule import keep_steps
 from leviathan.train.trainer import build_cell_model, train
@@ -34,8 +34,9 @@ def test_keep_steps_forms() -> None:
     assert keep_steps("", 12) == []
     for bad in ("log3", "log2:0", "log2:4:4:4", "1,-2", "x"):
         with pytest.raises(ValueError, match="keep_at"):
-            RuntimeConfig(keep_at=bad)
-    assert RuntimeConfig.from_dict({"keep_at": [0, 8, 4]}).keep_at == "0,8,4"
+            RuntimeConfig(checkpoint=CheckpointConfig(keep_at=bad))
+    keep = RuntimeConfig.from_dict({"checkpoint": {"keep_at": [0, 8, 4]}}).checkpoint.keep_at
+    assert keep == "0,8,4"
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,9 @@ def kept_run(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     run_dir = tmp_path_factory.mktemp("kept") / "run"
     cfg = train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * STEPS)
     runtime = RuntimeConfig(
-        progress=False, val_every=0, val_windows=4, ckpt_every=4, keep_last=1, keep_at="log2:4:4"
+        progress=False,
+        validation=ValidationConfig(every=0, windows=4),
+        checkpoint=CheckpointConfig(every=4, keep_last=1, keep_at="log2:4:4"),
     )
     train(
         cfg,
@@ -104,11 +107,8 @@ def test_drop_steps_at_final_leaves_kept_checkpoints(gpt2_shards: Path, tmp_path
     cfg = train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * 4)
     runtime = RuntimeConfig(
         progress=False,
-        val_every=0,
-        ckpt_every=2,
-        keep_last=1,
-        keep_at="1,2",
-        drop_steps_at_final=True,
+        validation=ValidationConfig(every=0),
+        checkpoint=CheckpointConfig(every=2, keep_last=1, keep_at="1,2", drop_steps_at_final=True),
     )
     train(
         cfg, train_bins=[gpt2_shards / "train.bin"], val_bin=None, run_dir=tmp_path, runtime=runtime

@@ -12,11 +12,15 @@ import pytest
 
 from leviathan.eval.checkpoint import open_checkpoint
 from leviathan.eval.errors import EvalInputError
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.errors import ConfigMismatch
 from leviathan.train.trainer import train
 
-QUIET = RuntimeConfig(progress=False, val_every=2, val_windows=2, ckpt_every=1, keep_last=1)
+QUIET = RuntimeConfig(
+    progress=False,
+    validation=ValidationConfig(every=2, windows=2),
+    checkpoint=CheckpointConfig(every=1, keep_last=1),
+)
 LEARNED = {"lev": {"knot_scale": "learned", "basis": "normalised"}}
 
 
@@ -100,7 +104,7 @@ def test_metrics_log_records_lev_health_at_init_and_each_validation(
         train_bins=[gpt2_shards / "train.bin"],
         val_bin=gpt2_shards / "val.bin",
         run_dir=run_dir,
-        runtime=replace(QUIET, val_every=1),
+        runtime=replace(QUIET, validation=replace(QUIET.validation, every=1)),
     )
     health = read_metrics(run_dir / "metrics.jsonl", "lev_health")
     vals = read_metrics(run_dir / "metrics.jsonl", "val")

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from leviathan import layout
 from leviathan.io import read_json
 from leviathan.model import LanguageModel
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.errors import OUT_OF_MEMORY_EXIT, smaller_micro_batch
 from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import train
@@ -31,7 +31,12 @@ from leviathan.train.trainer import train
 STEPS = 12
 RTOL_LOSS = 1e-5
 ATOL_WEIGHT = 1e-5
-QUIET = RuntimeConfig(progress=False, val_every=0, ckpt_every=4, keep_last=2, prefetch=0)
+QUIET = RuntimeConfig(
+    progress=False,
+    prefetch=0,
+    validation=ValidationConfig(every=0),
+    checkpoint=CheckpointConfig(every=4, keep_last=2),
+)
 
 
 def cfg(**changes: object):  # type: ignore[no-untyped-def]
@@ -120,7 +125,7 @@ def test_out_of_memory_in_a_step_is_one_line_naming_the_key_and_exit_4(
     args = ["train", "--scale", "micro", "--vocab", "gpt2", "--variant", "tied"]
     args += ["--train", str(gpt2_shards / "train.bin"), "--run-dir", str(run_dir)]
     args += ["--set", f"total_tokens={8 * 64 * STEPS}", "--runtime", "progress=false"]
-    args += ["--runtime", "ckpt_every=2", "--runtime", "val_every=0"]
+    args += ["--runtime", "checkpoint.every=2", "--runtime", "validation.every=0"]
     assert main(args) == OUT_OF_MEMORY_EXIT
     out = capsys.readouterr().err
     assert "Traceback" not in out
@@ -141,7 +146,7 @@ def test_out_of_memory_in_a_step_is_one_line_naming_the_key_and_exit_4(
         train_bins=[gpt2_shards / "train.bin"],
         val_bin=None,
         run_dir=run_dir,
-        runtime=replace(QUIET, ckpt_every=2),
+        runtime=replace(QUIET, checkpoint=replace(QUIET.checkpoint, every=2)),
     )
     assert result.start_step == 2
     assert not layout.out_of_memory_file(run_dir).exists()

@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.trainer import train
 
-QUIET = RuntimeConfig(progress=False, val_every=0, ckpt_every=2, log_line_s=0)
+QUIET = RuntimeConfig(
+    progress=False,
+    log_line_s=0,
+    validation=ValidationConfig(every=0),
+    checkpoint=CheckpointConfig(every=2),
+)
 
 
 @pytest.mark.slow  # two 4-step trainings of the micro model (~10 s)

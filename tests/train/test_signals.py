@@ -71,7 +71,7 @@ def test_a_signal_in_the_final_phase_ends_with_the_final_checkpoint(
     gpt2_shards: Path, reference_run: Path, tmp_path: Path, phase: str, signum: int
 ) -> None:
     run_dir = tmp_path / "run"
-    proc = at_phase(phase, signum, cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4"))
+    proc = at_phase(phase, signum, cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=4"))
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signum, err
     final = run_dir / "checkpoints" / "final"
@@ -87,7 +87,7 @@ def test_ctrl_c_checkpoints_and_exits_130_then_resumes_bitwise(
     gpt2_shards: Path, reference_run: Path, tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    argv = cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0")
+    argv = cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=0")
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     wait_for_training(run_dir)
     proc.send_signal(signal.SIGINT)
@@ -105,7 +105,7 @@ def test_ctrl_c_checkpoints_and_exits_130_then_resumes_bitwise(
 @pytest.mark.slow
 def test_a_second_ctrl_c_stops_at_once(gpt2_shards: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    argv = cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4")
+    argv = cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=4")
     proc = at_phase("long preemption save", signal.SIGINT, argv)
     assert proc.stderr is not None
     wait_for_training(run_dir)

@@ -125,7 +125,7 @@ def test_leviathan_train_on_a_full_disk_says_so_in_one_line(
     """A real run on a 60 MB filesystem: its first checkpoint (step 4) fits, the next does not;
     `leviathan train` ends with one line and exit 2, and step 4 is intact."""
     run_dir = small_fs("60m") / "run"
-    argv = cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4")
+    argv = cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=4")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     # beside the progress lines (`step N/M | ...`), one line

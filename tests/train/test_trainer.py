@@ -16,13 +16,17 @@ import torch
 from safetensors.torch import load_file
 
 from leviathan.data.loader import DataMismatchError
-from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.errors import ConfigMismatch, NonFiniteLoss
 from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import train
 
 STEPS = 12
-QUIET = RuntimeConfig(progress=False, val_every=4, val_windows=4, ckpt_every=4, keep_last=2)
+QUIET = RuntimeConfig(
+    progress=False,
+    validation=ValidationConfig(every=4, windows=4),
+    checkpoint=CheckpointConfig(every=4, keep_last=2),
+)
 
 
 def cfg(**changes):
@@ -62,9 +66,9 @@ def cli(shards: Path, run_dir: Path, *extra: str) -> list[str]:
         "--runtime",
         "progress=false",
         "--runtime",
-        "val_windows=4",
+        "validation.windows=4",
         "--runtime",
-        "val_every=4",
+        "validation.every=4",
         *extra,
     ]
 
@@ -94,7 +98,7 @@ def reference_run(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -
     run_dir = tmp_path_factory.mktemp("ref") / "run"
     # with the live view on (DVCLive): the same run checks it (test_dvclive_...)
     subprocess.run(
-        cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4", "--runtime", "dvclive=true"),
+        cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=4", "--runtime", "dvclive=true"),
         check=True,
     )
     return run_dir
@@ -169,7 +173,9 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
         val_bin=gpt2_shards / "val.bin",
         run_dir="run",
         runtime=RuntimeConfig(
-            progress=False, val_every=0, val_windows=2, ckpt_every=1, keep_last=5
+            progress=False,
+            validation=ValidationConfig(every=0, windows=2),
+            checkpoint=CheckpointConfig(every=1, keep_last=5),
         ),
     )
     final = Path("run") / "checkpoints" / "final"
@@ -231,7 +237,7 @@ def test_sigkill_then_restart_is_bitwise_identical(
     gpt2_shards: Path, reference_run: Path, tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4"))
+    proc = subprocess.Popen(cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=4"))
     target = run_dir / "checkpoints" / "step_00000004" / "state.json"
     deadline = time.time() + 120
     while not target.exists() and proc.poll() is None and time.time() < deadline:
@@ -240,7 +246,7 @@ def test_sigkill_then_restart_is_bitwise_identical(
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (run_dir / "checkpoints" / "final").exists()
-    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=4"), check=True)
+    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=4"), check=True)
     starts = read_metrics(run_dir / "metrics.jsonl", "start")
     assert starts[-1]["step"] >= 4
     assert starts[-1]["resumed_from"]
@@ -253,7 +259,9 @@ def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(
 ) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0"), stderr=subprocess.PIPE, text=True
+        cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=0"),
+        stderr=subprocess.PIPE,
+        text=True,
     )
     metrics = run_dir / "metrics.jsonl"
     wait_for_training(run_dir)
@@ -268,7 +276,7 @@ def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(
     assert len(saved) == 1
     assert not (run_dir / "checkpoints" / "final").exists()
     stopped_at = int(saved[0].split("_")[1])
-    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "ckpt_every=0"), check=True)
+    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=0"), check=True)
     assert read_metrics(metrics, "start")[-1]["step"] == stopped_at
     assert_bitwise_equal(weights(run_dir), weights(reference_run))
 
@@ -502,9 +510,9 @@ def test_ddp_two_ranks_match_one_rank(gpt2_shards: Path, tmp_path: Path) -> None
         "--set",
         f"total_tokens={8 * 64 * 4}",
         "--runtime",
-        "ckpt_every=0",
+        "checkpoint.every=0",
         "--runtime",
-        "val_every=0",
+        "validation.every=0",
         "--runtime",
         "threads=1",
     ]
@@ -545,7 +553,7 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
     same step with a checkpoint (both launchers exit 143), and the relaunch resumes
     to the same final weights, bit for bit."""
     common = ["--set", "global_batch=8", "--set", "micro_batch=4"]
-    common += ["--runtime", "ckpt_every=0", "--runtime", "threads=1"]
+    common += ["--runtime", "checkpoint.every=0", "--runtime", "threads=1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     one = cli(gpt2_shards, tmp_path / "one", *common)

@@ -65,9 +65,14 @@ def cli(shards: Path, run_dir: Path) -> list[str]:
     argv += ["--variant", "leviathan", "--train", str(shards / "train.bin"), "--val"]
     argv += [str(shards / "val.bin"), "--run-dir", str(run_dir)]
     argv += ["--set", f"total_tokens={8 * 64 * STEPS}"]
-    for value in ("progress=false", "val_every=4", "val_windows=4", "ckpt_every=0"):
+    for value in (
+        "progress=false",
+        "validation.every=4",
+        "validation.windows=4",
+        "checkpoint.every=0",
+    ):
         argv += ["--runtime", value]
-    return argv + ["--runtime", "wandb=true", "--runtime", "wandb_mode=offline"]
+    return argv + ["--runtime", "wandb.enabled=true", "--runtime", "wandb.mode=offline"]
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Evaluation along training (evaluate.along with runtime.keep_at) on the default micro run: the
+"""Evaluation along training (evaluate.along with runtime.checkpoint.keep_at) on the default micro run: the
 val evaluation of every kept checkpoint through the real DAG, the `along` figure, the
 sample-efficiency table from these evaluations, and the last point equal to the final
 evaluation."""
@@ -28,7 +28,7 @@ def _config() -> dict:
     trainings, 12 val evaluations, the report (6.8 min on 2 shared, busy CPU cores)."""
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config["studies"] = {"main": config["studies"]["main"]}
-    config["runtime"]["keep_at"] = KEEP_AT
+    config["runtime"]["checkpoint"]["keep_at"] = KEEP_AT
     config["evaluate"].update(along=True, wikitext=None, lm_eval=None)
     # a stated sample of the validation split, for eval_val and the kept checkpoints alike
     config["evaluate"]["val"]["max_windows"] = 8
@@ -38,15 +38,15 @@ def _config() -> dict:
 def test_the_curve_ends_with_the_final_evaluation_where_the_final_step_is_not_kept() -> None:
     config = _config()
     cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
-    config["runtime"]["keep_at"] = "log2:16"  # 0 ... 16 of 40 steps
+    config["runtime"]["checkpoint"]["keep_at"] = "log2:16"  # 0 ... 16 of 40 steps
     assert along_points(config, cell) == [
         *(layout.along_output(cell, s) for s in (0, 1, 2, 4, 8, 16)),
         layout.eval_output(cell, "val"),
     ]
-    config["runtime"]["keep_at"] = KEEP_AT
+    config["runtime"]["checkpoint"]["keep_at"] = KEEP_AT
     assert along_points(config, cell) == [layout.along_output(cell, s) for s in STEPS]
-    config["runtime"]["keep_at"] = ""
-    with pytest.raises(ValueError, match="needs runtime.keep_at"):
+    config["runtime"]["checkpoint"]["keep_at"] = ""
+    with pytest.raises(ValueError, match="needs runtime.checkpoint.keep_at"):
         along_enabled(config)
     config["evaluate"]["along"] = False
     assert not along_enabled(config)

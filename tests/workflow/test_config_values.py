@@ -59,8 +59,8 @@ def test_exponent_numbers_are_floats_in_the_resolved_config(tmp_path: Path) -> N
             "add it to a study's",
         ),
         (
-            {"runtime": {"val_every": "often"}},
-            "config runtime.val_every: 'often' is not of type 'integer': the keys and their "
+            {"runtime": {"validation": {"every": "often"}}},
+            "config runtime.validation.every: 'often' is not of type 'integer': the keys and their "
             "types are in workflow/schemas/config.schema.yaml",
         ),
         (
@@ -68,7 +68,15 @@ def test_exponent_numbers_are_floats_in_the_resolved_config(tmp_path: Path) -> N
             "config (top level): Additional properties are not allowed ('speed' was unexpected)",
         ),
         ({"runtime": {"device": "bogus"}}, "config runtime.device: 'bogus' does not match"),
-        ({"runtime": {"keep_last": 0}}, "config runtime.keep_last: 0 is less than the minimum"),
+        (
+            {"runtime": {"checkpoint": {"keep_last": 0}}},
+            "config runtime.checkpoint.keep_last: 0 is less than the minimum",
+        ),
+        (
+            {"runtime": {"keep_last": 0}},
+            "config runtime.keep_last is now runtime.checkpoint.keep_last: write runtime: "
+            "{checkpoint: {keep_last: 0}}",
+        ),
         ({"corpus": {"name": ".."}}, "config corpus.name: '..' does not match"),
         ({"corpus": {"name": "a/b"}}, "config corpus.name: 'a/b' does not match"),
         ({"train": {"micro": {"eps": -1.0}}}, "train.eps=-1.0 must be > 0"),

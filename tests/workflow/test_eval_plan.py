@@ -105,9 +105,11 @@ def test_study_disk_re_derived(paper: dict[str, Any]) -> None:
         + disk.dvc_cache
     )
     # the paper config drops a finished cell's step checkpoints: the peak keeps them, the end not
-    assert paper["runtime"]["drop_steps_at_final"] is True
+    assert paper["runtime"]["checkpoint"]["drop_steps_at_final"] is True
     assert disk.at_end == disk.total - disk.step_checkpoints
-    kept = study_disk({**paper, "runtime": {**paper["runtime"], "drop_steps_at_final": False}})
+    runtime = copy.deepcopy(paper["runtime"])
+    runtime["checkpoint"]["drop_steps_at_final"] = False
+    kept = study_disk({**paper, "runtime": runtime})
     assert kept.at_end == kept.total == disk.total
     assert "removed as each cell is final" in disk.line()
     assert "kept after each cell is final" in kept.line()

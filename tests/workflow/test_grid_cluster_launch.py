@@ -86,7 +86,7 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
     config = {
         "resources": {"400m": {"gpus": 4}},
         "train": {"400m": {"lr": 3e-4, "betas": [0.9, 0.95]}},
-        "runtime": {"val_every": 500, "threads": None},
+        "runtime": {"validation": {"every": 500}, "threads": None},
     }
     args = shlex.split(
         train_command(cell, config, "data/tokens/pile/o200k_base", layout.run_dir(cell))
@@ -98,7 +98,7 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
     train = build_parser().parse_args(args[args.index("leviathan.cli") + 1 :])
     assert parse_assignments(train.set, "--set") == {"lr": 3e-4, "betas": [0.9, 0.95]}
     runtime = parse_assignments(train.runtime, "--runtime")
-    assert runtime["val_every"] == 500
+    assert runtime["validation.every"] == 500
     assert "threads" not in runtime  # null: RuntimeConfig's own default
     single = shlex.split(train_command(cell, {"resources": {"400m": {"gpus": 1}}}, "t", "r"))
     assert single[:3] == [sys.executable, "-m", "leviathan.cli"]

@@ -1,8 +1,9 @@
-"""The plan counts the kept checkpoints (`runtime.keep_at`): fp32 weights per kept step, in the
+"""The plan counts the kept checkpoints (`runtime.checkpoint.keep_at`): fp32 weights per kept step, in the
 peak and at the end (drop_steps_at_final leaves them), and the workflow passes keep_at on."""
 
 from __future__ import annotations
 
+import copy
 import math
 import shlex
 from typing import Any
@@ -24,7 +25,9 @@ def paper() -> dict[str, Any]:
 
 
 def test_study_disk_counts_the_kept_checkpoints(paper: dict[str, Any]) -> None:
-    pythia = {**paper, "runtime": {**paper["runtime"], "keep_at": "log2:512:1000"}}
+    runtime = copy.deepcopy(paper["runtime"])
+    runtime["checkpoint"]["keep_at"] = "log2:512:1000"
+    pythia = {**paper, "runtime": runtime}
     before, after = study_disk(paper), study_disk(pythia)
     plans = [plan_cell(pythia, c) for c in config_cells(pythia)]
     # 0, the ten powers of two up to 512, then every 1000th step up to the run's last
@@ -39,13 +42,20 @@ def test_study_disk_counts_the_kept_checkpoints(paper: dict[str, Any]) -> None:
 
 
 def test_the_workflow_passes_keep_at_to_training(paper: dict[str, Any]) -> None:
-    args = shlex.split(runtime_args({**paper, "runtime": {**paper["runtime"], "keep_at": [0, 4]}}))
-    assert "keep_at=0,4" in args
+    runtime = copy.deepcopy(paper["runtime"])
+    runtime["checkpoint"]["keep_at"] = [0, 4]
+    args = shlex.split(runtime_args({**paper, "runtime": runtime}))
+    assert "checkpoint.keep_at=0,4" in args
 
 
-def test_the_workflow_passes_the_wandb_section_to_training(paper: dict[str, Any]) -> None:
-    config = {**paper, "runtime": {**paper["runtime"], "wandb": True}}
-    config["wandb"] = {"project": "lev", "entity": "team", "mode": "offline"}
+def test_the_workflow_passes_the_wandb_block_to_training(paper: dict[str, Any]) -> None:
+    wandb = {"enabled": True, "project": "lev", "entity": "team", "mode": "offline"}
+    config = {**paper, "runtime": {**paper["runtime"], "wandb": wandb}}
     args = shlex.split(runtime_args(config))
-    for value in ("wandb=true", "wandb_project=lev", "wandb_entity=team", "wandb_mode=offline"):
+    for value in (
+        "wandb.enabled=true",
+        "wandb.project=lev",
+        "wandb.entity=team",
+        "wandb.mode=offline",
+    ):
         assert value in args

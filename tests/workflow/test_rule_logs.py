@@ -165,7 +165,12 @@ def test_a_training_jobs_log_shows_a_progress_line_every_n_steps(
     cell = Cell("micro", "gpt2", "tied", 0, "embedded")
     config = {
         "train": {"micro": {"total_tokens": 8 * 64 * 12}},
-        "runtime": {"log_line_every": 4, "log_line_s": 0, "val_every": 0, "prefetch": 0},
+        "runtime": {
+            "log_line_every": 4,
+            "log_line_s": 0,
+            "validation": {"every": 0},
+            "prefetch": 0,
+        },
     }
     out, _ = _run_train_script(tmp_path, config, cell, str(gpt2_shards), execute=True)
     assert out.returncode == 0, out.stderr

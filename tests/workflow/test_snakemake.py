@@ -95,7 +95,7 @@ def test_every_stage_target_has_its_root_file() -> None:
     [
         (lambda c: c.update(bogus=1), "bogus"),
         (lambda c: c["studies"]["main"].update(variants=["tied", "leviathn"]), "leviathn"),
-        (lambda c: c["runtime"].update(val_every="often"), "often"),
+        (lambda c: c["runtime"]["validation"].update(every="often"), "often"),
         (lambda c: c["train"].update({"micro": {"learning_rate": 1.0}}), "learning_rate"),
         (lambda c: c["evaluate"]["lm_eval"].update(tasks=["piqa"]), "not in lm_eval.tasks"),
         (lambda c: c["evaluate"]["wikitext"].update(strde=3), "strde"),
@@ -164,7 +164,8 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
     again = snakemake(work, "-n", "--profile", "profiles/local", "all")
     assert "Nothing to be done" in again.stdout + again.stderr
     # how training runs (config.runtime) is not part of a cell's identity: nothing reruns
-    config["runtime"].update(log_every=5, keep_last=3)
+    config["runtime"].update(log_every=5)
+    config["runtime"]["checkpoint"].update(keep_last=3)
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     again = snakemake(work, "-n", "--profile", "profiles/local", "all")
     assert "Nothing to be done" in again.stdout + again.stderr

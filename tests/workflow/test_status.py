@@ -13,7 +13,7 @@ import pytest
 
 from leviathan import layout
 from leviathan.cells import Cell, config_cells
-from leviathan.train.config import RuntimeConfig
+from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig
 from leviathan.train.metrics_log import read_metrics, rewind_metrics
 from leviathan.train.trainer import train
 from leviathan.workflow.resolve import cell_train_config
@@ -53,7 +53,11 @@ def test_status_tells_every_state_apart(
         train_bins=[gpt2_shards / "train.bin"],
         val_bin=None,
         run_dir=layout.run_dir(done),
-        runtime=RuntimeConfig(progress=False, val_every=0, ckpt_every=2),
+        runtime=RuntimeConfig(
+            progress=False,
+            validation=ValidationConfig(every=0),
+            checkpoint=CheckpointConfig(every=2),
+        ),
     )
     _copy_unfinished(done, _cell("untied"), 4, age_s=5)  # running
     _copy_unfinished(done, _cell("albert"), 2, age_s=3600)  # stopped: preempted

@@ -293,7 +293,11 @@ def _study(work: Path) -> Path:
         },
         "tokenize": base["tokenize"],
         "train": {"micro": {"total_tokens": 8 * 64 * 4}},
-        "runtime": {"val_every": 2, "val_windows": 2, "ckpt_every": 0, "threads": 1},
+        "runtime": {
+            "validation": {"every": 2, "windows": 2},
+            "checkpoint": {"every": 0},
+            "threads": 1,
+        },
         "evaluate": {"val": {"batch_size": 16, "max_windows": 8}, "word_counts": None},
         # one CPU per job: two jobs at once on two cores
         "resources": {"micro": {**base["resources"]["micro"], "cpus": 1}},

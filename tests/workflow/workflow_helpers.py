@@ -35,9 +35,8 @@ SMALL = {
     },
     "train": {"micro": {"total_tokens": 8 * 64 * 6}},
     "runtime": {
-        "val_every": 3,
-        "val_windows": 4,
-        "ckpt_every": 3,
+        "validation": {"every": 3, "windows": 4},
+        "checkpoint": {"every": 3},
         "threads": 2,
         "restart_on_mismatch": True,
     },

@@ -7,14 +7,14 @@ import json
 import logging
 import signal
 import sys
-from dataclasses import fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from leviathan.model.config import VARIANT_NAMES
 from leviathan.scales import SCALES
 from leviathan.train.config import RuntimeConfig, train_config
-from leviathan.values import load_yaml, parse_assignments
+from leviathan.values import flatten, load_yaml, parse_assignments
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -51,7 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"override a runtime value: {', '.join(f.name for f in fields(RuntimeConfig))}",
+        help=(
+            "override a runtime value (a block's keys dotted, e.g. checkpoint.every=500): "
+            f"{', '.join(flatten(asdict(RuntimeConfig())))}"
+        ),
     )
     p.set_defaults(func=run)
 
@@ -69,13 +72,6 @@ def _config_file(path: Path) -> dict[str, dict[str, Any]]:
         if not isinstance(content.get(section) or {}, dict):
             raise ValueError(f"{path}: {section}: must be a mapping of KEY: VALUE")
     return {section: dict(content.get(section) or {}) for section in ("train", "runtime")}
-
-
-def _world_size() -> int:
-    """Ranks of this launch (torchrun's WORLD_SIZE), 1 otherwise: checked before any work."""
-    import os
-
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _resume_hint(run_dir: Path) -> str:
@@ -100,7 +96,6 @@ def run(args: argparse.Namespace) -> int:
     runtime_values = {**file_cfg.get("runtime", {}), **parse_assignments(args.runtime, "--runtime")}
     where = f"{args.config} runtime: / --runtime" if args.config else "--runtime"
     runtime = RuntimeConfig.from_dict(runtime_values, where)
-    cfg.validate(world_size=_world_size())
     try:
         result = train(
             cfg, train_bins=args.train, val_bin=args.val, run_dir=args.run_dir, runtime=runtime

@@ -47,15 +47,15 @@ def enabled_evals(config: Mapping[str, Any]) -> list[str]:
 
 
 def along_enabled(config: Mapping[str, Any]) -> bool:
-    """Whether the config evaluates along training; on without runtime.keep_at is an error."""
+    """Whether the config evaluates along training; on without runtime.checkpoint.keep_at is an error."""
     if not (config.get("evaluate") or {}).get("along"):
         return False
     from leviathan.train.config import workflow_runtime
 
-    if not workflow_runtime(config.get("runtime")).keep_at:
+    if not workflow_runtime(config.get("runtime")).checkpoint.keep_at:
         raise ValueError(
-            "evaluate.along: true needs runtime.keep_at (the kept checkpoints it evaluates), "
-            "e.g. runtime: {keep_at: log2:512:1000}"
+            "evaluate.along: true needs runtime.checkpoint.keep_at (the kept checkpoints it "
+            "evaluates), e.g. runtime: {checkpoint: {keep_at: log2:512:1000}}"
         )
     return True
 

@@ -12,7 +12,7 @@ is): the paper's "trails tied before ~3B tokens".
 Curves come from the trainer's metrics.jsonl (`kind: val` records: step, tokens, val_loss);
 a resumed run may repeat a step, the last record of a step wins. Both runs must be of the
 same scale and vocabulary and have been validated the same way (the trainer's
-runtime.val_windows), which metrics.jsonl does not record: keep it fixed per study.
+runtime.validation.windows), which metrics.jsonl does not record: keep it fixed per study.
 """
 
 from __future__ import annotations

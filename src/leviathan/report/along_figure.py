@@ -82,7 +82,8 @@ def along_figure(
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.2 * rows), squeeze=False)
     if not docs:
         drawing.empty_panel(
-            axes[0][0], "no evaluation along training (set evaluate.along with runtime.keep_at)"
+            axes[0][0],
+            "no evaluation along training (set evaluate.along with runtime.checkpoint.keep_at)",
         )
         for row in axes[1:]:
             row[0].set_axis_off()

@@ -52,7 +52,7 @@ def along_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "Sample efficiency along training: training tokens to reach tied's final evaluation loss "
-        "(the val evaluation of each kept checkpoint, runtime.keep_at; not the periodic "
+        "(the val evaluation of each kept checkpoint, runtime.checkpoint.keep_at; not the periodic "
         "in-training subset); tokens_to_target is interpolated linearly in training tokens "
         "between tokens_before_target (the last kept checkpoint above the target) and "
         "tokens_at_target (the first at or below it); reached: fraction of seeds that reach it; "

@@ -43,7 +43,7 @@ import logging
 import os
 import random
 import shutil
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +58,7 @@ from leviathan.io import NO_SPACE, disk_full, free_name, publish_dir, read_json,
 from leviathan.layout import FINAL, OPTIM, RNG, STATE, WEIGHTS, kept_dir, step_dir, step_of
 from leviathan.model import LanguageModel
 from leviathan.provenance import code_version, environment
-from leviathan.train.config import TrainConfig
+from leviathan.train.config import CheckpointConfig, TrainConfig
 from leviathan.train.distributed import DistInfo, all_reduce_sum, barrier
 from leviathan.train.errors import ConfigMismatch, NoIntactCheckpoint, config_mismatch
 from leviathan.train.integrity import (
@@ -70,6 +70,7 @@ from leviathan.train.integrity import (
     write_checkpoint_manifest,
 )
 from leviathan.train.kept import list_kept, write_kept
+from leviathan.train.schedule import keep_steps
 
 MANIFEST_KIND = "checkpoint"
 log = logging.getLogger("leviathan.train")
@@ -214,7 +215,7 @@ def save_checkpoint(
         needed = tensor_bytes([model_state, optim_state])
         if _no_space(exc, root, needed):
             fix = (
-                "free space there (or lower runtime.keep_last), then rerun: it resumes from "
+                "free space there (or lower runtime.checkpoint.keep_last), then rerun: it resumes from "
                 f"the newest checkpoint left, {_newest(root)}"
             )
             raise disk_full(final, needed, fix) from exc
@@ -391,8 +392,10 @@ class CheckpointManager:
     """The checkpoints of one run. It owns what a checkpoint holds: the model's weights, the
     optimizer, the data loader (stateful: its position and data fingerprint), the train state
     (step, tokens, configs, provenance) and the RNG states, and saves or restores them together.
-    It decides its own interval: `save_if_due` writes a step checkpoint every `every` steps (0:
-    none). Every rank restores; the main rank writes, the others wait at a barrier."""
+    It takes the run's `runtime.checkpoint` block whole (`config`) and decides its own interval:
+    `save_if_due` writes a step checkpoint every `config.every` steps (0: none), keeping the
+    newest `config.keep_last`. Every rank restores; the main rank writes, the others wait at a
+    barrier."""
 
     def __init__(
         self,
@@ -403,16 +406,12 @@ class CheckpointManager:
         loader: Stateful,
         cfg: TrainConfig,
         info: DistInfo,
-        keep_last: int,
-        every: int = 0,
-        background: bool = False,
-        drop_steps_at_final: bool = False,
-        keep_at: Collection[int] = (),
+        config: CheckpointConfig,
     ) -> None:
         self.root, self.model, self.optimizer, self.loader = root, model, optimizer, loader
-        self.keep_at = frozenset(keep_at)  # steps whose weights are kept (kept.py)
-        self.cfg, self.info, self.keep_last, self.every = cfg, info, keep_last, every
-        self.background, self.drop_steps_at_final = background, drop_steps_at_final
+        self.cfg, self.info, self.config = cfg, info, config
+        # steps whose weights are kept for good (kept.py)
+        self.keep_at = frozenset(keep_steps(config.keep_at, cfg.max_steps))
         self.fingerprint = cfg.fingerprint()
         self.manifest: ManifestInfo | None = None  # set by the trainer on the main rank
         self.last_good = "none (no checkpoint yet)"  # for the error texts
@@ -502,7 +501,8 @@ class CheckpointManager:
 
     def save_if_due(self, step: int, train_loss: float | None) -> Path | None:
         """The periodic checkpoint after optimizer step `step`, where the interval falls."""
-        if self.every and step % self.every == 0:
+        every = self.config.every
+        if every and step % every == 0:
             return self.save_step(step, train_loss)
         return None
 
@@ -511,7 +511,7 @@ class CheckpointManager:
         Written in the background where the manager says so, unless `wait`."""
         name = step_dir(self.root, step).name
         path = self._save(
-            name, step, background=self.background and not wait, train_loss=train_loss
+            name, step, background=self.config.background and not wait, train_loss=train_loss
         )
         # named as soon as it is taken: every exit path waits for its write (close)
         self.last_good = str(path)
@@ -525,9 +525,9 @@ class CheckpointManager:
         path = step_dir(kept_dir(self.root), step)
         if self.info.is_main:
             self.wait()  # one write at a time, one snapshot held
-            weights = to_host(self.model.state_dict(), copy=self.background)
+            weights = to_host(self.model.state_dict(), copy=self.config.background)
             args = (self.root, step, weights, self._train_state(step, {}), self.manifest)
-            if self.background:
+            if self.config.background:
                 if self._writer is None:
                     self._writer = ThreadPoolExecutor(1, thread_name_prefix="leviathan-ckpt")
                 self._pending = self._writer.submit(write_kept, *args)
@@ -537,7 +537,7 @@ class CheckpointManager:
 
     def save_final(self, step: int, train_loss: float | None, val_loss: float | None) -> Path:
         path = self._save(FINAL, step, train_loss=train_loss, val_loss=val_loss)
-        if self.drop_steps_at_final and self.info.is_main:
+        if self.config.drop_steps_at_final and self.info.is_main:
             prune(self.root, 0)  # `final` holds everything a step checkpoint would resume
         barrier(self.info)
         return path
@@ -546,7 +546,7 @@ class CheckpointManager:
         self, name: str, step: int, *, background: bool = False, **metrics: float | None
     ) -> Path:
         """Write checkpoint `name` after optimizer step `step` (main rank), keep the newest
-        `keep_last` step checkpoints. In line: every rank returns once it is written. With
+        `config.keep_last` step checkpoints. In line: every rank returns once it is written. With
         `background`: once the main rank has its host snapshot (after the previous write)."""
         if self.info.is_main:
             self.wait()  # one write at a time, one snapshot held
@@ -571,7 +571,7 @@ class CheckpointManager:
             manifest=self.manifest,
             rng=snap.rng,
         )
-        prune(self.root, self.keep_last, keep=path)  # never the one a message names
+        prune(self.root, self.config.keep_last, keep=path)  # never the one a message names
         return path
 
     def wait(self) -> None:

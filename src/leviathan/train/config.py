@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from leviathan.provenance import config_sha256
@@ -171,6 +171,55 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class CheckpointConfig:
+    """How a run's checkpoints are written and kept (`runtime.checkpoint`; the checkpoint
+    manager, leviathan.train.checkpoint, takes it whole)."""
+
+    every: int = 100  # steps between checkpoints (and at the end); 0: only the final one
+    keep_last: int = 2  # step checkpoints kept besides `final`
+    # written by a background thread from a host copy taken at the step, while training goes on
+    # (the next save waits for the previous one); False: written in line
+    background: bool = True
+    # remove the step checkpoints once `final` is written (they only serve resuming)
+    drop_steps_at_final: bool = False
+    # steps whose weights are kept for good in checkpoints/kept/ (no optimizer state; never
+    # pruned, nor dropped at final): leviathan.train.schedule.keep_steps, e.g. log2:512:1000
+    keep_at: str = ""
+
+    def __post_init__(self) -> None:
+        _check_minima(self, "checkpoint")
+        keep_steps(self.keep_at, 1)  # a malformed schedule is refused here
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """The run's periodic validation loss (`runtime.validation`; the trainer's validator,
+    leviathan.train.validation, takes it whole)."""
+
+    every: int = 100  # steps between validation passes (and at the end); 0: only at the end
+    windows: int = 64  # fixed validation windows per pass; 0: all
+    batch: int = 16  # validation sequences per batch
+
+    def __post_init__(self) -> None:
+        _check_minima(self, "validation")
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """Weights & Biases (`runtime.wandb`; train/wandb_log.py, pip install 'leviathan[wandb]'):
+    the metrics, configs and provenance in one W&B run per run directory, continued on resume."""
+
+    enabled: bool = False
+    project: str = "leviathan"
+    entity: str | None = None
+    mode: str | None = None  # online | offline | disabled; None: W&B's ($WANDB_MODE)
+
+    def __post_init__(self) -> None:
+        if self.mode not in (None, "online", "offline", "disabled"):
+            raise ValueError(f"wandb.mode={self.mode!r}: use online, offline or disabled")
+
+
+@dataclass(frozen=True)
 class RuntimeConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compile: bool = False  # compile each transformer block (leviathan.train.regions)
@@ -180,32 +229,15 @@ class RuntimeConfig:
     # steps and/or seconds (0: not by that measure), and at the first and the last step
     log_line_every: int = 0
     log_line_s: float = 60.0
-    val_every: int = 100  # steps between validation passes (and at the end)
-    val_windows: int = 64  # fixed validation windows per pass (None-like: 0 = all)
-    val_batch: int = 16
-    ckpt_every: int = 100  # steps between checkpoints (and at the end)
-    keep_last: int = 2  # step checkpoints kept besides `final`
-    # periodic checkpoints copied to host memory at the step, written by a background thread
-    # while training goes on (the next save waits for the previous one); False: written in line
-    async_checkpoint: bool = True
-    # remove the step checkpoints once `final` is written (they only serve resuming)
-    drop_steps_at_final: bool = False
-    # steps whose weights are kept for good in checkpoints/kept/ (no optimizer state; never
-    # pruned, nor dropped at final): leviathan.train.schedule.keep_steps, e.g. log2:512:1000
-    keep_at: str = ""
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     prefetch: int = 2  # training batches read ahead in background threads (0: none)
     progress: bool = True  # progress bar on stderr
     tensorboard: bool = False
     dvclive: bool = (
         False  # live curves through DVCLive in <run_dir>/dvclive/ (pip install 'leviathan[live]')
     )
-    # Weights & Biases (train/wandb_log.py; pip install 'leviathan[wandb]'): the metrics, configs
-    # and provenance in one W&B run per run directory, continued on resume; the workflow
-    # config's `wandb: {project, entity, mode}` sets the three below
-    wandb: bool = False
-    wandb_project: str = "leviathan"
-    wandb_entity: str | None = None
-    wandb_mode: str | None = None  # online | offline | disabled; None: W&B's ($WANDB_MODE)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
     threads: int | None = (
         None  # torch CPU threads (None: torch's default; 0: all this process's CPUs)
     )
@@ -231,20 +263,14 @@ class RuntimeConfig:
     def __post_init__(self) -> None:
         """Every value's range, checked where it is read: a ValueError naming the key and what
         it may be. `threads=0` becomes this process's CPU count."""
-        for key, (low, meaning) in _RUNTIME_MINIMA.items():
-            value = getattr(self, key)
-            if value is not None and value < low:
-                raise ValueError(f"runtime {key}={value!r} must be >= {low} ({meaning})")
+        _check_minima(self, "runtime")
         if self.parallel not in ("ddp", "fsdp"):
             raise ValueError(f"runtime parallel={self.parallel!r}: use ddp or fsdp")
+        if self.verify_shards not in ("sampled", "full"):
+            raise ValueError(f"runtime verify_shards={self.verify_shards!r}: use sampled or full")
         if not _DEVICE.fullmatch(self.device):
             raise ValueError(
                 f"runtime device={self.device!r} is not a device: use auto, cpu, cuda, cuda:N or mps"
-            )
-        keep_steps(self.keep_at, 1)  # a malformed schedule is refused here
-        if self.wandb_mode not in (None, "online", "offline", "disabled"):
-            raise ValueError(
-                f"runtime wandb_mode={self.wandb_mode!r}: use online, offline or disabled"
             )
         if self.threads == 0:
             from leviathan.data.encode import usable_cpus
@@ -254,33 +280,109 @@ class RuntimeConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "runtime") -> RuntimeConfig:
         """From values as written, checked against the fields' types (see TrainConfig) and
-        their ranges; errors name `where`."""
-        d = dict(d)
-        if isinstance(d.get("keep_at"), (list, tuple, int)) and not isinstance(d["keep_at"], bool):
-            keep = d["keep_at"]  # a list of steps as YAML writes it, or one step
-            d["keep_at"] = ",".join(
-                str(s) for s in (keep if isinstance(keep, (list, tuple)) else [keep])
-            )
-        values = coerce(cls, d, where)
+        their ranges; errors name `where`. A block (`checkpoint`, `validation`, `wandb`) is a
+        mapping of its own keys, or its keys dotted (`checkpoint.every`: `--runtime`'s form),
+        and goes whole to the component that reads it."""
+        values = cls.coerce(d, where)
         try:
-            return cls(**values)
+            blocks = {name: _BLOCKS[name](**values.pop(name, {})) for name in _BLOCKS}
+            return cls(**values, **blocks)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
 
+    @classmethod
+    def coerce(cls, d: Mapping[str, Any], where: str = "runtime") -> dict[str, Any]:
+        """The values given, converted to their fields' types (ranges unchecked), each block's
+        as a mapping of its own (dotted keys gathered); a key of an earlier release's flat
+        layout is refused with its new place."""
+        values: dict[str, Any] = {}
+        blocks: dict[str, dict[str, Any]] = {}
+        for key, value in d.items():
+            name, dotted, sub = key.partition(".")
+            if key in MOVED_RUNTIME_KEYS:
+                block, sub = MOVED_RUNTIME_KEYS[key].split(".")
+                raise ValueError(
+                    f"{where}: {key} is now {block}.{sub}: write {block}: {{{sub}: ...}} "
+                    f"(or --runtime {block}.{sub}=...)"
+                )
+            if name not in _BLOCKS:
+                values[key] = value
+            elif dotted:
+                blocks.setdefault(name, {})[sub] = value
+            elif isinstance(value, Mapping):
+                blocks.setdefault(name, {}).update(value)
+            else:
+                raise ValueError(
+                    f"{where}: {name}={value!r}: {name} is a block of its own keys "
+                    f"({', '.join(f.name for f in fields(_BLOCKS[name]))}): write "
+                    f"{name}: {{KEY: VALUE}} (or --runtime {name}.KEY=VALUE)"
+                )
+        if "keep_at" in blocks.get("checkpoint", {}):
+            blocks["checkpoint"]["keep_at"] = _steps_text(blocks["checkpoint"]["keep_at"])
+        out = coerce(cls, values, where)
+        for name, block in blocks.items():
+            out[name] = coerce(_BLOCKS[name], block, f"{where} {name}")
+        return out
 
-# RuntimeConfig's integer keys: the least value each may take, and what it counts
-_RUNTIME_MINIMA: dict[str, tuple[int, str]] = {
-    "log_every": (1, "steps between metric lines"),
-    "val_every": (0, "steps between validation passes; 0: only at the end"),
-    "val_windows": (0, "validation windows per pass; 0: all"),
-    "val_batch": (1, "validation sequences per batch"),
-    "ckpt_every": (0, "steps between checkpoints; 0: only the final one"),
-    "keep_last": (1, "step checkpoints kept; the newest is the one a resume needs"),
-    "prefetch": (0, "batches read ahead; 0: none"),
-    "threads": (0, "torch CPU threads; 0: all CPUs; null: torch's default"),
-    "dist_timeout_s": (1, "seconds"),
+
+def _steps_text(keep: Any) -> Any:
+    """`keep_at` written as a list of steps (as YAML writes one) or as one step: the schedule's
+    text form (`1,2,3`); anything else as it is."""
+    if isinstance(keep, bool) or not isinstance(keep, (list, tuple, int)):
+        return keep
+    return ",".join(str(s) for s in (keep if isinstance(keep, (list, tuple)) else [keep]))
+
+
+# The runtime's blocks: each a config of its own that one component takes whole
+_BLOCKS: dict[str, type] = {
+    "checkpoint": CheckpointConfig,
+    "validation": ValidationConfig,
+    "wandb": WandbConfig,
+}
+
+
+def _block_keys(name: str) -> list[str]:
+    return [f.name for f in fields(_BLOCKS[name])]
+
+
+# Flat runtime keys of an earlier layout and the block key each now is: a config that still
+# writes one gets a one-line error naming its new place
+MOVED_RUNTIME_KEYS: dict[str, str] = {
+    "ckpt_every": "checkpoint.every",
+    "keep_last": "checkpoint.keep_last",
+    "async_checkpoint": "checkpoint.background",
+    "drop_steps_at_final": "checkpoint.drop_steps_at_final",
+    "keep_at": "checkpoint.keep_at",
+    "val_every": "validation.every",
+    "val_windows": "validation.windows",
+    "val_batch": "validation.batch",
+    "wandb_project": "wandb.project",
+    "wandb_entity": "wandb.entity",
+    "wandb_mode": "wandb.mode",
+}
+
+# Integer keys: the least value each may take, and what it counts (block, key)
+_MINIMA: dict[tuple[str, str], tuple[int, str]] = {
+    ("runtime", "log_every"): (1, "steps between metric lines"),
+    ("validation", "every"): (0, "steps between validation passes; 0: only at the end"),
+    ("validation", "windows"): (0, "validation windows per pass; 0: all"),
+    ("validation", "batch"): (1, "validation sequences per batch"),
+    ("checkpoint", "every"): (0, "steps between checkpoints; 0: only the final one"),
+    ("checkpoint", "keep_last"): (1, "step checkpoints kept; the newest is the one a resume needs"),
+    ("runtime", "prefetch"): (0, "batches read ahead; 0: none"),
+    ("runtime", "threads"): (0, "torch CPU threads; 0: all CPUs; null: torch's default"),
+    ("runtime", "dist_timeout_s"): (1, "seconds"),
 }
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+
+
+def _check_minima(config: Any, block: str) -> None:
+    """A ValueError naming the key (`block.key` inside a block) and its least value."""
+    for (owner, key), (low, meaning) in _MINIMA.items():
+        value = getattr(config, key) if owner == block else None
+        if value is not None and value < low:
+            name = key if block == "runtime" else f"{block}.{key}"
+            raise ValueError(f"runtime {name}={value!r} must be >= {low} ({meaning})")
 
 
 # How the workflow runs training where config.runtime is silent (the one home of these

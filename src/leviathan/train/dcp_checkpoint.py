@@ -187,7 +187,7 @@ class ShardedCheckpointManager(ckpt.CheckpointManager):
         if self.manifest is not None:
             ckpt._write_manifest(tmp, final, state, self.manifest, files=self._files(tmp))
         publish_dir(tmp, final)
-        ckpt.prune(self.root, self.keep_last, keep=final)
+        ckpt.prune(self.root, self.config.keep_last, keep=final)
 
     @staticmethod
     def _files(tmp: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Kept checkpoints: a run's weights at log-spaced steps (`runtime.keep_at`), kept for good.
+"""Kept checkpoints: a run's weights at log-spaced steps (`runtime.checkpoint.keep_at`), kept for good.
 
 Where training dynamics are studied (losses of the frequency buckets along training, the tokens
 one variant needs to reach another's loss), the weights of intermediate steps must outlive the

@@ -21,7 +21,7 @@ KEEP_AT_FORMS = "'' (none), log2, log2:UNTIL, log2:UNTIL:EVERY or a list of step
 
 def keep_steps(spec: str, max_steps: int) -> list[int]:
     """The steps (0: the initial weights; N: after N optimizer steps) whose weights a run keeps
-    (`runtime.keep_at`), those up to `max_steps`, ascending.
+    (`runtime.checkpoint.keep_at`), those up to `max_steps`, ascending.
 
     `log2`: 0 and every power of two; `log2:UNTIL`: the powers of two up to UNTIL; `log2:UNTIL:EVERY`:
     also every multiple of EVERY (Pythia's schedule is `log2:512:1000`: 0, 1, 2, 4, ..., 512,
@@ -45,6 +45,6 @@ def keep_steps(spec: str, max_steps: int) -> list[int]:
                 raise ValueError(text)
     except ValueError:
         raise ValueError(
-            f"runtime keep_at={spec!r} is not a schedule: use {KEEP_AT_FORMS}"
+            f"runtime checkpoint.keep_at={spec!r} is not a schedule: use {KEEP_AT_FORMS}"
         ) from None
     return sorted(s for s in steps if s <= max_steps)

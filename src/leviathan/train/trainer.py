@@ -25,7 +25,7 @@ Run directory:
   .lock                                       held by the process training it (leviathan.lock)
   checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`); damaged ones set aside as
                                               <name>.damaged-<n>/
-  checkpoints/kept/step_<N>/                  weights kept at runtime.keep_at's steps (kept.py)
+  checkpoints/kept/step_<N>/                  weights kept at runtime.checkpoint.keep_at's steps (kept.py)
   metrics.jsonl                               kind = start | train | val | end (a torn line
                                               set aside as metrics.torn-<n>.jsonl); a train
                                               record holds its batch's fingerprint,
@@ -70,7 +70,7 @@ from leviathan.train.distributed import (
 from leviathan.train.errors import OutOfMemory, check_grad_norm, check_loss, out_of_memory
 from leviathan.train.metrics_log import MetricsLog, rewind_metrics
 from leviathan.train.preemption import PreemptionWatch
-from leviathan.train.schedule import keep_steps, lr_at
+from leviathan.train.schedule import lr_at
 from leviathan.train.telemetry import StepRecord, TrainTelemetry, log_due
 from leviathan.train.validation import Validator
 from leviathan.vocab import check_covers
@@ -111,9 +111,8 @@ def train(
 ) -> TrainResult:
     """Train (or resume) the run in `run_dir`: one process per run directory (the launch's
     main process holds its lock, `leviathan.lock`; a second one is refused in one line)."""
+    cfg.validate(int(os.environ.get("WORLD_SIZE", "1")))  # torchrun's ranks: before any work
     run_dir = Path(run_dir)
-    if runtime.verify_shards not in ("sampled", "full"):
-        raise ValueError(f"runtime.verify_shards={runtime.verify_shards!r}: use sampled or full")
     launch_main = int(os.environ.get("RANK", "0")) == 0
     with (
         hold_lock(run_dir, "run directory", folder=True)
@@ -155,7 +154,6 @@ class Trainer:
         info: DistInfo,
     ) -> None:
         self.started = utc_now()
-        cfg.validate(info.world_size)
         if runtime.threads:
             torch.set_num_threads(runtime.threads)
         if runtime.deterministic:
@@ -207,10 +205,8 @@ class Trainer:
         self.validator = Validator(
             self.model,
             val_bin,
-            every=runtime.val_every,
+            runtime.validation,
             context=cfg.context,
-            batch=runtime.val_batch,
-            windows=runtime.val_windows,
             info=info,
             vocab=cfg.vocab,
             autocast=self._autocast,
@@ -235,7 +231,6 @@ class Trainer:
 
     def _checkpoint_manager(self) -> ckpt.CheckpointManager:
         """The run's checkpoints: what they hold, where, how often and how many are kept."""
-        runtime = self.runtime
         manager = ckpt.CheckpointManager
         if self.sharded:  # every rank writes its shard (train/dcp_checkpoint.py)
             from leviathan.train.dcp_checkpoint import ShardedCheckpointManager as manager
@@ -246,11 +241,7 @@ class Trainer:
             loader=self.loader,
             cfg=self.cfg,
             info=self.info,
-            keep_last=runtime.keep_last,
-            every=runtime.ckpt_every,
-            background=runtime.async_checkpoint,
-            drop_steps_at_final=runtime.drop_steps_at_final,
-            keep_at=keep_steps(runtime.keep_at, self.cfg.max_steps),
+            config=self.runtime.checkpoint,
         )
 
     def fit(self) -> TrainResult:
@@ -389,7 +380,7 @@ class Trainer:
                 metrics,
                 layout.tensorboard_dir(self.run_dir) if runtime.tensorboard else None,
                 layout.dvclive_dir(self.run_dir) if runtime.dvclive else None,
-                self._wandb() if runtime.wandb else None,
+                self._wandb() if runtime.wandb.enabled else None,
             )
             if info.is_main
             else None
@@ -437,9 +428,7 @@ class Trainer:
         }
         return WandbRun(
             self.run_dir,
-            project=runtime.wandb_project,
-            entity=runtime.wandb_entity,
-            mode=runtime.wandb_mode,
+            runtime.wandb,
             config=config,
             name=f"{cfg.scale}/{cfg.vocab}/{cfg.variant}/seed{cfg.seed}",
         )

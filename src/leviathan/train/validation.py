@@ -14,6 +14,7 @@ import torch
 
 from leviathan.data.loader import val_batches
 from leviathan.model import LanguageModel
+from leviathan.train.config import ValidationConfig
 from leviathan.train.distributed import DistInfo, all_reduce_sum
 
 
@@ -76,31 +77,30 @@ def _even(
 
 
 class Validator:
-    """The validation loss of one run's model (None without a validation shard), every `every`
-    steps (0: only when asked) and whenever `validate` is called. A collective under DDP:
-    every rank validates at the same steps."""
+    """The validation loss of one run's model (None without a validation shard), every
+    `config.every` steps (0: only when asked) and whenever `validate` is called, over
+    `config.windows` windows in batches of `config.batch`. A collective under DDP: every rank
+    validates at the same steps."""
 
     def __init__(
         self,
         model: LanguageModel,
         val_bin: Path | None,
+        config: ValidationConfig,
         *,
-        every: int,
         context: int,
-        batch: int,
-        windows: int,
         info: DistInfo,
         vocab: str,
         autocast: Callable[[], AbstractContextManager[Any]],
     ) -> None:
-        self.model, self.val_bin, self.every = model, val_bin, every
-        self.context, self.batch, self.windows = context, batch, windows
-        self.info, self.vocab, self.autocast = info, vocab, autocast
+        self.model, self.val_bin, self.config = model, val_bin, config
+        self.context, self.info, self.vocab, self.autocast = context, info, vocab, autocast
 
     def should_validate(self, step: int) -> bool:
         """Whether to validate after optimizer step `step`: the run has a validation shard and
         the interval falls there."""
-        return self.val_bin is not None and bool(self.every) and step % self.every == 0
+        every = self.config.every
+        return self.val_bin is not None and bool(every) and step % every == 0
 
     def validate(self) -> float | None:
         """The model's validation loss now; None where the run has no validation shard."""
@@ -110,8 +110,8 @@ class Validator:
             self.model,
             self.val_bin,
             context=self.context,
-            batch=self.batch,
-            windows=self.windows,
+            batch=self.config.batch,
+            windows=self.config.windows,
             info=self.info,
             vocab=self.vocab,
             autocast=self.autocast(),

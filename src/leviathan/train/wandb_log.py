@@ -1,15 +1,15 @@
 """Weights & Biases: one W&B run per training run, continued across preemption and resumes.
 
-With `runtime.wandb` the metrics log's `train`, `val` and `end` records go to W&B as well
-(`<kind>/<key>` at the record's step), with the resolved train, model and runtime configs and
+With `runtime.wandb.enabled` the metrics log's `train`, `val` and `end` records go to W&B as
+well (`<kind>/<key>` at the record's step), with the resolved train, model and runtime configs and
 the provenance (code version, the token shards' sha256s) as the run's config. The W&B run's id
 is made at the first start and stored in the run directory (`wandb.json`, with the last step
 sent), so a preempted, requeued or resumed run continues the same W&B run (`resume="allow"`)
 instead of starting another; the records of steps it already sent (a run killed after its last
 checkpoint recomputes them) are not sent again, so W&B's history holds each step once. W&B's
-own files go to `<run dir>/wandb/`. `runtime.wandb_mode` is W&B's mode (online, offline:
-written locally for `wandb sync`, disabled; unset: W&B's default or $WANDB_MODE);
-`wandb_project` and `wandb_entity` name where it goes. Optional: `pip install 'leviathan[wandb]'`.
+own files go to `<run dir>/wandb/`. The rest of the `runtime.wandb` block (`WandbConfig`) says
+where: `mode` is W&B's mode (online, offline: written locally for `wandb sync`, disabled;
+unset: W&B's default or $WANDB_MODE); `project` and `entity` name where it goes. Optional: `pip install 'leviathan[wandb]'`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.io import read_json, write_json
+from leviathan.train.config import WandbConfig
 
 RUN_FILE = "wandb.json"  # in the run directory: {"id", "project", "entity", "last_step"}
 SENT_KINDS = ("train", "val", "end")
@@ -41,18 +42,18 @@ class WandbRun:
     def __init__(
         self,
         run_dir: Path,
+        settings: WandbConfig,
         *,
-        project: str,
-        entity: str | None,
-        mode: str | None,
         config: Mapping[str, Any],
         name: str,
     ) -> None:
+        """`settings`: the run's `runtime.wandb` block (where the W&B run goes: project, entity,
+        mode); `config`: what the W&B run records as its config."""
         try:
             import wandb
         except ImportError as exc:  # wandb is optional
             raise ValueError(
-                "runtime.wandb=true needs the wandb package: pip install 'leviathan[wandb]'"
+                "runtime.wandb.enabled=true needs the wandb package: pip install 'leviathan[wandb]'"
             ) from exc
         self.file = run_dir / RUN_FILE
         known = read_json(self.file) if self.file.is_file() else {}
@@ -60,10 +61,11 @@ class WandbRun:
         self.sent = int(known.get("last_step", -1))  # steps up to this one W&B already has
         self._last = self.sent
         (run_dir / "wandb").mkdir(parents=True, exist_ok=True)
+        project, entity = settings.project, settings.entity
         self.run = wandb.init(
             project=project,
             entity=entity,
-            mode=mode,  # type: ignore[arg-type]
+            mode=settings.mode,  # type: ignore[arg-type]
             id=self.id,
             resume="allow",
             name=name,

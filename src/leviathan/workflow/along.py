@@ -1,5 +1,5 @@
 """Evaluation along training (config.evaluate.along): which kept checkpoints of which cells the
-workflow evaluates, known from the config before any training (runtime.keep_at's steps up to
+workflow evaluates, known from the config before any training (runtime.checkpoint.keep_at's steps up to
 the cell's max_steps, leviathan.train.schedule.keep_steps).
 
 Each kept checkpoint gets the `val` evaluation (loss and the token- and word-frequency buckets on
@@ -18,12 +18,12 @@ from leviathan.eval.run import along_enabled
 
 
 def along_steps(config: Mapping[str, Any], cell: Cell) -> list[int]:
-    """The kept steps of a cell (runtime.keep_at up to its max_steps), ascending."""
+    """The kept steps of a cell (runtime.checkpoint.keep_at up to its max_steps), ascending."""
     from leviathan.train.config import workflow_runtime
     from leviathan.train.schedule import keep_steps
     from leviathan.workflow.resolve import cell_train_config
 
-    spec = workflow_runtime(config.get("runtime")).keep_at
+    spec = workflow_runtime(config.get("runtime")).checkpoint.keep_at
     return keep_steps(spec, cell_train_config(config, cell).max_steps)
 
 

@@ -24,7 +24,14 @@ from leviathan.eval.standin import STAND_IN_DIR, is_stand_in
 from leviathan.layout import CONFIG_SCHEMA, DEFAULT_CONFIG
 from leviathan.values import load_yaml
 
-__all__ = ["STAND_IN_DIR", "check_config", "check_names", "resolve", "stand_in_files"]
+__all__ = [
+    "STAND_IN_DIR",
+    "check_config",
+    "check_moved",
+    "check_names",
+    "resolve",
+    "stand_in_files",
+]
 
 
 def resolve(
@@ -51,6 +58,7 @@ def resolve(
         update_config(config, load_configfile(str(path)))
     if overrides:
         update_config(config, dict(overrides))
+    check_moved(config)
     try:
         validate(config, str(schema.resolve()))
     except WorkflowError as exc:
@@ -72,6 +80,28 @@ def schema_error(exc: Exception, configfiles: Sequence[str | Path]) -> str:
     return (
         f"{files}: config {where}: {cause.message}: the keys and their types are in {CONFIG_SCHEMA}"
     )
+
+
+def check_moved(config: Mapping[str, Any]) -> None:
+    """Keys of an earlier config layout, refused in one line naming their new place before the
+    schema's generic "additional properties" error: the runtime's flat checkpoint, validation
+    and W&B keys (leviathan.train.config.MOVED_RUNTIME_KEYS) and the top-level `wandb:`
+    section, now each a block of `runtime:` that one component takes whole."""
+    from leviathan.train.config import MOVED_RUNTIME_KEYS
+
+    runtime = config.get("runtime") or {}
+    for key in runtime if isinstance(runtime, Mapping) else ():
+        if key in MOVED_RUNTIME_KEYS:
+            block, sub = MOVED_RUNTIME_KEYS[key].split(".")
+            raise ValueError(
+                f"config runtime.{key} is now runtime.{block}.{sub}: write "
+                f"runtime: {{{block}: {{{sub}: {runtime[key]!r}}}}}"
+            )
+    if "wandb" in config:
+        raise ValueError(
+            "config wandb: (project, entity, mode) is now the block runtime.wandb, with its "
+            "switch: write runtime: {wandb: {enabled: true, project: ..., entity: ..., mode: ...}}"
+        )
 
 
 def check_config(config: dict[str, Any]) -> None:
@@ -96,7 +126,7 @@ def check_config(config: dict[str, Any]) -> None:
                 train[key]["model_overrides"], f"config train.{key}.model_overrides"
             )
     runtime = {k: v for k, v in (config.get("runtime") or {}).items() if v is not None}
-    config.get("runtime", {}).update(coerce(RuntimeConfig, runtime, "config runtime"))
+    config.get("runtime", {}).update(RuntimeConfig.coerce(runtime, "config runtime"))
     RuntimeConfig.from_dict(runtime, "config runtime")  # the values' ranges
     study_cells = cells(config.get("studies") or {}, "")  # keys and recipes here, no paths
     keys = {c.key for c in study_cells}

@@ -141,15 +141,16 @@ def known_out_of_memory(config: Mapping[str, Any], cell: Cell, run_dir: str) -> 
 
 def runtime_args(config: Mapping[str, Any]) -> str:
     """`--runtime` arguments: the workflow's runtime (leviathan.train.config.workflow_runtime)
-    where it differs from RuntimeConfig's defaults; how training runs, not what it computes.
-    Kept out of the rule's params, so changing them (logging, threads, ...) reruns nothing."""
+    where it differs from RuntimeConfig's defaults, a block's keys dotted (`checkpoint.every=20`);
+    how training runs, not what it computes. Kept out of the rule's params, so changing them
+    (logging, threads, ...) reruns nothing."""
     from dataclasses import asdict
 
     from leviathan.train.config import RuntimeConfig, workflow_runtime
+    from leviathan.values import flatten
 
-    wandb = {f"wandb_{k}": v for k, v in (config.get("wandb") or {}).items()}  # the W&B section
-    runtime = {**(config.get("runtime") or {}), **wandb}
-    defaults, resolved = asdict(RuntimeConfig()), asdict(workflow_runtime(runtime))
+    defaults = flatten(asdict(RuntimeConfig()))
+    resolved = flatten(asdict(workflow_runtime(config.get("runtime"))))
     args: list[str] = []
     for key, value in sorted(resolved.items()):
         if value != defaults[key]:

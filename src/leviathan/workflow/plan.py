@@ -41,7 +41,7 @@ class CellPlan:
     steps: int
     train_flops: float  # whole run: train FLOPs per token x tokens
     checkpoint_bytes: int  # one checkpoint: weights + AdamW state
-    checkpoints_on_disk: int  # runtime.keep_last step checkpoints + final
+    checkpoints_on_disk: int  # runtime.checkpoint.keep_last step checkpoints + final
     gpus: int
     gpu_model: str | None
     gpu_hours: float | None  # at `mfu` on gpu_model's peak; None: peak unknown
@@ -49,7 +49,9 @@ class CellPlan:
     mfu_source: str = ""  # "stated" (--mfu), "compiled" or "eager" (the roofline's)
     mfu_eager: float | None = None  # the roofline's, both ways (None: no GPU model)
     mfu_compiled: float | None = None
-    kept_checkpoints: int = 0  # runtime.keep_at's steps of this run (weights only, kept for good)
+    kept_checkpoints: int = (
+        0  # runtime.checkpoint.keep_at's steps of this run (weights only, kept for good)
+    )
 
     @property
     def kept_bytes(self) -> int:
@@ -123,7 +125,7 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -
         steps=tc.max_steps,
         train_flops=flops,
         checkpoint_bytes=checkpoint_bytes(acc.total_params),
-        checkpoints_on_disk=runtime.keep_last + 1,
+        checkpoints_on_disk=runtime.checkpoint.keep_last + 1,
         gpus=gpus,
         gpu_model=model,
         gpu_hours=hours,
@@ -131,7 +133,7 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -
         mfu_source=util.source,
         mfu_eager=util.eager,
         mfu_compiled=util.compiled,
-        kept_checkpoints=len(keep_steps(runtime.keep_at, tc.max_steps)),
+        kept_checkpoints=len(keep_steps(runtime.checkpoint.keep_at, tc.max_steps)),
     )
 
 
@@ -311,12 +313,14 @@ class StudyDisk:
 
     corpus_text: int  # training text fetched (UTF-8; stored zstd-compressed: an upper bound)
     shards: int  # train.bin of every vocabulary (val.bin and counts are small beside them)
-    step_checkpoints: int  # runtime.keep_last step checkpoints per cell, at most
+    step_checkpoints: int  # runtime.checkpoint.keep_last step checkpoints per cell, at most
     final_checkpoints: int  # checkpoints/final/ of every cell (weights + AdamW state)
     dvc_cache: int  # DVC's copy of data/, the final and kept checkpoints (0 where it links)
-    steps_dropped_at_final: bool = False  # runtime.drop_steps_at_final
+    steps_dropped_at_final: bool = False  # runtime.checkpoint.drop_steps_at_final
     set_aside: int = 0  # set-aside folders already in the study's run folders (kept, not planned)
-    kept_checkpoints: int = 0  # checkpoints/kept/ of every cell (runtime.keep_at: weights only)
+    kept_checkpoints: int = (
+        0  # checkpoints/kept/ of every cell (runtime.checkpoint.keep_at: weights only)
+    )
 
     @property
     def total(self) -> int:
@@ -340,9 +344,9 @@ class StudyDisk:
     def line(self) -> str:
         """One line for a plan or a rehearsal: the peak, each part, and the end state."""
         steps = (
-            "removed as each cell is final: runtime.drop_steps_at_final"
+            "removed as each cell is final: runtime.checkpoint.drop_steps_at_final"
             if self.steps_dropped_at_final
-            else "kept after each cell is final: runtime.drop_steps_at_final is off"
+            else "kept after each cell is final: runtime.checkpoint.drop_steps_at_final is off"
         )
         return (
             f"disk at most {_size(self.total)} (peak), {_size(self.at_end)} once every cell is "
@@ -350,7 +354,7 @@ class StudyDisk:
             f"checkpoints {_size(self.step_checkpoints)} ({steps}), final checkpoints "
             f"{_size(self.final_checkpoints)}, "
             + (
-                f"kept checkpoints {_size(self.kept_checkpoints)} (runtime.keep_at, versioned "
+                f"kept checkpoints {_size(self.kept_checkpoints)} (runtime.checkpoint.keep_at, versioned "
                 "with the runs), "
                 if self.kept_checkpoints
                 else ""
@@ -395,7 +399,7 @@ def study_disk(
     final = sum(p.checkpoint_bytes for p in plans)
     kept = sum(p.kept_bytes for p in plans)
     cache = text + shards + final + kept if dvc_cache_copies() else 0
-    dropped = workflow_runtime(config.get("runtime")).drop_steps_at_final
+    dropped = workflow_runtime(config.get("runtime")).checkpoint.drop_steps_at_final
     aside = sum(set_aside_bytes(Path(layout.run_dir(p.cell))) for p in plans)
     return StudyDisk(text, shards, steps, final, cache, dropped, aside, kept)
 
