@@ -6,9 +6,9 @@ Every figure comes from the code's own counters: the cell's resolved training co
 so any scale is free), the vocabulary's token dtype, the GPU table (`leviathan.gpus`), the
 roofline's predicted MFU of the cell on its GPU model (`leviathan.model.roofline`: compiled
 where runtime.compile is on, else eager; `--mfu` states one instead) and each job's memory
-traced on FakeTensors (`leviathan.model.memory`). What is assumed is stated beside the
-figure: the roofline's efficiencies, the memory allowances, and the bytes of raw text per
-token that size the corpus download.
+traced on FakeTensors (`leviathan.model.memory`; an evaluation job's: `leviathan.eval.memory`).
+What is assumed is stated beside the figure: the roofline's efficiencies, the memory
+allowances, and the bytes of raw text per token that size the corpus download.
 
 Corpus size. The corpus is fetched once for every vocabulary of the configured cells; it must
 hold, for each vocabulary, the largest token budget of its cells. The download is sized as
@@ -27,7 +27,8 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell, config_cells
-from leviathan.model.memory import JobMemory, eval_memory, largest_fitting, refusal, train_memory
+from leviathan.eval.memory import eval_memory
+from leviathan.model.memory import JobMemory, largest_fitting, refusal, train_memory
 from leviathan.workflow.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
 
 DEFAULT_MFU = 0.40  # the best mature stacks publish for ~1B models on H100s: `--mfu 0.4`
