@@ -26,23 +26,24 @@ from leviathan.report.paper import PAPER_TASKS
 from leviathan.report.table import Table
 
 
-def eval_output(c: Cell, kind: str) -> str:
-    return layout.eval_output(c, kind)
+def eval_output(c: Cell, evaluation: str) -> str:
+    return layout.eval_output(c, evaluation)
 
 
 def eval_sources(
-    cells: Iterable[Cell], kind: str, pointer: str, group: str = "a"
+    cells: Iterable[Cell], evaluation: str, pointer: str, group: str = "a"
 ) -> tuple[Source, ...]:
-    """One field (`pointer`) of each cell's `kind` evaluation output, in `group`."""
-    return tuple(Source(eval_output(c, kind), pointer, group) for c in cells)
+    """One field (`pointer`) of each cell's `evaluation` output, in `group`."""
+    return tuple(Source(eval_output(c, evaluation), pointer, group) for c in cells)
 
 
 def compared(
-    op: str, ref: Iterable[Cell], cmp: Iterable[Cell], kind: str, pointer: str
+    op: str, ref: Iterable[Cell], cmp: Iterable[Cell], evaluation: str, pointer: str
 ) -> ValueSpec:
     """A paired op (leviathan.report.cellmap.PAIRED) of `cmp`'s field against `ref`'s."""
     return ValueSpec(
-        op, eval_sources(ref, kind, pointer, "a") + eval_sources(cmp, kind, pointer, "b")
+        op,
+        eval_sources(ref, evaluation, pointer, "a") + eval_sources(cmp, evaluation, pointer, "b"),
     )
 
 

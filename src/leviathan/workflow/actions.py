@@ -145,7 +145,7 @@ def eval_device(config: Mapping[str, Any], scale: str) -> str:
 
 
 def evaluate(
-    kind: str, run_dir: str | Path, out: str | Path, config: Mapping[str, Any], **inputs: Any
+    evaluation: str, run_dir: str | Path, out: str | Path, config: Mapping[str, Any], **inputs: Any
 ) -> None:
     """Run one evaluation of a trained cell and write its JSON (atomically); `inputs`: the
     rule's input files (val, counts, word_counts) by name.
@@ -160,13 +160,15 @@ def evaluate(
 
     started = utc_now()
     cfg = eval_config(config)
-    if kind not in CHECKPOINT_EVALS:
-        raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(CHECKPOINT_EVALS)}")
+    if evaluation not in CHECKPOINT_EVALS:
+        raise ValueError(
+            f"unknown evaluation {evaluation!r}: use one of {', '.join(CHECKPOINT_EVALS)}"
+        )
     state = read_json(resolve_checkpoint(run_dir) / layout.STATE)  # no weights read yet
     scale = (state.get("train_config") or {}).get("scale")
     device = eval_device(config, str(scale)) if scale else eval_sections(config).get("device")
     ckpt, model = open_checkpoint(run_dir, device=device or "auto")
-    settings = getattr(cfg, kind)
+    settings = getattr(cfg, evaluation)
     cache = str(layout.lm_eval_cache(out, settings_key(ckpt.sha256, model.precision, settings)))
     files = EvalFiles(
         val=inputs.get("val"),
@@ -177,7 +179,7 @@ def evaluate(
         samples=layout.lm_eval_samples(out),
         harness_dir=layout.lm_eval_harness_dir(out),
     )
-    write_result(out, run_evaluation(kind, ckpt, model, settings, started, files))
+    write_result(out, run_evaluation(evaluation, ckpt, model, settings, started, files))
     layout.eval_partial(out).unlink(missing_ok=True)
     for db in Path(cache).parent.glob(Path(cache).name + "*"):
         db.unlink()

@@ -200,8 +200,8 @@ def _data_files(section: Any) -> Iterator[str]:
 def stand_in_files(config: Mapping[str, Any]) -> dict[str, list[str]]:
     """Per evaluation (wikitext, lm_eval): the offline stand-in files it reads, if any."""
     out: dict[str, list[str]] = {}
-    for kind, section in (config.get("evaluate") or {}).items():
+    for evaluation, section in (config.get("evaluate") or {}).items():
         files = sorted({f for f in _data_files(section) if is_stand_in(f)})
         if files:
-            out[kind] = files
+            out[evaluation] = files
     return out

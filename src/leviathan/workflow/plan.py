@@ -191,7 +191,7 @@ EVAL_MFU_SHARE = 0.5
 class EvalPlan:
     """One evaluation job of one cell: tokens through the model, FLOPs, GPU-hours, limit."""
 
-    kind: str
+    evaluation: str
     tokens: int | None  # None: unknown before the data exist (the whole val split)
     flops: float | None
     gpu_hours: float | None  # None on a CPU job or an unknown peak
@@ -296,12 +296,12 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) 
         "lm_eval": lm_eval_tokens(config),
     }
     out = []
-    for kind, n in tokens.items():
+    for evaluation, n in tokens.items():
         if n == 0:
             continue
         flops = None if n is None else float(per_token) * n
         hours = flops / (peak * train_mfu * EVAL_MFU_SHARE) / 3600 if peak and flops else None
-        out.append(EvalPlan(kind, n, flops, hours, res["runtime"] / 60))
+        out.append(EvalPlan(evaluation, n, flops, hours, res["runtime"] / 60))
     return out
 
 
@@ -439,10 +439,12 @@ def render_evaluation(
         "evaluation: one job per cell and evaluation (config.eval_resources); GPU-hours at "
         f"{EVAL_MFU_SHARE:.0%} of the cell's training MFU (smaller, padded batches)"
     ]
-    kinds = [e.kind for e in plan_evals(config, plans[0].cell, plans[0].mfu)] if plans else []
+    evaluations = (
+        [e.evaluation for e in plan_evals(config, plans[0].cell, plans[0].mfu)] if plans else []
+    )
     lines.append(
         f"{'cell':<40} "
-        + " ".join(f"{k + ' tok':>12}" for k in kinds)
+        + " ".join(f"{k + ' tok':>12}" for k in evaluations)
         + f" {'PFLOP':>8} {'GPU-hours':>10} {'longest job h':>13} {'limit h':>8}"
         + (f" {'GPU memory':>13}" if memory is not None else "")
     )
@@ -452,7 +454,7 @@ def render_evaluation(
         hours = [e.gpu_hours for e in evals if e.gpu_hours is not None]
         total_eval += sum(hours)
         unknown |= any(e.tokens is None for e in evals)
-        over += [f"{p.cell.key} {e.kind}" for e in evals if e.fits is False]
+        over += [f"{p.cell.key} {e.evaluation}" for e in evals if e.fits is False]
         toks = " ".join(
             f"{_count(e.tokens) if e.tokens is not None else 'split':>12}" for e in evals
         )
