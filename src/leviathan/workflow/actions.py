@@ -36,12 +36,12 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
     from leviathan.data import fetch
     from leviathan.data.sources import HFSpec
 
-    kind = corpus["kind"]
+    source = corpus["kind"]
     limits = (corpus.get("max_docs"), corpus.get("max_bytes"))
     parts = {"part_bytes": corpus["part_bytes"]} if corpus.get("part_bytes") else {}
-    if kind == "embedded":
+    if source == "embedded":
         return fetch.fetch_embedded(out, val_fraction=corpus["val_fraction"], **parts)
-    if kind == "text":
+    if source == "text":
         if not corpus.get("paths"):
             raise ValueError("corpus.kind=text needs corpus.paths (files, directories or globs)")
         return fetch.fetch_text(
@@ -52,7 +52,7 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
             limits=limits,
             **parts,
         )
-    if kind == "hf":
+    if source == "hf":
         if not corpus.get("dataset"):
             raise ValueError("corpus.kind=hf needs corpus.dataset (a Hub id or json/text/parquet)")
 
@@ -78,14 +78,14 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
             limits=limits,
             **parts,
         )
-    if kind == "pile":
+    if source == "pile":
         options = {
             k: corpus[k]
             for k in ("dataset", "config", "revision", "train_split", "val_split", "local_dir")
             if corpus.get(k)
         }
         return fetch.fetch_pile(out, train_limits=limits, val_limits=limits, **options, **parts)
-    raise ValueError(f"corpus.kind={kind!r}: use embedded, text, hf or pile")
+    raise ValueError(f"corpus.kind={source!r}: use embedded, text, hf or pile")
 
 
 def tokenize_options(config: Mapping[str, Any], vocab: str) -> dict[str, Any]:
