@@ -94,7 +94,7 @@ def accuracy_sources(
     )
 
 
-# evaluation column -> (its format kind, the evaluation that yields it)
+# evaluation column -> (its format, the evaluation that yields it)
 EVAL_COLUMNS = {
     "val_loss": ("loss", "val"),
     "val_ppl": ("ppl", "val"),
@@ -123,8 +123,8 @@ class EvalColumns:
         self.yielded |= {"lambada"} if has_lambada_ppl(tasks) else set()
         self.yielded |= {"downstream"} if self.averaged else set()
 
-    def kinds(self, names: Iterable[str]) -> dict[str, str]:
-        """Column -> format kind, for those of `names` that the evaluations yield, in order."""
+    def formats(self, names: Iterable[str]) -> dict[str, str]:
+        """Column -> its format, for those of `names` that the evaluations yield, in order."""
         return {n: EVAL_COLUMNS[n][0] for n in names if EVAL_COLUMNS[n][1] in self.yielded}
 
     def _values(self) -> dict[str, Callable[[Sequence[Cell]], ValueSpec]]:
