@@ -125,9 +125,10 @@ def _check_cells(config: Mapping[str, Any], study_cells: Sequence[Any]) -> None:
             raise ValueError(f"config, cell {cell.key}: {exc}") from None
 
 
-def _check_name(where: str, name: Any, kind: str, valid: Sequence[str]) -> None:
+def _check_name(where: str, name: Any, what: str, valid: Sequence[str]) -> None:
+    """`name` (a `what`: scale, vocabulary, training key) against the `valid` ones."""
     if name not in valid:
-        raise ValueError(f"config {where}: unknown {kind} {name!r}: use one of {', '.join(valid)}")
+        raise ValueError(f"config {where}: unknown {what} {name!r}: use one of {', '.join(valid)}")
 
 
 def check_names(config: Mapping[str, Any]) -> None:
@@ -146,9 +147,9 @@ def check_names(config: Mapping[str, Any]) -> None:
     check_definitions(config)  # converts their values in place
     registries = {"scale": list(SCALES), "vocabulary": list(VOCABS)}
     for study, spec in (config.get("studies") or {}).items():
-        for kind, key in (("scale", "scales"), ("vocabulary", "vocabs")):
+        for registry, key in (("scale", "scales"), ("vocabulary", "vocabs")):
             for name in spec.get(key) or ():
-                _check_name(f"studies.{study}.{key}", name, kind, registries[kind])
+                _check_name(f"studies.{study}.{key}", name, registry, registries[registry])
         for name in spec.get("variants") or ():
             check_variant_name(config, f"studies.{study}.variants", name)
     recipe = [f.name for f in fields(TrainConfig) if f.name not in TRAIN_IDENTITY]
@@ -159,8 +160,8 @@ def check_names(config: Mapping[str, Any]) -> None:
                 f"config train.{key}: not a scale or a cell key "
                 "<scale>/<vocab>/<variant>/seed<k> (e.g. 400m/o200k_base/leviathan/seed0)"
             )
-        for kind, name in zip(("scale", "vocabulary"), parts, strict=False):
-            _check_name(f"train.{key}", name, kind, registries[kind])
+        for registry, name in zip(("scale", "vocabulary"), parts, strict=False):
+            _check_name(f"train.{key}", name, registry, registries[registry])
         if len(parts) == 4:
             check_variant_name(config, f"train.{key}", parts[2])
         if len(parts) == 4 and not re.fullmatch(r"seed[0-9]+", parts[3]):
