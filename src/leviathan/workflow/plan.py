@@ -425,8 +425,8 @@ def dvc_cache_copies(dvc_config: Path | None = None) -> bool:
 
     parser = configparser.ConfigParser()
     parser.read(dvc_config or layout.repo_root() / ".dvc" / "config")
-    kinds = parser.get("cache", "type", fallback="reflink,copy").strip('"').split(",")
-    return "copy" in {k.strip() for k in kinds}
+    cache_types = parser.get("cache", "type", fallback="reflink,copy").strip('"').split(",")
+    return "copy" in {t.strip() for t in cache_types}
 
 
 def render_evaluation(
