@@ -53,7 +53,7 @@ def make_shard(path: Path, gib: float) -> Path:
             fh.write(rng.integers(0, spec.n_vocab, min(1 << 24, n - start), dtype="<u4").tobytes())
     write_manifest(
         path,
-        kind="tokens",
+        artifact_type="tokens",
         vocab=vocab_record(spec),
         fields={"split": "train", "dtype": "uint32", "tokens": n, "documents": 1},
     )

@@ -559,7 +559,7 @@ def _eval_rows(t: Table, m: dict[str, Any], s: dict[str, Any], config: dict[str,
     ev = m["eval"]
     val_share = m["fetch"]["val_bytes"] / m["fetch"]["bytes"]
     for sc, p in s["scales"].items():
-        val = next(e for e in plan.plan_evals(config, p.cell) if e.kind == "val")
+        val = next(e for e in plan.plan_evals(config, p.cell) if e.evaluation == "val")
         if val.gpu_hours is not None:
             predicted, what = val.gpu_hours * 3600, f"{val.tokens / 1e9:.3f}B val tokens (sample)"
         else:  # the whole split (size unknown before it is tokenized) or a CPU job

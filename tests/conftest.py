@@ -61,7 +61,7 @@ def _make_shard(path: Path, tokens: np.ndarray[Any, Any], vocab: str = "gpt2") -
         np.asarray(tokens, dtype=dtype).tofile(tmp)
     write_manifest(
         path,
-        kind="tokens",
+        artifact_type="tokens",
         vocab=vocab_record(spec),
         fields={
             "split": "train",

@@ -25,7 +25,7 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     Path("data").mkdir()
     Path("data/shard.bin").write_bytes(bytes(range(64)))
-    write_manifest("data/shard.bin", kind="tokens")
+    write_manifest("data/shard.bin", artifact_type="tokens")
     write_json(
         "val.json",
         {

@@ -60,7 +60,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def artifact_manifest(name: str = "x.bin") -> dict:
     Path(name).write_bytes(b"artifact")
-    return write_manifest(name, kind="tokens")
+    return write_manifest(name, artifact_type="tokens")
 
 
 def test_a_clean_checkout_saves_no_diff(checkout: Path) -> None:

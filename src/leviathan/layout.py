@@ -13,8 +13,9 @@ config's `study_name` where one is given (`<corpus>+<study_name>`; `results_key`
     results/runs/<study>/<cell>/      checkpoints/step_<N>/, checkpoints/final/,
                                       checkpoints/kept/step_<N>/ (runtime.checkpoint.keep_at), metrics.jsonl,
                                       out_of_memory.json (the last out-of-memory refusal)
-    results/eval/<study>/<cell>/      <kind>.json (val, wikitext, lm_eval), lm_eval.samples.jsonl,
-                                      lm_eval_harness/, along/val_step<N>.json (evaluate.along)
+    results/eval/<study>/<cell>/      <evaluation>.json (val, wikitext, lm_eval),
+                                      lm_eval.samples.jsonl, lm_eval_harness/,
+                                      along/val_step<N>.json (evaluate.along)
     results/eval/<study>/<scale>/<vocab>/  sample_efficiency_seed<k>.json, along_seed<k>.json
     results/export/<study>/<cell>/    transformers checkpoint (`leviathan export`)
     results/report/<study>/           tables/, figures/, plots/
@@ -290,9 +291,9 @@ def eval_dir(cell: CellLike) -> str:
     return f"{EVAL_ROOT}/{cell.results}/{cell_key(cell)}"
 
 
-def eval_output(cell: CellLike, kind: str) -> str:
+def eval_output(cell: CellLike, evaluation: str) -> str:
     """The JSON an evaluation (val, wikitext, lm_eval) of this cell writes."""
-    return f"{eval_dir(cell)}/{kind}.json"
+    return f"{eval_dir(cell)}/{evaluation}.json"
 
 
 def eval_cell_key(output: PathLike) -> str | None:

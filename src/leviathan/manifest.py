@@ -72,9 +72,9 @@ def input_record(
     return {"role": role, **rec} if role is not None else rec
 
 
-def recorded_sha256(path: str | os.PathLike[str], kind: str | None = None) -> str:
+def recorded_sha256(path: str | os.PathLike[str], artifact_type: str | None = None) -> str:
     """The sha256 of `path` as its manifest records it (no re-read of a large file);
-    computed from the file where it has no manifest (of `kind`, when given)."""
+    computed from the file where it has no manifest (of `artifact_type`, when given)."""
     mpath = manifest_path(path)
     if mpath.is_file():
         try:
@@ -82,7 +82,7 @@ def recorded_sha256(path: str | os.PathLike[str], kind: str | None = None) -> st
         except ValueError:  # not JSON: not a manifest
             manifest = None
         sha = manifest.get("artifact", {}).get("sha256") if isinstance(manifest, dict) else None
-        if sha and (kind is None or manifest.get("kind") == kind):
+        if sha and (artifact_type is None or manifest.get("kind") == artifact_type):
             return str(sha)
     return sha256_file(path)
 
@@ -90,7 +90,7 @@ def recorded_sha256(path: str | os.PathLike[str], kind: str | None = None) -> st
 def write_manifest(
     artifact: str | os.PathLike[str],
     *,
-    kind: str,
+    artifact_type: str,
     inputs: Sequence[Mapping[str, str]] = (),
     vocab: Mapping[str, Any] | None = None,
     fields: Mapping[str, Any] | None = None,
@@ -119,7 +119,7 @@ def write_manifest(
     finished = utc_now()
     manifest: dict[str, Any] = {
         "schema": MANIFEST_SCHEMA,
-        "kind": kind,
+        "kind": artifact_type,
         "artifact": {
             "path": display_path(final),
             "name": final.name,
@@ -154,8 +154,11 @@ def invalidate_manifest(artifact: str | os.PathLike[str]) -> None:
     manifest_path(artifact).unlink(missing_ok=True)
 
 
-def read_manifest(artifact: str | os.PathLike[str], kind: str | None = None) -> dict[str, Any]:
-    """Read the manifest of `artifact`, checking it exists and (optionally) its kind."""
+def read_manifest(
+    artifact: str | os.PathLike[str], artifact_type: str | None = None
+) -> dict[str, Any]:
+    """Read the manifest of `artifact`, checking it exists and (optionally) its kind
+    (`artifact_type`)."""
     path = Path(artifact)
     mpath = manifest_path(path)
     if not mpath.is_file():
@@ -166,9 +169,9 @@ def read_manifest(artifact: str | os.PathLike[str], kind: str | None = None) -> 
         )
         raise FileNotFoundError(f"{path}: no manifest {mpath.name} next to it ({hint})")
     manifest: dict[str, Any] = read_json(mpath)
-    if kind is not None and manifest.get("kind") != kind:
+    if artifact_type is not None and manifest.get("kind") != artifact_type:
         raise ValueError(
-            f"{mpath}: is a {manifest.get('kind')!r} manifest, expected {kind!r} "
+            f"{mpath}: is a {manifest.get('kind')!r} manifest, expected {artifact_type!r} "
             f"(pass the right file)"
         )
     return manifest

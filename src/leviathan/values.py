@@ -111,7 +111,7 @@ def parse_number(value: Any) -> int | float | None:
     return None
 
 
-def _kind(tp: Any) -> str:
+def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
@@ -128,17 +128,17 @@ def _convert(tp: Any, value: Any) -> Any:
                 return _convert(arg, value)
             except TypeError:
                 continue
-        raise TypeError(" or ".join(_kind(a) for a in args))
+        raise TypeError(" or ".join(_type_name(a) for a in args))
     if origin is tuple:
         if not isinstance(value, list | tuple) or len(value) != len(args):
-            raise TypeError(f"a list of {len(args)} ({', '.join(_kind(a) for a in args)})")
+            raise TypeError(f"a list of {len(args)} ({', '.join(_type_name(a) for a in args)})")
         return tuple(_convert(a, v) for a, v in zip(args, value, strict=True))
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
             raise TypeError("a mapping {key: value}")
         return dict(value)
     if tp not in _SCALARS:
-        raise TypeError(_kind(tp))
+        raise TypeError(_type_name(tp))
     name, convert = _SCALARS[tp]
     converted = convert(value)
     if converted is None:

@@ -83,7 +83,7 @@ def test_write_and_read_roundtrip(tmp_path: Path, corpus_documents: ReadCorpus) 
         for k in ("documents", "replaced_chars", "empty_skipped")
     }
     assert total == {"documents": 21, "replaced_chars": 1, "empty_skipped": 1}
-    m = read_manifest(tmp_path / "train.jsonl.zst", kind="corpus")
+    m = read_manifest(tmp_path / "train.jsonl.zst", artifact_type="corpus")
     assert m["artifact"]["sha256"] == sha256_file(tmp_path / "train.jsonl.zst")
     assert m["source"] == {"kind": "test"}
     assert m["split"] == "train"
@@ -180,7 +180,7 @@ def test_manifest_path_rule(tmp_path: Path) -> None:
     (tmp_path / "x.bin").write_bytes(b"")
     (tmp_path / "x.bin.json").write_text(json.dumps({"kind": "counts"}))
     with pytest.raises(ValueError, match="expected 'tokens'"):
-        read_manifest(tmp_path / "x.bin", kind="tokens")
+        read_manifest(tmp_path / "x.bin", artifact_type="tokens")
 
 
 def test_manifest_carries_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,7 +189,7 @@ def test_manifest_carries_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyP
     art.write_bytes(b"abc")
     started = provenance.utc_now() - dt.timedelta(seconds=5)
     config = {"b": [1, 2], "a": {"y": 1, "x": None}}
-    m = write_manifest(art, kind="tokens", config=config, started=started, device="cpu")
+    m = write_manifest(art, artifact_type="tokens", config=config, started=started, device="cpu")
     assert read_manifest(art) == m
     assert m["artifact"]["sha256"] == sha256_file(art)
     assert m["artifact"]["path"] == str(art)
@@ -209,14 +209,14 @@ def test_manifest_carries_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert (t1 - t0).total_seconds() >= 4
     assert m["created_utc"] == m["finished_utc"]
     with pytest.raises(ValueError, match="reserved"):
-        write_manifest(art, kind="tokens", fields={"finished_utc": "x"})
+        write_manifest(art, artifact_type="tokens", fields={"finished_utc": "x"})
 
 
 def test_manifest_without_config_or_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     art = tmp_path / "x.bin"
     art.write_bytes(b"abc")
-    m = write_manifest(art, kind="tokens")
+    m = write_manifest(art, artifact_type="tokens")
     assert "config" not in m
     assert "config_sha256" not in m
     assert m["started_utc"] is None
@@ -239,7 +239,7 @@ def test_recorded_path_and_recorded_sha256(tmp_path: Path) -> None:
     tmp, final = tmp_path / ".final.tmp", tmp_path / "final"
     tmp.mkdir()
     (tmp / "w.bin").write_bytes(b"weights")
-    m = write_manifest(tmp / "w.bin", kind="checkpoint", recorded_path=final / "w.bin")
+    m = write_manifest(tmp / "w.bin", artifact_type="checkpoint", recorded_path=final / "w.bin")
     assert (tmp / "w.bin.json").is_file()  # written where the artifact is now
     assert m["artifact"]["path"] == str(final / "w.bin")
     assert m["artifact"]["name"] == "w.bin"
@@ -249,7 +249,7 @@ def test_recorded_path_and_recorded_sha256(tmp_path: Path) -> None:
     doctored = {**m, "artifact": {**m["artifact"], "sha256": "f" * 64}}
     (final / "w.bin.json").write_text(json.dumps(doctored))
     assert recorded_sha256(final / "w.bin") == "f" * 64
-    assert recorded_sha256(final / "w.bin", kind="tokens") == sha256_file(final / "w.bin")
+    assert recorded_sha256(final / "w.bin", artifact_type="tokens") == sha256_file(final / "w.bin")
     (final / "w.bin.json").unlink()
     assert recorded_sha256(final / "w.bin") == sha256_file(final / "w.bin")
 

@@ -293,7 +293,9 @@ def test_a_record_of_a_shard_names_the_check_that_was_made(
     assert open_shard(path).check == "size"  # a manifest without a fingerprint
     fields = {"split": "train", "dtype": "uint16", "tokens": len(tokens), "documents": 1}
     fields["fingerprint"] = sampled_fingerprint(path)  # as tokenize records it
-    write_manifest(path, kind="tokens", vocab=vocab_record(get_vocab("gpt2")), fields=fields)
+    write_manifest(
+        path, artifact_type="tokens", vocab=vocab_record(get_vocab("gpt2")), fields=fields
+    )
     size = path.stat().st_size
     sampled = FINGERPRINT_BLOCKS * FINGERPRINT_BLOCK_BYTES
     assert size > sampled  # the sample is a part of the file

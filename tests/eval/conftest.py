@@ -36,7 +36,7 @@ def write_shard(path: Path, tokens: Any, vocab: str = "gpt2", split: str = "val"
         np.asarray(tokens, dtype=dtype).tofile(tmp)
     write_manifest(
         path,
-        kind="tokens",
+        artifact_type="tokens",
         vocab=vocab_record(spec),
         fields={"split": split, "dtype": dtype.name, "tokens": int(len(tokens)), "documents": 1},
     )

@@ -93,7 +93,7 @@ def test_envelope_carries_the_provenance_record(loaded, tmp_path: Path, monkeypa
     # the same fields, from the same function, as a manifest's
     art = tmp_path / "a.bin"
     art.write_bytes(b"x")
-    m = write_manifest(art, kind="tokens", config={"a": 1}, started=started, device="cpu")
+    m = write_manifest(art, artifact_type="tokens", config={"a": 1}, started=started, device="cpu")
     prov = ("code", "env", "config", "config_sha256", "started_utc", "finished_utc")
     assert set(prov) <= m.keys()
     assert set(prov) <= env.keys()

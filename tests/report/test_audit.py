@@ -52,9 +52,11 @@ def _chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     Path("data").mkdir()
     Path("data/corpus.txt").write_text("some text\n")
-    write_manifest("data/corpus.txt", kind="corpus")
+    write_manifest("data/corpus.txt", artifact_type="corpus")
     Path("data/shard.bin").write_bytes(bytes(range(64)))
-    write_manifest("data/shard.bin", kind="tokens", inputs=[input_record("data/corpus.txt")])
+    write_manifest(
+        "data/shard.bin", artifact_type="tokens", inputs=[input_record("data/corpus.txt")]
+    )
     evaluation = {
         "kind": "val",
         "checkpoint": None,

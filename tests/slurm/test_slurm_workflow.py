@@ -317,7 +317,7 @@ def final_state(work: Path, cell: str) -> Path:
     return work / "results" / "runs" / RESULTS / cell / "checkpoints" / "final" / "state.json"
 
 
-def metrics(work: Path, cell: str, kind: str) -> list[dict[str, Any]]:
+def metrics(work: Path, cell: str, record_type: str) -> list[dict[str, Any]]:
     path = work / "results" / "runs" / RESULTS / cell / "metrics.jsonl"
     records = []
     for line in path.read_text().splitlines() if path.is_file() else []:
@@ -325,7 +325,7 @@ def metrics(work: Path, cell: str, kind: str) -> list[dict[str, Any]]:
             records.append(json.loads(line))
         except json.JSONDecodeError:  # a line being written
             continue
-    return [r for r in records if r.get("kind") == kind]
+    return [r for r in records if r.get("kind") == record_type]
 
 
 # ----------------------------------------------------------------------------- runs

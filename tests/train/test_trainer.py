@@ -180,7 +180,7 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
     )
     final = Path("run") / "checkpoints" / "final"
     assert result.final_checkpoint == final
-    m = read_manifest(final / "model.safetensors", kind="checkpoint")
+    m = read_manifest(final / "model.safetensors", artifact_type="checkpoint")
     assert m["artifact"]["sha256"] == sha256_file(final / "model.safetensors")
     assert m["artifact"]["path"] == "run/checkpoints/final/model.safetensors"  # not the temp dir
     assert m["checkpoint_dir"] == "run/checkpoints/final"
@@ -220,7 +220,8 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
     assert before <= started <= finished
     # step checkpoints carry one too, and all of the run share its start
     step1 = read_manifest(
-        Path("run") / "checkpoints" / "step_00000001" / "model.safetensors", kind="checkpoint"
+        Path("run") / "checkpoints" / "step_00000001" / "model.safetensors",
+        artifact_type="checkpoint",
     )
     assert step1["step"] == 1
     assert step1["started_utc"] == m["started_utc"]

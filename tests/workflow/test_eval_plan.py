@@ -68,7 +68,7 @@ def test_evaluation_plan_re_derived(paper: dict[str, Any]) -> None:
     forward pass without the input generator (the table is materialised), re-derived here
     from the layer shapes: 2 x (block weights + head) + attention's 4 T D per layer."""
     cell = Cell("1.2b", "o200k_base", "leviathan", 0, "pile")
-    evals = {e.kind: e for e in plan_evals(paper, cell)}
+    evals = {e.evaluation: e for e in plan_evals(paper, cell)}
     tc = cell_train_config(paper, cell)
     cfg = tc.model_config()
     D, L, T, V, F = cfg.d_model, cfg.n_layers, tc.context, cfg.vocab_size, cfg.ffn_hidden

@@ -47,9 +47,9 @@ def _layout_paths(config: dict) -> set[str]:
         paths |= {layout.final_marker(c), layout.export_dir(c), layout.cell_log("train", c)}
         paths |= {layout.cell_log("export", c), layout.benchmark_path(layout.run_dir(c), "train")}
         paths |= {str(layout.lm_eval_samples(out)), str(layout.lm_eval_harness_dir(out))}
-        for kind in evals:
-            paths |= {layout.eval_output(c, kind), layout.cell_log("eval", c, kind)}
-            paths.add(layout.benchmark_path(layout.eval_dir(c), f"eval_{kind}"))
+        for evaluation in evals:
+            paths |= {layout.eval_output(c, evaluation), layout.cell_log("eval", c, evaluation)}
+            paths.add(layout.benchmark_path(layout.eval_dir(c), f"eval_{evaluation}"))
     for scale, vocab, seed in sample_efficiency_groups(all_cells):
         name = layout.sample_efficiency_name(seed)
         paths |= {

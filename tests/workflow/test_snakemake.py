@@ -130,8 +130,10 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
             work / f"results/runs/embedded/micro/gpt2/{variant}/seed0/checkpoints/final/state.json"
         ).is_file()
     assert (work / "data/tokens/embedded/gpt2/counts.npy").is_file()
-    for kind in ("val", "wikitext", "lm_eval"):
-        assert (work / f"results/eval/embedded/micro/gpt2/leviathan/seed0/{kind}.json").is_file()
+    for evaluation in ("val", "wikitext", "lm_eval"):
+        assert (
+            work / f"results/eval/embedded/micro/gpt2/leviathan/seed0/{evaluation}.json"
+        ).is_file()
     assert (work / "results/eval/embedded/micro/gpt2/sample_efficiency_seed0.json").is_file()
     # every job wrote its log (rules fetch_corpus ... report: one line naming the job at least)
     logs = sorted((work / "logs").rglob("*.log"))

@@ -31,7 +31,7 @@ rule word_counts:
         "../scripts/word_counts.py"
 
 
-# The evaluation rules of a trained cell, eval_<kind> for each kind of eval_run.CHECKPOINT_EVALS:
+# The evaluation rules of a trained cell, eval_<evaluation> for each of eval_run.CHECKPOINT_EVALS:
 # each one's docstring, its inputs (positional, named: val's val_inputs, the others' final marker)
 # and its outputs beside the JSON (lm_eval's per-sample log and lm-eval's own layout)
 EVAL_DOCS = {
@@ -52,35 +52,35 @@ EVAL_EXTRA_OUTPUTS = {
     },
 }
 
-for _kind in eval_run.CHECKPOINT_EVALS:
+for _evaluation in eval_run.CHECKPOINT_EVALS:
 
     rule:
         name:
-            f"eval_{_kind}"
+            f"eval_{_evaluation}"
         input:
-            *EVAL_INPUTS[_kind][0],
-            **EVAL_INPUTS[_kind][1],
+            *EVAL_INPUTS[_evaluation][0],
+            **EVAL_INPUTS[_evaluation][1],
         output:
-            layout.eval_output(WILDCARDS, _kind),
-            **EVAL_EXTRA_OUTPUTS.get(_kind, {}),
+            layout.eval_output(WILDCARDS, _evaluation),
+            **EVAL_EXTRA_OUTPUTS.get(_evaluation, {}),
         params:
-            kind=_kind,
-            settings=eval_run.result_settings(EVAL_CFG, _kind),  # its rerun trigger
+            evaluation=_evaluation,
+            settings=eval_run.result_settings(EVAL_CFG, _evaluation),  # its rerun trigger
             run_dir=lambda wc, input: layout.run_of(input.final),
         conda:
             "../envs/leviathan.yaml"
         log:
-            layout.cell_log("eval", WILDCARDS, _kind),
+            layout.cell_log("eval", WILDCARDS, _evaluation),
         benchmark:
-            benchmark_path(EVAL_DIR, f"eval_{_kind}")
+            benchmark_path(EVAL_DIR, f"eval_{_evaluation}")
         threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
         resources:
             **EVAL_RESOURCES,
         script:
             "../scripts/evaluate.py"
 
-    # a rule's docstring is a literal in its body: one per kind is set here
-    workflow.get_rule(f"eval_{_kind}").docstring = EVAL_DOCS[_kind]
+    # a rule's docstring is a literal in its body: one per evaluation is set here
+    workflow.get_rule(f"eval_{_evaluation}").docstring = EVAL_DOCS[_evaluation]
 
 
 rule sample_efficiency:
@@ -104,6 +104,6 @@ rule sample_efficiency:
         "../scripts/sample_efficiency.py"
 
 
-EVAL_TARGETS = [layout.eval_output(c, kind) for c in CELLS for kind in EVALS] + [
+EVAL_TARGETS = [layout.eval_output(c, evaluation) for c in CELLS for evaluation in EVALS] + [
     layout.sample_efficiency_path(RESULTS, *key) for key in SE_GROUPS
 ]

@@ -18,7 +18,7 @@ BENCHMARKS = (
     + [benchmark_path(layout.tokens_dir(CORPUS, vocab), "tokenize") for vocab in VOCABS]
     + ([benchmark_path(layout.tokens_dir(CORPUS, vocab), "word_counts") for vocab in VOCABS] if WORD_COUNTS else [])
     + [benchmark_path(layout.run_dir(c), "train") for c in CELLS]
-    + [benchmark_path(layout.eval_dir(c), f"eval_{kind}") for c in CELLS for kind in EVALS]
+    + [benchmark_path(layout.eval_dir(c), f"eval_{evaluation}") for c in CELLS for evaluation in EVALS]
     + [benchmark_path(layout.sample_efficiency_dir(RESULTS, s, v), "sample_efficiency", f"seed{seed}") for s, v, seed in SE_GROUPS]
     + ALONG_BENCHMARKS
 )

@@ -195,18 +195,18 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _add_fetch(sub: Any) -> None:
     fetch = sub.add_parser("fetch", help="write a corpus directory (<split>.jsonl.zst + manifests)")
-    kinds = fetch.add_subparsers(dest="kind", required=True, metavar="SOURCE")
+    sources = fetch.add_subparsers(dest="source", required=True, metavar="SOURCE")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", required=True, help="corpus directory to write")
 
-    emb = kinds.add_parser("embedded", help="CPython stdlib docstrings/comments + pydoc topics")
+    emb = sources.add_parser("embedded", help="CPython stdlib docstrings/comments + pydoc topics")
     common(emb)
     emb.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION)
     emb.add_argument("--workers", type=int, default=None, help="parser processes (default 2)")
     emb.set_defaults(func=_cmd_fetch_embedded)
 
-    txt = kinds.add_parser("text", help="local files/globs (JSONL[.zst]: one document per line)")
+    txt = sources.add_parser("text", help="local files/globs (JSONL[.zst]: one document per line)")
     common(txt)
     txt.add_argument("paths", nargs="+", help="files, directories or globs ('**' recursive)")
     txt.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION)
@@ -214,7 +214,7 @@ def _add_fetch(sub: Any) -> None:
     _add_limits(txt)
     txt.set_defaults(func=_cmd_fetch_text)
 
-    hf = kinds.add_parser("hf", help="any text dataset through HF `datasets` streaming")
+    hf = sources.add_parser("hf", help="any text dataset through HF `datasets` streaming")
     common(hf)
     hf.add_argument("--dataset", required=True, help="hub id, or a builder (json, text, parquet)")
     hf.add_argument("--config", default=None, help="dataset config name")
@@ -236,7 +236,7 @@ def _add_fetch(sub: Any) -> None:
     _add_limits(hf, what=" (per split)")
     hf.set_defaults(func=_cmd_fetch_hf)
 
-    pile = kinds.add_parser("pile", help="The Pile: a Hub mirror, or --local-dir of its files")
+    pile = sources.add_parser("pile", help="The Pile: a Hub mirror, or --local-dir of its files")
     common(pile)
     pile.add_argument("--dataset", default=PILE_DATASET)
     pile.add_argument("--config", default=None)

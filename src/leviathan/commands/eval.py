@@ -215,13 +215,13 @@ def _print(summary: dict[str, Any]) -> None:
 
 
 def _evaluate(
-    args: argparse.Namespace, kind: str, settings: Any, started: Any, files: EvalFiles
+    args: argparse.Namespace, evaluation: str, settings: Any, started: Any, files: EvalFiles
 ) -> dict[str, Any]:
     """Open `--checkpoint` on `--device` at `--precision` and run one evaluation of it."""
     from leviathan.eval.checkpoint import open_checkpoint
 
     ckpt, model = open_checkpoint(args.checkpoint, args.device, args.precision)
-    return run_evaluation(kind, ckpt, model, settings, started, files)
+    return run_evaluation(evaluation, ckpt, model, settings, started, files)
 
 
 def _write(path: Path, out: dict[str, Any], **summary: Any) -> int:

@@ -63,6 +63,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.eval:
         print(layout.final_marker(cell))
         return 0
-    for kind in enabled_evals(config):
-        print(layout.eval_output(cell, kind))
+    for evaluation in enabled_evals(config):
+        print(layout.eval_output(cell, evaluation))
     return 0

@@ -401,7 +401,7 @@ def _split_manifest(
     if replaced_chars:
         log.warning("%s: replaced %d undecodable characters by U+FFFD", path, replaced_chars)
     return write_manifest(
-        path, kind="corpus", inputs=inputs, fields=fields, config=config, started=started
+        path, artifact_type="corpus", inputs=inputs, fields=fields, config=config, started=started
     )
 
 
@@ -481,7 +481,7 @@ def read_corpus_manifest(corpus_dir: str | os.PathLike[str], split: str) -> dict
             f"{path}: no split {split!r} in corpus {corpus_dir} (found: {found or 'nothing'}); "
             f"run `leviathan data fetch ... --out {corpus_dir}` or pick another split"
         )
-    return read_manifest(path, kind="corpus")
+    return read_manifest(path, artifact_type="corpus")
 
 
 def corpus_splits(corpus_dir: str | os.PathLike[str]) -> list[str]:

@@ -66,7 +66,7 @@ def write_counts(
         invalidate_manifest(out)
     return write_manifest(
         out,
-        kind="counts",
+        artifact_type="counts",
         inputs=[shard.input_record()],
         vocab=vocab_record(spec),
         config={
@@ -101,7 +101,7 @@ def load_counts(
 ) -> np.ndarray[Any, np.dtype[np.int64]]:
     """Load counts, checking length/dtype against the manifest (and `vocab` if given)."""
     p = Path(path)
-    manifest = read_manifest(p, kind="counts")
+    manifest = read_manifest(p, artifact_type="counts")
     counts: np.ndarray[Any, np.dtype[np.int64]] = np.load(p, allow_pickle=False)
     spec = get_vocab(manifest["vocab"]["name"])
     if vocab is not None and get_vocab(vocab).name != spec.name:

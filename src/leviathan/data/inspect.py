@@ -29,16 +29,16 @@ def _verify(path: Path, manifest: dict[str, Any]) -> str:
 
 def _describe(path: Path, verify: bool, decode: int) -> list[str]:
     manifest = read_manifest(path)
-    kind = manifest["kind"]
-    lines = [f"{path} [{kind}] sha256 {manifest['artifact']['sha256'][:16]}..."]
-    if kind == "corpus":
+    artifact_type = manifest["kind"]
+    lines = [f"{path} [{artifact_type}] sha256 {manifest['artifact']['sha256'][:16]}..."]
+    if artifact_type == "corpus":
         src = manifest["source"].get("kind")
         lines.append(
             f"  split {manifest['split']}: {manifest['documents']} documents, "
             f"{manifest['text_bytes']} bytes, {manifest['replaced_chars']} replaced "
             f"chars, source {src}"
         )
-    elif kind == "tokens":
+    elif artifact_type == "tokens":
         shard = open_shard(path)
         vocab = manifest["vocab"]
         lines.append(
@@ -53,7 +53,7 @@ def _describe(path: Path, verify: bool, decode: int) -> list[str]:
             lines.append(
                 f"  first {len(ids)} tokens: {load_tokenizer(vocab['name']).decode(ids)!r}"
             )
-    elif kind == "counts":
+    elif artifact_type == "counts":
         counts = load_counts(path)
         top = np.argsort(counts)[::-1][:5]
         lines.append(

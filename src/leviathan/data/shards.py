@@ -271,7 +271,7 @@ def _write_shard_manifest(
     fingerprint = sampled_fingerprint(result.path, FINGERPRINT_BLOCKS, FINGERPRINT_BLOCK_BYTES)
     write_manifest(
         result.path,
-        kind="tokens",
+        artifact_type="tokens",
         inputs=[input_record(src, corpus_manifest["artifact"]["sha256"])],
         vocab=vocab_record(tokenizer.spec),
         artifact_sha256=result.sha256,
@@ -391,7 +391,7 @@ def open_shard(
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: token shard not found; run `leviathan data tokenize`")
-    manifest = read_manifest(p, kind="tokens")
+    manifest = read_manifest(p, artifact_type="tokens")
     dtype = np.dtype(manifest["dtype"])
     spec = get_vocab(manifest["vocab"]["name"])
     if dtype != token_dtype(spec.n_vocab):

@@ -13,6 +13,7 @@ Modules, one job each:
     hub                fast, clear failure when the Hugging Face Hub is unreachable
     config             evaluation settings (val / wikitext / lm_eval sections)
     run                the evaluation kinds, which the config runs; the one dispatcher (rules, CLI)
+    memory             an evaluation job's GPU memory, its forward traced on FakeTensors (the plan)
     results            the JSON envelope every output shares (checkpoint sha256, data manifests);
                        the result shapes the report reads
     along              the `val` evaluation along training, against the tied baseline

@@ -95,13 +95,13 @@ def infer_builder(files: dict[str, list[str]], builder: str | None, where: str) 
     if builder:
         return builder
     exts = {Path(f).suffix.lower() for fs in files.values() for f in fs}
-    kinds = {BUILDERS.get(e) for e in exts}
-    if len(kinds) != 1 or None in kinds:
+    builders = {BUILDERS.get(e) for e in exts}
+    if len(builders) != 1 or None in builders:
         raise EvalInputError(
             f"{where}: cannot infer the file format from extension(s) {sorted(exts)}: set "
             f"{where}.builder to one of {sorted(set(BUILDERS.values()))}"
         )
-    return str(kinds.pop())
+    return str(builders.pop())
 
 
 @dataclass(frozen=True)

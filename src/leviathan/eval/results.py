@@ -103,7 +103,7 @@ def file_record(
 
 
 def envelope(
-    kind: str,
+    evaluation: str,
     *,
     checkpoint: Checkpoint | None,
     inputs: Sequence[Mapping[str, Any]],
@@ -117,7 +117,7 @@ def envelope(
     prov = record(config=config, started=started, device=device)
     return {
         "schema": SCHEMA,
-        "kind": kind,
+        "kind": evaluation,
         "checkpoint": checkpoint.record() if checkpoint is not None else None,
         "inputs": [dict(i) for i in inputs],
         "results": dict(results),
@@ -146,10 +146,10 @@ def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Pat
     return Path(path)
 
 
-def read_result(path: str | os.PathLike[str], kind: str | None = None) -> dict[str, Any]:
+def read_result(path: str | os.PathLike[str], evaluation: str | None = None) -> dict[str, Any]:
     result: dict[str, Any] = read_json(path)
-    if kind is not None and result.get("kind") != kind:
+    if evaluation is not None and result.get("kind") != evaluation:
         raise ValueError(
-            f"{path}: is a {result.get('kind')!r} evaluation output, expected {kind!r}"
+            f"{path}: is a {result.get('kind')!r} evaluation output, expected {evaluation!r}"
         )
     return result

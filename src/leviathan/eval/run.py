@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-# The evaluations of one trained checkpoint: each is a rule (eval_<kind>), a section of
-# config.evaluate (<kind>) and a leviathan.eval config (EvalConfig.<kind>).
+# The evaluations of one trained checkpoint: each is a rule (eval_<evaluation>), a section of
+# config.evaluate (<evaluation>) and a leviathan.eval config (EvalConfig.<evaluation>).
 CHECKPOINT_EVALS = ("val", "wikitext", "lm_eval")
 
 
@@ -32,11 +32,11 @@ def eval_config(config: Mapping[str, Any]) -> Any:
 NOT_RESULT_SETTINGS = ("persist_seconds",)
 
 
-def result_settings(cfg: Any, kind: str) -> dict[str, Any]:
+def result_settings(cfg: Any, evaluation: str) -> dict[str, Any]:
     """An evaluation's settings (`cfg`: eval_config's) as plain values, for its rule's params:
     Snakemake's params rerun trigger compares builtin values only (a dataclass there would be
     skipped, and a changed setting would rerun nothing); NOT_RESULT_SETTINGS left out."""
-    settings = asdict(getattr(cfg, kind))
+    settings = asdict(getattr(cfg, evaluation))
     return {k: v for k, v in settings.items() if k not in NOT_RESULT_SETTINGS}
 
 
@@ -74,13 +74,13 @@ class EvalFiles:
 
 
 def run_evaluation(
-    kind: str, ckpt: Any, model: Any, settings: Any, started: Any, files: EvalFiles
+    evaluation: str, ckpt: Any, model: Any, settings: Any, started: Any, files: EvalFiles
 ) -> dict[str, Any]:
-    """One evaluation (`kind`, one of CHECKPOINT_EVALS) of an open checkpoint (`ckpt`, `model`:
-    leviathan.eval.checkpoint.open_checkpoint) with its `settings` (EvalConfig.<kind>); the
-    result document, not yet written. The workflow's rules and `leviathan eval` both run
-    their evaluations through this."""
-    if kind == "val":
+    """One evaluation (`evaluation`, one of CHECKPOINT_EVALS) of an open checkpoint (`ckpt`,
+    `model`: leviathan.eval.checkpoint.open_checkpoint) with its `settings`
+    (EvalConfig.<evaluation>); the result document, not yet written. The workflow's rules
+    and `leviathan eval` both run their evaluations through this."""
+    if evaluation == "val":
         from leviathan.eval.val import evaluate_val
 
         if files.val is None:
@@ -95,11 +95,11 @@ def run_evaluation(
             started=started,
             partial=files.partial,
         )
-    if kind == "wikitext":
+    if evaluation == "wikitext":
         from leviathan.eval.wikitext import evaluate_wikitext
 
         return evaluate_wikitext(ckpt, model, settings, started=started, cache=files.cache)
-    if kind == "lm_eval":
+    if evaluation == "lm_eval":
         from leviathan.eval.lm_eval_tasks import run_lm_eval
 
         return run_lm_eval(
@@ -111,7 +111,7 @@ def run_evaluation(
             started=started,
             cache=files.cache,
         )
-    raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(CHECKPOINT_EVALS)}")
+    raise ValueError(f"unknown evaluation {evaluation!r}: use one of {', '.join(CHECKPOINT_EVALS)}")
 
 
 def settings_key(*parts: Any) -> str:

@@ -32,7 +32,7 @@ from leviathan.layout import MODEL_CARD, STATE, WEIGHTS, manifest_path
 from leviathan.manifest import display_path, input_record, vocab_record, write_manifest
 from leviathan.provenance import utc_now
 
-MANIFEST_KIND = "hf_export"
+ARTIFACT_TYPE = "hf_export"
 
 
 class ExportError(ValueError):
@@ -62,7 +62,7 @@ def check_out(out: Path, force: bool, source: Path) -> None:
         )
     if not _is_export(out):
         raise ExportError(
-            f"{out}: is not an export (no {manifest_path(WEIGHTS)} of kind {MANIFEST_KIND!r} "
+            f"{out}: is not an export (no {manifest_path(WEIGHTS)} of kind {ARTIFACT_TYPE!r} "
             "in it): --force replaces only an earlier `leviathan export`; choose another OUT"
         )
 
@@ -72,7 +72,7 @@ def _is_export(directory: Path) -> bool:
         manifest = read_json(manifest_path(directory / WEIGHTS))
     except (OSError, ValueError):
         return False
-    return isinstance(manifest, dict) and manifest.get("kind") == MANIFEST_KIND
+    return isinstance(manifest, dict) and manifest.get("kind") == ARTIFACT_TYPE
 
 
 def export_run(
@@ -135,7 +135,7 @@ def _write_export_manifest(
         )
     return write_manifest(
         tmp / WEIGHTS,
-        kind=MANIFEST_KIND,
+        artifact_type=ARTIFACT_TYPE,
         recorded_path=final / WEIGHTS,
         inputs=inputs,
         vocab=vocab,

@@ -1,6 +1,7 @@
-"""GPU memory per job: a training job's and an evaluation job's peak on one GPU, from its step traced on FakeTensors (`leviathan.model.step_count`: no GPU, seconds),
+"""GPU memory per job: a training job's peak on one GPU, from its step traced on FakeTensors (`leviathan.model.step_count`: no GPU, seconds),
 plus the stated allowances a trace cannot see, against the memory of the job's `gpu_model`
-(`leviathan.gpus`). The plan prints it; a training micro-batch that would not fit is refused
+(`leviathan.gpus`); an evaluation job's (`eval/memory.py`) is the same `JobMemory` of
+its traced forward. The plan prints it; a training micro-batch that would not fit is refused
 naming `train.<scale>.micro_batch` and the largest that fits.
 
 Allowances (stated, not measured; the first GPU check's `torch.cuda.max_memory_allocated`
@@ -59,7 +60,7 @@ class JobMemory:
         return f"{used}/{self.gpu.memory / GIB:.0f} GB" if self.gpu else f"{used} GB"
 
 
-def _loss_chunk_bytes(cfg: Any, rows: int) -> int:
+def loss_chunk_bytes(cfg: Any, rows: int) -> int:
     """Bytes of the fp32 temporary torch.logsumexp allocates for one chunk of the chunked
     loss (GPU rule, as the loss sizes its chunks); 0 where the traced step ran the loss's
     fused kernels (what a GPU runs: no logits in memory, their G is in the trace)."""
@@ -101,13 +102,6 @@ def block_params(cfg: Any) -> int:
     return 4 * d * d + 3 * d * cfg.ffn_hidden + 2 * d
 
 
-@cache
-def _eval_peak(cfg: Any, batch: int) -> int:
-    from leviathan.model.step_count import trace_eval
-
-    return trace_eval(cfg, batch)
-
-
 def train_memory(
     cfg: Any, micro_batch: int, gpus: int, model: str | None, parallel: str = "ddp"
 ) -> JobMemory:
@@ -124,20 +118,9 @@ def train_memory(
         extra = 4 * params if several else 0
     return JobMemory(
         traced=_train_peak(cfg, micro_batch, gpus if sharded else 1),
-        logsumexp=_loss_chunk_bytes(cfg, micro_batch * cfg.max_seq_len),
+        logsumexp=loss_chunk_bytes(cfg, micro_batch * cfg.max_seq_len),
         ddp_buckets=extra,
         fixed=CUDA_CONTEXT_BYTES + (NCCL_BYTES if several else 0),
-        gpu=gpu_model(model),
-    )
-
-
-def eval_memory(cfg: Any, batch: int, model: str | None) -> JobMemory:
-    """An evaluation job's peak (one GPU): the prepared model and one batch of windows."""
-    return JobMemory(
-        traced=_eval_peak(cfg, batch),
-        logsumexp=_loss_chunk_bytes(cfg, batch * cfg.max_seq_len),
-        ddp_buckets=0,
-        fixed=CUDA_CONTEXT_BYTES,
         gpu=gpu_model(model),
     )
 

@@ -1,6 +1,7 @@
-"""One real training micro-batch step, and one evaluation forward, traced on FakeTensors at
-the study's shapes: the bytes each part moves (`leviathan.model.traffic`) and the peak of the
-memory its live tensors hold, with no allocation and no GPU (seconds at the 1.2b shapes).
+"""One real training micro-batch step traced on FakeTensors at the study's shapes: the bytes
+each part moves (`leviathan.model.traffic`) and the peak of the memory its live tensors hold,
+with no allocation and no GPU (seconds at the 1.2b shapes). An evaluation job's forward is
+traced under the same stand-ins (`gpu_stand_in`, `LiveMemory`) by `eval/memory.py`.
 
 The step is the trainer's (`leviathan.train.trainer.Trainer.train_step`): the model's forward
 with targets (the chunked loss) under bf16 autocast, backward, `clip_grad_norm_` to
@@ -247,7 +248,7 @@ def gpu_stand_in(distinct: int) -> Iterator[None]:
         yield
 
 
-def _micro_batch(cfg: ModelConfig, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def random_batch(cfg: ModelConfig, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     shape = (rows, cfg.max_seq_len)
     return torch.randint(0, cfg.vocab_size, shape), torch.randint(0, cfg.vocab_size, shape)
 
@@ -299,7 +300,7 @@ def trace_step(
             weight_decay=optim.weight_decay,
             **{OPTIMIZER_IMPL: True},
         )
-        batch = _micro_batch(cfg, micro_batch)
+        batch = random_batch(cfg, micro_batch)
         _first_step(model, opt)
         memory = LiveMemory(world)
         memory.hold(list(model.parameters()), opt.state, sharded=True)
@@ -310,19 +311,3 @@ def trace_step(
         with memory, counter if count else ExitStack():
             _step(model, opt, batch, optim.grad_clip, counter.part if count else None)
     return StepTrace(tokens, distinct, counter.by_part(), memory.peak, counter)
-
-
-def trace_eval(cfg: ModelConfig, batch: int) -> int:
-    """Peak memory of an evaluation job's model and one batch of `batch` windows: the
-    trained model loaded and prepared (`EvalModel`: a generated input materialised into its
-    V x D table), then its per-token losses under bf16 autocast (what the evaluations score)."""
-    from leviathan.eval.checkpoint import EvalModel
-    from leviathan.model.loss import DEFAULT_CHUNK_ELEMS
-
-    with gpu_stand_in(distinct_ids(cfg, batch * cfg.max_seq_len)):
-        memory = LiveMemory()
-        with memory:
-            prepared = EvalModel(build_model(cfg), "bf16", DEFAULT_CHUNK_ELEMS)
-            ids, targets = _micro_batch(cfg, batch)
-            prepared.token_losses(ids, targets)
-    return memory.peak

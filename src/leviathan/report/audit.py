@@ -30,7 +30,7 @@ from leviathan.layout import manifest_path
 from leviathan.report.cellmap import ValueSpec, compute, same_number, value_stand_ins
 from leviathan.report.chain import ChainWalker, Finding, Status
 
-TABLE_KINDS = {"table", "table_rendering"}  # manifest kinds of a table and its renderings
+TABLE_ARTIFACT_TYPES = {"table", "table_rendering"}  # the manifest kinds of a table, its renderings
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,13 @@ class Auditor(ChainWalker):
         if not path.exists():
             raise FileNotFoundError(f"{p}: no such file (relative to {self.root})")
         mpath = manifest_path(path)
-        kind = read_json(mpath).get("kind") if path.is_file() and mpath.is_file() else None
+        artifact_type = read_json(mpath).get("kind") if path.is_file() and mpath.is_file() else None
         suffixes = tuple(f".{fmt}" for fmt in layout.TABLE_FORMATS)
-        if at is not None or kind in TABLE_KINDS or (kind is None and path.suffix in suffixes):
+        if (
+            at is not None
+            or artifact_type in TABLE_ARTIFACT_TYPES
+            or (artifact_type is None and path.suffix in suffixes)
+        ):
             self.audit_table(p, at)
             return "table"
         self.audit_artifact(p)

@@ -75,7 +75,7 @@ def write_table(
         frame.to_csv(tmp, index=False, float_format="%.17g")
     write_manifest(
         paths["csv"],
-        kind="table",
+        artifact_type="table",
         inputs=[input_record(docs.path(p)) for p in table.sources()],
         config={
             "table": table.name,
@@ -92,7 +92,7 @@ def write_table(
             tmp.write_text(content)
         write_manifest(
             paths[fmt],
-            kind="table_rendering",
+            artifact_type="table_rendering",
             inputs=[input_record(paths["csv"])],
             fields={"table": table.name, "rendering_of": display_path(paths["csv"])},
         )
@@ -141,7 +141,7 @@ def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[
     with atomic_path(md) as tmp:
         tmp.write_text(text)
     for path in (csv, md):
-        write_manifest(path, kind=PAPER_CHECK, inputs=[input_record(paper_path)])
+        write_manifest(path, artifact_type=PAPER_CHECK, inputs=[input_record(paper_path)])
     return [csv, md]
 
 

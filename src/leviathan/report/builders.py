@@ -82,7 +82,7 @@ MAIN_CI_COLUMNS = (
 
 def main_table(ctx: Context, name: str) -> Table:
     evals = EvalColumns(ctx.inp, ctx.docs)
-    cols = evals.kinds(MAIN_COLUMNS)
+    cols = evals.formats(MAIN_COLUMNS)
     cols |= {f"paper_{col}": cols.get(col, "pct") for col in MAIN_PAPER_FIGURES}
     t = Table(
         name,
@@ -495,7 +495,7 @@ def metrics_table(ctx: Context, name: str) -> Table:
         "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
         f"scale, vocabulary and seed; {GAIN_CONVENTION}",
         ["scale", "vocab", "variant", "seed", *BASIS_COLUMNS],
-        evals.kinds(METRICS_COLUMNS),
+        evals.formats(METRICS_COLUMNS),
     )
     groups = ctx.inp.all_cells()
     for (scale, vocab, variant), cells in groups.items():

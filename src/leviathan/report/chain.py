@@ -33,8 +33,8 @@ from leviathan.layout import STATE, WEIGHTS, manifest_path
 from leviathan.provenance import git
 from leviathan.report.cellmap import DocumentCache
 
-# the `kind`s of result files (evaluation outputs) that record their inputs: a chain to walk
-CHAINED_RESULT_KINDS = {"val", "wikitext", "lm_eval", "sample_efficiency", "word_counts", "along"}
+# the evaluation outputs (their `kind`) that record their inputs: a chain to walk
+CHAINED_EVALUATIONS = {"val", "wikitext", "lm_eval", "sample_efficiency", "word_counts", "along"}
 
 
 class Status(enum.Enum):
@@ -185,7 +185,7 @@ class ChainWalker:
             doc = read_json(path)
             if (
                 isinstance(doc, Mapping)
-                and doc.get("kind") in CHAINED_RESULT_KINDS
+                and doc.get("kind") in CHAINED_EVALUATIONS
                 and "inputs" in doc
             ):
                 self.walk_eval(path, doc, depth)

@@ -26,23 +26,24 @@ from leviathan.report.paper import PAPER_TASKS
 from leviathan.report.table import Table
 
 
-def eval_output(c: Cell, kind: str) -> str:
-    return layout.eval_output(c, kind)
+def eval_output(c: Cell, evaluation: str) -> str:
+    return layout.eval_output(c, evaluation)
 
 
 def eval_sources(
-    cells: Iterable[Cell], kind: str, pointer: str, group: str = "a"
+    cells: Iterable[Cell], evaluation: str, pointer: str, group: str = "a"
 ) -> tuple[Source, ...]:
-    """One field (`pointer`) of each cell's `kind` evaluation output, in `group`."""
-    return tuple(Source(eval_output(c, kind), pointer, group) for c in cells)
+    """One field (`pointer`) of each cell's `evaluation` output, in `group`."""
+    return tuple(Source(eval_output(c, evaluation), pointer, group) for c in cells)
 
 
 def compared(
-    op: str, ref: Iterable[Cell], cmp: Iterable[Cell], kind: str, pointer: str
+    op: str, ref: Iterable[Cell], cmp: Iterable[Cell], evaluation: str, pointer: str
 ) -> ValueSpec:
     """A paired op (leviathan.report.cellmap.PAIRED) of `cmp`'s field against `ref`'s."""
     return ValueSpec(
-        op, eval_sources(ref, kind, pointer, "a") + eval_sources(cmp, kind, pointer, "b")
+        op,
+        eval_sources(ref, evaluation, pointer, "a") + eval_sources(cmp, evaluation, pointer, "b"),
     )
 
 
@@ -93,7 +94,7 @@ def accuracy_sources(
     )
 
 
-# evaluation column -> (its format kind, the evaluation that yields it)
+# evaluation column -> (its format, the evaluation that yields it)
 EVAL_COLUMNS = {
     "val_loss": ("loss", "val"),
     "val_ppl": ("ppl", "val"),
@@ -122,8 +123,8 @@ class EvalColumns:
         self.yielded |= {"lambada"} if has_lambada_ppl(tasks) else set()
         self.yielded |= {"downstream"} if self.averaged else set()
 
-    def kinds(self, names: Iterable[str]) -> dict[str, str]:
-        """Column -> format kind, for those of `names` that the evaluations yield, in order."""
+    def formats(self, names: Iterable[str]) -> dict[str, str]:
+        """Column -> its format, for those of `names` that the evaluations yield, in order."""
         return {n: EVAL_COLUMNS[n][0] for n in names if EVAL_COLUMNS[n][1] in self.yielded}
 
     def _values(self) -> dict[str, Callable[[Sequence[Cell]], ValueSpec]]:

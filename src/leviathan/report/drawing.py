@@ -37,7 +37,10 @@ def save_figure(
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
         write_manifest(
-            path, kind="figure", inputs=[input_record(p) for p in inputs], fields={"figure": name}
+            path,
+            artifact_type="figure",
+            inputs=[input_record(p) for p in inputs],
+            fields={"figure": name},
         )
     plt.close(fig)
     return list(paths.values())

@@ -51,12 +51,13 @@ STAND_IN_NOTE = (
 STAND_IN_KEY = "stand_in"  # DVC metrics computed on offline stand-in data sit under this key
 
 
-def format_value(value: Any, kind: str) -> str:
-    """A number as its column's format kind shows it ("-" where it is missing)."""
+def format_value(value: Any, column_format: str) -> str:
+    """A number as its column's format (a FORMATS key, `ci_` for its CI) shows it ("-" where
+    it is missing)."""
     if missing(value):
         return "-"
-    ci = kind.startswith("ci_")
-    base = kind.removeprefix("ci_")
+    ci = column_format.startswith("ci_")
+    base = column_format.removeprefix("ci_")
     if (
         base == "ppl" and abs(value) >= PPL_SCIENTIFIC
     ):  # e.g. a rare word's, e^(sum of its tokens' losses)
@@ -81,10 +82,10 @@ def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
             "" if col == RECIPE and (missing(v) or v == "") else _label(v) for v in out[col]
         ]
     marked = stand_in_rows(frame)
-    for col, kind in table.columns.items():
+    for col, column_format in table.columns.items():
         out[col] = [
-            format_value(v, kind)
-            + (STAND_IN_MARK if col in m and format_value(v, kind) != "-" else "")
+            format_value(v, column_format)
+            + (STAND_IN_MARK if col in m and format_value(v, column_format) != "-" else "")
             for v, m in zip(frame[col], marked, strict=True)
         ]
     return out

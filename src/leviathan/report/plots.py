@@ -75,7 +75,7 @@ def write_plot_data(cells: Iterable[Cell], out_dir: str | os.PathLike[str]) -> l
             frame.to_csv(tmp, index=False, float_format="%.17g")
         write_manifest(
             paths[name],
-            kind="plot_data",
+            artifact_type="plot_data",
             inputs=[input_record(p) for p in inputs],
             fields={"plot": name},
         )

@@ -95,5 +95,5 @@ def write_resources(
     with atomic_path(md) as tmp:
         tmp.write_text(text)
     for path in (csv, md):
-        write_manifest(path, kind=RESOURCES_TABLE, inputs=[input_record(p) for p in paths])
+        write_manifest(path, artifact_type=RESOURCES_TABLE, inputs=[input_record(p) for p in paths])
     return [csv, md]

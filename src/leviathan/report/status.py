@@ -160,5 +160,5 @@ def write_status(status: StudyStatus, out: str | os.PathLike[str], inputs: Seque
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         tmp.write_text(status.rst())
-    write_manifest(out, kind="study_status", inputs=[input_record(p) for p in inputs])
+    write_manifest(out, artifact_type="study_status", inputs=[input_record(p) for p in inputs])
     return out

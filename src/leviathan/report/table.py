@@ -25,7 +25,7 @@ class Table:
     name: str
     title: str
     label_columns: list[str]
-    columns: dict[str, str]  # numeric column -> format kind (leviathan.report.formatting.FORMATS)
+    columns: dict[str, str]  # numeric column -> its format (leviathan.report.formatting.FORMATS)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # row id -> labels
     smoke_note: str = ""  # what a row whose `evidence` is SMOKE means (SmokePolicy.note)
     source: str = "the evaluation outputs"  # what its values are read from (the Markdown's note)
@@ -51,10 +51,10 @@ class Table:
     def with_ci(self, *columns: str) -> None:
         """Add `<column>_ci95` after each of `columns` (call before setting values)."""
         out: dict[str, str] = {}
-        for col, kind in self.columns.items():
-            out[col] = kind
+        for col, column_format in self.columns.items():
+            out[col] = column_format
             if col in columns:
-                out[col + CI_SUFFIX] = "ci_" + kind
+                out[col + CI_SUFFIX] = "ci_" + column_format
         self.columns = out
 
     def frame(self, docs: DocumentCache) -> pd.DataFrame:

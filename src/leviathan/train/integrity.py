@@ -158,7 +158,7 @@ def write_checkpoint_manifest(
     the `files` beside the weights), then `extra`."""
     write_manifest(
         tmp / WEIGHTS,
-        kind=kind,
+        artifact_type=kind,
         recorded_path=final / WEIGHTS,
         inputs=info.inputs,
         config=state["train_config"],

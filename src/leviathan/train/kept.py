@@ -33,7 +33,7 @@ from leviathan.layout import STATE, WEIGHTS, kept_dir, manifest_path, step_dir, 
 from leviathan.manifest import display_path
 from leviathan.train.integrity import write_checkpoint_manifest
 
-KEPT_KIND = "kept_checkpoint"
+KEPT_ARTIFACT_TYPE = "kept_checkpoint"
 
 
 def write_kept(
@@ -56,7 +56,7 @@ def write_kept(
         write_json(tmp / STATE, state)
         if info is not None:
             files = {STATE: sha256_file(tmp / STATE)}
-            write_checkpoint_manifest(tmp, final, state, info, kind=KEPT_KIND, files=files)
+            write_checkpoint_manifest(tmp, final, state, info, kind=KEPT_ARTIFACT_TYPE, files=files)
         publish_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

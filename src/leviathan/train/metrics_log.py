@@ -166,8 +166,9 @@ def _split_records(text: str) -> tuple[list[tuple[str, dict[str, Any]]], list[st
     return records, torn
 
 
-def read_metrics(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
-    """Records of a metrics JSONL, optionally only those of one kind ("train", "val", ...)."""
+def read_metrics(path: Path, record_type: str | None = None) -> list[dict[str, Any]]:
+    """Records of a metrics JSONL, optionally only those of one `record_type` (their kind:
+    "train", "val", ...)."""
     rows = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         if line.strip():
@@ -178,4 +179,4 @@ def read_metrics(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
                     f"{path}:{n}: not a whole JSON record ({exc}): a write cut short; rerun "
                     "the training command, which sets such lines aside"
                 ) from exc
-    return [r for r in rows if kind is None or r.get("kind") == kind]
+    return [r for r in rows if record_type is None or r.get("kind") == record_type]

@@ -36,12 +36,12 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
     from leviathan.data import fetch
     from leviathan.data.sources import HFSpec
 
-    kind = corpus["kind"]
+    source = corpus["kind"]
     limits = (corpus.get("max_docs"), corpus.get("max_bytes"))
     parts = {"part_bytes": corpus["part_bytes"]} if corpus.get("part_bytes") else {}
-    if kind == "embedded":
+    if source == "embedded":
         return fetch.fetch_embedded(out, val_fraction=corpus["val_fraction"], **parts)
-    if kind == "text":
+    if source == "text":
         if not corpus.get("paths"):
             raise ValueError("corpus.kind=text needs corpus.paths (files, directories or globs)")
         return fetch.fetch_text(
@@ -52,7 +52,7 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
             limits=limits,
             **parts,
         )
-    if kind == "hf":
+    if source == "hf":
         if not corpus.get("dataset"):
             raise ValueError("corpus.kind=hf needs corpus.dataset (a Hub id or json/text/parquet)")
 
@@ -78,14 +78,14 @@ def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
             limits=limits,
             **parts,
         )
-    if kind == "pile":
+    if source == "pile":
         options = {
             k: corpus[k]
             for k in ("dataset", "config", "revision", "train_split", "val_split", "local_dir")
             if corpus.get(k)
         }
         return fetch.fetch_pile(out, train_limits=limits, val_limits=limits, **options, **parts)
-    raise ValueError(f"corpus.kind={kind!r}: use embedded, text, hf or pile")
+    raise ValueError(f"corpus.kind={source!r}: use embedded, text, hf or pile")
 
 
 def tokenize_options(config: Mapping[str, Any], vocab: str) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def eval_device(config: Mapping[str, Any], scale: str) -> str:
 
 
 def evaluate(
-    kind: str, run_dir: str | Path, out: str | Path, config: Mapping[str, Any], **inputs: Any
+    evaluation: str, run_dir: str | Path, out: str | Path, config: Mapping[str, Any], **inputs: Any
 ) -> None:
     """Run one evaluation of a trained cell and write its JSON (atomically); `inputs`: the
     rule's input files (val, counts, word_counts) by name.
@@ -160,13 +160,15 @@ def evaluate(
 
     started = utc_now()
     cfg = eval_config(config)
-    if kind not in CHECKPOINT_EVALS:
-        raise ValueError(f"unknown evaluation {kind!r}: use one of {', '.join(CHECKPOINT_EVALS)}")
+    if evaluation not in CHECKPOINT_EVALS:
+        raise ValueError(
+            f"unknown evaluation {evaluation!r}: use one of {', '.join(CHECKPOINT_EVALS)}"
+        )
     state = read_json(resolve_checkpoint(run_dir) / layout.STATE)  # no weights read yet
     scale = (state.get("train_config") or {}).get("scale")
     device = eval_device(config, str(scale)) if scale else eval_sections(config).get("device")
     ckpt, model = open_checkpoint(run_dir, device=device or "auto")
-    settings = getattr(cfg, kind)
+    settings = getattr(cfg, evaluation)
     cache = str(layout.lm_eval_cache(out, settings_key(ckpt.sha256, model.precision, settings)))
     files = EvalFiles(
         val=inputs.get("val"),
@@ -177,7 +179,7 @@ def evaluate(
         samples=layout.lm_eval_samples(out),
         harness_dir=layout.lm_eval_harness_dir(out),
     )
-    write_result(out, run_evaluation(kind, ckpt, model, settings, started, files))
+    write_result(out, run_evaluation(evaluation, ckpt, model, settings, started, files))
     layout.eval_partial(out).unlink(missing_ok=True)
     for db in Path(cache).parent.glob(Path(cache).name + "*"):
         db.unlink()

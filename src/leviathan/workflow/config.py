@@ -155,9 +155,10 @@ def _check_cells(config: Mapping[str, Any], study_cells: Sequence[Any]) -> None:
             raise ValueError(f"config, cell {cell.key}: {exc}") from None
 
 
-def _check_name(where: str, name: Any, kind: str, valid: Sequence[str]) -> None:
+def _check_name(where: str, name: Any, what: str, valid: Sequence[str]) -> None:
+    """`name` (a `what`: scale, vocabulary, training key) against the `valid` ones."""
     if name not in valid:
-        raise ValueError(f"config {where}: unknown {kind} {name!r}: use one of {', '.join(valid)}")
+        raise ValueError(f"config {where}: unknown {what} {name!r}: use one of {', '.join(valid)}")
 
 
 def check_names(config: Mapping[str, Any]) -> None:
@@ -176,9 +177,9 @@ def check_names(config: Mapping[str, Any]) -> None:
     check_definitions(config)  # converts their values in place
     registries = {"scale": list(SCALES), "vocabulary": list(VOCABS)}
     for study, spec in (config.get("studies") or {}).items():
-        for kind, key in (("scale", "scales"), ("vocabulary", "vocabs")):
+        for registry, key in (("scale", "scales"), ("vocabulary", "vocabs")):
             for name in spec.get(key) or ():
-                _check_name(f"studies.{study}.{key}", name, kind, registries[kind])
+                _check_name(f"studies.{study}.{key}", name, registry, registries[registry])
         for name in spec.get("variants") or ():
             check_variant_name(config, f"studies.{study}.variants", name)
     recipe = [f.name for f in fields(TrainConfig) if f.name not in TRAIN_IDENTITY]
@@ -189,8 +190,8 @@ def check_names(config: Mapping[str, Any]) -> None:
                 f"config train.{key}: not a scale or a cell key "
                 "<scale>/<vocab>/<variant>/seed<k> (e.g. 400m/o200k_base/leviathan/seed0)"
             )
-        for kind, name in zip(("scale", "vocabulary"), parts, strict=False):
-            _check_name(f"train.{key}", name, kind, registries[kind])
+        for registry, name in zip(("scale", "vocabulary"), parts, strict=False):
+            _check_name(f"train.{key}", name, registry, registries[registry])
         if len(parts) == 4:
             check_variant_name(config, f"train.{key}", parts[2])
         if len(parts) == 4 and not re.fullmatch(r"seed[0-9]+", parts[3]):
@@ -230,8 +231,8 @@ def _data_files(section: Any) -> Iterator[str]:
 def stand_in_files(config: Mapping[str, Any]) -> dict[str, list[str]]:
     """Per evaluation (wikitext, lm_eval): the offline stand-in files it reads, if any."""
     out: dict[str, list[str]] = {}
-    for kind, section in (config.get("evaluate") or {}).items():
+    for evaluation, section in (config.get("evaluate") or {}).items():
         files = sorted({f for f in _data_files(section) if is_stand_in(f)})
         if files:
-            out[kind] = files
+            out[evaluation] = files
     return out

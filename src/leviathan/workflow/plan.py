@@ -6,9 +6,9 @@ Every figure comes from the code's own counters: the cell's resolved training co
 so any scale is free), the vocabulary's token dtype, the GPU table (`leviathan.gpus`), the
 roofline's predicted MFU of the cell on its GPU model (`leviathan.model.roofline`: compiled
 where runtime.compile is on, else eager; `--mfu` states one instead) and each job's memory
-traced on FakeTensors (`leviathan.model.memory`). What is assumed is stated beside the
-figure: the roofline's efficiencies, the memory allowances, and the bytes of raw text per
-token that size the corpus download.
+traced on FakeTensors (`leviathan.model.memory`; an evaluation job's: `leviathan.eval.memory`).
+What is assumed is stated beside the figure: the roofline's efficiencies, the memory
+allowances, and the bytes of raw text per token that size the corpus download.
 
 Corpus size. The corpus is fetched once for every vocabulary of the configured cells; it must
 hold, for each vocabulary, the largest token budget of its cells. The download is sized as
@@ -27,7 +27,8 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell, config_cells
-from leviathan.model.memory import JobMemory, eval_memory, largest_fitting, refusal, train_memory
+from leviathan.eval.memory import eval_memory
+from leviathan.model.memory import JobMemory, largest_fitting, refusal, train_memory
 from leviathan.workflow.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
 
 DEFAULT_MFU = 0.40  # the best mature stacks publish for ~1B models on H100s: `--mfu 0.4`
@@ -192,7 +193,7 @@ EVAL_MFU_SHARE = 0.5
 class EvalPlan:
     """One evaluation job of one cell: tokens through the model, FLOPs, GPU-hours, limit."""
 
-    kind: str
+    evaluation: str
     tokens: int | None  # None: unknown before the data exist (the whole val split)
     flops: float | None
     gpu_hours: float | None  # None on a CPU job or an unknown peak
@@ -297,12 +298,12 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) 
         "lm_eval": lm_eval_tokens(config),
     }
     out = []
-    for kind, n in tokens.items():
+    for evaluation, n in tokens.items():
         if n == 0:
             continue
         flops = None if n is None else float(per_token) * n
         hours = flops / (peak * train_mfu * EVAL_MFU_SHARE) / 3600 if peak and flops else None
-        out.append(EvalPlan(kind, n, flops, hours, res["runtime"] / 60))
+        out.append(EvalPlan(evaluation, n, flops, hours, res["runtime"] / 60))
     return out
 
 
@@ -428,8 +429,8 @@ def dvc_cache_copies(dvc_config: Path | None = None) -> bool:
 
     parser = configparser.ConfigParser()
     parser.read(dvc_config or layout.repo_root() / ".dvc" / "config")
-    kinds = parser.get("cache", "type", fallback="reflink,copy").strip('"').split(",")
-    return "copy" in {k.strip() for k in kinds}
+    cache_types = parser.get("cache", "type", fallback="reflink,copy").strip('"').split(",")
+    return "copy" in {t.strip() for t in cache_types}
 
 
 def render_evaluation(
@@ -442,10 +443,12 @@ def render_evaluation(
         "evaluation: one job per cell and evaluation (config.eval_resources); GPU-hours at "
         f"{EVAL_MFU_SHARE:.0%} of the cell's training MFU (smaller, padded batches)"
     ]
-    kinds = [e.kind for e in plan_evals(config, plans[0].cell, plans[0].mfu)] if plans else []
+    evaluations = (
+        [e.evaluation for e in plan_evals(config, plans[0].cell, plans[0].mfu)] if plans else []
+    )
     lines.append(
         f"{'cell':<40} "
-        + " ".join(f"{k + ' tok':>12}" for k in kinds)
+        + " ".join(f"{k + ' tok':>12}" for k in evaluations)
         + f" {'PFLOP':>8} {'GPU-hours':>10} {'longest job h':>13} {'limit h':>8}"
         + (f" {'GPU memory':>13}" if memory is not None else "")
     )
@@ -455,7 +458,7 @@ def render_evaluation(
         hours = [e.gpu_hours for e in evals if e.gpu_hours is not None]
         total_eval += sum(hours)
         unknown |= any(e.tokens is None for e in evals)
-        over += [f"{p.cell.key} {e.kind}" for e in evals if e.fits is False]
+        over += [f"{p.cell.key} {e.evaluation}" for e in evals if e.fits is False]
         toks = " ".join(
             f"{_count(e.tokens) if e.tokens is not None else 'split':>12}" for e in evals
         )

@@ -112,10 +112,10 @@ def parse_gres_models(out: str) -> set[str]:
     return models
 
 
-def check_named(kind: str, key: str, value: Any, known: set[str] | None, tool: str) -> Check:
-    """Is the profile's `key` (an account or partition) set and known to the cluster?"""
-    name = f"{kind} {value}"
-    fix = f"set default-resources.{key} to your {kind} in the profile's config.yaml"
+def check_named(what: str, key: str, value: Any, known: set[str] | None, tool: str) -> Check:
+    """Is the profile's `key` (`what`: an account or partition) set and known to the cluster?"""
+    name = f"{what} {value}"
+    fix = f"set default-resources.{key} to your {what} in the profile's config.yaml"
     if not value or PLACEHOLDER.match(str(value)):
         return Check(name, False, "still the profile's placeholder", fix)
     if known is None:

@@ -64,10 +64,10 @@ def split_name(name: str) -> tuple[str, str | None]:
     return variant, (tag if sep else None)
 
 
-def _check_plain(where: str, name: Any, kind: str) -> None:
+def _check_plain(where: str, name: Any, what: str) -> None:
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValueError(
-            f"config {where}: {kind} name {name!r} is not a plain name: use letters, digits, "
+            f"config {where}: {what} name {name!r} is not a plain name: use letters, digits, "
             "_, - and . (not first), no @, / or +, e.g. lev_h4 or lr1e-3"
         )
 
