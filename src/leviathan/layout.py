@@ -453,6 +453,19 @@ def dvc_metrics_dir_of(results: str) -> str:
 TABLE_FORMATS = ("csv", "md", "tex")
 PLAIN_TABLE_FORMATS = ("csv", "md")  # tables without a LaTeX rendering (paper_check, resources)
 FIGURE_FORMATS = ("png", "pdf")
+# The report's figures, each `<figures_dir>/<name>.<format>`: drawn by leviathan.report.figures
+# (recon and lev_health by report.lev_figures, along by report.along_figure). Named here, not
+# beside the drawing code, so that reading them (the workflow's parse) imports no plotting library.
+FIGURE_NAMES = (
+    "loss_curves",
+    "frequency",
+    "vocabulary",
+    "ablation",
+    "training",
+    "along",
+    "recon",
+    "lev_health",
+)
 
 
 def table_files(

@@ -143,7 +143,7 @@ def test_figures_say_smoke_test_and_keep_the_paper_apart(
 ) -> None:
     write_report(_config(), "tables", None, metrics_dir="metrics")
     drawn = _figures(monkeypatch)
-    assert set(drawn) == set(figures.FIGURE_NAMES)
+    assert set(drawn) == set(layout.FIGURE_NAMES)
     assert set(drawn) == {"loss_curves", "frequency", "vocabulary", "ablation", "training"} | {
         "along",
         "recon",

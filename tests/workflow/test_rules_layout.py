@@ -12,8 +12,8 @@ from workflow_helpers import ROOT, snakemake, workflow_copy
 from leviathan import layout
 from leviathan.cells import config_cells
 from leviathan.eval.run import enabled_evals
+from leviathan.layout import FIGURE_NAMES
 from leviathan.report.build import PAPER_CHECK, report_inputs
-from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
 from leviathan.report.registry import table_names, table_paths
 from leviathan.report.resources import RESOURCES_TABLE

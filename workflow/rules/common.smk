@@ -1,11 +1,10 @@
 # Shared definitions: the cells of the configured studies (logic in leviathan.workflow,
 # unit-tested there); every path and file name comes from leviathan.layout.
 from leviathan import layout
-from leviathan.layout import WILDCARDS, benchmark_path, log_file
+from leviathan.layout import FIGURE_NAMES, WILDCARDS, benchmark_path, log_file
 from leviathan.cells import Cell, config_cells, wildcard_pattern
 from leviathan.workflow import actions, cluster, launch
 from leviathan.report.build import PAPER_CHECK, report_inputs
-from leviathan.report.figures import FIGURE_NAMES
 from leviathan.report.plots import plot_paths
 from leviathan.report.resources import RESOURCES_TABLE
 from leviathan.report.registry import table_names, table_paths

@@ -46,21 +46,9 @@ from leviathan.report import (
 )
 from leviathan.report.along_figure import along_figure  # noqa: E402
 from leviathan.report.basis import SmokePolicy, caption  # noqa: E402
+from leviathan.report.context import variant_order  # noqa: E402
 from leviathan.report.paper import Paper  # noqa: E402
 from leviathan.train.metrics_log import read_metrics  # noqa: E402
-
-# recon and lev_health: drawn by leviathan.report.lev_figures; along: report.along_figure
-FIGURE_NAMES = [
-    "loss_curves",
-    "frequency",
-    "vocabulary",
-    "ablation",
-    "training",
-    "along",
-    "recon",
-    "lev_health",
-]
-from leviathan.report.context import variant_order  # noqa: E402
 
 
 def loss_curves(

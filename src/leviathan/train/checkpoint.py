@@ -72,7 +72,7 @@ from leviathan.train.integrity import (
 from leviathan.train.kept import list_kept, write_kept
 from leviathan.train.schedule import keep_steps
 
-MANIFEST_KIND = "checkpoint"
+MANIFEST_ARTIFACT_TYPE = "checkpoint"
 log = logging.getLogger("leviathan.train")
 
 
@@ -257,7 +257,7 @@ def _write_manifest(
         final,
         state,
         info,
-        kind=MANIFEST_KIND,
+        artifact_type=MANIFEST_ARTIFACT_TYPE,
         files=files or file_hashes(tmp),
         extra={
             "resumed_from": dict(info.resumed_from) if info.resumed_from else None,

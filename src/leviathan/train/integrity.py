@@ -148,7 +148,7 @@ def write_checkpoint_manifest(
     state: Mapping[str, Any],
     info: Any,
     *,
-    kind: str,
+    artifact_type: str,
     files: Mapping[str, str],
     extra: Mapping[str, Any] | None = None,
 ) -> None:
@@ -158,7 +158,7 @@ def write_checkpoint_manifest(
     the `files` beside the weights), then `extra`."""
     write_manifest(
         tmp / WEIGHTS,
-        artifact_type=kind,
+        artifact_type=artifact_type,
         recorded_path=final / WEIGHTS,
         inputs=info.inputs,
         config=state["train_config"],

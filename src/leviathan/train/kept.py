@@ -56,7 +56,9 @@ def write_kept(
         write_json(tmp / STATE, state)
         if info is not None:
             files = {STATE: sha256_file(tmp / STATE)}
-            write_checkpoint_manifest(tmp, final, state, info, kind=KEPT_ARTIFACT_TYPE, files=files)
+            write_checkpoint_manifest(
+                tmp, final, state, info, artifact_type=KEPT_ARTIFACT_TYPE, files=files
+            )
         publish_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

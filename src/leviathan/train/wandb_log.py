@@ -23,13 +23,13 @@ from leviathan.io import read_json, write_json
 from leviathan.train.config import WandbConfig
 
 RUN_FILE = "wandb.json"  # in the run directory: {"id", "project", "entity", "last_step"}
-SENT_KINDS = ("train", "val", "end")
+SENT_RECORD_TYPES = ("train", "val", "end")  # metrics records sent, by their "kind" field
 
 
 def _scalars(record: Mapping[str, Any]) -> dict[str, float]:
-    kind = record.get("kind", "train")
+    record_type = record.get("kind", "train")
     return {
-        f"{kind}/{k}": float(v)
+        f"{record_type}/{k}": float(v)
         for k, v in record.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "time")
     }
@@ -91,7 +91,7 @@ class WandbRun:
     def write(self, record: Mapping[str, Any]) -> None:
         """One metrics record; those of steps W&B already has from an earlier attempt are not
         sent again."""
-        if record.get("kind") not in SENT_KINDS or "step" not in record:
+        if record.get("kind") not in SENT_RECORD_TYPES or "step" not in record:
             return
         step = int(record["step"])
         if step <= self.sent:
