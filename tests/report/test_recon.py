@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import math
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 import yaml
 from report_cells import write_cell
 from scipy import stats
-from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
+from workflow_helpers import ROOT, audit, snakemake, workflow_copy
 
 from leviathan.cells import Cell
 from leviathan.model import build_model, model_config
@@ -236,12 +235,5 @@ def test_the_recon_study_runs_and_its_table_and_figures_pass_the_audit(tmp_path:
     for name in ("recon", "lev_health"):
         assert (report / f"figures/{name}.png").read_bytes().startswith(b"\x89PNG")
         assert (report / f"figures/{name}.pdf").stat().st_size > 0
-    audit = subprocess.run(
-        [str(BIN / "leviathan"), "audit", str(report / "tables/recon.md")],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=tool_env(),
-        timeout=300,
-    )
-    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-2000:]
+    checked = audit(work, str(report / "tables/recon.md"))
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]

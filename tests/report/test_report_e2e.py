@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import BIN, small_config, snakemake, tool_env, workflow_copy
+from workflow_helpers import BIN, audit, small_config, snakemake, tool_env, workflow_copy
 
 pytestmark = pytest.mark.slow
 
@@ -43,17 +43,6 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = snakemake(work, "--profile", "profiles/local", "all")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return work
-
-
-def audit(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "leviathan"), "audit", *args],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=tool_env(),
-        timeout=300,
-    )
 
 
 def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:

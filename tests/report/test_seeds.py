@@ -6,14 +6,13 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 from scipy import stats
-from workflow_helpers import BIN, ROOT, tool_env
+from workflow_helpers import ROOT, audit
 
 from leviathan import layout
 from leviathan.cells import Cell
@@ -122,14 +121,7 @@ def test_main_table_gives_means_with_student_t_intervals(seeded: Path) -> None:
 
 
 def test_audit_covers_the_intervals(seeded: Path) -> None:
-    out = subprocess.run(
-        [str(BIN / "leviathan"), "audit", "results/report/embedded/tables/main.csv", "--all", "-q"],
-        cwd=seeded,
-        capture_output=True,
-        text=True,
-        env=tool_env(),
-        timeout=300,
-    )
+    out = audit(seeded, "results/report/embedded/tables/main.csv", "--all", "-q")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     manifest = read_json(seeded / "results/report/embedded/tables/main.csv.json")
     ops = {c["op"] for c in manifest["cells"] if c["column"].endswith("_ci95")}
@@ -139,12 +131,5 @@ def test_audit_covers_the_intervals(seeded: Path) -> None:
     frame = pd.read_csv(csv, dtype={"row": str, "stand_in_data": str})
     frame.loc[frame["row"] == "micro/gpt2/leviathan", "val_loss_ci95"] *= 2
     frame.to_csv(csv, index=False, float_format="%.17g")
-    bad = subprocess.run(
-        [str(BIN / "leviathan"), "audit", str(csv), "--cell", "micro/gpt2/leviathan,val_loss_ci95"],
-        cwd=seeded,
-        capture_output=True,
-        text=True,
-        env=tool_env(),
-        timeout=300,
-    )
+    bad = audit(seeded, str(csv), "--cell", "micro/gpt2/leviathan,val_loss_ci95")
     assert bad.returncode == 1

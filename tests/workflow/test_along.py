@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
+from workflow_helpers import ROOT, audit, snakemake, workflow_copy
 
 from leviathan import layout
 from leviathan.cells import Cell
@@ -114,18 +114,5 @@ def test_along_training_evaluations_figure_and_table(work: Path) -> None:
         assert row["tokens_to_target"] == pytest.approx(expected, rel=1e-9)
         assert row["tokens_ratio"] == pytest.approx(tied[-1]["tokens"] / expected, rel=1e-9)
     assert row["evidence"] == "smoke test"
-    out = _audit(work, "results/report/embedded/tables/sample_efficiency_along.csv", "--all")
+    out = audit(work, "results/report/embedded/tables/sample_efficiency_along.csv", "--all")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-
-
-def _audit(work: Path, *args: str):  # type: ignore[no-untyped-def]
-    import subprocess
-
-    return subprocess.run(
-        [str(BIN / "leviathan"), "audit", *args],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=tool_env(),
-        timeout=300,
-    )

@@ -7,14 +7,13 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
+from workflow_helpers import ROOT, audit, snakemake, workflow_copy
 
 from leviathan import layout
 from leviathan.cells import Cell, config_cells
@@ -358,15 +357,8 @@ def test_named_variant_and_tagged_cell_trained_and_reported_from_config_alone(
     metrics = json.loads((tables / "metrics.json").read_text())
     assert metrics["micro/gpt2/lev_h4/seed0"]["recipe"] == "lev.n_heads=4"
     # the audit traces every number, the named cells' evaluations to their own checkpoints
-    audit = subprocess.run(
-        [str(BIN / "leviathan"), "audit", str(tables / "main.csv")],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        env=tool_env(),
-        timeout=300,
-    )
-    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-2000:]
+    checked = audit(work, str(tables / "main.csv"))
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
 
 
 def test_a_named_cells_records_name_its_cell_not_its_base() -> None:

@@ -79,6 +79,18 @@ def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.Compl
     )
 
 
+def audit(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`leviathan audit ARGS` in a workflow copy, as a user runs it there (its output kept)."""
+    return subprocess.run(
+        [str(BIN / "leviathan"), "audit", *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=300,
+    )
+
+
 def job_counts(output: str) -> dict[str, int]:
     table = output[output.index("Job stats:") :]
     return {
