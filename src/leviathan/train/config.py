@@ -293,8 +293,8 @@ class RuntimeConfig:
     @classmethod
     def coerce(cls, d: Mapping[str, Any], where: str = "runtime") -> dict[str, Any]:
         """The values given, converted to their fields' types (ranges unchecked), each block's
-        as a mapping of its own (dotted keys gathered); a key of an earlier release's flat
-        layout is refused with its new place."""
+        as a mapping of its own (dotted keys gathered); a key of the earlier flat layout is
+        refused in one line naming its new place (MOVED_RUNTIME_KEYS)."""
         values: dict[str, Any] = {}
         blocks: dict[str, dict[str, Any]] = {}
         for key, value in d.items():
@@ -339,10 +339,6 @@ _BLOCKS: dict[str, type] = {
     "validation": ValidationConfig,
     "wandb": WandbConfig,
 }
-
-
-def _block_keys(name: str) -> list[str]:
-    return [f.name for f in fields(_BLOCKS[name])]
 
 
 # Flat runtime keys of an earlier layout and the block key each now is: a config that still
