@@ -1,5 +1,5 @@
 """The named scales against what is stated outside the code: README.md's table of scales, the
-recipe of docs/method.md §4 and the paper's figures (config/paper_reported.yaml), with the
+recipe of docs/method.md §4 and the paper's reported numbers (config/paper_reported.yaml), with the
 parameters counted from the built model itself (on the meta device: no memory at any scale)."""
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def test_the_scales_beyond_the_paper_train_on_the_readmes_recipe() -> None:
         assert train.total_tokens / tied == pytest.approx(20, abs=0.05)
 
 
-def test_the_layer_counts_meet_the_papers_parameter_figures() -> None:
+def test_the_layer_counts_meet_the_papers_parameter_numbers() -> None:
     """README.md, "Scales": 16 layers at 400M give the paper's 611M untied (ours 612.0M); at
     1.2B, 14 layers give its +0.20% parameters of Leviathan over tied and 21.6 training tokens
     per (tied) parameter."""

@@ -17,7 +17,7 @@ def test_flags_the_papers_known_inconsistency_and_only_real_ones() -> None:
     assert good.ok  # exp(2.489) = 12.05
 
 
-def test_a_consistent_paper_passes_and_an_edited_figure_is_caught() -> None:
+def test_a_consistent_paper_passes_and_an_edited_number_is_caught() -> None:
     loaded = Paper.load()
     doc = copy.deepcopy(dict(loaded.doc))
     paper = Paper(doc, loaded.path)
@@ -33,7 +33,7 @@ def test_a_consistent_paper_passes_and_an_edited_figure_is_caught() -> None:
     assert not edited.ok
 
 
-def test_other_inconsistencies_of_the_reported_figures_are_flagged() -> None:
+def test_other_inconsistencies_of_the_reported_numbers_are_flagged() -> None:
     checks = {c.what: c for c in consistency_checks()}
     ppl_400m = next(c for w, c in checks.items() if w.startswith("400m: leviathan val PPL change"))
     assert not ppl_400m.ok
@@ -56,7 +56,7 @@ def test_paper_check_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert {r["ok"] for r in rows} == {True, False}
 
 
-def test_the_papers_figures_are_reached_by_scale() -> None:
+def test_the_papers_numbers_are_reached_by_scale() -> None:
     paper = Paper.load()
     assert paper.scales("main") == ["200m", "400m", "1.2b"]
     assert paper.scales("ablation") == ["400m"]

@@ -1,6 +1,6 @@
 """A run below report.smoke_test.below_tokens is labelled a smoke test wherever its numbers appear
-(tables in every format, figures, paper_vs_ours, DVC metrics), and the paper's figures sit beside
-ours only at the same scale."""
+(tables in every format, figures, paper_vs_ours, DVC metrics), and the paper's reported numbers
+sit beside ours only at the same scale."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def test_a_smoke_run_on_cpus_says_that_no_paper_number_is_reproduced(study: Path
     assert "2 cells of study ``embedded`` (scales: micro; 30,720 tokens each)" in text
     assert "2 of 2 cells are smoke tests, trained on fewer than 30,721 tokens" in text
     assert "a stated reason" in text
-    # micro is not a scale the paper reports: none of its figures has ours beside it
+    # micro is not a scale the paper reports: none of its reported numbers has ours beside it
     assert paper["ours"].isna().all()
     assert f"none of the paper's {len(paper)} reported figures has ours at the same scale" in text
     assert "no number of the paper is reproduced by this run" in text

@@ -1,4 +1,5 @@
-"""Table building at a paper scale: our rows meet the paper's figures (evaluation files written here)."""
+"""Table building at a paper scale: our rows meet the paper's reported numbers (evaluation files
+written here)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def at_200m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReportInputs:
     return ReportInputs({"main": study}, RESULTS, ["val"], str(reported_path()))
 
 
-def test_our_rows_meet_the_papers_figures(at_200m: ReportInputs) -> None:
+def test_our_rows_meet_the_papers_numbers(at_200m: ReportInputs) -> None:
     tables = build_tables(at_200m, DocumentCache())
     assert (
         list(tables)
@@ -172,10 +173,10 @@ def test_paper_vs_ours_lists_the_tables_paper_cells_and_the_audit_checks_every_t
         if column != "paper" or labels["table"] not in tables:
             continue
         ours = f"{labels['scale']}/o200k_base/{labels['variant']}"
-        if ours in tables[labels["table"]].rows:  # the same figure, the same source
+        if ours in tables[labels["table"]].rows:  # the same number, the same source
             assert tables[labels["table"]].specs[ours, f"paper_{labels['quantity']}"] == spec
             compared += 1
-    assert compared == 7  # main at 200m: 2 figures of tied, 5 of leviathan
+    assert compared == 7  # main at 200m: 2 numbers of tied, 5 of leviathan
     assert "ablation/400m/untied/params" in pvo.rows  # every scale the paper reports
 
     from leviathan.report.audit import Auditor

@@ -1,1 +1,1 @@
-"""Reporting: the paper's tables and figures from the evaluation outputs, beside the paper's figures, and the audit of every number."""
+"""Reporting: the paper's tables and figures from the evaluation outputs, beside the paper's reported numbers, and the audit of every number."""

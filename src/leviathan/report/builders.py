@@ -37,7 +37,7 @@ from leviathan.report.context import (
     seeded,
     tied_and_leviathan,
 )
-from leviathan.report.paper import MAIN_PAPER_FIGURES, PAPER_TASKS, paper_value
+from leviathan.report.paper import MAIN_PAPER_NUMBERS, PAPER_TASKS, paper_value
 from leviathan.report.table import Table
 
 CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", *BASIS_COLUMNS]
@@ -83,7 +83,7 @@ MAIN_CI_COLUMNS = (
 def main_table(ctx: Context, name: str) -> Table:
     evals = EvalColumns(ctx.inp, ctx.docs)
     cols = evals.formats(MAIN_COLUMNS)
-    cols |= {f"paper_{col}": cols.get(col, "pct") for col in MAIN_PAPER_FIGURES}
+    cols |= {f"paper_{col}": cols.get(col, "pct") for col in MAIN_PAPER_NUMBERS}
     t = Table(
         name,
         "Main results: validation loss (the evaluation's, over its configured sample of the "
@@ -432,8 +432,8 @@ def sample_efficiency_table(ctx: Context, name: str) -> Table:
 
 
 def paper_vs_ours(ctx: Context, name: str) -> Table:
-    """The paper's point figures (the tables' `paper_*` cells, for every scale it reports)
-    beside ours: the same table's cell, empty where that scale was not run."""
+    """The paper's reported point numbers (the tables' `paper_*` cells, for every scale it
+    reports) beside ours: the same table's cell, empty where that scale was not run."""
     t = Table(
         name,
         "The paper's reported figures beside ours at the same scale (ours empty where that scale "
@@ -445,23 +445,23 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
         ["table", "scale", "variant", "quantity", *BASIS_COLUMNS],
         {"paper": "num", "ours": "num", "difference": "num"},
     )
-    for fig in ctx.figures:
+    for number in ctx.paper_numbers:
         ours, basis = None, {}
-        if fig.table in ctx.tables and fig.row in ctx.tables[fig.table].rows:
-            ours = ctx.tables[fig.table].specs.get((fig.row, fig.quantity))
-            basis = {c: ctx.tables[fig.table].rows[fig.row].get(c) for c in BASIS_COLUMNS}
+        if number.table in ctx.tables and number.row in ctx.tables[number.table].rows:
+            ours = ctx.tables[number.table].specs.get((number.row, number.quantity))
+            basis = {c: ctx.tables[number.table].rows[number.row].get(c) for c in BASIS_COLUMNS}
         row = t.add_row(
-            f"{fig.table}/{fig.scale}/{fig.key}/{fig.quantity}",
-            table=fig.table,
-            scale=fig.scale,
-            variant=fig.key,
-            quantity=fig.quantity,
+            f"{number.table}/{number.scale}/{number.key}/{number.quantity}",
+            table=number.table,
+            scale=number.scale,
+            variant=number.key,
+            quantity=number.quantity,
             **(basis if ours is not None else {}),
         )
-        t.set(row, "paper", fig.spec)
+        t.set(row, "paper", number.spec)
         t.set(row, "ours", ours)
         if ours is not None:
-            t.set(row, "difference", ValueSpec("diff_of", parts=(fig.spec, ours)))
+            t.set(row, "difference", ValueSpec("diff_of", parts=(number.spec, ours)))
     return t
 
 

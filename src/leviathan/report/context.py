@@ -1,5 +1,5 @@
 """What the report's tables are built from: the configured studies grouped into configurations,
-the files read, the paper's figures, and the tables built so far."""
+the files read, the paper's reported numbers, and the tables built so far."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from leviathan.cells import Cell, study_cells
 from leviathan.report.basis import SmokePolicy, basis_labels, recipe_label
 from leviathan.report.cellmap import DocumentCache
-from leviathan.report.paper import Paper, PaperFigure
+from leviathan.report.paper import Paper, PaperNumber
 from leviathan.report.table import Table
 
 # (scale, vocab, variant) -> its cells, one per seed: a configuration, its seeds averaged
@@ -84,13 +84,13 @@ class ReportInputs:
 
 @dataclass
 class Context:
-    """What a table is built from: the inputs, the files read, the paper's figures, and the
-    tables built before it (in the registry's order)."""
+    """What a table is built from: the inputs, the files read, the paper's reported numbers, and
+    the tables built before it (in the registry's order)."""
 
     inp: ReportInputs
     docs: DocumentCache
     paper: Paper
-    figures: list[PaperFigure]
+    paper_numbers: list[PaperNumber]
     tables: dict[str, Table] = field(default_factory=dict)
 
     def basis(self, cells: Sequence[Cell]) -> dict[str, str]:
@@ -102,7 +102,7 @@ class Context:
         return recipe_label(cells, self.docs, self.inp.train)
 
     def set_paper(self, t: Table, row: str) -> None:
-        """The paper's figures for one of our rows, in its `paper_*` columns."""
-        for fig in self.figures:
-            if (fig.table, fig.row) == (t.name, row):
-                t.set(row, f"paper_{fig.quantity}", fig.spec)
+        """The paper's reported numbers for one of our rows, in its `paper_*` columns."""
+        for number in self.paper_numbers:
+            if (number.table, number.row) == (t.name, row):
+                t.set(row, f"paper_{number.quantity}", number.spec)

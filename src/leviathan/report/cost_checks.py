@@ -1,7 +1,7 @@
-"""The paper's cost claims (parameters, FLOPs), recomputed by the model's own counter and set beside the reported figures.
+"""The paper's cost claims (parameters, FLOPs), recomputed by the model's own counter and set beside the reported numbers.
 
 Each check states what the paper reports, what our model gives, their relative difference,
-and, where the reconstruction cannot reproduce the figure, why.
+and, where the reconstruction cannot reproduce the number, why.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ TOLERANCE = 0.01  # relative
 
 @dataclass(frozen=True)
 class CostCheck:
-    """One cost claim of the paper beside our counter's figure (relative difference within TOLERANCE: ok)."""
+    """One cost claim of the paper beside our counter's number (relative difference within TOLERANCE: ok)."""
 
     claim: str
     paper: float

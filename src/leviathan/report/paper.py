@@ -1,8 +1,8 @@
-"""The paper's reported figures (config/paper_reported.yaml, their one home) and where they sit
+"""The paper's reported numbers (config/paper_reported.yaml, their one home) and where they sit
 in our tables.
 
 `Paper` is the one way to reach them, with accessors by section and scale and the JSON pointer of
-each figure (what a report cell records as its source); `paper_figures` places each point figure
+each number (what a report cell records as its source); `paper_numbers` places each point number
 as a value of the table, row and column it compares with (the tables' `paper_*` columns and the
 rows of paper_vs_ours)."""
 
@@ -39,7 +39,7 @@ def _load(path: Path) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class Paper:
-    """The paper's figures. Sections other than `vocabulary` are keyed by scale (`main`,
+    """The paper's reported numbers. Sections other than `vocabulary` are keyed by scale (`main`,
     `downstream`, `ablation`, `frequency`, `sample_efficiency`; `cost` beside its
     scale-free claims): `paper.ablation("400m")["leviathan"]["gain"]`."""
 
@@ -68,11 +68,11 @@ class Paper:
         return self._at("ablation", scale)
 
     def cost(self, scale: str | None = None) -> Mapping[str, Any]:
-        """The cost claims, or (with a scale) the cost figures of that scale."""
+        """The cost claims, or (with a scale) the cost numbers of that scale."""
         return self.doc["cost"] if scale is None else self._at("cost", scale)
 
     def pointer(self, *keys: str | int) -> str | None:
-        """The JSON pointer of a reported figure (e.g. "main", "400m", "tied", "val_loss"),
+        """The JSON pointer of a reported number (e.g. "main", "400m", "tied", "val_loss"),
         None where the paper does not report it."""
         node: Any = self.doc
         for k in keys:
@@ -90,7 +90,7 @@ PAPER_MAIN_VOCAB = "o200k_base"  # the paper's main study and ablation use o200k
 # main-table column -> the paper's key for it under `main.<scale>.<variant>` (paper_reported.yaml)
 # and the op that gives our column's quantity: the paper states its val PPL change (negative =
 # better); our val_ppl_gain is its negative (GAIN_CONVENTION: positive = better)
-MAIN_PAPER_FIGURES = {
+MAIN_PAPER_NUMBERS = {
     "val_loss": ("val_loss", "mean"),
     "val_ppl": ("val_ppl", "mean"),
     "val_ppl_gain": ("val_ppl_change", "neg"),
@@ -100,15 +100,15 @@ MAIN_PAPER_FIGURES = {
 
 
 def paper_value(paper: Paper, *keys: str | int, op: str = "mean") -> ValueSpec | None:
-    """A reported figure as a table value (config/paper_reported.yaml is recorded and hashed like any
+    """A reported number as a table value (config/paper_reported.yaml is recorded and hashed like any
     input); None where the paper does not report it."""
     pointer = paper.pointer(*keys)
     return ValueSpec(op, (Source(paper.path, pointer),)) if pointer else None
 
 
 @dataclass(frozen=True)
-class PaperFigure:
-    """A point figure of the paper and where it sits in our tables: column `paper_<quantity>`
+class PaperNumber:
+    """A point number of the paper and where it sits in our tables: column `paper_<quantity>`
     of row `<scale>/o200k_base/<key>` of `table` (key: a variant, or a frequency bucket)."""
 
     table: str
@@ -122,38 +122,38 @@ class PaperFigure:
         return f"{self.scale}/{PAPER_MAIN_VOCAB}/{self.key}"
 
 
-# the paper's frequency figures -> (our bucket label, column); its "> 1M" is our ">=1000000"
-FREQUENCY_PAPER_FIGURES = {
+# the paper's frequency numbers -> (our bucket label, column); its "> 1M" is our ">=1000000"
+FREQUENCY_PAPER_NUMBERS = {
     "bucket_1_9_ppl_gain": ("1-9", "ppl_gain"),
     "bucket_1_9_loss_gain_nats": ("1-9", "loss_gain_nats"),
     "bucket_over_1m_gain": (">=1000000", "ppl_gain"),
 }
-# the paper's cost figures of a scale (leviathan vs tied) -> cost-table column
-COST_PAPER_FIGURES = {"param_overhead": "params_overhead", "flop_overhead": "flops_overhead"}
-ABLATION_PAPER_FIGURES = ("val_loss", "gain", "params")
+# the paper's cost numbers of a scale (leviathan vs tied) -> cost-table column
+COST_PAPER_NUMBERS = {"param_overhead": "params_overhead", "flop_overhead": "flops_overhead"}
+ABLATION_PAPER_NUMBERS = ("val_loss", "gain", "params")
 
 
-def paper_figures(paper: Paper) -> list[PaperFigure]:
-    """Every point figure of the paper beside the cell of ours it compares with: the tables'
-    `paper_*` values and the rows of paper_vs_ours. A table's figures are the section of the
+def paper_numbers(paper: Paper) -> list[PaperNumber]:
+    """Every point number of the paper beside the cell of ours it compares with: the tables'
+    `paper_*` values and the rows of paper_vs_ours. A table's numbers are the section of the
     same name in config/paper_reported.yaml. (Its vocabulary study is a range over
     vocabularies, not a point: the vocabulary table shows it on every row.)"""
-    out: list[PaperFigure] = []
+    out: list[PaperNumber] = []
 
     def add(table: str, scale: str, key: str, quantity: str, *path: str, op: str = "mean") -> None:
         spec = paper_value(paper, table, scale, *path, op=op)
         if spec is not None:
-            out.append(PaperFigure(table, scale, key, quantity, spec))
+            out.append(PaperNumber(table, scale, key, quantity, spec))
 
     for scale in paper.scales("main"):
-        for variant, figs in paper.main(scale).items():
-            if not isinstance(figs, Mapping):
+        for variant, numbers in paper.main(scale).items():
+            if not isinstance(numbers, Mapping):
                 continue  # the scale's training tokens
-            for col, (key, op) in MAIN_PAPER_FIGURES.items():
+            for col, (key, op) in MAIN_PAPER_NUMBERS.items():
                 add("main", scale, variant, col, variant, key, op=op)
     for scale in paper.scales("ablation"):
         for variant in paper.ablation(scale):
-            for col in ABLATION_PAPER_FIGURES:
+            for col in ABLATION_PAPER_NUMBERS:
                 add("ablation", scale, variant, col, variant, col)
     for scale in paper.scales("downstream"):
         for variant, accuracies in paper.downstream(scale).items():
@@ -163,14 +163,14 @@ def paper_figures(paper: Paper) -> list[PaperFigure]:
             if all(tasks):
                 sources = tuple(s for spec in tasks for s in spec.sources)  # type: ignore[union-attr]
                 out.append(
-                    PaperFigure("downstream", scale, variant, "mean", ValueSpec("mean", sources))
+                    PaperNumber("downstream", scale, variant, "mean", ValueSpec("mean", sources))
                 )
         add("downstream", scale, "leviathan", "gain_points", "mean_gain_points")
     for scale in paper.scales("frequency"):
-        for key, (bucket, col) in FREQUENCY_PAPER_FIGURES.items():
+        for key, (bucket, col) in FREQUENCY_PAPER_NUMBERS.items():
             add("frequency", scale, bucket, col, key)
     for scale in paper.scales("cost"):
-        for key, col in COST_PAPER_FIGURES.items():
+        for key, col in COST_PAPER_NUMBERS.items():
             add("cost", scale, "leviathan", col, key)
     for scale in paper.scales("sample_efficiency"):
         add("sample_efficiency", scale, "leviathan", "tokens_ratio", "tokens_ratio")

@@ -1,6 +1,6 @@
 """The paper's internal consistency, checked from config/paper_reported.yaml (its one home).
 
-Each check recomputes a reported figure from the other figures it is derived from, e.g.
+Each check recomputes a reported number from the other numbers it is derived from, e.g.
 perplexity = exp(loss), a relative gain from the two losses, a mean gain from the per-task
 numbers, and flags what does not add up (the 1.2B leviathan row reports loss 2.402 and PPL
 10.94, but exp(2.402) = 11.05). A reproduction that derives PPL from loss shows the same
@@ -21,7 +21,7 @@ class Consistency:
     what: str
     reported: float
     recomputed: float
-    tolerance: float  # absolute: the reported figure's rounding
+    tolerance: float  # absolute: the reported number's rounding
 
     @property
     def ok(self) -> bool:

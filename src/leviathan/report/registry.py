@@ -3,7 +3,7 @@ studies yield it, how it is built and the files it is written to. The report rul
 and the report itself both read it.
 
 Tables (the paper's: config/paper_reported.yaml): main, downstream, ablation, vocabulary, frequency,
-sample_efficiency, cost, paper_vs_ours (every reported figure beside ours, where we trained
+sample_efficiency, cost, paper_vs_ours (every reported number beside ours, where we trained
 that scale) and metrics (per cell and seed); ours alone: recon (LEV's reconstruction choices,
 where the config has a study named `recon`: leviathan.report.recon).
 """
@@ -31,7 +31,7 @@ from leviathan.report.builders import (
 )
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import Context, ReportInputs, tied_and_leviathan
-from leviathan.report.paper import Paper, paper_figures
+from leviathan.report.paper import Paper, paper_numbers
 from leviathan.report.recon import recon_groups, recon_table
 from leviathan.report.table import Table
 
@@ -93,7 +93,7 @@ def table_names(inp: ReportInputs) -> list[str]:
 def build_tables(inp: ReportInputs, docs: DocumentCache) -> dict[str, Table]:
     """Every table the configured studies yield, in report order."""
     paper = Paper(docs.get(inp.paper_path), inp.paper_path)
-    ctx = Context(inp, docs, paper, paper_figures(paper))
+    ctx = Context(inp, docs, paper, paper_numbers(paper))
     for name in table_names(inp):
         ctx.tables[name] = TABLES[name].build(ctx, name)
         ctx.tables[name].smoke_note = inp.smoke.note()

@@ -28,8 +28,8 @@ class ReportCsvs:
     """The report's CSVs the status reads."""
 
     metrics: str | os.PathLike[str]  # one row per cell
-    paper_vs_ours: str | os.PathLike[str]  # the paper's point figures beside ours
-    paper_check: str | os.PathLike[str]  # the paper's figures checked against each other
+    paper_vs_ours: str | os.PathLike[str]  # the paper's reported point numbers beside ours
+    paper_check: str | os.PathLike[str]  # the paper's reported numbers checked against each other
 
     def paths(self) -> list[str]:
         return [str(self.metrics), str(self.paper_vs_ours), str(self.paper_check)]
@@ -45,10 +45,10 @@ class StudyStatus:
     devices: tuple[str, ...]  # each cell's training device, from its final checkpoint
     full_cells: int  # cells at or above the smoke-test size (report.smoke_test)
     stand_in_cells: int  # cells with a number computed on offline stand-in data
-    paper_figures: int  # the paper's reported point figures (paper_vs_ours rows)
-    paper_figures_ours: int  # of those, with ours at the same scale
-    paper_figures_full: int  # of those, with ours from full runs
-    paper_checked: int  # the paper's figures checked against each other (paper_check)
+    paper_numbers: int  # the paper's reported point numbers (paper_vs_ours rows)
+    paper_numbers_ours: int  # of those, with ours at the same scale
+    paper_numbers_full: int  # of those, with ours from full runs
+    paper_checked: int  # the paper's reported numbers checked against each other (paper_check)
     paper_inconsistent: int  # of those, not following from the others
     smoke: SmokePolicy
 
@@ -59,20 +59,20 @@ class StudyStatus:
     def items(self) -> list[tuple[str, str]]:
         """(what, status) pairs, the headline first."""
         n = self.cells
-        if self.paper_figures_full:
+        if self.paper_numbers_full:
             headline = (
-                f"{self.paper_figures_full} of the paper's {self.paper_figures} reported figures "
+                f"{self.paper_numbers_full} of the paper's {self.paper_numbers} reported figures "
                 "have ours beside them from full runs at the same scale (``paper_vs_ours``)."
             )
-        elif self.paper_figures_ours:
+        elif self.paper_numbers_ours:
             headline = (
-                f"none of the paper's {self.paper_figures} reported figures has ours from a full "
+                f"none of the paper's {self.paper_numbers} reported figures has ours from a full "
                 "run at the same scale: no number of the paper is reproduced by this run "
-                f"({self.paper_figures_ours} have ours from smoke tests)."
+                f"({self.paper_numbers_ours} have ours from smoke tests)."
             )
         else:
             headline = (
-                f"none of the paper's {self.paper_figures} reported figures has ours at the same "
+                f"none of the paper's {self.paper_numbers} reported figures has ours at the same "
                 "scale (this run trains none of the paper's scales): no number of the paper is "
                 "reproduced by this run."
             )
@@ -145,9 +145,9 @@ def study_status(
         stand_in_cells=int(metrics[STAND_IN_COLUMN].fillna("").astype(bool).sum())
         if STAND_IN_COLUMN in metrics
         else 0,
-        paper_figures=len(paper),
-        paper_figures_ours=len(ours),
-        paper_figures_full=int((ours["evidence"] == FULL).sum()),
+        paper_numbers=len(paper),
+        paper_numbers_ours=len(ours),
+        paper_numbers_full=int((ours["evidence"] == FULL).sum()),
         paper_checked=len(check),
         paper_inconsistent=int((~check["ok"].astype(bool)).sum()),
         smoke=smoke,
