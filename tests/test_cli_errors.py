@@ -65,7 +65,7 @@ def test_train_reads_3e_minus_4_as_the_number(
     [
         (
             ("--runtime", "validation.every=often"),
-            "--runtime validation: every='often' is not an integer",
+            "--runtime: validation.every='often' is not an integer",
         ),
         (("--set", "lr=fast"), "--set: lr='fast' is not a number: give a number, e.g. lr=3e-4"),
         (("--set", "speed=3"), "--set: unknown key 'speed'"),
@@ -78,8 +78,15 @@ def test_train_reads_3e_minus_4_as_the_number(
         (("--runtime", "checkpoint.every=-1"), "runtime checkpoint.every=-1 must be >= 0"),
         (("--runtime", "checkpoint.keep_last=0"), "runtime checkpoint.keep_last=0 must be >= 1"),
         (("--runtime", "ckpt_every=4"), "--runtime: ckpt_every is now checkpoint.every"),
-        (("--runtime", "wandb=true"), "--runtime: wandb=True: wandb is a block of its own keys"),
-        (("--runtime", "checkpoint.often=4"), "--runtime checkpoint: unknown key 'often'"),
+        (("--runtime", "wandb=true"), "--runtime: wandb=True is now wandb.enabled: write wandb: "),
+        (
+            ("--runtime", "validation=5"),
+            "--runtime: validation=5: validation is a block of its own",
+        ),
+        (
+            ("--runtime", "checkpoint.often=4"),
+            "--runtime: unknown key checkpoint.often: valid keys are checkpoint.every",
+        ),
         (("--runtime", "dist_timeout_s=0"), "runtime dist_timeout_s=0 must be >= 1 (seconds)"),
         (("--runtime", "device=bogus"), "runtime device='bogus' is not a device: use auto, cpu"),
         (("--runtime", "device=cuda:x"), "runtime device='cuda:x' is not a device"),
@@ -201,3 +208,22 @@ def test_target_of_a_cell_in_no_study_names_the_config_that_runs_it(
         out.strip()
         == "results/runs/embedded/tiny/gpt2/leviathan/seed0/checkpoints/final/state.json"
     )
+
+
+def test_train_runtime_blocks_merge_key_by_key() -> None:
+    """`--runtime` over a `--config` file's runtime: a block's keys one by one, so that setting
+    one key of a block leaves the file's other keys of it as they are."""
+    from leviathan.commands.train import runtime_config
+
+    from_file = {"checkpoint": {"every": 4, "keep_last": 3}, "validation": {"windows": 8}}
+    dotted = runtime_config(from_file, ["checkpoint.every=2"], Path("run.yaml"))
+    assert (dotted.checkpoint.every, dotted.checkpoint.keep_last) == (2, 3)
+    assert dotted.validation.windows == 8
+    whole = runtime_config(from_file, ["checkpoint={background: false}"], None)
+    assert (whole.checkpoint.every, whole.checkpoint.keep_last) == (4, 3)
+    assert whole.checkpoint.background is False
+    with pytest.raises(
+        ValueError,
+        match=r"^run.yaml runtime: / --runtime: runtime checkpoint.every=-1 must be >= 0",
+    ):
+        runtime_config(from_file, ["checkpoint.every=-1"], Path("run.yaml"))

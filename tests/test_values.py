@@ -138,5 +138,5 @@ def test_train_and_runtime_configs_read_values_as_written() -> None:
     runtime = RuntimeConfig.from_dict({"validation": {"every": "20"}, "threads": None})
     assert runtime.validation.every == 20
     assert RuntimeConfig.from_dict({"validation.every": "20"}) == runtime  # --runtime's form
-    with pytest.raises(ValueError, match=r"^--runtime validation: every='often' is not an int"):
+    with pytest.raises(ValueError, match=r"^--runtime: validation.every='often' is not an int"):
         RuntimeConfig.from_dict({"validation": {"every": "often"}}, "--runtime")

@@ -165,23 +165,29 @@ _SCALARS: dict[Any, tuple[str, Any]] = {
 }
 
 
-def coerce(cls: type, values: Mapping[str, Any], where: str) -> dict[str, Any]:
+def coerce(cls: type, values: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
     """`values` checked against the dataclass `cls`'s fields and converted to their types.
 
-    `where` names the source in errors (e.g. "config train.micro", "--set"). Unknown keys and
-    values of the wrong type raise a one-line ValueError naming the fix."""
+    `where` names the source in errors (e.g. "config train.micro", "--set"), `prefix` the block
+    the keys belong to (`checkpoint.`: a key is named `checkpoint.every` in errors). Unknown keys
+    and values of the wrong type raise a one-line ValueError naming the fix."""
     hints = typing.get_type_hints(cls)
     known = [f.name for f in dataclasses.fields(cls)]
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in hints or key not in known:
-            raise ValueError(f"{where}: unknown key {key!r}: valid keys are {', '.join(known)}")
+            raise ValueError(
+                f"{where}: unknown key {prefix}{key}: valid keys are "
+                f"{', '.join(prefix + k for k in known)}"
+                if prefix
+                else f"{where}: unknown key {key!r}: valid keys are {', '.join(known)}"
+            )
         try:
             out[key] = _convert(hints[key], value)
         except TypeError as exc:
-            example = _example(hints[key], key)
+            example = _example(hints[key], prefix + key)
             raise ValueError(
-                f"{where}: {key}={value!r} is not {exc}: give {exc}, e.g. {example}"
+                f"{where}: {prefix}{key}={value!r} is not {exc}: give {exc}, e.g. {example}"
             ) from None
     return out
 

@@ -73,6 +73,11 @@ def test_exponent_numbers_are_floats_in_the_resolved_config(tmp_path: Path) -> N
             "config runtime.checkpoint.keep_last: 0 is less than the minimum",
         ),
         (
+            {"runtime": {"wandb": True}},
+            "config runtime.wandb is now runtime.wandb.enabled: write runtime: "
+            "{wandb: {enabled: true}}",
+        ),
+        (
             {"runtime": {"keep_last": 0}},
             "config runtime.keep_last is now runtime.checkpoint.keep_last: write runtime: "
             "{checkpoint: {keep_last: 0}}",

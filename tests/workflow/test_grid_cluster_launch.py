@@ -125,7 +125,12 @@ def test_runtime_and_resource_defaults_have_one_home() -> None:
     """The schema names the keys; their defaults live in the code (no second copy to drift)."""
     from dataclasses import fields
 
-    from leviathan.train.config import RuntimeConfig
+    from leviathan.train.config import (
+        CheckpointConfig,
+        RuntimeConfig,
+        ValidationConfig,
+        WandbConfig,
+    )
     from leviathan.workflow.cluster import RESOURCE_DEFAULTS, SLURM_KEYS
 
     schema = yaml.safe_load(
@@ -136,6 +141,12 @@ def test_runtime_and_resource_defaults_have_one_home() -> None:
     assert set(runtime) == {f.name for f in fields(RuntimeConfig)}
     assert set(res) == set(RESOURCE_DEFAULTS) | set(SLURM_KEYS)
     assert [k for k, v in {**runtime, **res}.items() if "default" in v] == []
+    # each runtime block's keys are its component config's fields, with no defaults either
+    blocks = {"checkpoint": CheckpointConfig, "validation": ValidationConfig, "wandb": WandbConfig}
+    for name, block in blocks.items():
+        keys = runtime[name]["properties"]
+        assert set(keys) == {f.name for f in fields(block)}, name
+        assert [k for k, v in keys.items() if "default" in v] == [], name
 
 
 def test_workflow_runtime_defaults_reach_the_training_job() -> None:

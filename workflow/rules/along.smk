@@ -17,7 +17,7 @@ rule eval_val_along:
     output:
         layout.along_output(WILDCARDS, "{step}"),
     params:
-        evaluation="val",
+        kind="val",  # the evaluation, as workflow/scripts/evaluate.py reads it
         settings=eval_run.result_settings(EVAL_CFG, "val"),  # its rerun trigger
         run_dir=lambda wc: layout.kept_checkpoint(cell_of(wc), wc.step),
     wildcard_constraints:

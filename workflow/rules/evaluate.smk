@@ -64,7 +64,9 @@ for _evaluation in eval_run.CHECKPOINT_EVALS:
             layout.eval_output(WILDCARDS, _evaluation),
             **EVAL_EXTRA_OUTPUTS.get(_evaluation, {}),
         params:
-            evaluation=_evaluation,
+            # named `kind` as workflow/scripts/evaluate.py reads it: a change to that script
+            # would rerun every finished evaluation of every study (Snakemake's mtime trigger)
+            kind=_evaluation,
             settings=eval_run.result_settings(EVAL_CFG, _evaluation),  # its rerun trigger
             run_dir=lambda wc, input: layout.run_of(input.final),
         conda:

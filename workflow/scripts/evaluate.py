@@ -1,5 +1,4 @@
-"""Rules eval_val / eval_wikitext / eval_lm_eval / eval_val_along: one evaluation
-(params.evaluation)."""
+"""Rules eval_val / eval_wikitext / eval_lm_eval / eval_val_along: one evaluation (params.kind)."""
 
 from leviathan.workflow.actions import evaluate
 from leviathan.workflow.logs import rule_log
@@ -7,4 +6,4 @@ from leviathan.workflow.logs import rule_log
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)
 extra = {k: sm.input[k] for k in ("val", "counts", "word_counts") if k in sm.input.keys()}
-evaluate(sm.params.evaluation, sm.params.run_dir, sm.output[0], sm.config, **extra)
+evaluate(sm.params.kind, sm.params.run_dir, sm.output[0], sm.config, **extra)

@@ -74,6 +74,18 @@ def _config_file(path: Path) -> dict[str, dict[str, Any]]:
     return {section: dict(content.get(section) or {}) for section in ("train", "runtime")}
 
 
+def runtime_config(
+    from_file: dict[str, Any], assignments: list[str], config: Path | None
+) -> RuntimeConfig:
+    """The run's runtime: a `--config` file's `runtime:` section, then the `--runtime`
+    assignments. A block's keys merge one by one (`--runtime checkpoint.every=2` leaves the
+    file's other checkpoint keys as they are, and so does a block written whole on the command
+    line)."""
+    values = {**flatten(from_file), **flatten(parse_assignments(assignments, "--runtime"))}
+    where = f"{config} runtime: / --runtime" if config else "--runtime"
+    return RuntimeConfig.from_dict(values, where)
+
+
 def _resume_hint(run_dir: Path) -> str:
     from leviathan.layout import checkpoints_dir
     from leviathan.train.checkpoint import latest_checkpoint
@@ -93,9 +105,7 @@ def run(args: argparse.Namespace) -> int:
     train_values = {**file_cfg.get("train", {}), **parse_assignments(args.set, "--set")}
     where = f"{args.config} train: / --set" if args.config else "--set"
     cfg = train_config(args.scale, args.vocab, args.variant, where, seed=args.seed, **train_values)
-    runtime_values = {**file_cfg.get("runtime", {}), **parse_assignments(args.runtime, "--runtime")}
-    where = f"{args.config} runtime: / --runtime" if args.config else "--runtime"
-    runtime = RuntimeConfig.from_dict(runtime_values, where)
+    runtime = runtime_config(file_cfg.get("runtime", {}), args.runtime, args.config)
     try:
         result = train(
             cfg, train_bins=args.train, val_bin=args.val, run_dir=args.run_dir, runtime=runtime

@@ -14,6 +14,7 @@ peak learning rate) is the scale's (`leviathan.scales`). The paper gives no warm
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -216,7 +217,7 @@ class WandbConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in (None, "online", "offline", "disabled"):
-            raise ValueError(f"wandb.mode={self.mode!r}: use online, offline or disabled")
+            raise ValueError(f"runtime wandb.mode={self.mode!r}: use online, offline or disabled")
 
 
 @dataclass(frozen=True)
@@ -309,8 +310,13 @@ class RuntimeConfig:
                 values[key] = value
             elif dotted:
                 blocks.setdefault(name, {})[sub] = value
-            elif isinstance(value, Mapping):
-                blocks.setdefault(name, {}).update(value)
+            elif isinstance(value, Mapping) or value is None:  # None: a block left empty
+                blocks.setdefault(name, {}).update(value or {})
+            elif name == "wandb" and isinstance(value, bool):
+                raise ValueError(
+                    f"{where}: wandb={value!r} is now wandb.enabled: write wandb: {{enabled: "
+                    f"{json.dumps(value)}}} (or --runtime wandb.enabled={json.dumps(value)})"
+                )
             else:
                 raise ValueError(
                     f"{where}: {name}={value!r}: {name} is a block of its own keys "
@@ -321,7 +327,7 @@ class RuntimeConfig:
             blocks["checkpoint"]["keep_at"] = _steps_text(blocks["checkpoint"]["keep_at"])
         out = coerce(cls, values, where)
         for name, block in blocks.items():
-            out[name] = coerce(_BLOCKS[name], block, f"{where} {name}")
+            out[name] = coerce(_BLOCKS[name], block, where, prefix=f"{name}.")
         return out
 
 

@@ -14,6 +14,7 @@ will use.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields
@@ -90,12 +91,13 @@ def check_moved(config: Mapping[str, Any]) -> None:
     from leviathan.train.config import MOVED_RUNTIME_KEYS
 
     runtime = config.get("runtime") or {}
-    for key in runtime if isinstance(runtime, Mapping) else ():
-        if key in MOVED_RUNTIME_KEYS:
-            block, sub = MOVED_RUNTIME_KEYS[key].split(".")
+    moved = dict(MOVED_RUNTIME_KEYS, wandb="wandb.enabled")  # runtime.wandb was a switch
+    for key, value in runtime.items() if isinstance(runtime, Mapping) else ():
+        if key in moved and not (key == "wandb" and not isinstance(value, bool)):
+            block, sub = moved[key].split(".")
             raise ValueError(
                 f"config runtime.{key} is now runtime.{block}.{sub}: write "
-                f"runtime: {{{block}: {{{sub}: {runtime[key]!r}}}}}"
+                f"runtime: {{{block}: {{{sub}: {json.dumps(value)}}}}}"
             )
     if "wandb" in config:
         raise ValueError(
