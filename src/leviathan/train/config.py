@@ -14,6 +14,7 @@ peak learning rate) is the scale's (`leviathan.scales`). The paper gives no warm
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -393,13 +394,17 @@ def _check_minima(config: Any, block: str) -> None:
 WORKFLOW_RUNTIME: dict[str, Any] = {"progress": False, "restart_on_mismatch": True}
 
 
-def workflow_runtime(config_runtime: dict[str, Any] | None) -> RuntimeConfig:
+def workflow_runtime(config_runtime: Mapping[str, Any] | None) -> RuntimeConfig:
     """The runtime of a workflow training job: RuntimeConfig's defaults, the workflow's
-    choices (WORKFLOW_RUNTIME), then config.runtime."""
-    values = {
-        **WORKFLOW_RUNTIME,
-        **{k: v for k, v in (config_runtime or {}).items() if v is not None},
-    }
+    choices (WORKFLOW_RUNTIME), then config.runtime. Built and checked once per process for a
+    given config.runtime (the workflow asks for it per job: the plan, each job's arguments)."""
+    return _workflow_runtime(json.dumps(config_runtime or {}, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=16)
+def _workflow_runtime(config_runtime_json: str) -> RuntimeConfig:
+    given = json.loads(config_runtime_json)
+    values = {**WORKFLOW_RUNTIME, **{k: v for k, v in given.items() if v is not None}}
     return RuntimeConfig.from_dict(values, "config runtime")
 
 
