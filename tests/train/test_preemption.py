@@ -40,14 +40,20 @@ def test_a_rank_without_a_signal_of_its_own_reports_sigterm() -> None:
 def test_ctrl_c_is_a_request_and_a_second_one_stops_at_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with PreemptionWatch(CPU) as watch:
-        os.kill(os.getpid(), signal.SIGINT)  # the process lives on
-        assert watch.requested()
-        assert "Ctrl-C: writing a checkpoint at the end of this step" in capsys.readouterr().err
-        os.kill(os.getpid(), signal.SIGINT)  # the same Ctrl-C forwarded by a launcher
-        time.sleep(SAME_CTRL_C_S)
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)  # delivered here at the latest
-        assert watch.stop(Path("c")).exit_code == 128 + signal.SIGINT
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own Ctrl-C handler, as an interactive run has it (a command started in the
+    # background by a non-interactive shell inherits SIGINT ignored); the previous one put back
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with PreemptionWatch(CPU) as watch:
+            os.kill(os.getpid(), signal.SIGINT)  # the process lives on
+            assert watch.requested()
+            assert "Ctrl-C: writing a checkpoint at the end of this step" in capsys.readouterr().err
+            os.kill(os.getpid(), signal.SIGINT)  # the same Ctrl-C forwarded by a launcher
+            time.sleep(SAME_CTRL_C_S)
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # delivered here at the latest
+            assert watch.stop(Path("c")).exit_code == 128 + signal.SIGINT
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
