@@ -78,7 +78,11 @@ def test_train_reads_3e_minus_4_as_the_number(
         (("--runtime", "checkpoint.every=-1"), "runtime checkpoint.every=-1 must be >= 0"),
         (("--runtime", "checkpoint.keep_last=0"), "runtime checkpoint.keep_last=0 must be >= 1"),
         (("--runtime", "ckpt_every=4"), "--runtime: ckpt_every is now checkpoint.every"),
-        (("--runtime", "wandb=true"), "--runtime: wandb=True is now wandb.enabled: write wandb: "),
+        (
+            ("--runtime", "wandb=true"),
+            "--runtime: wandb is now wandb.enabled: write wandb: {enabled: true} "
+            "(or --runtime wandb.enabled=true)",
+        ),
         (
             ("--runtime", "validation=5"),
             "--runtime: validation=5: validation is a block of its own",

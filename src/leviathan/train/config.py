@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from leviathan.provenance import config_sha256
 from leviathan.scales import get_scale
 from leviathan.train.schedule import keep_steps
-from leviathan.values import coerce
+from leviathan.values import coerce, format_assignment
 
 if TYPE_CHECKING:
     from leviathan.model import ModelConfig
@@ -301,11 +301,11 @@ class RuntimeConfig:
         blocks: dict[str, dict[str, Any]] = {}
         for key, value in d.items():
             name, dotted, sub = key.partition(".")
-            if key in MOVED_RUNTIME_KEYS:
-                block, sub = MOVED_RUNTIME_KEYS[key].split(".")
+            if (new := moved_to(key, value)) is not None:
+                block, sub = new.split(".")
                 raise ValueError(
-                    f"{where}: {key} is now {block}.{sub}: write {block}: {{{sub}: ...}} "
-                    f"(or --runtime {block}.{sub}=...)"
+                    f"{where}: {key} is now {new}: write {block}: {{{sub}: {json.dumps(value)}}} "
+                    f"(or --runtime {format_assignment(new, value)})"
                 )
             if name not in _BLOCKS:
                 values[key] = value
@@ -313,11 +313,6 @@ class RuntimeConfig:
                 blocks.setdefault(name, {})[sub] = value
             elif isinstance(value, Mapping) or value is None:  # None: a block left empty
                 blocks.setdefault(name, {}).update(value or {})
-            elif name == "wandb" and isinstance(value, bool):
-                raise ValueError(
-                    f"{where}: wandb={value!r} is now wandb.enabled: write wandb: {{enabled: "
-                    f"{json.dumps(value)}}} (or --runtime wandb.enabled={json.dumps(value)})"
-                )
             else:
                 raise ValueError(
                     f"{where}: {name}={value!r}: {name} is a block of its own keys "
@@ -363,6 +358,15 @@ MOVED_RUNTIME_KEYS: dict[str, str] = {
     "wandb_entity": "wandb.entity",
     "wandb_mode": "wandb.mode",
 }
+
+
+def moved_to(key: str, value: Any) -> str | None:
+    """Where a runtime key of the earlier flat layout now lives (`ckpt_every` ->
+    `checkpoint.every`; the `wandb` switch -> `wandb.enabled`); None for a key of today's."""
+    if key == "wandb" and isinstance(value, bool):
+        return "wandb.enabled"
+    return MOVED_RUNTIME_KEYS.get(key)
+
 
 # Integer keys: the least value each may take, and what it counts (block, key)
 _MINIMA: dict[tuple[str, str], tuple[int, str]] = {

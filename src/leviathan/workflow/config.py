@@ -86,17 +86,16 @@ def schema_error(exc: Exception, configfiles: Sequence[str | Path]) -> str:
 def check_moved(config: Mapping[str, Any]) -> None:
     """Keys of an earlier config layout, refused in one line naming their new place before the
     schema's generic "additional properties" error: the runtime's flat checkpoint, validation
-    and W&B keys (leviathan.train.config.MOVED_RUNTIME_KEYS) and the top-level `wandb:`
+    and W&B keys and its W&B switch (leviathan.train.config.moved_to) and the top-level `wandb:`
     section, now each a block of `runtime:` that one component takes whole."""
-    from leviathan.train.config import MOVED_RUNTIME_KEYS
+    from leviathan.train.config import moved_to
 
     runtime = config.get("runtime") or {}
-    moved = dict(MOVED_RUNTIME_KEYS, wandb="wandb.enabled")  # runtime.wandb was a switch
     for key, value in runtime.items() if isinstance(runtime, Mapping) else ():
-        if key in moved and not (key == "wandb" and not isinstance(value, bool)):
-            block, sub = moved[key].split(".")
+        if (new := moved_to(key, value)) is not None:
+            block, sub = new.split(".")
             raise ValueError(
-                f"config runtime.{key} is now runtime.{block}.{sub}: write "
+                f"config runtime.{key} is now runtime.{new}: write "
                 f"runtime: {{{block}: {{{sub}: {json.dumps(value)}}}}}"
             )
     if "wandb" in config:
