@@ -10,11 +10,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from leviathan.model import lev_triton
+
 # globals a kernel reads must be constexpr
 SIGN_AND_MANTISSA = tl.constexpr(-2139095041)  # 0x807FFFFF as an int32: all but the exponent
 ONE_EXPONENT = tl.constexpr(0x3F800000)  # the exponent bits of 1.0
 TF32_BITS = tl.constexpr(-8192)  # 0xFFFFE000: sign, exponent, tf32's leading 10 mantissa bits
-COORDINATES_PER_PROGRAM = tl.constexpr(4)  # the backward's: grad_M * M formed once for 4
+# the backward's coordinates per program: grad_M * M formed once for them
+COORDINATES_PER_PROGRAM = tl.constexpr(lev_triton.COORDINATES_PER_PROGRAM)
 
 
 @triton.jit
@@ -25,7 +28,10 @@ def _interval(tv, K: tl.constexpr):
     cc = tl.floor(x + 0.5)
     cc = tl.where(cc >= 0.0, cc, 0.0)
     cc = tl.where(cc <= K - 1.0, cc, K - 1.0)
-    return cc.to(tl.int32), x - cc
+    # clamped again in integers: the same value, and a bound the compiler's 32-bit row
+    # arithmetic provably keeps (leviathan.compiled.ranges cannot see through a float)
+    c = tl.minimum(tl.maximum(cc.to(tl.int32), 0), K - 1)
+    return c, x - cc
 
 
 @triton.jit

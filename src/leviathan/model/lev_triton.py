@@ -57,6 +57,10 @@ TARGET_PROGRAMS = 256  # backward programs wanted: about two per SM of an H100 o
 SPLIT_IDS = 1024  # ids per range of the backward's walk, at least
 MAX_SPLITS = 8
 MIN_DOT = 16  # tl.dot's smallest block side
+COORDINATES_PER_PROGRAM = 4  # the backward's (the kernels' constexpr of that name)
+
+# a kernel launch: grid, positional arguments, keyword arguments (constexprs and options)
+Launch = tuple[tuple[int, ...], tuple[Any, ...], dict[str, Any]]
 
 
 @cache
@@ -136,16 +140,30 @@ def spline_forward(
     t: torch.Tensor, coef: torch.Tensor, n_knots: int, eps: float, block_ids: int = BLOCK_IDS
 ) -> torch.Tensor:
     """M [N, h, r] for t [N, h, P] and coef [h * P * kappa, 3, r] (fp32, contiguous)."""
-    N, h, P, r = _check(t, coef, n_knots)
+    N, h, _, r = _check(t, coef, n_knots)
     M = torch.empty(N, h, r, dtype=torch.float32, device=t.device)
     if N == 0:
         return M
+    grid, args, options = forward_launch(t, coef, M, n_knots, eps, block_ids)
+    _kernel("spline_forward_kernel", t.device)[grid](*args, **options)
+    return M
+
+
+def forward_launch(
+    t: torch.Tensor,
+    coef: torch.Tensor,
+    M: torch.Tensor,
+    n_knots: int,
+    eps: float,
+    block_ids: int = BLOCK_IDS,
+) -> Launch:
+    """The forward kernel's (grid, arguments, options): what `spline_forward` launches, and
+    what `leviathan.compiled` compiles as Triton's JIT does (meta tensors will do)."""
+    N, h, P, r = _check(t, coef, n_knots)
     block_r = min(FORWARD_LANES, _blocks(r, n_knots)[0])
     grid = (math.ceil(N / block_ids), h, math.ceil(r / block_r))
-    args = (t, coef, M, N, h, P, eps)
     blocks = {"BLOCK_N": block_ids, "BLOCK_R": block_r, "RESCALE": RESCALE}
-    _kernel("spline_forward_kernel", t.device)[grid](*args, **_shape(n_knots, r), **blocks)
-    return M
+    return grid, (t, coef, M, N, h, P, eps), {**_shape(n_knots, r), **blocks}
 
 
 def spline_backward(
@@ -163,22 +181,42 @@ def spline_backward(
     The ids are walked in `splits` contiguous ranges (more programs for a GPU to run at
     once; default `default_splits`), each into its own partial table, which are then summed
     in split order: deterministic whatever the number."""
-    N, h, P, r = _check(t, coef, n_knots)
     M, grad_M = M.float().contiguous(), grad_M.float().contiguous()
+    grad_t = torch.empty_like(t)
+    grid, args, options = backward_launch(
+        t, coef, M, grad_M, grad_t, n_knots, eps, block_ids, splits
+    )
     kernel = _kernel("spline_backward_kernel", t.device)
-    per_program = _triton().COORDINATES_PER_PROGRAM.value
-    programs = h * math.ceil(P / per_program)
+    kernel[grid](*args, **options)
+    partial = args[5]
+    return grad_t, partial[0] if partial.shape[0] == 1 else partial.sum(0)
+
+
+def backward_launch(
+    t: torch.Tensor,
+    coef: torch.Tensor,
+    M: torch.Tensor,
+    grad_M: torch.Tensor,
+    grad_t: torch.Tensor,
+    n_knots: int,
+    eps: float,
+    block_ids: int = BACKWARD_BLOCK_IDS,
+    splits: int | None = None,
+) -> Launch:
+    """The backward kernel's (grid, arguments, options), its partial tables allocated (one
+    per id range): what `spline_backward` launches, and what `leviathan.compiled` compiles."""
+    N, h, P, r = _check(t, coef, n_knots)
+    programs = h * math.ceil(P / COORDINATES_PER_PROGRAM)
     splits = default_splits(N, programs) if splits is None else splits
     block = max(MIN_DOT, block_ids)
     split_ids = max(1, math.ceil(N / (splits * block))) * block
     splits = max(1, math.ceil(N / split_ids))
-    grad_t = torch.empty_like(t)
     partial = torch.empty((splits, *coef.shape), dtype=torch.float32, device=t.device)
     block_r, block_k = _blocks(r, n_knots)
     args = (t, coef, M, grad_M, grad_t, partial, N, h, P, eps, split_ids)
     blocks = {"BLOCK_N": block, "BLOCK_R": block_r, "BLOCK_K": block_k}
-    kernel[(math.ceil(P / per_program), h, splits)](*args, **_shape(n_knots, r), **blocks)
-    return grad_t, partial[0] if splits == 1 else partial.sum(0)
+    grid = (math.ceil(P / COORDINATES_PER_PROGRAM), h, splits)
+    return grid, args, {**_shape(n_knots, r), **blocks}
 
 
 def _shape(n_knots: int, r: int) -> dict[str, int]:
@@ -304,7 +342,7 @@ def cost_per_id(lev: LEVConfig) -> LevCost:
     f32, factors = 4, h * P * r
     rows_per_block = min(BLOCK_IDS, K)
     block_k = _blocks(r, K)[1]
-    per_program = 4  # the kernels' COORDINATES_PER_PROGRAM (no Triton import here)
+    per_program = COORDINATES_PER_PROGRAM
     forward = KernelCost(
         hbm_bytes=f32 * (h * P + h * r),
         l2_bytes=f32 * h * P * rows_per_block * N_TAPS * r // BLOCK_IDS,

@@ -35,6 +35,9 @@ SPLITS = 8  # shares of the vocabulary per row block in the forward (more progra
 BLOCK_N, BLOCK_V, BLOCK_D = 64, 128, 64  # on a GPU
 INTERPRETER_BLOCKS = (32, 64, 16)  # in Triton's interpreter: few programs, several tiles
 
+# a kernel launch: grid, positional arguments, keyword arguments (constexprs and options)
+Launch = tuple[tuple[int, ...], tuple[Any, ...], dict[str, Any]]
+
 
 @triton.jit
 def _logit_tile(
@@ -57,12 +60,14 @@ def _logit_tile(
     upcast to fp32 first where UPCAST: the interpreter's bf16 dot is wrong; the products of
     bf16 numbers are exact in fp32 either way)."""
     acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+    h_rows = rows.to(tl.int64) * stride_h  # 64-bit: N x D and V x D pass 2^31 elements
+    w_rows = cols.to(tl.int64) * stride_w
     for d0 in range(0, D, BLOCK_D):
         dd = d0 + tl.arange(0, BLOCK_D)
         h_mask = (rows < N)[:, None] & (dd < D)[None, :]
-        h = tl.load(h_ptr + rows[:, None] * stride_h + dd[None, :], mask=h_mask, other=0.0)
+        h = tl.load(h_ptr + h_rows[:, None] + dd[None, :], mask=h_mask, other=0.0)
         w_mask = (cols < V)[None, :] & (dd < D)[:, None]
-        w = tl.load(w_ptr + cols[None, :] * stride_w + dd[:, None], mask=w_mask, other=0.0)
+        w = tl.load(w_ptr + w_rows[None, :] + dd[:, None], mask=w_mask, other=0.0)
         if UPCAST:
             h, w = h.to(tl.float32), w.to(tl.float32)
         acc = tl.dot(h, w, acc, input_precision=PRECISION)
@@ -118,7 +123,7 @@ def _lse_partial_kernel(
         s = s * tl.exp(m - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
         m = m_new
         picked += tl.sum(tl.where(cols[None, :] == t[:, None], z, 0.0), axis=1)
-    out = split * N + rows
+    out = split.to(tl.int64) * N + rows
     tl.store(lse_ptr + out, m + tl.log(s), mask=rows < N)
     tl.store(pick_ptr + out, picked, mask=rows < N)
 
@@ -171,9 +176,8 @@ def _grad_logits_kernel(
     p = tl.where((cols < n_classes)[None, :], tl.exp(z - lse[:, None]), 0.0)
     g = a[:, None] * p + tl.where(cols[None, :] == t[:, None], b[:, None], 0.0)
     mask = row_ok[:, None] & (cols < V)[None, :]
-    tl.store(
-        g_ptr + rows[:, None] * stride_g + cols[None, :], g.to(g_ptr.dtype.element_ty), mask=mask
-    )
+    g_rows = rows.to(tl.int64) * stride_g  # 64-bit: G [N, V] passes 2^31 elements at N >= 10,734
+    tl.store(g_ptr + g_rows[:, None] + cols[None, :], g.to(g_ptr.dtype.element_ty), mask=mask)
 
 
 def _launcher(kernel: Any, device: torch.device) -> tuple[Any, tuple[int, int, int]]:
@@ -215,33 +219,38 @@ def lse_and_pick(
     """Per row of h [N, D]: logsumexp over z = h @ w[:n_classes].T, and z at the target."""
     _check(h, w, targets, n_classes)
     h, w, targets = h.contiguous(), w.contiguous(), targets.contiguous()
-    N, D = h.shape
-    kernel, (bn, bv, bd) = _launcher(_lse_partial_kernel, h.device)
-    tiles = triton.cdiv(n_classes, bv)
-    tiles_per_split = triton.cdiv(tiles, SPLITS)
-    splits = triton.cdiv(tiles, tiles_per_split)  # <= SPLITS, none of padding only
-    lse = torch.empty(splits, N, dtype=torch.float32, device=h.device)
-    picked = torch.empty(splits, N, dtype=torch.float32, device=h.device)
-    if N:
-        grid = (triton.cdiv(N, bn), splits)
-        kernel[grid](
-            h,
-            w,
-            targets,
-            lse,
-            picked,
-            N,
-            n_classes,
-            D,
-            h.stride(0),
-            w.stride(0),
-            tiles_per_split,
-            BLOCK_N=bn,
-            BLOCK_V=bv,
-            BLOCK_D=bd,
-            **_dot_options(h),
-        )
+    kernel, (bn, bv, _) = _launcher(_lse_partial_kernel, h.device)
+    splits = lse_splits(n_classes, bv)
+    lse = torch.empty(splits, h.shape[0], dtype=torch.float32, device=h.device)
+    picked = torch.empty(splits, h.shape[0], dtype=torch.float32, device=h.device)
+    if h.shape[0]:
+        grid, args, options = lse_launch(h, w, targets, n_classes, lse, picked)
+        kernel[grid](*args, **options)
     return torch.logsumexp(lse, dim=0), picked.sum(dim=0)
+
+
+def lse_splits(n_classes: int, block_v: int) -> int:
+    """Shares of the vocabulary in the forward: at most SPLITS, none of padding only."""
+    tiles = triton.cdiv(n_classes, block_v)
+    return triton.cdiv(tiles, triton.cdiv(tiles, SPLITS))
+
+
+def lse_launch(
+    h: torch.Tensor,
+    w: torch.Tensor,
+    targets: torch.Tensor,
+    n_classes: int,
+    lse: torch.Tensor,
+    picked: torch.Tensor,
+) -> Launch:
+    """The forward kernel's (grid, arguments, options) for contiguous h, w, targets and the
+    partial outputs [splits, N]: what `lse_and_pick` launches, and what `leviathan.compiled`
+    compiles as Triton's JIT does (meta tensors will do)."""
+    (N, D), (bn, bv, bd) = h.shape, _launcher(_lse_partial_kernel, h.device)[1]
+    tiles_per_split = triton.cdiv(triton.cdiv(n_classes, bv), SPLITS)
+    args = (h, w, targets, lse, picked, N, n_classes, D, h.stride(0), w.stride(0), tiles_per_split)
+    blocks = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, **_dot_options(h)}
+    return (triton.cdiv(N, bn), lse.shape[0]), args, blocks
 
 
 @lse_and_pick.register_fake
@@ -268,31 +277,30 @@ def softmax_grad_logits(
     (zero in the columns past n_classes); `lse` from `lse_and_pick`, a and b fp32 [N]."""
     _check(h, w, targets, n_classes)
     h, w, targets = h.contiguous(), w.contiguous(), targets.contiguous()
-    (N, D), V = h.shape, w.shape[0]
-    G = torch.empty(N, V, dtype=w.dtype, device=h.device)
-    kernel, (bn, bv, bd) = _launcher(_grad_logits_kernel, h.device)
-    if N:
-        kernel[(triton.cdiv(N, bn), triton.cdiv(V, bv))](
-            h,
-            w,
-            targets,
-            lse.float().contiguous(),
-            a.float().contiguous(),
-            b.float().contiguous(),
-            G,
-            N,
-            V,
-            n_classes,
-            D,
-            h.stride(0),
-            w.stride(0),
-            G.stride(0),
-            BLOCK_N=bn,
-            BLOCK_V=bv,
-            BLOCK_D=bd,
-            **_dot_options(h),
-        )
+    G = torch.empty(h.shape[0], w.shape[0], dtype=w.dtype, device=h.device)
+    kernel = _launcher(_grad_logits_kernel, h.device)[0]
+    if h.shape[0]:
+        rows = (lse.float().contiguous(), a.float().contiguous(), b.float().contiguous())
+        grid, args, options = grad_launch(h, w, targets, rows, G, n_classes)
+        kernel[grid](*args, **options)
     return G
+
+
+def grad_launch(
+    h: torch.Tensor,
+    w: torch.Tensor,
+    targets: torch.Tensor,
+    rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    G: torch.Tensor,
+    n_classes: int,
+) -> Launch:
+    """The backward kernel's (grid, arguments, options) for contiguous h, w, targets, the
+    rows' (lse, a, b) in fp32 and the output G: what `softmax_grad_logits` launches."""
+    (N, D), V = h.shape, w.shape[0]
+    bn, bv, bd = _launcher(_grad_logits_kernel, h.device)[1]
+    args = (h, w, targets, *rows, G, N, V, n_classes, D, h.stride(0), w.stride(0), G.stride(0))
+    blocks = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, **_dot_options(h)}
+    return (triton.cdiv(N, bn), triton.cdiv(V, bv)), args, blocks
 
 
 @softmax_grad_logits.register_fake
