@@ -5,6 +5,8 @@ PYTHON ?=
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# the GPU image's Triton, for compiling the kernels without a GPU (constraints-gpu.txt)
+GPU_TRITON := $(VENV)/triton-gpu
 # The CPU torch pin (one home: constraints-cpu.txt) and where that build lives besides PyPI.
 TORCH           := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' constraints-cpu.txt)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -13,13 +15,14 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 # torch: first a wheel pip already has on this machine (its configured --find-links; no
 # network), else the PyTorch CPU index (one retry, short timeout), then its dependencies.
-$(STAMP): pyproject.toml constraints-cpu.txt
+$(STAMP): pyproject.toml constraints-cpu.txt constraints-gpu.txt
 	@test -x $(BIN)/python || { py=$$(PYTHON="$(PYTHON)" sh ci/find_python.sh) && $$py -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-index --no-deps "$(TORCH)" 2>/dev/null \
 	  || $(BIN)/python -m pip install --quiet --retries 1 --timeout 30 --extra-index-url $(TORCH_CPU_INDEX) "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -c constraints-cpu.txt -e '.[test,hf]'
+	$(BIN)/python -m pip install --quiet --upgrade --no-deps --target $(GPU_TRITON) -r constraints-gpu.txt
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -51,8 +51,8 @@ from leviathan.model.config import LEVConfig
 
 RESCALE = 8  # factors between exponent rescalings: the native kernel's (`lev_native.RESCALE`)
 BLOCK_IDS = 128  # ids per program of the forward, FORWARD_LANES lanes of r each
-FORWARD_LANES = 16  # (8 warps: 128 registers on sm_90, no spills)
-BACKWARD_BLOCK_IDS = 16  # ids per step of the backward's walk (8 warps: 190 registers)
+FORWARD_LANES = 16  # (8 warps: 64 registers on sm_90, no spills: leviathan.compiled)
+BACKWARD_BLOCK_IDS = 16  # ids per step of the backward's walk (8 warps: 152 registers)
 TARGET_PROGRAMS = 256  # backward programs wanted: about two per SM of an H100 or H200
 SPLIT_IDS = 1024  # ids per range of the backward's walk, at least
 MAX_SPLITS = 8
@@ -230,67 +230,6 @@ def default_splits(n_ids: int, programs: int) -> int:
     paper's shape has 256 programs per range already: one range, no partial tables."""
     wanted = math.ceil(TARGET_PROGRAMS / programs)
     return max(1, min(MAX_SPLITS, wanted, n_ids // SPLIT_IDS))
-
-
-def compiled_usage(lev: LEVConfig, arch: int = 90) -> dict[str, dict[str, int]]:
-    """Compile both kernels at `lev`'s shape for an NVIDIA GPU of compute capability `arch`
-    (9.0: H100, H200) with no GPU present, and read their resources from the cubin
-    (registers and stack bytes per thread, shared memory per program, mma instructions).
-    Needs a process where Triton was imported without TRITON_INTERPRET."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from leviathan.model import _lev_triton_kernels as kernels
-
-    block_r, block_k = _blocks(lev.rank, lev.n_knots)
-    shape = {"K": lev.n_knots, "R": lev.rank, "BLOCK_R": block_r}
-    ptrs = {"t_ptr": "*fp32", "coef_ptr": "*fp32"}
-    ints = {"N": "i32", "h": "i32", "P": "i32", "eps": "fp32"}
-    plans = {
-        "forward": (
-            kernels.spline_forward_kernel,
-            {**ptrs, "M_ptr": "*fp32", **ints},
-            {**shape, "BLOCK_N": BLOCK_IDS, "RESCALE": RESCALE, "BLOCK_R": FORWARD_LANES},
-        ),
-        "backward": (
-            kernels.spline_backward_kernel,
-            {**ptrs, **{k: "*fp32" for k in ("M_ptr", "gM_ptr", "gt_ptr", "gcoef_ptr")}, **ints},
-            {**shape, "BLOCK_N": BACKWARD_BLOCK_IDS, "BLOCK_K": block_k},
-        ),
-    }
-    plans["backward"][1]["split_ids"] = "i32"
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    usage = {}
-    for name, (fn, signature, constants) in plans.items():
-        signature = {**signature, **dict.fromkeys(constants, "constexpr")}
-        source = ASTSource(fn=fn, signature=signature, constexprs=constants)
-        compiled = triton.compile(
-            source, target=GPUTarget("cuda", arch, 32), options={"num_warps": 8}
-        )
-        with tempfile.TemporaryDirectory() as tmp:
-            cubin = Path(tmp) / f"{name}.cubin"
-            cubin.write_bytes(compiled.asm["cubin"])
-            out = subprocess.run(
-                [str(cuobjdump), "--dump-resource-usage", str(cubin)],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-        (line,) = [ln for ln in out.splitlines() if "REG:" in ln]
-        fields = dict(item.split(":", 1) for item in line.split() if ":" in item)
-        usage[name] = {
-            "registers": int(fields["REG"]),
-            "stack_bytes": int(fields["STACK"]),
-            "shared_bytes": int(compiled.metadata.shared),
-            "mma": compiled.asm["ptx"].count("mma.sync") + compiled.asm["ptx"].count("wgmma"),
-            "atomics": compiled.asm["ptx"].count("atom."),
-        }
-    return usage
 
 
 # Per factor (one id, head, coordinate and lane), counted from the kernels' source: forward,
