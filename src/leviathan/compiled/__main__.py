@@ -26,7 +26,8 @@ def main() -> None:
             print(
                 f"{arch:6} {name:14} {u['registers']:4} {u['spill_bytes']:5} "
                 f"{u['shared_bytes']:7} {u['warps']:5} {loop['instructions']:5} "
-                f"{loop['barriers']:4} {loop['mma']:4} {u['atomics']}"
+                f"{loop['barriers']:4} {loop['mma']:4} {u['atomics']:7} "
+                + (f"{u['sass_per_factor']:.1f} per factor" if "sass_per_factor" in u else "")
             )
     bad = [a for a in result["addresses"] if a["problems"]]
     widest = max(a["largest_i32_offset"] for a in result["addresses"])

@@ -25,13 +25,20 @@ SHARED_BUDGET = {
 
 
 def _usage(kernel: str, shape: kernels.Shape, arch: int) -> dict[str, Any]:
+    """Resources and hot loop; for LEV's kernels the SASS instructions per factor too (the
+    cost model's `lev_triton.FORWARD_OPS_PER_FACTOR`, `BACKWARD_OPS_PER_FACTOR`)."""
+    from leviathan.model.lev_triton import factors_per_step
+
     compiled = kernels.compiled(kernel, shape, arch)
     loop = sass.hot_loop(compiled)
-    return {
+    usage = {
         **asdict(sass.resources(compiled)),
         "hot_loop": {k: v for k, v in asdict(loop).items() if k != "opcodes"},
         "top_opcodes": dict(list(loop.opcodes.items())[:6]),
     }
+    if kernel.startswith("lev") and shape.lev is not None:
+        usage["sass_per_factor"] = loop.instructions / factors_per_step(kernel, shape.lev)
+    return usage
 
 
 def _addresses(kernel: str, shape: kernels.Shape) -> dict[str, Any]:

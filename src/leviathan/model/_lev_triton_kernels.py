@@ -79,10 +79,12 @@ def spline_forward_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_R: tl.constexpr,
     RESCALE: tl.constexpr,
+    EVEN: tl.constexpr,
 ):
     """Program (block of ids, head, block of lanes): M[n, head, m] = prod_p phi[n, head, p, m]
     in registers. Lanes split across programs so a block of ids is large (the coefficient
-    rows it gathers per coordinate, at most K, serve more ids)."""
+    rows it gathers per coordinate, at most K, serve more ids). EVEN: RESCALE divides P and
+    BLOCK_R divides R, so no coefficient load needs a mask."""
     head = tl.program_id(1)
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -92,16 +94,19 @@ def spline_forward_kernel(
     acc = tl.full((BLOCK_N, BLOCK_R), 1.0, tl.float32)
     ex = tl.zeros((BLOCK_N, BLOCK_R), tl.int32)
     for p0 in range(0, P, RESCALE):
-        for q in range(RESCALE):
+        for q in tl.static_range(RESCALE):  # unrolled: one loop step per RESCALE factors
             p = p0 + q
             live = n_ok & (n * 0 + p < P)  # past the last coordinate every factor is 1
             c, f = _interval(tl.load(t_ptr + nl * P + p, mask=live, other=0.0), K)
             row = ((head * P + p) * K + c).to(tl.int64) * (3 * R)
             ptr = coef_ptr + row[:, None] + m[None, :]
-            used = lanes & live[:, None]
-            a0 = tl.load(ptr, mask=used, other=1.0)
-            a1 = tl.load(ptr + R, mask=used, other=0.0)
-            a2 = tl.load(ptr + 2 * R, mask=used, other=0.0)
+            if EVEN:  # every row read is in the table (an idle id reads interval 0's)
+                a0, a1, a2 = tl.load(ptr), tl.load(ptr + R), tl.load(ptr + 2 * R)
+            else:
+                used = lanes & live[:, None]
+                a0 = tl.load(ptr, mask=used, other=1.0)
+                a1 = tl.load(ptr + R, mask=used, other=0.0)
+                a2 = tl.load(ptr + 2 * R, mask=used, other=0.0)
             fc = f[:, None]
             acc = acc * _signed_magnitude(a0 + fc * (a1 + fc * a2), eps)
         acc, ex = _rescale(acc, ex)
@@ -112,7 +117,7 @@ def spline_forward_kernel(
 def _onehot_sum(acc, onehot, x):
     """acc + onehot @ x, fp32 to within a rounding, on tf32 tensor cores: x = hi + lo with hi
     its leading 11 significant bits (exact in tf32) and lo the rest (exact in fp32, rounded to
-    tf32's 11 bits in the product: 2^-23 of x at most); the one-hot's 0s and 1s are exact."""
+    tf32's 11 bits in the product, truncated: 2^-21 of x at most); the one-hot's 0s and 1s are exact."""
     hi = (x.to(tl.int32, bitcast=True) & TF32_BITS).to(tl.float32, bitcast=True)
     acc = tl.dot(onehot, hi, acc, input_precision="tf32")
     return tl.dot(onehot, x - hi, acc, input_precision="tf32")

@@ -19,7 +19,7 @@ ids) walks its ids in a fixed order, forms grad_M * M once per block of ids for 
 coordinates, recomputes phi, writes grad_t and owns those coordinates' kappa x 3 x r rows of
 the coefficient gradient, accumulated in registers as one-hot matrix products
 (kappa x ids) @ (ids x r) on tf32 tensor cores, each operand split into two tf32-exact parts
-(fp32 to within 2^-23 of each term). Each range of ids fills its own partial table; the
+(fp32 to within 2^-21 of each term: tl.dot truncates the low part to tf32). Each range of ids fills its own partial table; the
 (at most `MAX_SPLITS`) tables are summed in range order. Deterministic, no atomics: a rerun
 is bitwise on a GPU. Its cost against an atomic scatter: kappa times the multiply-adds for
 the gradient rows (2 x 2 kappa 3 r per factor, on tensor cores, instead of 3 r atomic adds),
@@ -162,7 +162,8 @@ def forward_launch(
     N, h, P, r = _check(t, coef, n_knots)
     block_r = min(FORWARD_LANES, _blocks(r, n_knots)[0])
     grid = (math.ceil(N / block_ids), h, math.ceil(r / block_r))
-    blocks = {"BLOCK_N": block_ids, "BLOCK_R": block_r, "RESCALE": RESCALE}
+    even = P % RESCALE == 0 and r % block_r == 0
+    blocks = {"BLOCK_N": block_ids, "BLOCK_R": block_r, "RESCALE": RESCALE, "EVEN": even}
     return grid, (t, coef, M, N, h, P, eps), {**_shape(n_knots, r), **blocks}
 
 
@@ -232,13 +233,29 @@ def default_splits(n_ids: int, programs: int) -> int:
     return max(1, min(MAX_SPLITS, wanted, n_ids // SPLIT_IDS))
 
 
-# Per factor (one id, head, coordinate and lane), counted from the kernels' source: forward,
-# 2 multiply-adds, |phi|, the eps compare and select, the sign test and select, the product,
-# and a share of the 6 integer ops of each rescale (every RESCALE factors); backward, phi
-# again (2 + 3), grad_M * M's share, the division's multiply, grad_t's 2 multiply-adds and
-# lane sum, the 3 gradient terms, the tf32 splits (2 ops each) and the mask select.
-FORWARD_OPS_PER_FACTOR = 8 + 1
-BACKWARD_OPS_PER_FACTOR = 5 + 1 + 1 + 3 + 3 + 6 + 1 + 2
+# SASS instructions issued per factor (one id, head, coordinate and lane), read from the
+# kernels compiled for sm_90 by the GPU image's Triton at the paper's LEV shape (`python -m
+# leviathan.compiled`; tests/compiled holds these to the compile within 5%): the hot loop's
+# instructions over the factors one step of it does per thread (`factors_per_step`). The
+# forward's ~8 arithmetic ones per factor (2 multiply-adds, |phi|, eps and sign tests with
+# their selects, the product) come with the coefficient loads and the row index arithmetic;
+# the backward's step also re-forms phi, the division, grad_t and the tf32 splits, and
+# stages each one-hot product's operands through shared memory (61 barriers per step).
+FORWARD_OPS_PER_FACTOR = 14.0
+BACKWARD_OPS_PER_FACTOR = 69.4
+THREADS = 8 * 32  # both kernels run 8 warps (`_shape`)
+
+
+def factors_per_step(kernel: str, lev: LEVConfig) -> int:
+    """Factors one step of the kernel's hot loop evaluates per thread: the forward's step
+    is RESCALE coordinates of BLOCK_IDS ids x its lanes, the backward's
+    COORDINATES_PER_PROGRAM coordinates of BACKWARD_BLOCK_IDS ids x all of r's lanes."""
+    block_r, _ = _blocks(lev.rank, lev.n_knots)
+    if kernel == "lev_forward":
+        return RESCALE * BLOCK_IDS * min(FORWARD_LANES, block_r) // THREADS
+    if kernel == "lev_backward":
+        return COORDINATES_PER_PROGRAM * max(MIN_DOT, BACKWARD_BLOCK_IDS) * block_r // THREADS
+    raise ValueError(f"{kernel!r}: lev_forward or lev_backward")
 
 
 @dataclass(frozen=True)
@@ -285,14 +302,14 @@ def cost_per_id(lev: LEVConfig) -> LevCost:
     forward = KernelCost(
         hbm_bytes=f32 * (h * P + h * r),
         l2_bytes=f32 * h * P * rows_per_block * N_TAPS * r // BLOCK_IDS,
-        simt_ops=factors * FORWARD_OPS_PER_FACTOR,
+        simt_ops=round(factors * FORWARD_OPS_PER_FACTOR),
         tensor_flops=0,
         transcendentals=0,
     )
     backward = KernelCost(
         hbm_bytes=f32 * (2 * h * P + 2 * h * r),
         l2_bytes=f32 * 2 * h * r * math.ceil(P / per_program),
-        simt_ops=factors * BACKWARD_OPS_PER_FACTOR,
+        simt_ops=round(factors * BACKWARD_OPS_PER_FACTOR),
         tensor_flops=factors * N_TAPS * 2 * 2 * block_k,  # 3 rows x 2 tf32 parts x 2 x kappa
         transcendentals=factors,
     )
