@@ -17,6 +17,9 @@ class GPUModel:
     bf16_flops: float  # dense tensor-core peak, FLOP/s (no sparsity)
     bandwidth: float  # HBM bytes/s
     memory: int  # bytes
+    # L2 to SM bytes/s: not published; microbenchmarks of the H100 measure ~5.5 TB/s (the
+    # H200 has the same die). None where no figure is at hand: no L2 term is charged.
+    l2_bandwidth: float | None = None
 
     def __str__(self) -> str:
         return f"{self.name} ({self.memory / GIB:.0f} GB)"
@@ -25,9 +28,9 @@ class GPUModel:
 # Matched in this order (the first model whose keys all occur wins): a plain "A100" is the
 # 40 GB part (the smaller: a job that fits it fits both).
 GPU_MODELS: tuple[GPUModel, ...] = (
-    GPUModel("H200", ("H200",), 989e12, 4.8e12, 141 * GIB),
+    GPUModel("H200", ("H200",), 989e12, 4.8e12, 141 * GIB, 5.5e12),
     GPUModel("H100 PCIe", ("H100", "PCIE"), 756e12, 2.0e12, 80 * GIB),
-    GPUModel("H100", ("H100",), 989e12, 3.35e12, 80 * GIB),  # SXM, HBM3
+    GPUModel("H100", ("H100",), 989e12, 3.35e12, 80 * GIB, 5.5e12),  # SXM, HBM3
     GPUModel("A100 80GB", ("A100", "80G"), 312e12, 2.039e12, 80 * GIB),
     GPUModel("A100 40GB", ("A100",), 312e12, 1.555e12, 40 * GIB),
     GPUModel("L40S", ("L40S",), 362e12, 0.864e12, 48 * GIB),

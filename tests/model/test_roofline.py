@@ -32,26 +32,39 @@ def test_400m_parts_rederived_from_the_shapes() -> None:
     # its bytes: G once in bf16 read by two GEMMs (6 per logit), the hidden states' reads
     # and dh (8 per element), the head's casts, padding and gradient (28 per element)
     assert parts["head+loss"].bytes == 6 * N * v_pad + 8 * N * D + 28 * v_pad * D
+    # two of the four (forward, recomputed logits) are Triton tiles of 128 x 256, each
+    # reading its 128 + 256 rows of D bf16 elements from L2: 85 FLOP per byte
+    head = parts["head+loss"]
+    assert head.tile_flops == 2 * 2 * N * v_pad * D
+    tiles = (N // 128) * math.ceil(v_pad / 256)
+    assert head.l2_bytes == 2 * tiles * (128 + 256) * D * 2
+    assert head.tile_flops / head.l2_bytes == pytest.approx(128 * 256 / (128 + 256), rel=0.01)
     assert parts["optimizer"].flops == 0
 
 
 def test_bound_and_mfu_follow_the_stated_efficiencies() -> None:
-    """Per part: the matmuls' compute or their own bytes (whichever binds), then the
-    elementwise kernels' bytes at the bandwidth; MFU = model FLOPs / (time x peak)."""
+    """Per part: the matmuls' compute (the loss's Triton tiles at their compute or their L2
+    reads, whichever is slower) or their own bytes (whichever binds), then the elementwise
+    kernels' bytes at the bandwidth; MFU = model FLOPs / (time x peak)."""
     cfg = model_config("1.2b", "o200k_base", "tied")
     r = roofline(cfg, micro_batch=16, global_batch=512)
     h200 = gpu_model("H200")
     assert h200 is not None
     peak, bandwidth = h200.bf16_flops, h200.bandwidth * BANDWIDTH_EFFICIENCY
+    assert h200.l2_bandwidth
     expected = 0.0
     for p in r.parts:
-        compute = p.flops / (peak * GEMM_EFFICIENCY)
+        tiles = max(p.tile_flops / (peak * GEMM_EFFICIENCY), p.l2_bytes / h200.l2_bandwidth)
+        compute = (p.flops - p.tile_flops) / (peak * GEMM_EFFICIENCY) + tiles
         seconds = max(compute, p.matmul_bytes / bandwidth) + (p.bytes - p.matmul_bytes) / bandwidth
         assert p.seconds("H200") == pytest.approx(seconds)
         assert p.bound("H200") == ("compute" if compute >= p.bytes / bandwidth else "memory")
         expected += seconds
     assert r.mfu("H200") == pytest.approx(r.model_flops / (expected * peak))
     assert r.mfu("H200") <= GEMM_EFFICIENCY + 1e-9
+    # the 1.2b head's tiles are bound by L2 on an H200: slower than at the GEMM peak
+    head = r.part("head+loss")
+    assert head.l2_bytes / h200.l2_bandwidth > head.tile_flops / (peak * GEMM_EFFICIENCY)
 
 
 @pytest.mark.parametrize("variant", ["tied", "leviathan"])

@@ -56,7 +56,7 @@ def _lev_tensors(shape: Shape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return t, _meta(h * P * K, 3, r), M, K
 
 
-def lev_forward(shape: Shape) -> Launch:
+def lev_forward(shape: Shape, arch: int) -> Launch:
     from leviathan.model import _lev_triton_kernels as kernels
     from leviathan.model import lev_triton
 
@@ -65,7 +65,7 @@ def lev_forward(shape: Shape) -> Launch:
     return kernels.spline_forward_kernel, grid, args, options
 
 
-def lev_backward(shape: Shape) -> Launch:
+def lev_backward(shape: Shape, arch: int) -> Launch:
     from leviathan.model import _lev_triton_kernels as kernels
     from leviathan.model import lev_triton
 
@@ -81,29 +81,34 @@ def _loss_tensors(shape: Shape) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return h, w, _meta(shape.tokens, dtype=torch.int64)
 
 
-def loss_forward(shape: Shape) -> Launch:
+def loss_forward(shape: Shape, arch: int) -> Launch:
+    """The forward at the tiles of compute capability `arch` (`loss_tiles.gpu_blocks`)."""
     from leviathan.model import loss_kernel
+    from leviathan.model.loss_tiles import gpu_blocks
 
     h, w, targets = _loss_tensors(shape)
-    splits = loss_kernel.lse_splits(shape.vocab, loss_kernel.BLOCK_V)
+    blocks = gpu_blocks(arch // 10)
+    splits = loss_kernel.lse_splits(shape.vocab, blocks[1])
     lse, picked = _meta(splits, shape.tokens), _meta(splits, shape.tokens)
-    grid, args, options = loss_kernel.lse_launch(h, w, targets, shape.vocab, lse, picked)
+    grid, args, options = loss_kernel.lse_launch(h, w, targets, shape.vocab, lse, picked, blocks)
     return loss_kernel._lse_partial_kernel, grid, args, options
 
 
-def loss_backward(shape: Shape) -> Launch:
+def loss_backward(shape: Shape, arch: int) -> Launch:
     """The softmax gradient G of one group of rows: the whole micro-batch (the study's
     groups are one at every planned shape, `loss._head_grad_rows`; a bound either way)."""
     from leviathan.model import loss_kernel
+    from leviathan.model.loss_tiles import gpu_blocks
 
     h, w, targets = _loss_tensors(shape)
     rows = (_meta(shape.tokens),) * 3
     G = _meta(shape.tokens, shape.head_rows, dtype=torch.bfloat16)
-    grid, args, options = loss_kernel.grad_launch(h, w, targets, rows, G, shape.vocab)
+    blocks = gpu_blocks(arch // 10)
+    grid, args, options = loss_kernel.grad_launch(h, w, targets, rows, G, shape.vocab, blocks)
     return loss_kernel._grad_logits_kernel, grid, args, options
 
 
-LAUNCHES: dict[str, Callable[[Shape], Launch]] = {
+LAUNCHES: dict[str, Callable[[Shape, int], Launch]] = {
     "lev_forward": lev_forward,
     "lev_backward": lev_backward,
     "loss_forward": loss_forward,
@@ -144,7 +149,7 @@ def compile_launch(launch: Launch, arch: int) -> Any:
 @cache
 def compiled(kernel: str, shape: Shape, arch: int) -> Any:
     """`compile_launch` of `kernel` at `shape` (cached: Triton's own cache keys the binary)."""
-    return compile_launch(LAUNCHES[kernel](shape), arch)
+    return compile_launch(LAUNCHES[kernel](shape, arch), arch)
 
 
 def scalar_args(launch: Launch) -> dict[str, int]:

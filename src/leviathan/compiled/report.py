@@ -42,7 +42,7 @@ def _usage(kernel: str, shape: kernels.Shape, arch: int) -> dict[str, Any]:
 
 
 def _addresses(kernel: str, shape: kernels.Shape) -> dict[str, Any]:
-    launch = kernels.LAUNCHES[kernel](shape)
+    launch = kernels.LAUNCHES[kernel](shape, kernels.ARCHES[0])
     compiled = kernels.compiled(kernel, shape, kernels.ARCHES[0])
     found = ranges.addresses(compiled.asm["ttir"], kernels.scalar_args(launch), launch[1])
     narrow = [a.interval[1] for a in found if a.dtype == "i32" and not a.problems]

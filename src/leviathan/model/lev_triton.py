@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from leviathan.gpus import require_gpu_model
 from leviathan.model.bspline import N_TAPS
 from leviathan.model.config import LEVConfig
 
@@ -329,13 +330,18 @@ class GpuRates:
 
 
 # H100 and H200 SXM share the GH100 die (132 SMs at 1.98 GHz: 128 fp32 lanes and 16 SFU
-# lanes per SM; dense tf32 495 TFLOP/s, data sheets); they differ in HBM. The L2 bandwidth
-# is not published: 5.5 TB/s is what microbenchmarks of the H100 measure.
+# lanes per SM; dense tf32 495 TFLOP/s, data sheets); they differ in HBM. HBM and L2 from
+# `leviathan.gpus`.
 _SM_HZ = 132 * 1.98e9
-GPU_RATES = {
-    "H100": GpuRates(3.35e12, 5.5e12, 128 * _SM_HZ, 495e12, 16 * _SM_HZ),
-    "H200": GpuRates(4.8e12, 5.5e12, 128 * _SM_HZ, 495e12, 16 * _SM_HZ),
-}
+
+
+def _rates(name: str) -> GpuRates:
+    model = require_gpu_model(name)
+    assert model.l2_bandwidth is not None
+    return GpuRates(model.bandwidth, model.l2_bandwidth, 128 * _SM_HZ, 495e12, 16 * _SM_HZ)
+
+
+GPU_RATES = {name: _rates(name) for name in ("H100", "H200")}
 COMPUTE_EFFICIENCY = 0.7  # stated, as the roofline's: the share of a peak a kernel reaches
 MEMORY_EFFICIENCY = 0.8
 

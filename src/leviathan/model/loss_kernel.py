@@ -31,9 +31,14 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-SPLITS = 8  # shares of the vocabulary per row block in the forward (more programs than SMs)
-BLOCK_N, BLOCK_V, BLOCK_D = 64, 128, 64  # on a GPU
-INTERPRETER_BLOCKS = (32, 64, 16)  # in Triton's interpreter: few programs, several tiles
+from leviathan.model.loss_tiles import (  # the tiles' one home, Triton-free
+    INTERPRETER_BLOCKS,
+    SPLITS,
+    WARPS,
+    gpu_blocks,
+)
+
+Blocks = tuple[int, int, int]
 
 # a kernel launch: grid, positional arguments, keyword arguments (constexprs and options)
 Launch = tuple[tuple[int, ...], tuple[Any, ...], dict[str, Any]]
@@ -180,12 +185,15 @@ def _grad_logits_kernel(
     tl.store(g_ptr + g_rows[:, None] + cols[None, :], g.to(g_ptr.dtype.element_ty), mask=mask)
 
 
-def _launcher(kernel: Any, device: torch.device) -> tuple[Any, tuple[int, int, int]]:
-    """The kernel and its (BLOCK_N, BLOCK_V, BLOCK_D): compiled on a GPU; on a CPU tensor
-    Triton's interpreter with small tiles, which needs TRITON_INTERPRET=1 set before triton
-    is first imported (its own library functions are jit functions too)."""
+def _launcher(kernel: Any, device: torch.device) -> tuple[Any, Blocks]:
+    """The kernel and its (BLOCK_N, BLOCK_V, BLOCK_D): compiled on a GPU (the tiles of its
+    compute capability); on a CPU tensor Triton's interpreter with small tiles, which needs
+    TRITON_INTERPRET=1 set before triton is first imported (its own library functions are
+    jit functions too)."""
+    if device.type == "cuda":
+        return kernel, gpu_blocks(torch.cuda.get_device_capability(device)[0])
     if device.type != "cpu":
-        return kernel, (BLOCK_N, BLOCK_V, BLOCK_D)
+        return kernel, gpu_blocks(9)
     if not isinstance(kernel, InterpretedFunction):
         raise RuntimeError(
             "the loss kernels got CPU tensors but Triton is not interpreting: set "
@@ -242,14 +250,15 @@ def lse_launch(
     n_classes: int,
     lse: torch.Tensor,
     picked: torch.Tensor,
+    blocks: Blocks | None = None,
 ) -> Launch:
     """The forward kernel's (grid, arguments, options) for contiguous h, w, targets and the
     partial outputs [splits, N]: what `lse_and_pick` launches, and what `leviathan.compiled`
-    compiles as Triton's JIT does (meta tensors will do)."""
-    (N, D), (bn, bv, bd) = h.shape, _launcher(_lse_partial_kernel, h.device)[1]
+    compiles as Triton's JIT does (meta tensors will do, with `blocks` for the GPU)."""
+    (N, D), (bn, bv, bd) = h.shape, blocks or _launcher(_lse_partial_kernel, h.device)[1]
     tiles_per_split = triton.cdiv(triton.cdiv(n_classes, bv), SPLITS)
     args = (h, w, targets, lse, picked, N, n_classes, D, h.stride(0), w.stride(0), tiles_per_split)
-    blocks = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, **_dot_options(h)}
+    blocks = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, "num_warps": WARPS, **_dot_options(h)}
     return (triton.cdiv(N, bn), lse.shape[0]), args, blocks
 
 
@@ -293,13 +302,14 @@ def grad_launch(
     rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     G: torch.Tensor,
     n_classes: int,
+    blocks: Blocks | None = None,
 ) -> Launch:
     """The backward kernel's (grid, arguments, options) for contiguous h, w, targets, the
     rows' (lse, a, b) in fp32 and the output G: what `softmax_grad_logits` launches."""
     (N, D), V = h.shape, w.shape[0]
-    bn, bv, bd = _launcher(_grad_logits_kernel, h.device)[1]
+    bn, bv, bd = blocks or _launcher(_grad_logits_kernel, h.device)[1]
     args = (h, w, targets, *rows, G, N, V, n_classes, D, h.stride(0), w.stride(0), G.stride(0))
-    blocks = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, **_dot_options(h)}
+    blocks = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, "num_warps": WARPS, **_dot_options(h)}
     return (triton.cdiv(N, bn), triton.cdiv(V, bv)), args, blocks
 
 

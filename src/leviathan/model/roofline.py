@@ -43,6 +43,7 @@ from leviathan.model.accounting import Accounting, account_model
 from leviathan.model.config import ModelConfig
 from leviathan.model.language_model import build_model
 from leviathan.model.loss import FUSED_BYTES_PER_HEAD, HEAD_ROWS_MULTIPLE, fused_loss_bytes
+from leviathan.model.loss_tiles import tile_flops, tile_l2_bytes
 from leviathan.model.step_count import OPTIMIZER_IMPL, distinct_ids
 
 # stated, not measured: the share of peak that large bf16 GEMMs and streaming kernels reach
@@ -135,13 +136,20 @@ class Part:
     flops: float
     bytes: float
     matmul_bytes: float = 0.0
+    tile_flops: float = 0.0  # of `flops`, those of Triton tiles that stream from L2 ...
+    l2_bytes: float = 0.0  # ... and the bytes those tiles read from L2
 
     def _times(self, gpu: str) -> tuple[float, float, float]:
-        """(matmul compute, matmul streaming, elementwise streaming) seconds."""
+        """(matmul compute, matmul streaming, elementwise streaming) seconds; the tiles'
+        compute or their L2 reads, whichever is slower, where the GPU's L2 rate is known."""
         model = require_gpu_model(gpu)
         bandwidth = model.bandwidth * BANDWIDTH_EFFICIENCY
+        peak = model.bf16_flops * GEMM_EFFICIENCY
+        tiles = self.tile_flops / peak
+        if model.l2_bandwidth:
+            tiles = max(tiles, self.l2_bytes / model.l2_bandwidth)
         return (
-            self.flops / (model.bf16_flops * GEMM_EFFICIENCY),
+            (self.flops - self.tile_flops) / peak + tiles,
             self.matmul_bytes / bandwidth,
             (self.bytes - self.matmul_bytes) / bandwidth,
         )
@@ -218,7 +226,9 @@ def _backbone_part(cfg: ModelConfig, acc: Accounting, N: int, fused: bool) -> Pa
 
 
 def _head_part(cfg: ModelConfig, N: int) -> Part:
-    """The fused loss (`loss.fused_loss_bytes`): HEAD_MATMULS matmuls of N x V_pad x D."""
+    """The fused loss (`loss.fused_loss_bytes`): HEAD_MATMULS matmuls of N x V_pad x D, two
+    of them the Triton kernels' tiles, paced by their L2 reads where those bind
+    (`loss_tiles.tile_l2_bytes`)."""
     D, V_pad = cfg.d_model, padded_vocab(cfg)
     total = fused_loss_bytes(N, cfg.vocab_size, D)
     return Part(
@@ -226,6 +236,8 @@ def _head_part(cfg: ModelConfig, N: int) -> Part:
         HEAD_MATMULS * 2.0 * V_pad * D * N,
         float(total),
         float(total - V_pad * D * FUSED_BYTES_PER_HEAD),
+        float(tile_flops(N, V_pad, D)),
+        float(tile_l2_bytes(N, V_pad, D)),
     )
 
 
