@@ -164,20 +164,15 @@ class Trainer:
         self.model = build_cell_model(cfg).to(device)
         self.sharded = runtime.parallel == "fsdp" and info.enabled  # FSDP2: train/fsdp.py
         if self.sharded:
-            from leviathan.train.fsdp import shard_model
+            from leviathan.train.fsdp import compute_dtype, shard_model
 
             shard_model(
                 self.model,
                 info,
                 compile=runtime.compile,
                 activation_checkpointing=runtime.activation_checkpointing,
-                bf16=runtime.bf16,
+                param_dtype=compute_dtype(device, runtime.bf16),
             )
-        elif runtime.activation_checkpointing:
-            from leviathan.train.fsdp import blocks, checkpoint_activations
-
-            for block in blocks(self.model):
-                checkpoint_activations(block)
         self.loader = self._loader(train_bins)
         barrier(info)
         # the loader refuses shards of another vocabulary; the model must cover this one
@@ -198,7 +193,11 @@ class Trainer:
         self.accounting = account_model(self.model, cfg.context)
         stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
         self.ddp, self.train_model = wrap_model(
-            self.model, info, runtime.compile, stepping and not self.sharded
+            self.model,
+            info,
+            runtime.compile,
+            stepping and not self.sharded,
+            checkpointing=runtime.activation_checkpointing,
         )
         self.bf16 = runtime.bf16 and device.type == "cuda"
         self.n_micro = self.loader.local_batch // cfg.micro_batch
