@@ -12,7 +12,7 @@ no part of the run's identity: the rerun with it resumes).
 `Trainer` wires the components, `Trainer.train_step` is one optimizer step of the recipe and
 `Trainer.fit` the loop; each component decides its own interval. Beside it:
   checkpoint.py   CheckpointManager: saves/restores model, optimizer, loader, train state, RNG
-  fsdp.py         FSDP2, runtime.parallel=fsdp: each block and the root sharded over the ranks
+  fsdp.py         FSDP2, runtime.parallel=fsdp: each block, LEV and the root sharded over the ranks
   dcp_checkpoint.py  an FSDP run's checkpoints: the optimizer sharded, every rank writes its own
   integrity.py    every checkpoint file's sha256: recorded at save, checked before a restore
   preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1/SIGINT -> checkpoint, exit
@@ -501,7 +501,7 @@ class Trainer:
 
     def _lev_health(self, step: int, telemetry: TrainTelemetry) -> None:
         """LEV's health statistics on the main rank (a fixed sample of ids, no gradients;
-        FSDP: the root group, LEV and the head, gathered on every rank for it)."""
+        FSDP: LEV's group and the root's, with the head, gathered on every rank for it)."""
         if not (self.info.is_main or self.sharded):
             return
         from leviathan.train.fsdp import root_gathered
