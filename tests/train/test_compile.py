@@ -1,5 +1,6 @@
-"""torch.compile on CPU (inductor): graph breaks of the training forward, and a compiled
-training run of `micro` that trains, checkpoints and resumes, against the eager run."""
+"""torch.compile on CPU (inductor): graph breaks of the training forward, a compiled
+training run of `micro` that trains, checkpoints and resumes, against the eager run, and one
+with activation checkpointing too, whose blocks still compile."""
 
 from __future__ import annotations
 
@@ -40,11 +41,12 @@ STEPS = 6
 LOSS_ATOL = 2e-3  # nats per step, compiled vs eager (fused kernels reorder fp32 sums)
 
 
-def _run(shards: Path, run_dir: Path, compile: bool):
+def _run(shards: Path, run_dir: Path, compile: bool, checkpointing: bool = False):
     cfg = train_config("micro", "gpt2", "leviathan", total_tokens=8 * 64 * STEPS)
     runtime = RuntimeConfig(
         progress=False,
         compile=compile,
+        activation_checkpointing=checkpointing,
         validation=ValidationConfig(every=0),
         checkpoint=CheckpointConfig(every=3, keep_last=2),
     )
@@ -97,3 +99,21 @@ def test_compiled_training_trains_checkpoints_resumes_and_matches_eager(
     assert _logged_steps(compiled) == list(range(1, STEPS + 1))  # 4.. trained again, once
     assert _steps_taken(compiled) == STEPS
     assert resumed.final_train_loss == pytest.approx(first.final_train_loss, abs=LOSS_ATOL)
+
+
+@pytest.mark.slow
+def test_checkpointed_compiled_training_compiles_and_matches_eager(
+    gpt2_shards: Path, tmp_path: Path
+) -> None:
+    """runtime.activation_checkpointing with runtime.compile through the trainer: Dynamo
+    compiles frames (the checkpoint inside the blocks' compiled code, not around it, where
+    nothing would compile), and the losses are the eager run's."""
+    _run(gpt2_shards, tmp_path / "eager", compile=False)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    _run(gpt2_shards, tmp_path / "compiled", compile=True, checkpointing=True)
+    assert torch._dynamo.utils.counters["frames"]["ok"] >= 1
+    compiled, ref = _losses(tmp_path / "compiled"), _losses(tmp_path / "eager")
+    assert compiled.keys() == ref.keys()
+    for step, loss in ref.items():
+        assert abs(compiled[step] - loss) <= LOSS_ATOL, (step, compiled[step], loss)

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from leviathan.model import LanguageModel, build_model, model_config
 from leviathan.model.transformer import Block
 from leviathan.train.distributed import DistInfo, wrap_model
+from leviathan.train.regions import is_checkpointed
 
 
 def _net() -> LanguageModel:
@@ -54,12 +55,15 @@ def test_wrap_model_without_ddp_or_compile_is_the_model() -> None:
     model = _net()
     one = DistInfo(0, 1, 0, torch.device("cpu"))
     assert wrap_model(model, one, compile=False) == (None, model)
-    assert wrap_model(model, one, compile=True, stepping=False) == (None, model)
+    assert wrap_model(model, one, True, stepping=False, checkpointing=True) == (None, model)
+    blocks = [m for m in model.modules() if isinstance(m, Block)]
     assert _compiled_blocks(model) == [False, False]
-    ddp, compiled = wrap_model(model, one, compile=True)
+    assert not any(is_checkpointed(b) for b in blocks)
+    ddp, compiled = wrap_model(model, one, compile=True, checkpointing=True)
     assert ddp is None
-    assert compiled is model  # its blocks compiled in place
+    assert compiled is model  # its blocks compiled in place, checkpointed
     assert _compiled_blocks(model) == [True, True]
+    assert all(is_checkpointed(b) for b in blocks)
 
 
 @pytest.mark.slow

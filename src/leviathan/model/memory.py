@@ -14,9 +14,11 @@ corrects them):
   * FSDP (`resources.<scale>.parallel: fsdp`): the trace counts parameters, gradients, AdamW's
     moments and the compute copies of the weights at 1/world of their size
     (`step_count.LiveMemory`); added are the groups FSDP holds gathered (`leviathan.train.fsdp`:
-    the root group, LEV, the head and the final norm, all step; the block computing and the
+    the root group, the head and the final norm, all step; the block computing and the
     one prefetched), in bf16, and, for the root and one block, their unsharded bf16 gradients
-    and the fp32 copy reduce-scattered (reductions in fp32);
+    and the fp32 copy reduce-scattered (reductions in fp32). LEV (its own group, gathered in
+    fp32) is counted as if in the root: its weights take 2 bytes per parameter more than
+    counted, its gradients, fp32 and reduced as they are, 2 less;
   * `FRAGMENTATION` of what the caching allocator holds beyond its live tensors;
   * `CUDA_CONTEXT_BYTES` per process (the CUDA context, cuBLAS workspaces, kernel images)
     and `NCCL_BYTES` per process of a multi-GPU job (NCCL's channel buffers).

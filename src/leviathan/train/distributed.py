@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from leviathan.device import resolve_device
-from leviathan.train.regions import compile_regions
+from leviathan.train.regions import prepare_blocks
 
 
 @dataclass(frozen=True)
@@ -66,17 +66,22 @@ def shutdown(info: DistInfo) -> None:
 
 
 def wrap_model(
-    model: nn.Module, info: DistInfo, compile: bool, stepping: bool = True
+    model: nn.Module,
+    info: DistInfo,
+    compile: bool,
+    stepping: bool = True,
+    checkpointing: bool = False,
 ) -> tuple[DistributedDataParallel | None, Any]:
     """(the DDP wrapper or None, the module a training step calls). With `compile`, each
     transformer block is compiled in place first (`compile_regions`: one compiled code for
-    every layer; LEV and the loss stay eager), then DDP wraps the model: the compiled regions
-    are inside DDP, whose gradient hooks see the same parameters and all-reduce each bucket
-    as backward reaches it. A finished run (`stepping` False) is neither."""
+    every layer; LEV and the loss stay eager), with `checkpointing` its activations recomputed
+    in backward, the checkpoint inside the compiled code (`prepare_blocks`); then DDP wraps
+    the model: the compiled regions are inside DDP, whose gradient hooks see the same
+    parameters and all-reduce each bucket as backward reaches it. A finished run (`stepping`
+    False) is none of these."""
     if not stepping:
         return None, model
-    if compile:
-        compile_regions(model)
+    prepare_blocks(model, compile=compile, checkpointing=checkpointing)
     ddp = None
     if info.enabled:
         cuda = info.device.type == "cuda"

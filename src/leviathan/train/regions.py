@@ -17,14 +17,23 @@ view of the parameters are unchanged. Left eager, on purpose:
     compile time growing with the micro-batch), for no CPU speed that matters.
 Neither is traced, so the device-memory query they make (`leviathan.device.device_memory`)
 never runs in traced code; it is asked here, once per device, before anything compiles.
+
+Activation checkpointing (`runtime.activation_checkpointing`) is applied here too, inside the
+compiled region: a checkpointed block's forward calls `torch.utils.checkpoint.checkpoint` on
+the block's own forward, so the compiled code traces the checkpoint call, which Dynamo keeps
+as one higher-order op (`tag_activation_checkpoint`) whose body is recomputed in backward.
+Wrapped the other way round (checkpoint outside the compiled call), Dynamo compiles nothing:
+`checkpoint` itself is excluded from tracing, and the run would be silently eager.
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch._dynamo.utils as dynamo_utils
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from leviathan.device import device_memory
 from leviathan.model.transformer import Block
@@ -34,6 +43,39 @@ from leviathan.model.transformer import Block
 COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
 
 
+def blocks(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks of `model`, in order."""
+    return [m for m in model.modules() if isinstance(m, Block)]
+
+
+def _checkpointed_forward(block: nn.Module, *args: Any) -> Any:
+    """The block's own forward under non-reentrant checkpointing (one code object for every
+    block, so one compiled graph serves them all)."""
+    return checkpoint(type(block).forward, block, *args, use_reentrant=False)
+
+
+def checkpoint_activations(model: nn.Module) -> None:
+    """Recompute each transformer block's activations in backward instead of keeping them, in
+    place: the block's forward is replaced, its parameters keep their names. Compiled
+    afterwards (`compile_regions`), the checkpoint is inside the compiled code."""
+    for block in blocks(model):
+        block.forward = types.MethodType(_checkpointed_forward, block)  # type: ignore[method-assign]
+
+
+def is_checkpointed(block: nn.Module) -> bool:
+    forward = block.__dict__.get("forward")
+    return getattr(forward, "__func__", None) is _checkpointed_forward
+
+
+def prepare_blocks(model: nn.Module, *, compile: bool, checkpointing: bool, **options: Any) -> None:
+    """The training step's blocks: each checkpointed (`checkpointing`), then each compiled
+    in place (`compile`; `options`: torch.compile's), the checkpoint inside the compiled code."""
+    if checkpointing:
+        checkpoint_activations(model)
+    if compile:
+        compile_regions(model, **options)
+
+
 def compile_regions(model: nn.Module, **options: Any) -> list[nn.Module]:
     """Compile every transformer block of `model` in place (`options`: torch.compile's, e.g.
     backend="aot_eager"); returns the compiled blocks. The device's memory is asked first
@@ -41,10 +83,10 @@ def compile_regions(model: nn.Module, **options: Any) -> list[nn.Module]:
     for p in model.parameters():
         device_memory(p.device)
         break
-    blocks = [m for m in model.modules() if isinstance(m, Block)]
-    for block in blocks:
+    compiled = blocks(model)
+    for block in compiled:
         block.compile(**options)
-    return blocks
+    return compiled
 
 
 def compile_seconds() -> float:

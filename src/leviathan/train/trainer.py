@@ -12,7 +12,7 @@ no part of the run's identity: the rerun with it resumes).
 `Trainer` wires the components, `Trainer.train_step` is one optimizer step of the recipe and
 `Trainer.fit` the loop; each component decides its own interval. Beside it:
   checkpoint.py   CheckpointManager: saves/restores model, optimizer, loader, train state, RNG
-  fsdp.py         FSDP2, runtime.parallel=fsdp: each block and the root sharded over the ranks
+  fsdp.py         FSDP2, runtime.parallel=fsdp: each block, LEV and the root sharded over the ranks
   dcp_checkpoint.py  an FSDP run's checkpoints: the optimizer sharded, every rank writes its own
   integrity.py    every checkpoint file's sha256: recorded at save, checked before a restore
   preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1/SIGINT -> checkpoint, exit
@@ -164,20 +164,15 @@ class Trainer:
         self.model = build_cell_model(cfg).to(device)
         self.sharded = runtime.parallel == "fsdp" and info.enabled  # FSDP2: train/fsdp.py
         if self.sharded:
-            from leviathan.train.fsdp import shard_model
+            from leviathan.train.fsdp import compute_dtype, shard_model
 
             shard_model(
                 self.model,
                 info,
                 compile=runtime.compile,
                 activation_checkpointing=runtime.activation_checkpointing,
-                bf16=runtime.bf16,
+                param_dtype=compute_dtype(device, runtime.bf16),
             )
-        elif runtime.activation_checkpointing:
-            from leviathan.train.fsdp import blocks, checkpoint_activations
-
-            for block in blocks(self.model):
-                checkpoint_activations(block)
         self.loader = self._loader(train_bins)
         barrier(info)
         # the loader refuses shards of another vocabulary; the model must cover this one
@@ -198,7 +193,11 @@ class Trainer:
         self.accounting = account_model(self.model, cfg.context)
         stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
         self.ddp, self.train_model = wrap_model(
-            self.model, info, runtime.compile, stepping and not self.sharded
+            self.model,
+            info,
+            runtime.compile,
+            stepping and not self.sharded,
+            checkpointing=runtime.activation_checkpointing,
         )
         self.bf16 = runtime.bf16 and device.type == "cuda"
         self.n_micro = self.loader.local_batch // cfg.micro_batch
@@ -502,7 +501,7 @@ class Trainer:
 
     def _lev_health(self, step: int, telemetry: TrainTelemetry) -> None:
         """LEV's health statistics on the main rank (a fixed sample of ids, no gradients;
-        FSDP: the root group, LEV and the head, gathered on every rank for it)."""
+        FSDP: LEV's group and the root's, with the head, gathered on every rank for it)."""
         if not (self.info.is_main or self.sharded):
             return
         from leviathan.train.fsdp import root_gathered
