@@ -21,10 +21,9 @@ with (`lev._fused_forward` and `_fused_backward`, `loss_kernel`'s ops). `TOLERAN
 the bounds: those the GPU tests hold the kernels to against float64 (tests/gpu/test_cuda.py),
 and for bf16 operands those of the interpreter tests (tests/model/test_loss_kernel.py).
 
-Cost: the checks themselves take milliseconds on a GPU; the check's time is mostly Triton
-compiling the kernels (seconds), which the first step would pay anyway. On a CPU the native
-kernel's check takes well under a second at the study's shapes. Each record states its own
-`seconds`.
+Cost (docs/gpu.md): on a CPU 0.02 s at micro, about a second at 400m (the float64 reference
+is most of it); on a GPU the checks are milliseconds of work and the time mostly Triton
+compiling the kernels (not measured yet). Each record states its own `seconds`.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ log = logging.getLogger(__name__)
 LEV_IDS = {"cuda": 257, "cpu": 37}  # ids per LEV check: no multiple of any kernel's block
 # tokens per loss check: a partial block of rows (64 on a GPU, 32 in the interpreter)
 LOSS_TOKENS = {"cuda": 100, "cpu": 45}
+LOSS_REFERENCE_ROWS = 1 << 14  # rows of the head per float64 product of the loss's reference
 
 
 @dataclass(frozen=True)
@@ -142,25 +142,28 @@ class _Batch:
 
     @functools.cached_property
     def loss(self) -> tuple[torch.Tensor, ...]:
-        """h [n, D] ~ N(0, 1) and w [V padded, D] ~ N(0, 4 / D) (logits ~ N(0, 4);
-        zero rows pad V to the GPU rule's multiple) in the loss's dtype, targets with every
-        7th ignored, and the float64 logits of h and w as the kernels read them (padding
-        columns -inf)."""
+        """h [n, D] ~ N(0, 1) and w [V padded, D] ~ N(0, 4 / D) (logits ~ N(0, 4); zero rows
+        pad V to the GPU rule's multiple) in the loss's dtype, drawn on the device (a head of
+        200k rows in a few milliseconds), targets with every 7th ignored, and the float64
+        logits of h and w as the kernels read them (padding columns -inf)."""
         from leviathan.model.loss import HEAD_ROWS_MULTIPLE, IGNORE_INDEX
 
         assert self.shapes.head is not None
         (V, D), dtype, device = self.shapes.head, self.shapes.loss_dtype, self.device
-        gen = torch.Generator().manual_seed(0)
+        gen = torch.Generator(device).manual_seed(0)
         n = LOSS_TOKENS[device.type]
-        h = torch.randn(n, D, generator=gen).to(device, dtype)
-        w = torch.zeros(V + -V % HEAD_ROWS_MULTIPLE, D)
-        w[:V] = torch.randn(V, D, generator=gen) * (2 / math.sqrt(D))
-        w = w.to(device, dtype)
-        t = torch.randint(0, V, (n,), generator=gen)
+        h = torch.randn(n, D, generator=gen, device=device).to(dtype)
+        w = torch.zeros(V + -V % HEAD_ROWS_MULTIPLE, D, device=device, dtype=dtype)
+        w[:V] = torch.randn(V, D, generator=gen, device=device).mul_(2 / math.sqrt(D))
+        t = torch.randint(0, V, (n,), generator=gen, device=device)
         t[::7] = IGNORE_INDEX
-        z = h.double() @ w.double().t()
+        z = torch.empty(n, w.shape[0], dtype=torch.float64, device=device)
+        h64 = h.double()
+        for rows in range(0, w.shape[0], LOSS_REFERENCE_ROWS):  # w in float64 a slice at a time
+            block = slice(rows, rows + LOSS_REFERENCE_ROWS)
+            z[:, block] = h64 @ w[block].double().t()
         z[:, V:] = float("-inf")
-        return h, w, t.to(device), z
+        return h, w, t, z
 
 
 def _lev_forward(batch: _Batch, path: str) -> str | None:

@@ -144,12 +144,12 @@ def kernels_text(checks: Sequence[Mapping[str, Any] | None]) -> str:
             elif kernel_use.failed(status):
                 failed.setdefault(kernel, []).append(status)
     text = "fused kernels that passed their self-check and ran: " + (
-        ", ".join(f"{k} ({c} of {n} cells)" for k, c in ran.items()) or "none"
+        ", ".join(f"{k} ({ran[k]} of {n} cells)" for k in kernel_use.KERNELS if k in ran) or "none"
     )
     text += "; " + (
         "; ".join(
             f"{k} failed its self-check in {len(s)} of {n} cells, which ran the plain torch "
-            f"path instead (first: {s[0]})"
+            f"path instead (first: ``{_literal(s[0])}``)"
             for k, s in failed.items()
         )
         or "none failed"
@@ -157,6 +157,11 @@ def kernels_text(checks: Sequence[Mapping[str, Any] | None]) -> str:
     if len(recorded) < n:
         text += f"; {n - len(recorded)} of {n} cells record no check (trained before it existed)"
     return text + " (``env.kernel_check`` of each cell's final checkpoint)."
+
+
+def _literal(text: str) -> str:
+    """`text` as it may stand inside a reStructuredText literal (no backquotes)."""
+    return text.replace("`", "'")
 
 
 def study_status(
