@@ -219,3 +219,19 @@ def test_self_check_warns_records_or_stops(
     assert environment("cpu")["kernel_check"] == record == kernel_use.checked()
     with pytest.raises(ValueError, match="kernel_check='sometimes': use warn or error"):
         self_check(model, CPU, bf16=False, mode="sometimes")
+
+
+def test_runtime_kernel_check_is_warn_or_error_and_reaches_the_training_job() -> None:
+    import shlex
+
+    from leviathan.cells import Cell
+    from leviathan.train.config import RuntimeConfig
+    from leviathan.workflow.launch import train_command
+
+    assert RuntimeConfig().kernel_check == "warn"
+    assert RuntimeConfig.from_dict({"kernel_check": "error"}).kernel_check == "error"
+    with pytest.raises(ValueError, match="kernel_check='fatal': use warn or error"):
+        RuntimeConfig.from_dict({"kernel_check": "fatal"})
+    cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
+    args = shlex.split(train_command(cell, {"runtime": {"kernel_check": "error"}}, "t", "r"))
+    assert "kernel_check=error" in args

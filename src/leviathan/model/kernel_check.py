@@ -195,7 +195,7 @@ def _loss_forward(batch: _Batch) -> str | None:
     from leviathan.model import loss
 
     h, w, t, z = batch.loss
-    lse, picked = loss._kernels().lse_and_pick(h, w, t, batch.shapes.head[0])  # type: ignore[index]
+    lse, picked = loss._kernels().lse_and_pick(h, w, t, _classes(batch.shapes))
     valid = t != loss.IGNORE_INDEX
     want_picked = torch.where(valid, z.gather(1, t.clamp(0).unsqueeze(1)).squeeze(1), 0.0)
     tol = _loss_tolerance(batch.shapes.loss_dtype)
@@ -216,7 +216,7 @@ def _loss_backward(batch: _Batch) -> str | None:
     b = torch.where(valid, -a, 0.0)
     want = a[:, None] * (z - lse[:, None]).exp()
     want[valid, t[valid]] += b[valid]
-    V = batch.shapes.head[0]  # type: ignore[index]
+    V = _classes(batch.shapes)
     got = loss._kernels().softmax_grad_logits(h, w, t, lse.float(), a.float(), b.float(), V)
     return _mismatch("G", got, want, _loss_tolerance(batch.shapes.loss_dtype))
 
@@ -235,6 +235,11 @@ _CHECKS: dict[str, Callable[[_Batch], str | None]] = {
 def _lev(shapes: CheckShapes) -> LEVConfig:
     assert shapes.lev is not None
     return shapes.lev
+
+
+def _classes(shapes: CheckShapes) -> int:
+    assert shapes.head is not None
+    return shapes.head[0]
 
 
 def runnable(kernel: str, shapes: CheckShapes, device: torch.device) -> bool:

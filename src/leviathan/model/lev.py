@@ -110,7 +110,7 @@ class _KnotIntervals:
 KERNELS = ("auto", "native", "plain", "triton")
 
 
-def _resolve(kernel: str, t: torch.Tensor, direction: str = "forward") -> str:
+def _resolve(kernel: str, t: torch.Tensor, direction: str) -> str:
     """The path a kernel choice takes for t, in `direction` (forward or backward): "auto" is
     the Triton kernels on a GPU, the native kernel on a CPU (fp32 where they run; a kernel
     that failed the run's self-check, `kernel_use`, is not used), else the plain torch ops."""
@@ -238,7 +238,7 @@ def _fused_forward(
     """The fused product by the kernel `_resolve` picks, in fp32 (fp64 in, fp64 out)."""
     dtype = torch.promote_types(t.dtype, torch.float32)
     t32, coef32 = t.to(dtype).contiguous(), coef.to(dtype).contiguous()
-    path = _resolve(kernel, t)
+    path = _resolve(kernel, t, "forward")
     if path == "triton":
         return lev_triton.spline_forward(t32, coef32, n_knots, eps)
     if path == "native":
