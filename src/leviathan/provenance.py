@@ -6,7 +6,9 @@ that every manifest (`leviathan.manifest.write_manifest`) and every evaluation o
 
     code            {leviathan, git_commit, git_dirty, git_diff: {path, sha256, bytes} | None}
     env             {python, implementation, torch, cuda, host, device, device_name?,
-                     slurm_job_id, packages: {name: version | None}}
+                     slurm_job_id, packages: {name: version | None}, kernel_check?}
+                    (kernel_check: the process's kernel self-check, where one ran:
+                    leviathan.model.kernel_use)
     config          the step's resolved settings (only when the step has some)
     config_sha256   sha256 of the canonical JSON of `config` (`config_sha256`)
     started_utc     when the work began (None when the caller does not know)
@@ -44,6 +46,7 @@ import leviathan
 from leviathan import __version__
 from leviathan.io import atomic_path
 from leviathan.layout import provenance_diff, repo_root
+from leviathan.model.kernel_use import checked as checked_kernels
 
 # Distributions whose versions every record lists (None where one is not installed).
 PACKAGES = (
@@ -245,6 +248,8 @@ def environment(device: str | None = None) -> dict[str, Any]:
     }
     if device is not None and (name := _device_name(device)) is not None:
         env["device_name"] = name
+    if (kernels := checked_kernels()) is not None:
+        env["kernel_check"] = kernels
     return env
 
 

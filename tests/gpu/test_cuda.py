@@ -106,3 +106,21 @@ def test_regionally_compiled_step_matches_eager_on_cuda() -> None:
     assert sum(torch._dynamo.utils.counters["graph_break"].values()) == 0
     eager = _model()
     assert got == pytest.approx(_steps(eager, eager, 3), abs=2e-2)
+
+
+@pytest.mark.parametrize("variant", ["leviathan", "tied"])
+def test_the_kernel_self_check_passes_at_a_study_shape(variant: str) -> None:
+    """The check a 400m run makes before its first step (o200k head, bf16 loss operands):
+    every Triton kernel it launches ok against float64 on this GPU; its seconds printed
+    (docs/gpu.md states them)."""
+    from leviathan.model import kernel_use
+    from leviathan.model.kernel_check import check_kernels, model_shapes
+
+    model = build_model(model_config("400m", "o200k_base", variant), "meta")  # shapes only
+    shapes = model_shapes(model, bf16=True)
+    record = check_kernels(CUDA, shapes)
+    print(f"kernel self-check, 400m {variant}: {record['seconds']} s")
+    launched = ["loss_triton_forward", "loss_triton_backward"]
+    launched += ["lev_triton_forward", "lev_triton_backward"] if variant == "leviathan" else []
+    want = {k: "ok" if k in launched else "not used" for k in kernel_use.KERNELS}
+    assert record["kernels"] == want, record

@@ -14,6 +14,7 @@ from report_cells import write_cell
 
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.model import kernel_use
 from leviathan.report.build import write_report
 
 TOKENS = 30_720
@@ -30,10 +31,16 @@ def _config(below_tokens: int) -> dict[str, Any]:
     }
 
 
-def _train_on(cell: Cell, device: str) -> None:
+def _train_on(cell: Cell, device: str, kernels: dict[str, str] | None = None) -> None:
+    """The cell's final state as trained on `device`, with the kernel self-check `kernels`
+    (None: no check recorded, as before the check existed)."""
     marker = Path(layout.final_marker(cell))
     state = json.loads(marker.read_text())
-    marker.write_text(json.dumps({**state, "env": {"device": device}}))
+    env: dict[str, Any] = {"device": device}
+    if kernels is not None:
+        statuses = dict.fromkeys(kernel_use.KERNELS, kernel_use.NOT_USED)
+        env["kernel_check"] = {"device": device, "seconds": 1.5, "kernels": statuses | kernels}
+    marker.write_text(json.dumps({**state, "env": env}))
 
 
 @pytest.fixture
@@ -72,9 +79,30 @@ def test_the_status_follows_what_the_cells_did(study: Path) -> None:
     assert "cells are smoke tests" not in text
 
 
+def test_the_status_names_the_kernels_that_ran_and_any_that_failed(study: Path) -> None:
+    text, _ = _status(study, below_tokens=TOKENS)
+    assert "none of the 2 cells records a kernel self-check (trained before it existed)" in text
+    native = {kernel_use.LEV_NATIVE_FORWARD: "ok", kernel_use.LEV_NATIVE_BACKWARD: "ok"}
+    _train_on(CELLS[0], "cpu", native)
+    text, _ = _status(study, below_tokens=TOKENS)
+    assert (
+        "fused kernels that passed their self-check and ran: lev_native_forward (1 of 2 cells), "
+        "lev_native_backward (1 of 2 cells); none failed; 1 of 2 cells record no check" in text
+    )
+    failed = "failed: M differs from the plain path: `x` off"
+    triton = {k: "ok" for k in kernel_use.KERNELS[:4]} | {kernel_use.LEV_TRITON_FORWARD: failed}
+    _train_on(CELLS[1], "cuda:0", triton)
+    text, _ = _status(study, below_tokens=TOKENS)
+    assert "ran: lev_triton_backward (1 of 2 cells), loss_triton_forward (1 of 2 cells)" in text
+    assert (
+        "lev_triton_forward failed its self-check in 1 of 2 cells, which ran the plain torch "
+        "path instead (first: ``failed: M differs from the plain path: 'x' off``)" in text
+    )
+
+
 def test_the_status_is_valid_restructuredtext(study: Path) -> None:
     """docutils, which renders the HTML report's first page, reads it without a warning."""
     text, _ = _status(study, below_tokens=TOKENS + 1)
     html = publish_parts(text, writer="html", settings_overrides={"halt_level": 2})
     assert "<strong>Evidence</strong>" in html["html_body"]
-    assert html["html_body"].count("<li>") == 6
+    assert html["html_body"].count("<li>") == 7

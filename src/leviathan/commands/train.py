@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             "intact checkpoint in RUN_DIR/checkpoints. SIGTERM/SIGUSR1 and Ctrl-C write a "
             "checkpoint and exit with 128+signal (a second Ctrl-C stops at once); a non-finite "
             "loss exits with 3, the device running out of memory with 4 (one line naming the "
-            "micro_batch to set). Multi-GPU: "
+            "micro_batch to set), a kernel failing its self-check under runtime.kernel_check: "
+            "error with 5. Multi-GPU: "
             "python -m leviathan.torchrun --nproc-per-node N -m leviathan.cli train ... "
             "(torchrun's arguments; exits 128+signal on preemption too)"
         ),
@@ -95,7 +96,13 @@ def _resume_hint(run_dir: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leviathan.train.errors import OUT_OF_MEMORY_EXIT, NonFiniteLoss, OutOfMemory
+    from leviathan.model.kernel_check import KernelCheckFailed
+    from leviathan.train.errors import (
+        KERNEL_CHECK_EXIT,
+        OUT_OF_MEMORY_EXIT,
+        NonFiniteLoss,
+        OutOfMemory,
+    )
     from leviathan.train.preemption import Preempted
     from leviathan.train.trainer import train
 
@@ -125,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
     except OutOfMemory as exc:
         print(f"leviathan train: error: {exc}", file=sys.stderr)
         return OUT_OF_MEMORY_EXIT
+    except KernelCheckFailed as exc:
+        print(f"leviathan train: error: {exc}", file=sys.stderr)
+        return KERNEL_CHECK_EXIT
     print(
         json.dumps(
             {

@@ -317,8 +317,19 @@ class EvalModel(nn.Module):
 
 
 def open_checkpoint(
-    path: str | Path, device: str | torch.device = "auto", precision: str = "auto"
+    path: str | Path,
+    device: str | torch.device = "auto",
+    precision: str = "auto",
+    kernel_check: str = "warn",
 ) -> tuple[Checkpoint, EvalModel]:
-    """Read, hash and load a checkpoint; return it with its EvalModel."""
+    """Read, hash and load a checkpoint; return it with its EvalModel. Before the EvalModel
+    runs anything, the fused kernels it may launch are checked on its device
+    (`leviathan.model.kernel_check.self_check`; `kernel_check`: warn or error, as
+    runtime.kernel_check): a kernel that fails is not used, or stops the evaluation."""
+    from leviathan.model.kernel_check import self_check
+
     ckpt = read_checkpoint(path)
-    return ckpt, EvalModel(load_model(ckpt, device), precision)
+    model = load_model(ckpt, device)
+    dev = next(model.parameters()).device
+    self_check(model, dev, bf16=_amp_dtype(dev, precision) is not None, mode=kernel_check)
+    return ckpt, EvalModel(model, precision)

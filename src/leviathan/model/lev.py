@@ -28,7 +28,8 @@ The paths (`spline_product`'s `kernel`): "auto" runs one custom op,
 it one node, a dispatch mode sees its inputs and output; eager code with plain tensors and no
 mode calls the op's bodies directly, `_EagerFusedProduct`, sparing each process torch's ~2 s
 custom-op set-up), whose kernel is the Triton pair on a GPU (`lev_triton`), the native C
-kernel on a CPU (`lev_native`), else the plain torch ops;
+kernel on a CPU (`lev_native`), else the plain torch ops (a kernel that failed the run's
+self-check, `kernel_check`, is left out: its direction runs the plain ops);
 "plain" is those torch ops themselves (`SplineProduct`: the product in fp32 log space, ids in
 chunks bounded by `LEVConfig.chunk_elems` on a CPU, by a share of the memory on a GPU,
 `leviathan.device.chunk_elems`, which asks a GPU for its memory once; one chunk under torch.compile), which tracers and dispatch modes see through.
@@ -51,7 +52,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from leviathan.device import chunk_elems as device_chunk_elems
-from leviathan.model import lev_native, lev_triton
+from leviathan.model import kernel_use, lev_native, lev_triton
 from leviathan.model.bspline import N_TAPS, basis_dense, end_sum
 from leviathan.model.config import LEV_BASES, LEVConfig
 from leviathan.model.generated import GeneratedInput
@@ -109,14 +110,17 @@ class _KnotIntervals:
 KERNELS = ("auto", "native", "plain", "triton")
 
 
-def _resolve(kernel: str, t: torch.Tensor) -> str:
-    """The path a kernel choice takes for t: "auto" is the Triton kernels on a GPU, the
-    native kernel on a CPU (fp32 where they run), else the plain torch ops."""
+def _resolve(kernel: str, t: torch.Tensor, direction: str) -> str:
+    """The path a kernel choice takes for t, in `direction` (forward or backward): "auto" is
+    the Triton kernels on a GPU, the native kernel on a CPU (fp32 where they run; a kernel
+    that failed the run's self-check, `kernel_use`, is not used), else the plain torch ops."""
     fp32 = torch.promote_types(t.dtype, torch.float32) == torch.float32
     native = fp32 and t.device.type == "cpu" and lev_native.available()
     triton = fp32 and t.device.type == "cuda" and lev_triton.usable(t.device)
     if kernel == "auto":
-        return "triton" if triton else "native" if native else "plain"
+        if triton and kernel_use.usable(f"lev_triton_{direction}"):
+            return "triton"
+        return "native" if native and kernel_use.usable(f"lev_native_{direction}") else "plain"
     if kernel == "native" and not native:
         raise RuntimeError("kernel='native' needs fp32 CPU tensors and a C compiler")
     if kernel == "triton" and not (fp32 and lev_triton.usable(t.device)):
@@ -234,7 +238,7 @@ def _fused_forward(
     """The fused product by the kernel `_resolve` picks, in fp32 (fp64 in, fp64 out)."""
     dtype = torch.promote_types(t.dtype, torch.float32)
     t32, coef32 = t.to(dtype).contiguous(), coef.to(dtype).contiguous()
-    path = _resolve(kernel, t)
+    path = _resolve(kernel, t, "forward")
     if path == "triton":
         return lev_triton.spline_forward(t32, coef32, n_knots, eps)
     if path == "native":
@@ -255,7 +259,7 @@ def _fused_backward(
     """(grad_t, grad_coef) of `_spline_op` in M's dtype, phi recomputed from t."""
     dtype = M.dtype
     t32, coef32 = t.to(dtype).contiguous(), coef.to(dtype).contiguous()
-    path = _resolve(kernel, t)
+    path = _resolve(kernel, t, "backward")
     if path == "triton":
         return lev_triton.spline_backward(t32, coef32, M, grad_M, n_knots, eps)
     gMM = grad_M.to(dtype) * M

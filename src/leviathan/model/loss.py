@@ -78,6 +78,7 @@ from torch.autograd.function import once_differentiable
 
 from leviathan.device import chunk_elems as device_chunk_elems
 from leviathan.device import forced_policy, uses_gpu_policy
+from leviathan.model import kernel_use
 from leviathan.model.traffic import TrafficCounter
 from leviathan.model.transformer import activation_dtype
 
@@ -407,8 +408,22 @@ def counted_loss_bytes(n_tokens: int, vocab: int, d_model: int, loss: LossFn | N
 
 def uses_fused_kernels(device: torch.device) -> bool:
     """Whether the loss on `device` runs the Triton kernels (`loss_kernel`): the GPU rule on
-    a CUDA device. The CPU rule, and the GPU rule forced on a CPU, keep the chunked loss."""
-    return device.type == "cuda" and uses_gpu_policy(device)
+    a CUDA device, unless the forward kernel failed the run's self-check (`kernel_check`;
+    where only the backward one failed, `linear_cross_entropy` keeps the chunked loss for
+    gradients). The CPU rule, and the GPU rule forced on a CPU, keep the chunked loss."""
+    return (
+        device.type == "cuda"
+        and uses_gpu_policy(device)
+        and kernel_use.usable(kernel_use.LOSS_TRITON_FORWARD)
+    )
+
+
+def _takes_kernels(device: torch.device, grads: bool) -> bool:
+    """Whether a loss on `device` runs the kernels: the forward one (`uses_fused_kernels`)
+    and, where gradients are wanted, the backward one, unless it failed the self-check."""
+    return uses_fused_kernels(device) and (
+        not grads or kernel_use.usable(kernel_use.LOSS_TRITON_BACKWARD)
+    )
 
 
 _kernel_module: ModuleType | None = None  # `loss_kernel`, once imported and registered
@@ -489,9 +504,10 @@ def linear_cross_entropy(
     """Mean cross-entropy (nats) of `targets` [N] under logits `hidden` [N, D] @ `weight` [V, D].T."""
     if hidden.shape[0] != targets.shape[0]:
         raise ValueError(f"hidden has {hidden.shape[0]} rows but targets {targets.shape[0]}")
-    if uses_fused_kernels(hidden.device):
+    grads = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    if _takes_kernels(hidden.device, grads):
         return fused_linear_cross_entropy(hidden, weight, targets)
-    if not (torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)):
+    if not grads:
         # no gradient wanted: skip the gradient work the fused function does in its forward
         n_valid = (targets != IGNORE_INDEX).sum().clamp_min(1)
         return token_losses(hidden, weight, targets, chunk_elems).sum() / n_valid

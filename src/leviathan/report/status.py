@@ -1,16 +1,18 @@
 """The study's status, for the first page of the HTML report: what this run shows and what not.
 
 Read from what the run produced (the report's metrics, paper_vs_ours and paper_check CSVs, and
-each cell's final checkpoint), so it says what was done, not what the config asked for. Written
-as reStructuredText (`layout.status_file`), which `workflow/report/workflow.rst` includes.
+each cell's final checkpoint, which also records the cell's kernel self-check), so it says
+what was done, not what the config asked for. Written as reStructuredText
+(`layout.status_file`), which `workflow/report/workflow.rst` includes.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -18,6 +20,7 @@ from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.io import atomic_path
 from leviathan.manifest import input_record, write_manifest
+from leviathan.model import kernel_use
 from leviathan.report.basis import FULL, SmokePolicy, tokens_label
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.table import STAND_IN_COLUMN
@@ -51,6 +54,9 @@ class StudyStatus:
     paper_checked: int  # the paper's reported numbers checked against each other (paper_check)
     paper_inconsistent: int  # of those, not following from the others
     smoke: SmokePolicy
+    # each cell's kernel self-check, from its final checkpoint (env.kernel_check; None: the
+    # cell records none): which fused kernels its last training process ran
+    kernel_checks: tuple[Mapping[str, Any] | None, ...] = ()
 
     @property
     def cells(self) -> int:
@@ -113,6 +119,7 @@ class StudyStatus:
             ("Evidence", evidence),
             ("Hardware", hardware),
             ("Benchmarks", benchmarks),
+            ("Kernels", kernels_text(self.kernel_checks)),
             ("The paper itself", paper),
         ]
 
@@ -120,6 +127,41 @@ class StudyStatus:
         lines = [".. rubric:: Study status", ""]
         lines += [f"- **{what}**: {text}" for what, text in self.items()]
         return "\n".join(lines) + "\n"
+
+
+def kernels_text(checks: Sequence[Mapping[str, Any] | None]) -> str:
+    """What the cells' kernel self-checks say: the fused kernels that ran, and any that failed
+    (their cells ran the plain torch path instead)."""
+    n, recorded = len(checks), [c for c in checks if c is not None]
+    if not recorded:
+        return f"none of the {n} cells records a kernel self-check (trained before it existed)."
+    ran: dict[str, int] = {}
+    failed: dict[str, list[str]] = {}
+    for check in recorded:
+        for kernel, status in check["kernels"].items():
+            if status == kernel_use.OK:
+                ran[kernel] = ran.get(kernel, 0) + 1
+            elif kernel_use.failed(status):
+                failed.setdefault(kernel, []).append(status)
+    text = "fused kernels that passed their self-check and ran: " + (
+        ", ".join(f"{k} ({ran[k]} of {n} cells)" for k in kernel_use.KERNELS if k in ran) or "none"
+    )
+    text += "; " + (
+        "; ".join(
+            f"{k} failed its self-check in {len(s)} of {n} cells, which ran the plain torch "
+            f"path instead (first: ``{_literal(s[0])}``)"
+            for k, s in failed.items()
+        )
+        or "none failed"
+    )
+    if len(recorded) < n:
+        text += f"; {n - len(recorded)} of {n} cells record no check (trained before it existed)"
+    return text + " (``env.kernel_check`` of each cell's final checkpoint)."
+
+
+def _literal(text: str) -> str:
+    """`text` as it may stand inside a reStructuredText literal (no backquotes)."""
+    return text.replace("`", "'")
 
 
 def study_status(
@@ -151,6 +193,7 @@ def study_status(
         paper_checked=len(check),
         paper_inconsistent=int((~check["ok"].astype(bool)).sum()),
         smoke=smoke,
+        kernel_checks=tuple((s.get("env") or {}).get("kernel_check") for s in states),
     )
 
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from leviathan.model.kernel_use import CHECK_MODES
 from leviathan.provenance import config_sha256
 from leviathan.scales import get_scale
 from leviathan.train.schedule import keep_steps
@@ -261,6 +262,10 @@ class RuntimeConfig:
     parallel: str = "ddp"
     # recompute each block's activations in backward instead of keeping them (fsdp and ddp)
     activation_checkpointing: bool = False
+    # before the first step each fused kernel the run launches is checked against the plain
+    # torch path on its device (leviathan.model.kernel_check): a kernel that fails is not
+    # used, with a WARNING ("warn"), or stops the run ("error")
+    kernel_check: str = "warn"
 
     def __post_init__(self) -> None:
         """Every value's range, checked where it is read: a ValueError naming the key and what
@@ -270,6 +275,10 @@ class RuntimeConfig:
             raise ValueError(f"runtime parallel={self.parallel!r}: use ddp or fsdp")
         if self.verify_shards not in ("sampled", "full"):
             raise ValueError(f"runtime verify_shards={self.verify_shards!r}: use sampled or full")
+        if self.kernel_check not in CHECK_MODES:
+            raise ValueError(
+                f"runtime kernel_check={self.kernel_check!r}: use {' or '.join(CHECK_MODES)}"
+            )
         if not _DEVICE.fullmatch(self.device):
             raise ValueError(
                 f"runtime device={self.device!r} is not a device: use auto, cpu, cuda, cuda:N or mps"

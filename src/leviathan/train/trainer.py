@@ -7,7 +7,10 @@ against its manifest first; bitwise on CPU); SIGTERM/SIGUSR1/SIGINT checkpoint a
 `Preempted`, in the final phase too; a non-finite loss raises `NonFiniteLoss` naming the step
 and the last good checkpoint, writing nothing; the device running out of memory raises
 `OutOfMemory`, one line naming train.<scale>.micro_batch and a smaller value (micro_batch is
-no part of the run's identity: the rerun with it resumes).
+no part of the run's identity: the rerun with it resumes). Before the first step each fused
+kernel the steps launch is checked on the device (`leviathan.model.kernel_check`): one that
+fails is not used (a WARNING), or under runtime.kernel_check: error raises
+`KernelCheckFailed`; the checkpoints' manifests record the outcome (env.kernel_check).
 
 `Trainer` wires the components, `Trainer.train_step` is one optimizer step of the recipe and
 `Trainer.fit` the loop; each component decides its own interval. Beside it:
@@ -54,6 +57,7 @@ from leviathan.lock import hold_lock
 from leviathan.manifest import input_record, recorded_sha256
 from leviathan.model import LanguageModel, build_model
 from leviathan.model.accounting import account_model
+from leviathan.model.kernel_check import self_check
 from leviathan.model.lev_health import model_health
 from leviathan.provenance import utc_now
 from leviathan.train import checkpoint as ckpt
@@ -190,6 +194,8 @@ class Trainer:
         )
         self.checkpoints = self._checkpoint_manager()
         self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
+        if not self.restored.finished:  # the kernels the steps may launch, checked here first
+            self_check(self.model, device, bf16=runtime.bf16, mode=runtime.kernel_check)
         self.accounting = account_model(self.model, cfg.context)
         stepping = not self.restored.finished  # a finished run is not compiled nor wrapped
         self.ddp, self.train_model = wrap_model(

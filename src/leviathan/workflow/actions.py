@@ -152,11 +152,14 @@ def evaluate(
 
     Work in progress survives a kill: `val` keeps its running sums in `layout.eval_partial`
     and lm-eval (tasks and WikiText) its request cache in `layout.lm_eval_cache`, both beside
-    the output; a rerun continues from them and removes them once the output is written."""
+    the output; a rerun continues from them and removes them once the output is written.
+    The fused kernels are checked on the job's device first (runtime.kernel_check, as for
+    training: `open_checkpoint`)."""
     from leviathan.eval.checkpoint import open_checkpoint, resolve_checkpoint
     from leviathan.eval.results import write_result
     from leviathan.io import read_json
     from leviathan.provenance import utc_now
+    from leviathan.train.config import workflow_runtime
 
     started = utc_now()
     cfg = eval_config(config)
@@ -167,7 +170,8 @@ def evaluate(
     state = read_json(resolve_checkpoint(run_dir) / layout.STATE)  # no weights read yet
     scale = (state.get("train_config") or {}).get("scale")
     device = eval_device(config, str(scale)) if scale else eval_sections(config).get("device")
-    ckpt, model = open_checkpoint(run_dir, device=device or "auto")
+    check = workflow_runtime(config.get("runtime")).kernel_check
+    ckpt, model = open_checkpoint(run_dir, device=device or "auto", kernel_check=check)
     settings = getattr(cfg, evaluation)
     cache = str(layout.lm_eval_cache(out, settings_key(ckpt.sha256, model.precision, settings)))
     files = EvalFiles(
