@@ -68,10 +68,9 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -314,8 +313,7 @@ def deterministic_repeat(setup: Setup) -> dict[str, bool]:
     return out
 
 
-@dataclass(frozen=True)
-class Figure:
+class Figure(NamedTuple):
     """One figure of the check: its prediction (computed first), then its measurement."""
 
     predict: Callable[[], dict[str, Any]]
@@ -378,7 +376,7 @@ def measurements(setup: Setup) -> dict[str, Figure]:
 def _run(figure: Figure, seconds: float) -> dict[str, Any]:
     """The figure's prediction, then its measurement, within `seconds`: a failed prediction
     is its error and the figure is still measured; a failed measurement keeps the prediction."""
-    predicted: dict[str, Any] = {"error": "not computed: the figure ran out of time first"}
+    predicted: dict[str, Any] = {"error": "not computed: the figure's time ran out first"}
     try:
         if seconds <= 0:
             raise MeasurementTimeout("not run: the check's --budget is spent")
