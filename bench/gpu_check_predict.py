@@ -17,20 +17,17 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from functools import cache
 from typing import Any
 
 import lev_predict
 
-from leviathan.gpus import gpu_model, require_gpu_model
+from leviathan.gpus import GIB, gpu_model, require_gpu_model
 from leviathan.model import lev_triton
 from leviathan.model.accounting import account
 from leviathan.model.config import ModelConfig
 from leviathan.model.memory import train_memory
-from leviathan.model.roofline import Roofline, roofline
 from leviathan.workflow.plan import EVAL_MFU_SHARE
 
-GIB = 1024**3
 FALLBACK_GPU = "H200"  # the GPU predicted for where the device's model has no rates (and on CPU)
 # what a figure was measured at, not a measurement
 SHAPE_KEYS = frozenset({"micro_batch", "distinct_ids", "ids", "d_model", "vocab_size"})
@@ -66,12 +63,6 @@ def none(*keys: str) -> dict[str, Any]:
     return {"none": {k: NO_PREDICTION[k] for k in keys}}
 
 
-@cache
-def _roofline(cfg: ModelConfig, micro_batch: int, fused: bool) -> Roofline:
-    """One micro-batch per optimizer step, as the check steps."""
-    return roofline(cfg, micro_batch, micro_batch, fused=fused)
-
-
 def training(
     cfg: ModelConfig, micro_batch: int, ids: float, fused: bool, gpu: str
 ) -> dict[str, Any]:
@@ -79,7 +70,7 @@ def training(
     and MFU from the roofline (`fused`: compiled); for leviathan, the tied roofline's step plus
     LEV's work at the `ids` distinct ids measured (`lev_predict.step_ratio`), the plan's
     roofline (distinct ids bounded by the tokens) beside it. Peak memory from the memory plan."""
-    line = _roofline(cfg, micro_batch, fused)
+    line = lev_predict.step_roofline(cfg, micro_batch, fused)
     peak = require_gpu_model(gpu).bf16_flops
     memory = train_memory(cfg, micro_batch, 1, gpu)
     plan_s = line.seconds(gpu)
@@ -93,6 +84,7 @@ def training(
             "tied_step_ms": 1e3 * lev["tied_step"],
             "lev_extra_ms": 1e3 * lev["lev_extra"],
             "lev_kernels_ms": 1e3 * (lev["forward"] + lev["backward"]),
+            "ratio_net": lev["step_ratio_net"],  # without the tied table's work LEV replaces
             "plan_part_ms": detail["part_ms"],
         }
     seconds = out["step_ms"] / 1e3
@@ -118,12 +110,11 @@ def step_ratio(
     tied table's work stays in); `ratio_net` without it (`lev_predict.step_ratio`)."""
     tied = training(replace(cfg, variant="tied"), micro_batch, ids, fused, gpu)
     lev = training(cfg, micro_batch, ids, fused, gpu)
-    net = lev_predict.step_ratio(cfg, micro_batch, round(ids), gpu, fused)["step_ratio_net"]
     return {
         "gpu": gpu,
         "basis": "LEV's work at the distinct ids measured added to the tied step (upper bound)",
         "ratio": lev["step_ms"] / tied["step_ms"],
-        "detail": {"ratio_net": net, "distinct_ids": ids},
+        "detail": {"ratio_net": lev["detail"]["ratio_net"], "distinct_ids": ids},
         "tied": tied,
         "leviathan": lev,
     }
@@ -157,7 +148,7 @@ def eval_tokens(cfg: ModelConfig, micro_batch: int, gpu: str) -> dict[str, Any]:
     training roofline's MFU at this micro-batch, over the forward FLOPs per token without the
     input (the table is materialised once)."""
     acc = account(cfg, cfg.max_seq_len)
-    mfu = _roofline(cfg, micro_batch, True).mfu(gpu)
+    mfu = lev_predict.step_roofline(cfg, micro_batch, True).mfu(gpu)
     per_token = acc.forward_flops - acc.input_flops
     rate = require_gpu_model(gpu).bf16_flops * mfu * EVAL_MFU_SHARE
     return {

@@ -36,7 +36,12 @@ from leviathan.device import forced_policy
 from leviathan.model import lev_triton, model_config
 from leviathan.model.config import ModelConfig
 from leviathan.model.lev import LEV
-from leviathan.model.roofline import BANDWIDTH_EFFICIENCY, GENERATED_TOKEN_BYTES, roofline
+from leviathan.model.roofline import (
+    BANDWIDTH_EFFICIENCY,
+    GENERATED_TOKEN_BYTES,
+    Roofline,
+    roofline,
+)
 from leviathan.model.traffic import TrafficCounter
 
 IDS = 8192  # distinct ids of a 400m micro-batch of 16 x 512 (at most)
@@ -72,6 +77,12 @@ def _other_bytes(cfg: ModelConfig, d_model: int, train: bool) -> float:
         return other_bytes_per_id(lev, _train if train else _materialize_chunk)
 
 
+@cache
+def step_roofline(cfg: ModelConfig, micro_batch: int, fused: bool = False) -> Roofline:
+    """The roofline of one micro-batch per optimizer step (cached: a model built per call)."""
+    return roofline(cfg, micro_batch, micro_batch, fused=fused)
+
+
 def _hbm(gpu: str) -> float:
     return lev_triton.GPU_RATES[gpu].hbm * BANDWIDTH_EFFICIENCY
 
@@ -82,8 +93,8 @@ def lev_extra(cfg: ModelConfig, micro_batch: int, ids: int, gpu: str) -> dict[st
     autocast) and its parameters' optimizer traffic (the roofline's leviathan optimizer part
     less the tied one's, one micro-batch per optimizer step)."""
     cost = lev_triton.cost_per_id(cfg.lev)
-    tied = roofline(replace(cfg, variant="tied"), micro_batch, micro_batch)
-    leviathan = roofline(cfg, micro_batch, micro_batch)
+    tied = step_roofline(replace(cfg, variant="tied"), micro_batch)
+    leviathan = step_roofline(cfg, micro_batch)
     parts = {
         "forward": lev_triton.kernel_seconds(cost.forward, ids, gpu),
         "backward": lev_triton.kernel_seconds(cost.backward, ids, gpu),
@@ -99,7 +110,7 @@ def step_ratio(
     """leviathan / tied step time: the roofline's tied step (`fused`: compiled) plus
     `lev_extra`; `step_ratio_net` without the tied input part LEV replaces, with the gather of
     the generated rows per token. Seconds and ratios."""
-    tied = roofline(replace(cfg, variant="tied"), micro_batch, micro_batch, fused=fused)
+    tied = step_roofline(replace(cfg, variant="tied"), micro_batch, fused)
     tied_s, input_s = tied.seconds(gpu), tied.part("input").seconds(gpu)
     extra = lev_extra(cfg, micro_batch, ids, gpu)
     tokens = tied.tokens * cfg.d_model * GENERATED_TOKEN_BYTES / _hbm(gpu)
