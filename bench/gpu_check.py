@@ -100,7 +100,7 @@ from gpu_check_steps import (  # noqa: E402
 )
 
 JSON_NAME = "gpu_check.json"
-# seconds per measurement on one H200 (docs/gpu.md, "The GPU check's time on one H200", gives
+# seconds per figure, its prediction and measurement, on one H200 (docs/gpu.md, "The GPU check's time on one H200", gives
 # the estimate each limit covers; the compiled two from the regional compile's measured time)
 LIMITS_S = {
     "step_ratio": 40,
@@ -114,7 +114,7 @@ LIMITS_S = {
     "step_ratio_compiled": 60,
     "throughput_1.2b": 55,
 }
-BUDGET_S = 285  # the whole check, measurements only (start-up: ~15 s more)
+BUDGET_S = 285  # the whole check, its figures only (start-up: ~15 s more)
 SMOKE_SLACK = 30  # --smoke on a shared CPU: limits and budget this many times longer
 
 
