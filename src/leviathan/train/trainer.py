@@ -73,6 +73,7 @@ from leviathan.train.distributed import (
 )
 from leviathan.train.errors import OutOfMemory, check_grad_norm, check_loss, out_of_memory
 from leviathan.train.metrics_log import MetricsLog, rewind_metrics
+from leviathan.train.optimizer import build_optimizer, clip_gradients
 from leviathan.train.preemption import PreemptionWatch
 from leviathan.train.schedule import lr_at
 from leviathan.train.telemetry import StepRecord, TrainTelemetry, log_due
@@ -183,15 +184,7 @@ class Trainer:
         check_covers(
             self.model.cfg.vocab_size, cfg.vocab, fix="leave train.vocab_size unset or raise it"
         )
-        self.optimizer = torch.optim.AdamW(  # CUDA: one fused kernel; CPU: the foreach ops
-            self.model.parameters(),
-            lr=cfg.lr,
-            betas=cfg.betas,
-            eps=cfg.eps,
-            weight_decay=cfg.weight_decay,
-            fused=device.type == "cuda",
-            foreach=device.type != "cuda",
-        )
+        self.optimizer = build_optimizer(self.model.parameters(), cfg, device)
         self.checkpoints = self._checkpoint_manager()
         self.restored = self.checkpoints.restore(runtime.restart_on_mismatch)
         if not self.restored.finished:  # the kernels the steps may launch, checked here first
@@ -482,8 +475,7 @@ class Trainer:
     def _clip_gradients(self) -> float:
         """Clip to `grad_clip` (0: no clipping); the norm before clipping, the same on every rank
         (all-reduced gradients)."""
-        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        norm = clip_gradients(self.model.parameters(), self.cfg.grad_clip)
         return float(norm.full_tensor() if self.sharded else norm)  # type: ignore[attr-defined]
 
     def _step_time(self, t0: float) -> float:
