@@ -34,9 +34,13 @@ class MetricsLog:
         dvclive_dir: Path | None = None,
         wandb: Any | None = None,
     ) -> None:
-        """`wandb`: a `train.wandb_log.WandbRun` that gets every record too (None: none)."""
+        """`wandb`: a `train.wandb_log.WandbRun` that gets every record too, the log's earlier
+        ones first where it does not have them yet (a killed attempt's; None: no W&B)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self._wandb = wandb
+        if wandb is not None and path.is_file():
+            for _, record in _split_records(path.read_text(errors="replace"))[0]:
+                wandb.write(record)
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._tb = None
