@@ -93,3 +93,22 @@ def test_an_artifact_audit_says_it_traced_no_numbers(
     out = capsys.readouterr().out
     assert "audit passed: data/shard.bin (an artifact, not a table: no numbers to trace)" in out
     assert "0 number" not in out
+
+
+@pytest.mark.parametrize(
+    ("table", "content", "message"),
+    [
+        ("metrics.csv", "[]\n", "holds a JSON list, not an object"),
+        ("metrics.md", "[]\n", "holds a JSON list, not an object"),
+        ("metrics.csv", '{"kind": "tab', "not valid JSON"),
+    ],
+)
+def test_a_damaged_table_manifest_is_one_line_naming_it(
+    report: Path, capsys: pytest.CaptureFixture[str], table: str, content: str, message: str
+) -> None:
+    manifest = report / f"{table}.json"
+    manifest.write_text(content)
+    assert main(["audit", str(report / table)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"leviathan audit: error: {manifest.resolve()}: {message}")

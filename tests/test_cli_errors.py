@@ -98,6 +98,14 @@ def test_train_reads_3e_minus_4_as_the_number(
         (("--set", "betas=[2,3]"), "train.betas=[2.0, 3.0] must each be in [0, 1)"),
         (("--set", "betas=[0.9,1]"), "train.betas=[0.9, 1.0] must each be in [0, 1)"),
         (("--set", "context=100000"), "train.context=100000 exceeds the model's max_seq_len 64"),
+        # non-finite and absurd values, as YAML writes them too
+        (("--set", "lr=.inf"), "--set: lr=inf is not a finite number: give a finite number"),
+        (("--set", "lr=inf"), "--set: lr='inf' is not a number"),
+        (("--set", "grad_clip=.nan"), "--set: grad_clip=nan is not a finite number"),
+        (("--set", "total_tokens=1e30"), "train.total_tokens=1e+30 is more than 1e+15 tokens"),
+        (("--runtime", "log_line_s=-5"), "runtime log_line_s=-5.0 must be >= 0 (seconds"),
+        (("--runtime", "log_line_s=.inf"), "--runtime: log_line_s=inf is not a finite number"),
+        (("--runtime", "log_line_every=-1"), "runtime log_line_every=-1 must be >= 0"),
     ],
 )
 def test_train_refuses_bad_values_before_anything_runs(
@@ -115,6 +123,15 @@ def test_train_refuses_bad_values_before_anything_runs(
     assert not run_dir.exists()  # nothing started, nothing written
 
 
+def test_train_on_a_run_directory_that_is_a_file_is_one_line(
+    tmp_path: Path, random_shards: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.write_text("")
+    message = f"{run_dir}: {run_dir} is a file, where this run directory needs a folder"
+    _one_line_error(capsys, train_args(random_shards, run_dir), message)
+
+
 def test_train_config_file_errors(
     tmp_path: Path, random_shards: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -122,6 +139,9 @@ def test_train_config_file_errors(
     cfg.write_text("train: {lr: 1e-3\n")
     assert main(train_args(random_shards, tmp_path / "run", "--config", str(cfg))) == 2
     assert f"{cfg}: not valid YAML (line 2" in capsys.readouterr().err
+    cfg.write_text("train: {lr: .inf}\n")
+    args = train_args(random_shards, tmp_path / "run", "--config", str(cfg))
+    _one_line_error(capsys, args, f"{cfg} train: / --set: lr=inf is not a finite number")
     assert (
         main(train_args(random_shards, tmp_path / "run", "--config", str(tmp_path / "no.yaml")))
         == 2
@@ -161,6 +181,23 @@ def test_train_config_file_errors(
             "wandb: {project: lev}\n",
             "config wandb: (project, entity, mode) is now the block runtime.wandb",
         ),
+        ("- studies\n- train\n", "study.yaml: is a YAML list, not a config: write its keys"),
+        ("", "study.yaml: is empty, not a config"),
+        (
+            "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
+            "train: {micro: {lr: .inf}}\n",
+            "config train.micro: lr=inf is not a finite number",
+        ),
+        (
+            "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
+            "train: {micro: {total_tokens: 1e30}}\n",
+            "config, cell micro/gpt2/tied/seed0: train.total_tokens=1e+30 is more than 1e+15",
+        ),
+        (
+            "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
+            "runtime: {log_line_s: -1}\n",
+            "config runtime.log_line_s: -1 is less than the minimum of 0",
+        ),
     ],
 )
 def test_config_show_errors_are_one_line(
@@ -169,6 +206,19 @@ def test_config_show_errors_are_one_line(
     path = tmp_path / "study.yaml"
     path.write_text(content)
     _one_line_error(capsys, ["config", "show", "--configfile", str(path)], message)
+
+
+@pytest.mark.parametrize("command", [["status"], ["preflight", "--profile", "profiles/slurm"]])
+def test_a_yaml_list_as_config_is_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+) -> None:
+    path = tmp_path / "study.yaml"
+    path.write_text("- studies\n")
+    monkeypatch.chdir(ROOT)
+    _one_line_error(capsys, [*command, "--configfile", str(path)], f"{path}: is a YAML list")
 
 
 def test_config_show_on_a_missing_file(

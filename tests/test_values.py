@@ -121,6 +121,10 @@ def test_coerce_converts_numbers_written_as_text() -> None:
         ({"name": 3}, r"^cfg: name=3 is not a string"),
         ({"betas": [0.9]}, r"^cfg: betas=\[0.9\] is not a list of 2"),
         ({"lr": True}, r"^cfg: lr=True is not a number"),
+        ({"lr": float("inf")}, r"^cfg: lr=inf is not a finite number: give a finite number"),
+        ({"lr": "-.inf"}, r"^cfg: lr='-.inf' is not a finite number"),
+        ({"lr": float("nan")}, r"^cfg: lr=nan is not a finite number"),
+        ({"betas": [0.9, ".nan"]}, r"^cfg: betas=\[0.9, '.nan'\] is not a finite number"),
         ({"speed": 1}, r"^cfg: unknown key 'speed': valid keys are lr, steps, warm, on, name"),
     ],
 )

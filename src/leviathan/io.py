@@ -155,8 +155,25 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """Read a JSON file; a missing file raises FileNotFoundError naming it."""
+    """Read a JSON file; a missing file raises FileNotFoundError naming it, one that is not
+    JSON a ValueError (json.JSONDecodeError) naming it."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such file (was the step that writes it run?)")
-    return json.loads(p.read_text())
+    text = p.read_text(errors="replace")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise json.JSONDecodeError(f"{p}: not valid JSON ({exc.msg})", exc.doc, exc.pos) from None
+
+
+def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a JSON file that holds one object (a manifest, a record); anything else (a list, a
+    number) is a ValueError naming the file."""
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        raise ValueError(
+            f"{path}: holds a JSON {type(doc).__name__}, not an object: the file is damaged; "
+            "rerun the step that writes it"
+        )
+    return doc

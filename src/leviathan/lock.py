@@ -2,7 +2,8 @@
 
 `hold_lock(target, what, folder=...)` takes an exclusive `fcntl.flock` on the target's lock file
 (`leviathan.layout.lock_file`: `<dir>/.lock` for a directory, `.<name>.lock` beside a file)
-for as long as the block runs, and removes the file when it ends. The kernel releases a flock
+for as long as the block runs, and removes the file when it ends. A file where a folder must be,
+or a directory where the lock file goes, is a one-line ValueError naming it. The kernel releases a flock
 when its process exits by any means (SIGKILL included), so a lock file a dead process left
 behind holds no lock: it is recognised as stale and taken over. The file records its holder
 (pid, host, start time), so that a second process is refused in one line naming it.
@@ -41,9 +42,21 @@ def _same_file(path: Path, fd: int) -> bool:
         return False
 
 
+def _open(path: Path, what: str) -> int:
+    """The lock file, opened; a directory (or anything else not a file) in its place is one
+    line naming it."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except IsADirectoryError:
+        raise ValueError(
+            f"{path}: is a directory where this {what}'s lock file goes: remove it (nothing "
+            "of leviathan's is in it), then rerun"
+        ) from None
+
+
 def _acquire(path: Path, what: str, target: Path) -> int:
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open(path, what)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -64,7 +77,15 @@ def hold_lock(target: str | os.PathLike[str], what: str, *, folder: bool) -> Ite
     the block runs; another process holding it is refused with `FolderBusy`."""
     target = Path(target)
     path = lock_file(target, folder)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where a folder must be
+        folders = [path.parent, *path.parent.parents]
+        blocker = next((f for f in reversed(folders) if f.exists() and not f.is_dir()), target)
+        raise ValueError(
+            f"{target}: {blocker} is a file, where this {what} needs a folder: move it away or "
+            "use another path"
+        ) from None
     fd = _acquire(path, what, target)
     try:
         if stale := _holder(fd):

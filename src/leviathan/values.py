@@ -10,14 +10,16 @@ the workflow's config through Snakemake and `leviathan config`):
   `format_assignment` writes one that `parse_assignments` reads back;
 * `coerce` checks values against a dataclass's own field types (no second list of types) and
   converts what is a number written as text (`'1e-3'` from a YAML 1.1 reader such as
-  Snakemake's) to that number. A value of the wrong type raises a one-line ValueError naming
-  the key, the expected type and an example.
+  Snakemake's) to that number. A value of the wrong type, or a float that is not finite
+  (`.inf`, `.nan`: no setting takes one), raises a one-line ValueError naming the key, the
+  expected type and an example.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import types
 import typing
@@ -106,8 +108,8 @@ def parse_number(value: Any) -> int | float | None:
         text = value.strip().replace("_", "")
         if re.fullmatch(r"[-+]?[0-9]+", text):
             return int(text)
-        if _FLOAT.match(text):
-            return float(text)
+        if _FLOAT.match(text):  # YAML's .inf and .nan are Python's inf and nan
+            return float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
     return None
 
 
@@ -143,6 +145,8 @@ def _convert(tp: Any, value: Any) -> Any:
     converted = convert(value)
     if converted is None:
         raise TypeError(name)
+    if tp is float and not math.isfinite(converted):  # .inf, .nan: no setting takes them
+        raise TypeError("a finite number")
     return converted
 
 

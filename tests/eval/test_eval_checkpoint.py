@@ -113,3 +113,27 @@ def test_weights_that_do_not_fit_the_recorded_config_are_refused(
     (final / "state.json").write_text(json.dumps(state))
     with pytest.raises(EvalInputError, match="n_vocab"):
         read_checkpoint(final)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "state.json"])
+def test_an_evaluation_of_a_truncated_file_is_one_line_naming_it(
+    runs: dict[str, Path],
+    gpt2_shards: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+) -> None:
+    from leviathan.cli import main
+
+    final = tmp_path / "ckpt"
+    shutil.copytree(runs["tied"] / "checkpoints" / "final", final)
+    data = (final / name).read_bytes()
+    (final / name).write_bytes(data[: len(data) // 2])  # cut short
+    out = tmp_path / "val.json"
+    args = ["eval", "val", "--checkpoint", str(final), "--val", str(gpt2_shards / "val.bin")]
+    assert main([*args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"leviathan eval: error: {final / name}: ")
+    assert "the checkpoint is damaged; rerun its run's training" in err[0]
+    assert not out.exists()

@@ -180,3 +180,32 @@ def test_a_file_saved_unreadable_is_caught_by_its_loader(
             with_manifest(manager(tmp_path)).restore(restart_on_mismatch=False)
     first = caplog.records[0].getMessage()
     assert "step_00000002 is damaged (optim.pt: unreadable" in first
+
+
+KEPT_MANIFEST_DAMAGE: dict[str, Callable[[Path], None]] = {
+    "truncated": truncate,
+    "a list": lambda p: p.write_text("[]\n"),
+    "no artifact": lambda p: p.write_text(json.dumps({"kind": "kept_checkpoint"})),
+    "sha256 not hex": lambda p: p.write_text(json.dumps({"artifact": {"sha256": 5}})),
+}
+
+
+@pytest.mark.parametrize("case", list(KEPT_MANIFEST_DAMAGE))
+def test_a_damaged_kept_manifest_is_set_aside_and_the_saves_go_on(
+    tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    m = with_manifest(manager(tmp_path, keep_at="1,2"))
+    for step in (1, 2):
+        m.keep_if_due(step)
+    kept = tmp_path / "kept"
+    KEPT_MANIFEST_DAMAGE[case](kept / "step_00000001" / "model.safetensors.json")
+    with caplog.at_level(logging.WARNING, logger="leviathan.train"):
+        m.save_step(3, 0.4)
+        m.save_final(4, 0.3, None)
+    final = json.loads((tmp_path / "final" / "model.safetensors.json").read_text())
+    assert [r["step"] for r in final["kept"]] == [2]  # the intact one only
+    assert sorted(p.name for p in kept.iterdir()) == ["step_00000001.damaged-1", "step_00000002"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings  # set aside once, not at every save
+    assert "step_00000001 is damaged (model.safetensors.json: unreadable" in warnings[0]
+    assert "step_00000001.damaged-1" in warnings[0]

@@ -102,3 +102,29 @@ def test_the_lock_is_released_when_the_block_fails(tmp_path: Path) -> None:
         raise RuntimeError("a failed run")
     with hold_lock(tmp_path, "run directory", folder=True):
         pass
+
+
+def test_a_file_where_the_folder_goes_is_one_line(tmp_path: Path) -> None:
+    in_the_way = tmp_path / "run"
+    in_the_way.write_text("not a folder")
+    for target in (in_the_way, in_the_way / "sub"):
+        with pytest.raises(ValueError, match="is a file, where this run directory needs a folder"):
+            with hold_lock(target, "run directory", folder=True):
+                pass
+    assert in_the_way.read_text() == "not a folder"  # left as it was
+    with pytest.raises(ValueError, match=rf"^{in_the_way / 'out.json'}: {in_the_way} is a file"):
+        with hold_lock(in_the_way / "out.json", "evaluation output", folder=False):
+            pass
+
+
+def test_a_directory_where_the_lock_file_goes_is_one_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    lock_file(run_dir, True).mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"\.lock: is a directory where this run directory's"):
+        with hold_lock(run_dir, "run directory", folder=True):
+            pass
+    out = tmp_path / "val.json"
+    lock_file(out, False).mkdir()
+    with pytest.raises(ValueError, match=r"is a directory where this evaluation output's lock"):
+        with hold_lock(out, "evaluation output", folder=False):
+            pass

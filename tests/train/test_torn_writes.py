@@ -19,8 +19,10 @@ from test_trainer import cli
 
 from leviathan.io import DiskFull
 from leviathan.train import checkpoint as ckpt
+from leviathan.train.config import RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.integrity import verify_checkpoint
 from leviathan.train.metrics_log import MetricsLog, read_metrics, rewind_metrics
+from leviathan.train.trainer import train
 
 
 @pytest.fixture
@@ -78,6 +80,42 @@ def test_an_unreadable_metrics_line_is_named_by_its_reader(tmp_path: Path) -> No
     with open(path, "a") as fh:
         fh.write('{"kind": "tr')
     with pytest.raises(ValueError, match=r"metrics.jsonl:3: not a whole JSON record"):
+        read_metrics(path)
+
+
+def test_a_torn_last_line_of_a_finished_run_is_set_aside_by_its_rerun(
+    random_shards: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The advice of a reader of a torn log (rerun the training command) works for a finished
+    run too: the rerun trains nothing and sets the torn line aside."""
+    train_bin, val_bin = random_shards
+    cfg = train_config("micro", "gpt2", "tied", total_tokens=8 * 64 * 2)
+    runtime = RuntimeConfig(progress=False, validation=ValidationConfig(every=0, windows=2))
+    kw = {"train_bins": [train_bin], "val_bin": val_bin, "run_dir": tmp_path, "runtime": runtime}
+    train(cfg, **kw)  # type: ignore[arg-type]
+    metrics = tmp_path / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    assert '"kind": "end"' in lines[-1]
+    metrics.write_text("".join(lines[:-1]) + lines[-1][:20])  # the end record cut short
+    with pytest.raises(ValueError, match=r"rerun the run's training command, which sets such"):
+        read_metrics(metrics)
+    with caplog.at_level(logging.WARNING, logger="leviathan.train"):
+        again = train(cfg, **kw)  # type: ignore[arg-type]
+    assert again.start_step == again.steps == 2  # nothing trained again
+    assert metrics.read_text() == "".join(lines[:-1])  # every whole record, unchanged
+    assert [r["kind"] for r in read_metrics(metrics)][-1] == "val"
+    torn = tmp_path / "metrics.torn-1.jsonl"
+    assert torn.read_text() == lines[-1][:20] + "\n"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(metrics) in warnings[0] and str(torn) in warnings[0]
+
+
+def test_a_record_that_is_no_object_is_named_by_its_reader(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    write_records(path, range(1, 3))
+    with open(path, "a") as fh:
+        fh.write("[1, 2]\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl:3: not a whole JSON record \(a JSON list"):
         read_metrics(path)
 
 

@@ -108,3 +108,32 @@ def test_the_command_refuses_the_shipped_placeholders(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "FAIL account <your-account>: still the profile's placeholder" in out
     assert out.rstrip().endswith("check(s) failed")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("default-resources: {slurm_account: [\n", "not valid YAML (line 2"),
+        ("- executor: slurm\n", "not a Snakemake profile (a mapping of options)"),
+        ("default-resources: 5\n", "default-resources is 5: give NAME: VALUE pairs"),
+        ("default-resources: [slurm_account]\n", "default-resources: expected NAME=VALUE items"),
+    ],
+)
+def test_a_malformed_profile_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    from leviathan.cli import main
+
+    profile = tmp_path / "config.yaml"
+    profile.write_text(content)
+    assert main(["preflight", "--profile", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"leviathan preflight: error: {profile}: ")
+    assert message in err[0]
+
+
+def test_default_resources_as_snakemake_lists_them(tmp_path: Path) -> None:
+    profile = tmp_path / "config.yaml"
+    profile.write_text("default-resources: [slurm_account=proj1, 'mem_mb=8000']\n")
+    assert pf.profile_resources(tmp_path) == {"slurm_account": "proj1", "mem_mb": 8000}

@@ -103,3 +103,64 @@ def test_the_command_reads_the_configfile_as_snakemake_does(
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out[1:-1]] == [c.key for c in config_cells(CONFIG)]
     assert all(line.split()[-3] == "0/6" for line in out[1:-1] if "not started" in line)
+
+
+def _log(run: Path, steps: range) -> Path:
+    """A run's metrics log as the trainer writes it (its writer): a start, then train records."""
+    from leviathan.train.metrics_log import MetricsLog
+
+    path = layout.metrics_file(run)
+    log = MetricsLog(path)
+    log.write({"kind": "start", "step": 0})
+    for step in steps:
+        log.write({"kind": "train", "step": step, "loss": 10.0 / step})
+    log.close()
+    return path
+
+
+def test_a_cell_whose_log_cannot_be_read_is_marked_and_the_others_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+    from workflow_helpers import ROOT
+
+    from leviathan.cli import main
+
+    schema = tmp_path / layout.CONFIG_SCHEMA  # the command runs in a workflow's directory
+    schema.parent.mkdir(parents=True)
+    shutil.copy(ROOT / layout.CONFIG_SCHEMA, schema)
+    monkeypatch.chdir(tmp_path)
+    _log(Path(layout.run_dir(_cell("tied"))), range(1, 4))
+    torn = _log(Path(layout.run_dir(_cell("untied"))), range(1, 3))
+    with open(torn, "a") as fh:
+        fh.write('{"kind": "train", "lo')  # a write cut short
+    no_step = _log(Path(layout.run_dir(_cell("albert"))), range(1, 2))
+    with open(no_step, "a") as fh:
+        fh.write('{"kind": "train", "loss": 1.0}\n')  # whole, but not the trainer's
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(CONFIG))
+    assert main(["status", "--configfile", str(study)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in out[1:-1] if line.startswith("micro/")}
+    assert set(rows) == {c.key for c in config_cells(CONFIG)}  # every cell has its row
+    assert rows[_cell("tied").key][-3:-1] == ["3/6", "3.333"]
+    assert rows[_cell("untied").key][-3:] == ["?/6", "?", "?"]
+    assert rows[_cell("albert").key][-3:] == ["?/6", "?", "?"]
+    errors = [line for line in out if line.startswith("  error: ")]
+    assert len(errors) == 2
+    assert out[out.index(errors[0]) - 1].startswith(_cell("albert").key)  # below its row
+    assert f"{no_step}: a record without a readable step" in errors[0]
+    assert f"{torn}:4: not a whole JSON record" in errors[1]
+    assert out[-1].endswith("; 2 with a metrics log that cannot be read")
+
+
+@pytest.mark.parametrize("stale", ["-5", "0", "nan", "inf"])
+def test_stale_after_is_a_positive_number_of_seconds(
+    stale: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from leviathan.cli import main
+
+    assert main(["status", f"--stale-after={stale}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert f"--stale-after {float(stale)}: give a positive number of seconds" in err[0]

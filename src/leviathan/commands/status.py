@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=float,
         default=None,
         metavar="SECONDS",
-        help="a metrics log silent this long is no longer running (default 900)",
+        help="a metrics log silent this long is no longer running (default 900; > 0)",
     )
     p.set_defaults(func=run)
 
@@ -31,10 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from leviathan.cells import config_cells
     from leviathan.workflow.config import resolve
-    from leviathan.workflow.status import STALE_S, cell_status, render_status
+    from leviathan.workflow.status import STALE_S, cell_status, check_stale_s, render_status
 
-    config = resolve(args.configfile)
     stale = args.stale_after if args.stale_after is not None else STALE_S
+    check_stale_s(stale)
+    config = resolve(args.configfile)
     rows = [cell_status(config, cell, stale_s=stale) for cell in config_cells(config)]
     print(render_status(rows))
     return 0

@@ -42,6 +42,12 @@ from leviathan.model.variants import TableInput
 from leviathan.values import flatten
 from leviathan.vocab import VocabSpec, check_covers, get_vocab
 
+# what to do about a checkpoint file that cannot be read
+DAMAGED_FIX = (
+    "the checkpoint is damaged; rerun its run's training, which sets a damaged checkpoint "
+    "aside and writes it again from an older one"
+)
+
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """The checkpoint directory meant by `path` (a run dir means its final checkpoint)."""
@@ -144,7 +150,10 @@ class Checkpoint:
 def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read a checkpoint's state and hash its weights (no weights loaded)."""
     ckpt_dir = resolve_checkpoint(path)
-    state = read_json(ckpt_dir / STATE)
+    try:
+        state = read_json(ckpt_dir / STATE)
+    except ValueError as exc:
+        raise EvalInputError(f"{ckpt_dir / STATE}: not valid JSON ({exc}): {DAMAGED_FIX}") from None
     if "model_config" not in state:
         raise EvalInputError(f"{ckpt_dir / STATE}: has no model_config; not a trainer checkpoint")
     cfg = ModelConfig.from_dict(state["model_config"]).validate()
@@ -208,7 +217,10 @@ def load_model(ckpt: Checkpoint, device: str | torch.device = "cpu") -> Language
     dev = resolve_device(device)
     with _EmptyOnMeta():
         model = build_model(ckpt.model_config, "cpu")
-    weights = load_file(ckpt.path / WEIGHTS, device=str(dev))
+    try:
+        weights = load_file(ckpt.path / WEIGHTS, device=str(dev))
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error, or the OS's
+        raise EvalInputError(f"{ckpt.path / WEIGHTS}: unreadable ({exc}): {DAMAGED_FIX}") from None
     try:
         model.load_state_dict(weights, assign=True)
     except RuntimeError as exc:

@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from leviathan import layout
-from leviathan.io import read_json
+from leviathan.io import read_json_object
 from leviathan.layout import manifest_path
 from leviathan.report.cellmap import ValueSpec, compute, same_number, value_stand_ins
 from leviathan.report.chain import ChainWalker, Finding, Status
@@ -54,7 +54,9 @@ class Auditor(ChainWalker):
         if not path.exists():
             raise FileNotFoundError(f"{p}: no such file (relative to {self.root})")
         mpath = manifest_path(path)
-        artifact_type = read_json(mpath).get("kind") if path.is_file() and mpath.is_file() else None
+        artifact_type = (
+            read_json_object(mpath).get("kind") if path.is_file() and mpath.is_file() else None
+        )
         suffixes = tuple(f".{fmt}" for fmt in layout.TABLE_FORMATS)
         if (
             at is not None
@@ -104,7 +106,7 @@ class Auditor(ChainWalker):
                 0, str(table), f"no manifest {mpath.name}: not a report table (or not finished)"
             )
             return None
-        manifest = read_json(mpath)
+        manifest = read_json_object(mpath)
         if manifest.get("kind") == "table_rendering":
             found = self.rendered_csv(path, manifest)
             if found is None:
@@ -132,7 +134,7 @@ class Auditor(ChainWalker):
                 f"the table {self.show(manifest_path(rendering))} was rendered from has no manifest",
             )
             return None
-        csv_manifest = read_json(manifest_path(path))
+        csv_manifest = read_json_object(manifest_path(path))
         self.check_rendering(rendering, path, csv_manifest)
         if csv_manifest["artifact"]["sha256"] != csv["sha256"]:
             self.failed(

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from leviathan import layout
-from leviathan.io import read_json, sha256_file
+from leviathan.io import read_json, read_json_object, sha256_file
 from leviathan.layout import STATE, WEIGHTS, manifest_path
 from leviathan.provenance import git
 from leviathan.report.cellmap import DocumentCache
@@ -178,7 +178,7 @@ class ChainWalker:
         self._walked.add(path)
         mpath = manifest_path(path)
         if mpath.is_file():
-            self.walk_manifest(path, read_json(mpath), depth, verified)
+            self.walk_manifest(path, read_json_object(mpath), depth, verified)
         elif path.name == STATE:
             self.walk_checkpoint_dir(path.parent, depth)
         elif path.suffix == ".json":
@@ -225,7 +225,7 @@ class ChainWalker:
                 "trained from: retrain the cell to record it",
             )
             return
-        manifest = read_json(mpath)
+        manifest = read_json_object(mpath)
         self.walk(weights, depth, verified)  # every file its manifest records, state.json too
         state = ckpt_dir / STATE  # the configs the tables' params/FLOPs read
         recorded = (manifest.get("files") or {}).get(STATE) or manifest.get("state_sha256")

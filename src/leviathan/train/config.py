@@ -31,6 +31,9 @@ from leviathan.values import coerce, format_assignment
 if TYPE_CHECKING:
     from leviathan.model import ModelConfig
 
+# More tokens than any run trains (60 times the 15T of the largest published ones): a budget
+# above it is a slip of the exponent (`1e30`), refused before steps and schedules are sized by it
+MAX_TOTAL_TOKENS = 10**15
 # Fields recorded with a run but left out of its fingerprint: how the step is computed, not
 # what it computes (micro_batch: the same optimizer step, split into more or fewer
 # forward/backward passes; the gradients agree up to the summation order).
@@ -101,6 +104,12 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"train.{name}={value!r} must be a positive integer")
+        if self.total_tokens > MAX_TOTAL_TOKENS:
+            raise ValueError(
+                f"train.total_tokens={self.total_tokens:.3g} is more than {MAX_TOTAL_TOKENS:.0e} "
+                "tokens, beyond any training run: give the run's token budget (the scale's is "
+                f"{get_scale(self.scale).total_tokens:.3g})"
+            )
         if not self.lr > 0:
             raise ValueError(f"train.lr={self.lr} must be > 0")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -377,9 +386,11 @@ def moved_to(key: str, value: Any) -> str | None:
     return MOVED_RUNTIME_KEYS.get(key)
 
 
-# Integer keys: the least value each may take, and what it counts (block, key)
+# Numeric keys: the least value each may take, and what it counts (block, key)
 _MINIMA: dict[tuple[str, str], tuple[int, str]] = {
     ("runtime", "log_every"): (1, "steps between metric lines"),
+    ("runtime", "log_line_every"): (0, "steps between progress lines; 0: not by steps"),
+    ("runtime", "log_line_s"): (0, "seconds between progress lines; 0: not by time"),
     ("validation", "every"): (0, "steps between validation passes; 0: only at the end"),
     ("validation", "windows"): (0, "validation windows per pass; 0: all"),
     ("validation", "batch"): (1, "validation sequences per batch"),

@@ -11,6 +11,7 @@ check takes about the time of the largest file: optim.pt, two thirds of a checkp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from leviathan.layout import OPTIM, RNG, STATE, WEIGHTS, manifest_path
 from leviathan.manifest import display_path, write_manifest
 
 HASHED_FILES = (OPTIM, RNG, STATE)  # the manifest's `files`, beside its artifact (the weights)
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class DamagedCheckpoint(Exception):
@@ -74,16 +76,22 @@ def recorded_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
     return hashes
 
 
-def _manifest(checkpoint: Path) -> tuple[dict[str, str], str]:
+def recorded_manifest(checkpoint: Path) -> tuple[dict[str, str], str]:
+    """The file hashes `checkpoint`'s manifest records (`recorded_hashes`) and the manifest's
+    own sha256; a manifest missing, not JSON or without them raises `DamagedCheckpoint`."""
     mpath = manifest_path(checkpoint / WEIGHTS)
     if not mpath.is_file():
         raise DamagedCheckpoint(
             checkpoint, mpath.name, "missing: nothing records its files' hashes"
         )
     try:
-        return recorded_hashes(read_json(mpath)), sha256_file(mpath)
+        hashes = recorded_hashes(read_json(mpath))
+        if not all(_SHA256.fullmatch(sha) for sha in hashes.values()):
+            raise ValueError("a recorded sha256 is not 64 hex digits")
+        return hashes, sha256_file(mpath)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DamagedCheckpoint(checkpoint, mpath.name, f"unreadable ({exc})") from exc
+        why = f"no key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise DamagedCheckpoint(checkpoint, mpath.name, f"unreadable ({why})") from exc
 
 
 def _sha_or_error(path: Path) -> str | OSError:
@@ -100,7 +108,7 @@ def _hash_all(paths: list[Path]) -> list[str | OSError]:
 
 def verify_checkpoint(checkpoint: Path) -> Verified:
     """Check every file `checkpoint`'s manifest records against its sha256."""
-    hashes, manifest_sha = _manifest(checkpoint)
+    hashes, manifest_sha = recorded_manifest(checkpoint)
     actual = _hash_all([checkpoint / name for name in hashes])
     for (name, recorded), found in zip(hashes.items(), actual, strict=True):
         if isinstance(found, FileNotFoundError):

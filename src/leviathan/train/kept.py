@@ -15,11 +15,14 @@ background writer where checkpoints are), outside the reach of `keep_last` and o
 `drop_steps_at_final`, which only ever remove `checkpoints/step_*`. A step reached again after
 a resume (the run died past it) is written again, replacing the earlier directory whole.
 Every checkpoint's manifest lists the kept ones on disk when it was written (`kept`: step,
-path, sha256), so the final checkpoint's manifest records all of them.
+path, sha256), so the final checkpoint's manifest records all of them. A kept checkpoint whose
+manifest cannot be read (not JSON, no weights' sha256) is set aside as `step_<N>.damaged-<n>`
+with a WARNING, as a damaged step checkpoint is, and the run goes on without it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -28,12 +31,17 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from leviathan.io import publish_dir, read_json, sha256_file, write_json
+from leviathan.io import free_name, publish_dir, sha256_file, write_json
 from leviathan.layout import STATE, WEIGHTS, kept_dir, manifest_path, step_dir, step_of
 from leviathan.manifest import display_path
-from leviathan.train.integrity import write_checkpoint_manifest
+from leviathan.train.integrity import (
+    DamagedCheckpoint,
+    recorded_manifest,
+    write_checkpoint_manifest,
+)
 
 KEPT_ARTIFACT_TYPE = "kept_checkpoint"
+log = logging.getLogger("leviathan.train")
 
 
 def write_kept(
@@ -67,7 +75,8 @@ def write_kept(
 
 def list_kept(checkpoints: Path) -> list[dict[str, Any]]:
     """The kept checkpoints under `checkpoints/kept/`, by step: {step, path, sha256} (sha256
-    of the weights, as their manifest records it; None where none was written)."""
+    of the weights, as their manifest records it; None where none was written). One whose
+    manifest cannot be read is set aside (`set_aside_kept`) and not listed."""
     root = kept_dir(checkpoints)
     if not root.is_dir():
         return []
@@ -76,7 +85,28 @@ def list_kept(checkpoints: Path) -> list[dict[str, Any]]:
         step = step_of(p)
         if step is None or not (p / STATE).is_file():
             continue
-        manifest = manifest_path(p / WEIGHTS)
-        sha = read_json(manifest)["artifact"]["sha256"] if manifest.is_file() else None
+        sha = None
+        if manifest_path(p / WEIGHTS).is_file():
+            try:
+                sha = recorded_manifest(p)[0][WEIGHTS]
+            except DamagedCheckpoint as exc:
+                set_aside_kept(exc)
+                continue
         out.append({"step": step, "path": display_path(p), "sha256": sha})
     return sorted(out, key=lambda r: r["step"])
+
+
+def set_aside_kept(damage: DamagedCheckpoint) -> Path:
+    """Move a damaged kept checkpoint to `step_<N>.damaged-<n>` beside it (kept, never
+    deleted), with a WARNING: the run goes on, and its later manifests no longer list it."""
+    target = free_name(damage.checkpoint, "damaged")
+    damage.checkpoint.rename(target)
+    log.warning(
+        "kept checkpoint %s is damaged (%s: %s): set aside as %s; the run goes on without "
+        "it (a rerun that resumes from before its step writes it again)",
+        damage.checkpoint,
+        damage.file,
+        damage.reason,
+        target,
+    )
+    return target

@@ -5,7 +5,7 @@ is imported only when asked for): the report and the workflow's status read the 
 The log is written one whole record per `write` call, appended and flushed at once (no buffer to
 lose); a write that fails (a full disk) is cut back to the last whole record and raises
 `leviathan.io.DiskFull`. A line that is still not a whole record (a kill in the middle of a
-write) is set aside, with a WARNING naming both files, when the run restarts."""
+write) is set aside, with a WARNING naming both files, when the run restarts, finished or not."""
 
 from __future__ import annotations
 
@@ -34,9 +34,13 @@ class MetricsLog:
         dvclive_dir: Path | None = None,
         wandb: Any | None = None,
     ) -> None:
-        """`wandb`: a `train.wandb_log.WandbRun` that gets every record too (None: none)."""
+        """`wandb`: a `train.wandb_log.WandbRun` that gets every record too, the log's earlier
+        ones first where it does not have them yet (a killed attempt's; None: no W&B)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self._wandb = wandb
+        if wandb is not None and path.is_file():
+            for _, record in _split_records(path.read_text(errors="replace"))[0]:
+                wandb.write(record)
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._tb = None
@@ -118,12 +122,42 @@ def rewind_metrics(path: Path, step: int, aside: Path) -> int:
 
     A run directory then holds the metrics of exactly the run its checkpoints belong to: no
     points of a set-aside run, and no steps logged after the newest checkpoint by a run that
-    died (they are recomputed). Returns the number of records moved.
+    died (they are recomputed). Lines that are no whole record are set aside too
+    (`set_aside_torn`). Returns the number of records moved.
     """
     if not path.is_file():
         return 0
     text = path.read_text(errors="replace")
     records, torn = _split_records(text)
+    keep: list[str] = []
+    moved: list[str] = []
+    for line, rec in records:
+        (keep if step > 0 and int(rec.get("step", 0)) <= step else moved).append(line)
+    if moved:
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        with open(aside, "a") as fh:
+            fh.writelines(line + "\n" for line in moved)
+    # appended to next: a new file, never the old one edited, where it may be a hard link into
+    # DVC's cache (docs/dvc.md)
+    _rewrite(path, text, keep, torn, force=bool(moved) or path.stat().st_nlink > 1)
+    return len(moved)
+
+
+def set_aside_torn(path: Path) -> int:
+    """Move the lines of `path` that are no whole record (a write cut short by a kill or a full
+    disk) to `metrics.torn-<n>.jsonl`, with a WARNING naming both files, and keep every whole
+    record: what a finished run's rerun does to its log. Returns the number of lines moved."""
+    if not path.is_file():
+        return 0
+    text = path.read_text(errors="replace")
+    records, torn = _split_records(text)
+    _rewrite(path, text, [line for line, _ in records], torn, force=False)
+    return len(torn)
+
+
+def _rewrite(path: Path, text: str, keep: list[str], torn: list[str], *, force: bool) -> None:
+    """Write `keep` (whole records) as a new `path`, the `torn` lines set aside with a WARNING;
+    only where something changes (`force`, torn lines, no final newline)."""
     if torn:
         torn_file = free_name(path, "torn")
         torn_file.write_text("".join(line + "\n" for line in torn))
@@ -134,20 +168,10 @@ def rewind_metrics(path: Path, step: int, aside: Path) -> int:
             len(torn),
             torn_file,
         )
-    keep: list[str] = []
-    moved: list[str] = []
-    for line, rec in records:
-        (keep if step > 0 and int(rec.get("step", 0)) <= step else moved).append(line)
-    if moved:
-        aside.parent.mkdir(parents=True, exist_ok=True)
-        with open(aside, "a") as fh:
-            fh.writelines(line + "\n" for line in moved)
-    # a new file, never the old one edited: it may be a hard link into DVC's cache (docs/dvc.md)
-    if moved or torn or not text.endswith("\n") or path.stat().st_nlink > 1:
+    if force or torn or not text.endswith("\n"):
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(line + "\n" for line in keep))
         tmp.replace(path)
-    return len(moved)
 
 
 def _split_records(text: str) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
@@ -168,15 +192,22 @@ def _split_records(text: str) -> tuple[list[tuple[str, dict[str, Any]]], list[st
 
 def read_metrics(path: Path, record_type: str | None = None) -> list[dict[str, Any]]:
     """Records of a metrics JSONL, optionally only those of one `record_type` (their kind:
-    "train", "val", ...)."""
+    "train", "val", ...). A line that is no whole record is a one-line ValueError naming the
+    line and the fix."""
     rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for n, line in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                rec = json.loads(line)
             except ValueError as exc:
+                rec, why = None, str(exc)
+            else:
+                why = f"a JSON {type(rec).__name__}, not a record"
+            if not isinstance(rec, dict):
                 raise ValueError(
-                    f"{path}:{n}: not a whole JSON record ({exc}): a write cut short; rerun "
-                    "the training command, which sets such lines aside"
-                ) from exc
+                    f"{path}:{n}: not a whole JSON record ({why}): a write cut short; rerun the "
+                    "run's training command, which sets such lines aside (a workflow cell's: "
+                    "`leviathan config show --cell SCALE/VOCAB/VARIANT/seedN` prints it)"
+                )
+            rows.append(rec)
     return [r for r in rows if record_type is None or r.get("kind") == record_type]

@@ -30,7 +30,8 @@ Run directory:
                                               <name>.damaged-<n>/
   checkpoints/kept/step_<N>/                  weights kept at runtime.checkpoint.keep_at's steps (kept.py)
   metrics.jsonl                               kind = start | train | val | end (a torn line
-                                              set aside as metrics.torn-<n>.jsonl); a train
+                                              set aside as metrics.torn-<n>.jsonl at a
+                                              restart, of a finished run too); a train
                                               record holds its batch's fingerprint,
                                               batch_sha256 (leviathan.data.batch_view)
   out_of_memory.json                          the last out-of-memory refusal (removed at a start)
@@ -72,7 +73,7 @@ from leviathan.train.distributed import (
     wrap_model,
 )
 from leviathan.train.errors import OutOfMemory, check_grad_norm, check_loss, out_of_memory
-from leviathan.train.metrics_log import MetricsLog, rewind_metrics
+from leviathan.train.metrics_log import MetricsLog, rewind_metrics, set_aside_torn
 from leviathan.train.optimizer import build_optimizer, clip_gradients
 from leviathan.train.preemption import PreemptionWatch
 from leviathan.train.schedule import lr_at
@@ -357,9 +358,12 @@ class Trainer:
         )
 
     def _finished(self) -> TrainResult:
-        """The result of a run whose final checkpoint exists: nothing is trained again."""
+        """The result of a run whose final checkpoint exists: nothing is trained again. Its
+        metrics log keeps every whole record; a torn line is set aside (main rank)."""
         r = self.restored
         assert r.path is not None and r.state is not None
+        if self.info.is_main:
+            set_aside_torn(layout.metrics_file(self.run_dir))
         return TrainResult(
             self.run_dir, r.path, r.step, r.step, r.state.get("train_loss"), r.state.get("val_loss")
         )

@@ -55,8 +55,11 @@ def resolve(
     for path in configfiles or [root / DEFAULT_CONFIG]:
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path}: no such config file")
-        load_yaml(Path(path).read_text(), str(path))  # a syntax error: its line, in one line
-        update_config(config, load_configfile(str(path)))
+        check_mapping(load_yaml(Path(path).read_text(), str(path)), path)  # in one line
+        try:
+            update_config(config, load_configfile(str(path)))
+        except WorkflowError as exc:
+            raise ValueError(f"{path}: {str(exc).splitlines()[0]}") from None
     if overrides:
         update_config(config, dict(overrides))
     check_moved(config)
@@ -66,6 +69,21 @@ def resolve(
         raise ValueError(schema_error(exc, configfiles or [root / DEFAULT_CONFIG])) from None
     check_config(config)
     return config
+
+
+def check_mapping(content: Any, path: str | Path) -> None:
+    """Refuse, in one line, a config file that is not a mapping of keys (empty, or a YAML list,
+    string or number at its top level)."""
+    if isinstance(content, Mapping):
+        return
+    what = "empty" if content is None else f"a YAML {_YAML_KINDS.get(type(content), 'value')}"
+    raise ValueError(
+        f"{path}: is {what}, not a config: write its keys at the top level (studies:, "
+        f"corpus:, train:, ...), as {DEFAULT_CONFIG} does"
+    )
+
+
+_YAML_KINDS = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
 
 
 def schema_error(exc: Exception, configfiles: Sequence[str | Path]) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from leviathan.values import load_yaml, split_assignment
 
 PLACEHOLDER = re.compile(r"^<[^>]*>$")
 CONSTRAINTS = "workflow/envs/leviathan.constraints.txt"
@@ -88,13 +88,26 @@ def run_command(cmd: list[str]) -> str | None:
 
 
 def profile_resources(profile: str | Path) -> dict[str, Any]:
-    """The profile's default-resources (a profile directory or its config.yaml)."""
+    """The profile's default-resources (a profile directory or its config.yaml): a mapping, or
+    Snakemake's list of `NAME=VALUE`. A profile that is none of these is one line naming it."""
     path = Path(profile)
     path = path / "config.yaml" if path.is_dir() else path
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no SLURM profile here (pass --profile profiles/slurm)")
-    doc = yaml.safe_load(path.read_text()) or {}
-    return dict(doc.get("default-resources") or {})
+    doc = load_yaml(path.read_text(), str(path)) or {}
+    fix = "see profiles/slurm/config.yaml"
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a Snakemake profile (a mapping of options): {fix}")
+    resources = doc.get("default-resources") or {}
+    if isinstance(resources, list):
+        where = f"{path}: default-resources"
+        items = [split_assignment(str(i), where, "NAME=VALUE items") for i in resources]
+        resources = {name: load_yaml(value, where) for name, value in items}
+    if not isinstance(resources, dict):
+        raise ValueError(
+            f"{path}: default-resources is {resources!r}: give NAME: VALUE pairs ({fix})"
+        )
+    return dict(resources)
 
 
 def parse_lines(out: str) -> set[str]:

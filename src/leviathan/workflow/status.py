@@ -10,10 +10,15 @@ A cell's state:
   preempted    stopped before the end without an error (a signal, a job that vanished):
                it resumes from its newest checkpoint
   not started  nothing of it exists yet
+
+A cell whose metrics log cannot be read (a torn line, a record without its step) keeps its
+state; its row shows `?` for what the log would have told, with the one-line error below it,
+and every other cell is shown as usual.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,10 +40,12 @@ class CellStatus:
     total: int  # the cell's max_steps
     loss: float | None  # the last training loss recorded
     eta_s: float | None  # while running: the time left at the run's mean step time
+    error: str | None = None  # why its metrics log could not be read (step, loss, ETA unknown)
 
 
 def _progress(metrics: Path) -> tuple[int, float | None, float | None]:
-    """(step, last loss, seconds per step since the last start) from a metrics log."""
+    """(step, last loss, seconds per step since the last start) from a metrics log; a log that
+    cannot be read, or a record without its fields, is a one-line ValueError naming the file."""
     from leviathan.train.metrics_log import read_metrics
 
     if not metrics.is_file():
@@ -46,14 +53,20 @@ def _progress(metrics: Path) -> tuple[int, float | None, float | None]:
     records = read_metrics(metrics)
     starts = [r for r in records if r.get("kind") == "start"]
     trains = [r for r in records if r.get("kind") == "train"]
-    if not trains:
-        return (int(starts[-1]["step"]) if starts else 0), None, None
-    last = trains[-1]
-    per_step = None
-    if starts and int(last["step"]) > int(starts[-1]["step"]):
-        elapsed = float(last["time"]) - float(starts[-1]["time"])
-        per_step = elapsed / (int(last["step"]) - int(starts[-1]["step"]))
-    return int(last["step"]), float(last["loss"]), per_step
+    try:
+        if not trains:
+            return (int(starts[-1]["step"]) if starts else 0), None, None
+        last = trains[-1]
+        per_step = None
+        if starts and int(last["step"]) > int(starts[-1]["step"]):
+            elapsed = float(last["time"]) - float(starts[-1]["time"])
+            per_step = elapsed / (int(last["step"]) - int(starts[-1]["step"]))
+        return int(last["step"]), float(last["loss"]), per_step
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{metrics}: a record without a readable step, time or loss ({exc!r}): not a log "
+            "as the trainer writes it"
+        ) from None
 
 
 def _job_failed(log: Path) -> bool:
@@ -85,16 +98,30 @@ def _state(run: str, log: Path, now: float, stale_s: float) -> str:
 def cell_status(
     config: Mapping[str, Any], cell: Cell, now: float | None = None, stale_s: float = STALE_S
 ) -> CellStatus:
-    """The state of one cell of the configured studies."""
+    """The state of one cell of the configured studies (a log that cannot be read: its
+    `error`, step, loss and ETA unknown)."""
     from leviathan.workflow.resolve import cell_train_config
 
+    check_stale_s(stale_s)
     run = layout.run_dir(cell)
     now = time.time() if now is None else now
     state = _state(run, Path(layout.cell_log("train", cell)), now, stale_s)
     total = cell_train_config(config, cell).max_steps
-    step, loss, per_step = _progress(layout.metrics_file(run))
+    try:
+        step, loss, per_step = _progress(layout.metrics_file(run))
+    except (OSError, ValueError) as exc:
+        return CellStatus(cell, state, 0, total, None, None, " ".join(str(exc).split()))
     eta = (total - step) * per_step if state == "running" and per_step is not None else None
     return CellStatus(cell, state, step, total, loss, eta)
+
+
+def check_stale_s(stale_s: float) -> None:
+    """Refuse a silence that is not a positive number of seconds, in one line."""
+    if not (math.isfinite(stale_s) and stale_s > 0):
+        raise ValueError(
+            f"--stale-after {stale_s}: give a positive number of seconds (default {STALE_S:g}): "
+            "a metrics log silent this long is no longer running"
+        )
 
 
 def render_status(rows: Sequence[CellStatus]) -> str:
@@ -106,17 +133,20 @@ def render_status(rows: Sequence[CellStatus]) -> str:
         (
             r.cell.key,
             r.state,
-            f"{r.step}/{r.total}",
-            f"{r.loss:.3f}" if r.loss is not None else "-",
-            format_duration(r.eta_s) if r.eta_s is not None else "-",
+            f"{'?' if r.error else r.step}/{r.total}",
+            "?" if r.error else f"{r.loss:.3f}" if r.loss is not None else "-",
+            "?" if r.error else format_duration(r.eta_s) if r.eta_s is not None else "-",
         )
         for r in rows
     ]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = [
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *body]
-    ]
+    lines = []
+    for row, status in zip([header, *body], [None, *rows], strict=True):
+        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        if status is not None and status.error:
+            lines.append(f"  error: {status.error}")
     counts = {s: sum(r.state == s for r in rows) for s in STATES}
-    lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no cells")
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no cells"
+    unread = sum(r.error is not None for r in rows)
+    lines.append(summary + (f"; {unread} with a metrics log that cannot be read" if unread else ""))
     return "\n".join(lines)
