@@ -210,10 +210,11 @@ def free_name(path: Path, tag: str) -> Path:
     return target
 
 
-def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write `obj` as indented, key-sorted JSON, atomically."""
+def write_json(path: str | os.PathLike[str], obj: Any, fix: str = FIX_SPACE) -> None:
+    """Write `obj` as indented, key-sorted JSON, atomically (`fix`: what a full disk's
+    `DiskFull` tells the user to do)."""
     data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
-    with atomic_path(path, needed=len(data)) as tmp:
+    with atomic_path(path, needed=len(data), fix=fix) as tmp:
         tmp.write_bytes(data)
 
 
