@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from leviathan.data.shards import open_shard
 from leviathan.eval.perplexity import _Partial
 from leviathan.eval.results import write_result
+from leviathan.eval.words import count_val_words
 from leviathan.io import DiskFull
 
 
@@ -62,3 +64,21 @@ def test_running_sums_on_a_full_disk_are_one_line_and_keep_the_last_saved(
     assert path.read_bytes() == before
     saved = _Partial.load(path, "key", 1000)
     assert saved is not None and saved.windows_done == 3
+
+
+def test_word_counts_on_a_full_disk_are_one_line_and_leave_no_bucket(
+    small_fs: Callable[[str], Path], gpt2_shards: Path
+) -> None:
+    """The bucket files of the word counts (about 5 bytes per training token) on a disk of 64 KB."""
+    root = small_fs("64k")
+    train = gpt2_shards / "train.bin"
+    with pytest.raises(DiskFull) as caught:
+        count_val_words(train, gpt2_shards / "val.bin", vocab="gpt2", tmp_dir=root)
+    n = len(open_shard(train).tokens)
+    free = shutil.disk_usage(root).free
+    assert str(caught.value) == (
+        f"no space left on the filesystem of {root}: writing it needs about {5 * n:,} bytes and "
+        f"{free:,} are free; free space there, or set TMPDIR to a filesystem with room, then "
+        "rerun the evaluation"
+    )
+    assert list(root.iterdir()) == []
