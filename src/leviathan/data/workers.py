@@ -4,8 +4,9 @@ A fetch or a tokenize hands work to a pool of processes. Killed by SIGKILL (or b
 it does not catch), the parent exits without shutting its pool down, and the workers, forked
 with a copy of the pool's pipes, would wait for work forever. Each worker therefore asks the
 kernel for SIGKILL when its parent dies (Linux `prctl(PR_SET_PDEATHSIG)`), and exits at once
-where the parent died before it could ask. The pools here are started from the main thread, so
-"the parent dies" is the parent process exiting.
+where the parent died before it could ask. The kernel sends the signal when the thread that
+started the worker ends; a pool is used inside one `with` block of the thread that made it (the
+main thread, for a fetch and a tokenize), so that is the parent process exiting.
 """
 
 from __future__ import annotations
