@@ -1,4 +1,5 @@
-"""Fixtures shared across test packages: the embedded corpus and its real token shards.
+"""Fixtures shared across test packages: the embedded corpus and its real token shards, and
+`small_fs`, a real full disk (a tmpfs of a given size).
 
 The data layer (and zstandard, datasets with it) is imported inside the fixtures that use
 it, never at this module's import: `make gpu-test` runs the CUDA tests in a GPU image with
@@ -7,7 +8,8 @@ only torch, NumPy, safetensors, tiktoken, PyYAML, tqdm and pytest (tests/test_gp
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +88,26 @@ def random_shards(tmp_path: Path) -> tuple[Path, Path]:
     train = _make_shard(tmp_path / "train.bin", rng.integers(0, 50_000, 8 * 65 * 8))
     val = _make_shard(tmp_path / "val.bin", rng.integers(0, 50_000, 65 * 8))
     return train, val
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """small_fs("60m"): a fresh tmpfs of that size, unmounted after the test (a real full
+    disk; needs root, skipped saying why elsewhere)."""
+    mounted: list[Path] = []
+
+    def make(size: str) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("a small filesystem (mount -t tmpfs -o size=...) needs root")
+        where = tmp_path / f"small{len(mounted)}"
+        where.mkdir()
+        cmd = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -24,15 +25,46 @@ class DiskFull(OSError):
     """A write failed for lack of space; the message names the path, the bytes and the fix."""
 
 
-def disk_full(path: str | os.PathLike[str], needed: int, fix: str) -> DiskFull:
-    """The one-line error of a write of `needed` bytes at `path` that found its disk full."""
+FIX_SPACE = "free space there (or point the command elsewhere), then rerun it"
+
+
+def disk_full(
+    path: str | os.PathLike[str], needed: int, fix: str, *, more_than: bool = False
+) -> DiskFull:
+    """The one-line error of a write of `needed` bytes at `path` that found its disk full
+    (`more_than`: the write had put `needed` bytes there and wanted more)."""
     where = Path(path)
     probe = next((p for p in (where, *where.parents) if p.exists()), Path("."))
     free = shutil.disk_usage(probe).free
+    size = f"more than {needed:,}" if more_than else f"about {needed:,}"
     return DiskFull(
-        f"no space left on the filesystem of {where}: writing it needs about {needed:,} bytes "
+        f"no space left on the filesystem of {where}: writing it needs {size} bytes "
         f"and {free:,} are free; {fix}"
     )
+
+
+def no_space(exc: BaseException | None, root: Path | None = None, needed: int = 0) -> bool:
+    """Whether a failed write failed for lack of space: its error, or one it was raised from or
+    while handling, says so, or (`root`, `needed`) the space free there now is less than the
+    write needs (torch.save's C++ writer reports a full disk as "iostream error", safetensors'
+    as its own error)."""
+    if root is not None and needed and shutil.disk_usage(root).free < needed:
+        return True
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, DiskFull) or (isinstance(exc, OSError) and exc.errno in NO_SPACE):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of a file, or of every file under a directory (0 where there is nothing)."""
+    if path.is_file():
+        return path.stat().st_size
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return 0
 
 
 def sha256_file(path: str | os.PathLike[str], progress: bool = False) -> str:
@@ -56,11 +88,14 @@ def sha256_file(path: str | os.PathLike[str], progress: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_path(
+    path: str | os.PathLike[str], *, needed: int | None = None, fix: str = FIX_SPACE
+) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; rename it onto `path` only if the block succeeds.
 
     The temporary file is removed on any error, so an interrupted write never leaves a
-    file that looks complete.
+    file that looks complete. A full disk is `DiskFull`, one line naming `path`, the bytes
+    (`needed`, else what the write had put there), the space free and `fix`.
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +105,13 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with open(tmp, "rb+") as fh:  # data on disk before the rename makes it visible
             os.fsync(fh.fileno())
         os.replace(tmp, final)
+    except Exception as exc:
+        written = tree_bytes(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # the space it took, before the free space is measured
+        if no_space(exc) and not isinstance(exc, DiskFull):
+            raise disk_full(final, needed or written, fix, more_than=needed is None) from exc
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -81,16 +123,36 @@ def _temp_of(final: Path, pid: int | str) -> Path:
 
 
 def remove_dead_temps(path: str | os.PathLike[str]) -> list[Path]:
-    """Remove the temporary siblings of `path` that writers killed mid-write left (those of a
-    process no longer running here; a SIGKILL skips `atomic_path`'s cleanup); return them."""
+    """Remove the temporary siblings of `path` (files or directories) that writers killed
+    mid-write left: `.<name>.<pid>.tmp` being written, `.<name>.<pid>.old` being replaced
+    (`publish_dir`), of a process no longer running here (a SIGKILL skips every cleanup);
+    return them."""
     final = Path(path)
+    return _remove_dead(final.parent, f".{glob.escape(final.name)}.*", final.name)
+
+
+def remove_dead_temps_in(directory: str | os.PathLike[str]) -> list[Path]:
+    """`remove_dead_temps` for every name in `directory` (its killed writers' leftovers)."""
+    return _remove_dead(Path(directory), ".*.*")
+
+
+def _remove_dead(directory: Path, pattern: str, name: str | None = None) -> list[Path]:
     removed = []
-    for tmp in final.parent.glob(_temp_of(final, "*").name):
-        pid = tmp.name[len(final.name) + 2 : -len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+    for leftover in sorted(directory.glob(pattern)):
+        head, _, suffix = leftover.name.rpartition(".")
+        of, _, pid = head.rpartition(".")
+        if suffix not in ("tmp", "old") or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        if name is not None and of != f".{name}":
+            continue
+        if _running(int(pid)):
+            continue
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
             with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            removed.append(tmp)
+                leftover.unlink()
+        removed.append(leftover)
     return removed
 
 
@@ -148,10 +210,12 @@ def free_name(path: Path, tag: str) -> Path:
     return target
 
 
-def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write `obj` as indented, key-sorted JSON, atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+def write_json(path: str | os.PathLike[str], obj: Any, fix: str = FIX_SPACE) -> None:
+    """Write `obj` as indented, key-sorted JSON, atomically (`fix`: what a full disk's
+    `DiskFull` tells the user to do)."""
+    data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+    with atomic_path(path, needed=len(data), fix=fix) as tmp:
+        tmp.write_bytes(data)
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:

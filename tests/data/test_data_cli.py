@@ -143,3 +143,29 @@ def test_fetch_hf_split_syntax(tmp_path: Path, capsys: pytest.CaptureFixture[str
         == 0
     )
     assert "test.jsonl.zst: 3 documents" in capsys.readouterr().out
+
+
+def test_data_batch_refuses_an_unknown_cell_and_a_step_past_the_last(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Both refused in one line before any shard is read (none is needed to say so)."""
+    from leviathan.cells import config_cells
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.resolve import cell_train_config
+
+    config = resolve([])
+    cell = config_cells(config)[0]
+    last = cell_train_config(config, cell).max_steps
+    unknown = f"{cell.scale}/{cell.vocab}/nosuchvariant/seed{cell.seed}"
+    assert main(["data", "batch", "--cell", unknown, "--step", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"leviathan data: error: {unknown} is not a cell of the configured studies"
+    )
+    assert err.count("\n") == 1
+    for step in (last + 1, 10**9):
+        assert main(["data", "batch", "--cell", cell.key, "--step", str(step)]) == 2
+        assert capsys.readouterr().err == (
+            f"leviathan data: error: --step {step}: past the last step of {cell.key}, {last}; "
+            f"give a step from 1 to {last}\n"
+        )

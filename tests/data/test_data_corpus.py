@@ -20,11 +20,11 @@ from leviathan.data.corpus import (
     decode_bytes,
     hash_fraction,
     hash_split,
-    jsonl_lines,
     limit,
     write_corpus,
 )
 from leviathan.data.embedded import embedded_documents, module_text, stdlib_files
+from leviathan.data.jsonl import jsonl_lines
 from leviathan.io import sha256_file
 from leviathan.layout import manifest_path
 from leviathan.manifest import read_manifest, recorded_sha256, write_manifest

@@ -155,6 +155,22 @@ def test_too_short_shard(tmp_path: Path, make_shard: Callable[..., Path]) -> Non
         _loader(short)
 
 
+def test_a_shard_too_small_for_one_step_is_refused(
+    tmp_path: Path, make_shard: Callable[..., Path]
+) -> None:
+    """195 tokens at context 8 are 24 windows: a global batch of 32 would repeat windows within
+    every step (several epochs a step, and nothing said); one of 24 is the whole shard once."""
+    shard = make_shard(tmp_path / "s.bin", np.arange(195))
+    with pytest.raises(
+        ValueError,
+        match=r"195 tokens, 24 windows of context\+1=9: fewer than one step's "
+        r"global_batch=32",
+    ):
+        _loader(shard, global_batch=32)
+    rows = _loader(shard, global_batch=24).window_ids(0)
+    assert sorted(rows.tolist()) == list(range(24))
+
+
 def test_val_batches_cover_every_target_once(positions: Path) -> None:
     targets: list[int] = []
     batches = list(val_batches(positions, context=CTX, batch_size=4))
@@ -300,3 +316,24 @@ def test_a_run_over_the_whole_shard_keeps_none_of_it_resident(
         x, _ = loader.batch(step)
         assert x.shape == (512, 512)
     assert resident_file_kb() - before < 8 << 10
+
+
+def test_leviathan_train_on_a_195_token_shard_says_so_in_one_line(
+    tmp_path: Path, make_shard: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The micro scale's context is 64 and its global batch 8: 195 tokens are 3 windows."""
+    from leviathan.cli import main
+    from leviathan.train.config import train_config
+
+    cfg = train_config("micro", "gpt2", "leviathan")
+    shard = make_shard(tmp_path / "train.bin", np.arange(195))
+    argv = ["train", "--scale", "micro", "--vocab", "gpt2", "--variant", "leviathan"]
+    argv += ["--train", str(shard), "--run-dir", str(tmp_path / "run")]
+    assert main([*argv, "--runtime", "progress=false"]) == 2
+    assert capsys.readouterr().err == (
+        f"leviathan train: error: {[str(shard)]}: 195 tokens, {194 // cfg.context} windows of "
+        f"context+1={cfg.context + 1}: fewer than one step's global_batch={cfg.global_batch}, so "
+        "every step would train the same windows more than once; use a larger corpus, a shorter "
+        "context or a smaller global batch\n"
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()

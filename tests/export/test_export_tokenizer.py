@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from leviathan.data.corpus import jsonl_lines
+from leviathan.data.jsonl import jsonl_lines
 from leviathan.export.tokenizer import hf_tokenizer, onig_pattern
 from leviathan.layout import corpus_file
 

@@ -97,3 +97,24 @@ def test_cli_prints_one_json_line_per_sample(micro_run: Path, tokenizer_of) -> N
     assert [r["seed"] for r in records] == [0, 1]
     assert records[0]["prompt_ids"] == tokenizer_of("gpt2").encode("The code is a")
     assert all(1 <= len(r["ids"]) <= 5 for r in records)
+
+
+def test_more_new_tokens_than_the_context_are_refused_in_one_line(micro_run: Path) -> None:
+    """10^8 new tokens would run for days without a word: refused before the first."""
+    _, model = open_checkpoint(micro_run, device="cpu")
+    args = ["generate", str(micro_run), "--prompt", "The code is a"]
+    done = subprocess.run(
+        [sys.executable, "-m", "leviathan.cli", *args, "--max-new-tokens", "100000000"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr == (
+        "leviathan generate: error: max_new_tokens=100000000: more than the model's context of "
+        f"{model.max_seq_len} tokens (beyond it a sample no longer sees its prompt); ask for at "
+        f"most {model.max_seq_len}\n"
+    )
+    new = generate(model, PROMPT, Sampling(max_new_tokens=model.max_seq_len))
+    assert len(new) <= model.max_seq_len  # the context itself is allowed

@@ -7,9 +7,8 @@ elsewhere)."""
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,28 +22,6 @@ from leviathan.train.config import RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.integrity import verify_checkpoint
 from leviathan.train.metrics_log import MetricsLog, read_metrics, rewind_metrics
 from leviathan.train.trainer import train
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
-    """small_fs("60m"): a fresh tmpfs of that size, unmounted after the test."""
-    mounted: list[Path] = []
-
-    def make(size: str) -> Path:
-        if os.geteuid() != 0:
-            pytest.skip("a small filesystem (mount -t tmpfs -o size=...) needs root")
-        where = tmp_path / f"small{len(mounted)}"
-        where.mkdir()
-        cmd = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-        mounted.append(where)
-        return where
-
-    yield make
-    for where in mounted:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def write_records(path: Path, steps: range) -> None:

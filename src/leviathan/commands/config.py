@@ -57,29 +57,32 @@ def configfile_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _parse_cell(key: str, results: str) -> Cell:
+def configured_cell(config: dict, key: str) -> Cell:  # type: ignore[type-arg]
+    """The cell `--cell key` names, refused (one line) where no configured study has it."""
+    from leviathan.cells import config_cells
+
     try:
         scale, vocab, variant, seed = layout.parse_cell_key(key)
     except ValueError as exc:
         raise ValueError(f"--cell {exc}") from None
-    return Cell(scale, get_vocab(vocab).name, variant, seed, results)
+    cell = Cell(scale, get_vocab(vocab).name, variant, seed, layout.config_results_key(config))
+    if cell not in config_cells(config):
+        raise ValueError(
+            f"{cell.key} is not a cell of the configured studies ({', '.join(config['studies'])})"
+        )
+    return cell
 
 
 def run_show(args: argparse.Namespace) -> int:
     import yaml
 
-    from leviathan.cells import config_cells
     from leviathan.workflow.config import resolve, stand_in_files
     from leviathan.workflow.plan import render_plan
 
     config = resolve(args.configfile)
     mfu = args.mfu
     if args.cell:
-        cell = _parse_cell(args.cell, layout.config_results_key(config))
-        if cell not in config_cells(config):
-            raise ValueError(
-                f"{cell.key} is not a cell of the configured studies ({', '.join(config['studies'])})"
-            )
+        cell = configured_cell(config, args.cell)
         out = cell_settings(config, cell, mfu, memory=not args.no_memory)
         print(
             json.dumps(out, indent=2) if args.json else yaml.safe_dump(out, sort_keys=False), end=""

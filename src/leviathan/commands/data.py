@@ -278,7 +278,8 @@ def _add_batch(sub: Any) -> None:
 
 
 def _source(args: argparse.Namespace) -> dict[str, Any]:
-    """The shards and ordering of the step: given, or the cell's in the workflow config."""
+    """The shards and ordering of the step: given, or the cell's in the workflow config (a
+    cell no configured study has, or a step past the cell's last, refused in one line)."""
     if args.train:
         if args.context is None or args.global_batch is None:
             raise ValueError("--train needs --context and --global-batch (the run's recipe)")
@@ -289,21 +290,25 @@ def _source(args: argparse.Namespace) -> dict[str, Any]:
             "seed": args.seed,
         }
     from leviathan import layout
-    from leviathan.cells import Cell
+    from leviathan.commands.config import configured_cell
     from leviathan.workflow.config import resolve
     from leviathan.workflow.resolve import cell_train_config
 
     config = resolve(args.configfile)
-    scale, vocab, variant, seed = layout.parse_cell_key(args.cell)
-    cell = Cell(scale, vocab, variant, seed, layout.config_results_key(config))
+    cell = configured_cell(config, args.cell)
     tc = cell_train_config(config, cell)
-    tokens = layout.tokens_dir(config["corpus"]["name"], vocab)
+    if args.step > tc.max_steps:
+        raise ValueError(
+            f"--step {args.step}: past the last step of {cell.key}, {tc.max_steps}; give a step "
+            f"from 1 to {tc.max_steps}"
+        )
+    tokens = layout.tokens_dir(config["corpus"]["name"], cell.vocab)
     return {
         "train_bins": [layout.shards(tokens)["train"]],
         "context": tc.context,
         "global_batch": tc.global_batch,
         "seed": tc.seed,
-        "vocab": vocab,
+        "vocab": cell.vocab,
     }
 
 

@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "run_dir", type=Path, help="run directory (its checkpoints/final) or a checkpoint directory"
     )
     p.add_argument("--prompt", required=True, help="the text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument(
+        "--max-new-tokens", type=int, default=64, help="at most the model's context (default 64)"
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     p.add_argument("--top-k", type=int, help="sample among the k most likely tokens only")
     p.add_argument("--seed", type=int, default=0)

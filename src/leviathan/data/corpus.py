@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import io
 import itertools
 import json
 import logging
@@ -28,7 +27,15 @@ from typing import IO, Any, NamedTuple
 
 import zstandard
 
-from leviathan.io import atomic_path
+from leviathan.data.fetch_state import (
+    SourceChanged,
+    SourceFiles,
+    check_unchanged,
+    load_state,
+    remove_partial,
+    save_state,
+    stopped,
+)
 from leviathan.layout import (
     CORPUS_SUFFIX,
     corpus_file,
@@ -42,7 +49,6 @@ from leviathan.provenance import utc_now
 log = logging.getLogger(__name__)
 
 ZSTD_LEVEL = 3
-ZSTD_SUFFIXES = (".zst", ".zstd")
 # Source text per part of a fetch: a kill loses at most one part (seconds of work at the
 # tens of MB/s a fetch reads; BENCHMARKS.md, "Rehearsal").
 DEFAULT_PART_BYTES = 64 << 20
@@ -216,41 +222,18 @@ class ResumableStream:
 Source = Routed | Callable[[Progress], Routed] | ResumableStream
 
 
-def _load_state(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
-    """The state of an unfinished fetch of the same corpus into `out`, or None (then any
-    leftover of another fetch is removed)."""
-    path = fetch_state(out)
-    try:
-        state = json.loads(path.read_text())
-        ok = state["identity"] == json.loads(json.dumps(identity)) and all(
-            partial_corpus_file(out, name).stat().st_size >= state["splits"][name]["length"]
-            for name in identity["splits"]
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        ok, state = False, None
-    if ok:
-        return state  # type: ignore[no-any-return]
-    _remove_partial(out, identity["splits"])
-    return None
-
-
-def _remove_partial(out: Path, names: Iterable[str]) -> None:
-    for p in (fetch_state(out), *(partial_corpus_file(out, n) for n in names)):
-        p.unlink(missing_ok=True)
-
-
-def _save_state(
-    out: Path, identity: dict[str, Any], writers: dict[str, _SplitWriter], routed: Source
-) -> None:
-    """Close the current part of every split (durably), then record them all atomically, with
-    the source's position where it has one (a resume enters it there)."""
+def _state(
+    identity: dict[str, Any], writers: dict[str, _SplitWriter], routed: Source, files: Any
+) -> dict[str, Any]:
+    """Close the current part of every split (durably) and return the state that records
+    them, with the source's position where it has one (a resume enters it there) and the
+    record of its files (`fetch_state.SourceFiles`)."""
     # the state (content digest included) is taken before end_part starts the next part
     splits = {name: {**w.stats.state(), "length": w.end_part()} for name, w in writers.items()}
-    state: dict[str, Any] = {"identity": identity, "splits": splits}
+    state: dict[str, Any] = {"identity": identity, "splits": splits, "sources": files}
     if isinstance(routed, ResumableStream):
         state["position"] = routed.position()
-    with atomic_path(fetch_state(out)) as tmp:
-        tmp.write_text(json.dumps(state, sort_keys=True))
+    return state
 
 
 def write_corpus(
@@ -263,6 +246,7 @@ def write_corpus(
     config: dict[str, Any] | None = None,
     started: _dt.datetime | None = None,
     part_bytes: int = DEFAULT_PART_BYTES,
+    files: Sequence[Path] = (),
 ) -> dict[str, dict[str, Any]]:
     """Write every (split, document) of `routed` and a manifest per split; return manifests.
 
@@ -285,14 +269,21 @@ def write_corpus(
     dropped. The result is the
     same, byte for byte, as an unbroken fetch. Complete files are renamed into place at the
     end and the state removed.
+
+    One source: the state records the local `files` the source reads (size, modification
+    time, and the sha256 of `inputs` where they are given as a sequence); a rerun over a
+    changed file starts again from the start with a WARNING (`fetch_state`), and one that
+    changed while it was read is refused. A full disk is `DiskFull`, one line; the part it
+    cut short is removed and the complete ones kept for a rerun.
     """
     started = started or utc_now()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     names = list(dict.fromkeys(splits))
     identity = {"splits": names, "source": source, "config": config, "part_bytes": part_bytes}
-    writers = _write_parts(out, identity, routed, part_bytes)
-    _publish(out, source, writers)
+    sources = SourceFiles(files, None if callable(inputs) else inputs)
+    writers, files_record = _write_parts(out, identity, routed, part_bytes, sources)
+    _publish(out, source, writers, sources, files_record)
     input_records = list(inputs() if callable(inputs) else inputs)
     return {
         name: _split_manifest(
@@ -308,18 +299,40 @@ def write_corpus(
 
 
 def _write_parts(
+    out: Path, identity: dict[str, Any], routed: Source, part_bytes: int, sources: SourceFiles
+) -> tuple[dict[str, _SplitWriter], dict[str, Any]]:
+    """Stream every document into its split's partial file (`_write_from`), resumed where an
+    interrupted fetch of the same source stopped; where what it read has changed since, the
+    fetch starts again from the start, with a WARNING. Returns the closed writers and the
+    record of the source files when the fetch began."""
+    state = load_state(out, identity, sources)
+    files = state["sources"] if state else sources.record()
+    try:
+        return _write_from(out, identity, routed, part_bytes, state, files), files
+    except SourceChanged as exc:
+        if state is None:
+            raise
+        log.warning("%s: %s; the fetch starts again from the start", out, exc)
+        remove_partial(out, identity["splits"])
+        files = sources.record()
+        return _write_from(out, identity, routed, part_bytes, None, files), files
+
+
+def _write_from(
     out: Path,
     identity: dict[str, Any],
     routed: Source,
     part_bytes: int,
+    state: dict[str, Any] | None,
+    files: dict[str, Any],
 ) -> dict[str, _SplitWriter]:
-    """Stream every document into its split's partial file, saving the fetch state after each
-    part; return the closed writers. On any error the files are closed and kept for a resume
-    when a part was saved, else removed."""
+    """Stream every document into its split's partial file from `state` (None: the start),
+    saving the fetch state (with `files`, the source files' record) after each part; return
+    the closed writers. On any error the files are closed and kept for a resume when a part
+    was saved, else removed (`fetch_state.stopped`)."""
     names: list[str] = identity["splits"]
-    state = _load_state(out, identity)
     writers: dict[str, _SplitWriter] = {}
-    saved = state is not None
+    saved = {n: s["length"] for n, s in state["splits"].items()} if state else None
     try:
         for name in names:
             writers[name] = _resumed_writer(out, name, state)
@@ -329,15 +342,11 @@ def _write_parts(
                 raise CorpusError(f"document {doc.id!r} routed to unknown split {split!r}")
             since += writers[split].add(doc)
             if since >= part_bytes:
-                _save_state(out, identity, writers, routed)
-                saved, since = True, 0
-    except BaseException:
-        for writer in writers.values():
-            writer.close()
-        if saved:
-            log.warning("%s: fetch interrupted; rerun it to resume from its last part", out)
-        else:
-            _remove_partial(out, names)
+                new = _state(identity, writers, routed, files)
+                save_state(out, new)
+                saved, since = {n: s["length"] for n, s in new["splits"].items()}, 0
+    except BaseException as exc:
+        stopped(out, names, writers, saved, exc)
         raise
     for writer in writers.values():
         writer.close()
@@ -373,14 +382,22 @@ def _resumed_stream(
     return itertools.islice(routed, sum(c for c, _ in progress.values()), None)
 
 
-def _publish(out: Path, source: dict[str, Any], writers: dict[str, _SplitWriter]) -> None:
-    """Rename the complete splits into place (none unless every split has a document) and
-    remove the fetch state."""
+def _publish(
+    out: Path,
+    source: dict[str, Any],
+    writers: dict[str, _SplitWriter],
+    sources: SourceFiles,
+    files: dict[str, Any],
+) -> None:
+    """Rename the complete splits into place (none unless every split has a document, and
+    none where a source file changed while it was read: `files`, their record when the fetch
+    began) and remove the fetch state."""
     names = list(writers)
     try:
         _check_not_empty(out, source, writers)
-    except CorpusError:
-        _remove_partial(out, names)
+        check_unchanged(out, sources, files)
+    except (CorpusError, SourceChanged):
+        remove_partial(out, names)
         raise
     for name in names:  # replaced below: an old manifest must not pair with new data
         invalidate_manifest(corpus_file(out, name))
@@ -421,53 +438,6 @@ def _check_not_empty(out: Path, source: dict[str, Any], writers: dict[str, _Spli
         f"split(s) {', '.join(empty)} of {out} would be empty ({total} documents in all): "
         f"raise the val fraction / limits or use a larger corpus"
     )
-
-
-def _open_zstd(raw: IO[bytes]) -> IO[bytes]:
-    """A decompressing reader of a zstd file, across all its frames (a fetch writes one
-    frame per part)."""
-    reader = zstandard.ZstdDecompressor().stream_reader(
-        raw, read_size=1 << 20, read_across_frames=True
-    )
-    return reader  # type: ignore[no-any-return]
-
-
-def jsonl_lines(path: Path, start: int = 0, digest: Any = None) -> Iterator[bytes]:
-    """Every raw line of a JSONL file, decompressed when its name ends in `.zst`/`.zstd`.
-
-    The one reader of JSONL files (corpus splits, local sources): blank lines are yielded
-    too, so that callers number lines as an editor does. `start`: a byte offset to enter an
-    uncompressed file at (a line's start); `digest` (a hashlib object) is fed every byte read
-    from the file, compressed as stored, so a reader that reads a file whole gets its sha256
-    without a second pass.
-    """
-    with open(path, "rb") as raw:
-        if path.name.endswith(ZSTD_SUFFIXES):
-            if start:
-                raise ValueError(f"{path}: a zstd stream cannot be entered at byte {start}")
-            source = _Hashing(raw, digest) if digest is not None else raw
-            yield from io.BufferedReader(_open_zstd(source), buffer_size=1 << 20)  # type: ignore[type-var]
-            return
-        raw.seek(start)
-        for line in raw:
-            if digest is not None:
-                digest.update(line)
-            yield line
-
-
-class _Hashing(io.RawIOBase):
-    """A file read through, every byte also fed to a hash."""
-
-    def __init__(self, raw: IO[bytes], digest: Any) -> None:
-        self._raw, self._digest = raw, digest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
-        self._digest.update(memoryview(buffer)[:n])
-        return int(n)
 
 
 def read_corpus_manifest(corpus_dir: str | os.PathLike[str], split: str) -> dict[str, Any]:

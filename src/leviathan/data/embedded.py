@@ -16,11 +16,11 @@ import sys
 import sysconfig
 import tokenize
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from leviathan.data.corpus import Document
+from leviathan.data.workers import worker_pool
 
 # Directories under the stdlib that hold no library prose (or not the stdlib at all).
 EXCLUDED_DIRS = frozenset(
@@ -110,7 +110,7 @@ def embedded_documents(root: Path | None = None, workers: int | None = None) -> 
         for path, text in zip(files, texts, strict=True):
             yield Document(f"stdlib/{path.relative_to(base).as_posix()}", text)
     else:
-        with ProcessPoolExecutor(n) as pool:
+        with worker_pool(n) as pool:  # its workers die with this process
             for path, text in zip(files, pool.map(module_text, files, chunksize=16), strict=True):
                 yield Document(f"stdlib/{path.relative_to(base).as_posix()}", text)
     yield from _topic_documents()

@@ -19,13 +19,15 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from leviathan.data.corpus import CorpusError, jsonl_lines
+from leviathan.data.corpus import CorpusError
+from leviathan.data.jsonl import jsonl_lines
 from leviathan.data.tokenizers import Tokenizer, load_tokenizer
+from leviathan.data.workers import worker_pool
 
 DEFAULT_BATCH_BYTES = 4 << 20  # text per task: small enough to keep every worker busy
 MAX_DEFAULT_PROCESSES = 32  # each worker holds its own tokenizer (~200 MB for o200k)
@@ -171,9 +173,8 @@ def _encode_file(
         return
     ctx = get_context(_START_METHOD)
     init_args = (tokenizer.spec.name, str(tokenizer.bpe_path.parent))
-    with ProcessPoolExecutor(
-        n_procs, mp_context=ctx, initializer=_init_worker, initargs=init_args
-    ) as pool:
+    # workers that die with this process: a killed tokenize leaves none behind
+    with worker_pool(n_procs, mp_context=ctx, initializer=_init_worker, initargs=init_args) as pool:
         pending: deque[Future[Encoded]] = deque()
         try:
             for lines in batches:

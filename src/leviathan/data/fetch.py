@@ -198,6 +198,7 @@ def fetch_text(
         config=config,
         started=started,
         part_bytes=part_bytes,
+        files=paths,
     )
 
 
@@ -225,7 +226,8 @@ def fetch_hf(
         val_fraction=val_fraction,
         limits=_limits_record(limits),
     )
-    inputs = [input_record(f) for s in specs.values() for f in _local_files(s)]
+    local = [f for s in specs.values() for f in _local_files(s)]
+    inputs = [input_record(f) for f in local]  # hashed before the read: a resume compares them
     if val_fraction is not None:
         if len(specs) != 1:
             raise ValueError(f"val_fraction needs exactly one dataset split, got {sorted(specs)}")
@@ -244,6 +246,7 @@ def fetch_hf(
             config=config,
             started=started,
             part_bytes=part_bytes,
+            files=local,
         )
     source = {
         "kind": "hf",
@@ -259,6 +262,7 @@ def fetch_hf(
         config=config,
         started=started,
         part_bytes=part_bytes,
+        files=local,
     )
 
 
@@ -338,6 +342,7 @@ def _fetch_pile_local(
         config=config,
         started=started,
         part_bytes=part_bytes,
+        files=[p for files in docs.values() for p in files.paths],
     )
 
 

@@ -4,7 +4,8 @@ Training windows. The token shards (one or more `.bin`, concatenated in order) a
 into windows of `context + 1` tokens at stride `context` (window w of a shard covers
 tokens [w*context, w*context + context + 1)), so consecutive windows share one token and
 every token after a shard's first is a target exactly once per epoch; a tail shorter than
-a window is unused. Windows never cross shard boundaries.
+a window is unused. Windows never cross shard boundaries. Shards of fewer windows than one
+step's global batch are refused: every step would train the same windows more than once.
 
 Order. Sample position p = step * global_batch + j (j in [0, global_batch)) reads window
 perm_e[p mod n_windows] with epoch e = p div n_windows and perm_e a permutation seeded by
@@ -127,6 +128,14 @@ class TrainLoader:
             raise ValueError(
                 f"{[str(s.path) for s in self.shards]}: fewer than context+1={context + 1} "
                 f"tokens per shard; use a larger corpus or a shorter context"
+            )
+        if self.n_windows < global_batch:
+            raise ValueError(
+                f"{[str(s.path) for s in self.shards]}: {sum(len(s) for s in self.shards):,} "
+                f"tokens, {self.n_windows} windows of context+1={context + 1}: fewer than one "
+                f"step's global_batch={global_batch}, so every step would train the same "
+                f"windows more than once; use a larger corpus, a shorter context or a smaller "
+                f"global batch"
             )
         self.fingerprint = fingerprint(self.shards, context)
         self._files = [s.streamed() for s in self.shards]

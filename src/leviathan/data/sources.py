@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leviathan.data.corpus import ZSTD_SUFFIXES, CorpusError, Document, decode_bytes, jsonl_lines
+from leviathan.data.corpus import CorpusError, Document, decode_bytes
+from leviathan.data.fetch_state import SourceChanged
+from leviathan.data.jsonl import ZSTD_SUFFIXES, jsonl_lines
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +99,17 @@ class LocalFiles:
 
     JSONL(.zst) files give one document per line (id `<id_base(path)>:<line number>`), any
     other file one document (id: its path). `position()` is where the documents yielded so
-    far end: the file, its line and byte offset, and the sha256 of every file finished
+    far end: the file, its line and byte offset, the sha256 of the lines read of that file
+    (`read_sha256`: decompressed, for a zstd one), and the sha256 of every file finished
     (computed from the bytes read, so a file is read once). `documents(skip, position)`
     continues there: finished files are not opened; an uncompressed JSONL file is entered at
-    its byte offset; a zstd one is decompressed again from its start to the line (a zstd
-    stream can be entered only at a frame boundary, and a file compressed in one go, as the
-    Pile's are, is one frame), which a log line says. Without a position, the first `skip`
-    documents are passed over unparsed (a fetch state written before positions were saved).
+    its byte offset, after its bytes before it are hashed again; a zstd one is decompressed
+    again from its start to the line (a zstd stream can be entered only at a frame boundary,
+    and a file compressed in one go, as the Pile's are, is one frame), which a log line says.
+    Either way, what was read before is checked against `read_sha256`: a file changed there
+    raises `SourceChanged` (the fetch starts again), and the file's sha256 is that of every
+    byte read of it. Without a position, the first `skip` documents are passed over unparsed
+    (a fetch state written before positions were saved).
     """
 
     def __init__(
@@ -115,9 +121,15 @@ class LocalFiles:
         self.paths, self.text_field = list(paths), text_field
         self.id_base = id_base or (lambda path: path.as_posix())
         self._at: dict[str, Any] = _file_start(0, [])
+        self._read: Any = None  # sha256 of the current file's lines read so far
 
     def position(self) -> dict[str, Any]:
-        return dict(self._at, sha256=list(self._at["sha256"]))
+        inside = self._at["line"] and self._read is not None
+        return dict(
+            self._at,
+            sha256=list(self._at["sha256"]),
+            read_sha256=self._read.hexdigest() if inside else None,
+        )
 
     def used(self) -> list[Path]:
         """The files read so far (those finished and the current one)."""
@@ -132,18 +144,21 @@ class LocalFiles:
         self, skip: int = 0, position: Mapping[str, Any] | None = None
     ) -> Iterator[Document]:
         if position is not None:
-            self._at = {**position, "sha256": list(position["sha256"])}
+            self._at = {k: v for k, v in position.items() if k != "read_sha256"}
+            self._at["sha256"] = list(position["sha256"])
             if position["file"]:
                 log.info("%d finished file(s) skipped unread", position["file"])
         else:
             self._at = _file_start(0, [])
-        return self._documents(Skip(skip if position is None else 0))
+        expected = position.get("read_sha256") if position is not None else None
+        return self._documents(Skip(skip if position is None else 0), expected)
 
-    def _documents(self, skip: Skip) -> Iterator[Document]:
+    def _documents(self, skip: Skip, expected: str | None) -> Iterator[Document]:
         while self._at["file"] < len(self.paths):
             index, path = self._at["file"], self.paths[self._at["file"]]
             if _is_jsonl(path):
-                yield from self._jsonl(index, path, skip)
+                yield from self._jsonl(index, path, skip, expected)
+                expected = None
             elif skip.take():
                 self._at = _file_start(index + 1, [*self._at["sha256"], None])
             else:
@@ -153,41 +168,68 @@ class LocalFiles:
                 )
                 yield Document(path.as_posix(), decode_bytes(data))
 
-    def _jsonl(self, index: int, path: Path, skip: Skip) -> Iterator[Document]:
-        """The documents of one JSONL file, from the position's line on; the position moves to
-        the next file with the last line (a one-line look-ahead), so a finished file is
-        never entered again."""
+    def _jsonl(
+        self, index: int, path: Path, skip: Skip, expected: str | None
+    ) -> Iterator[Document]:
+        """The documents of one JSONL file, from the position's line on (what was read before
+        it checked against `expected`); the position moves to the next file with the last
+        line (a one-line look-ahead), so a finished file is never entered again."""
         line0, offset = self._at["line"], self._at["offset"]
         zstd = path.name.endswith(ZSTD_SUFFIXES)
-        whole = line0 == 0 and not skip.remaining
-        digest = hashlib.sha256() if whole else None
+        self._read = read = hashlib.sha256()
+        digest = hashlib.sha256() if zstd else read  # the file as stored: compressed or not
         if zstd and line0:
             log.info(
                 "%s: decompressing it again to line %d (a zstd stream is entered only at a frame boundary)",
                 path,
                 line0,
             )
-        lines = jsonl_lines(path, 0 if zstd else offset, digest)
+        elif line0:
+            _hash_prefix(path, offset, expected, read)
+        lines = jsonl_lines(path, 0 if zstd else offset, digest if zstd else None)
         numbered = enumerate(lines, start=1) if zstd else enumerate(lines, start=line0 + 1)
+        offset = 0 if zstd else offset
         base = self.id_base(path)
         for (lineno, line), last in _with_last(numbered):
             offset += len(line)
-            if zstd and lineno <= line0:
+            read.update(line)
+            if lineno < line0:  # zstd: a line read again to reach the position
                 continue
+            if lineno == line0:
+                _check_read(path, lineno, expected, read)
+                if not last:
+                    continue
             if last:  # the file's hash is complete: the reader has read its end
-                self._at = _file_start(
-                    index + 1, [*self._at["sha256"], digest.hexdigest() if digest else None]
-                )
+                self._at = _file_start(index + 1, [*self._at["sha256"], digest.hexdigest()])
             else:
                 self._at = {**self._at, "line": lineno, "offset": offset}
-            if not line.strip() or skip.take():
+            if lineno == line0 or not line.strip() or skip.take():
                 continue
             obj = _json_line(line, f"{path}:{lineno}")
             yield Document(f"{base}:{lineno}", _line_text(obj, self.text_field, f"{path}:{lineno}"))
-        if self._at["file"] == index:  # an empty file
-            self._at = _file_start(
-                index + 1, [*self._at["sha256"], digest.hexdigest() if digest else None]
-            )
+        if self._at["file"] == index:  # an empty file, or one that ends before the position
+            if line0 and zstd:
+                raise SourceChanged(f"{path}: ends before line {line0}, where the fetch was")
+            self._at = _file_start(index + 1, [*self._at["sha256"], digest.hexdigest()])
+
+
+def _hash_prefix(path: Path, offset: int, expected: str | None, read: Any) -> None:
+    """Feed `read` with the first `offset` bytes of `path` (the lines a resumed fetch read
+    before it stopped) and check them against `expected`."""
+    with open(path, "rb") as fh:
+        left = offset
+        while left and (block := fh.read(min(left, 1 << 20))):
+            read.update(block)
+            left -= len(block)
+    if left:
+        raise SourceChanged(f"{path}: now shorter than the {offset:,} bytes the fetch had read")
+    _check_read(path, None, expected, read)
+
+
+def _check_read(path: Path, line: int | None, expected: str | None, read: Any) -> None:
+    if expected is None or read.hexdigest() != expected:
+        where = f"its first {line} lines" if line is not None else "its bytes before the position"
+        raise SourceChanged(f"{path}: {where} are not those the interrupted fetch read")
 
 
 def _file_start(index: int, sha256: list[str | None]) -> dict[str, Any]:

@@ -30,9 +30,18 @@ class Sampling:
     seed: int = 0
     stop_id: int | None = None  # end early once this id (the EOT token) is produced
 
-    def check(self) -> Sampling:
+    def check(self, context: int | None = None) -> Sampling:
+        """Refuse values that cannot be meant; `context`: the model's, the most new tokens
+        (beyond it a sample no longer sees its prompt, and each token re-runs the backbone
+        over the whole context: 10^8 tokens would run for days without a word)."""
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={self.max_new_tokens}: must be >= 1")
+        if context is not None and self.max_new_tokens > context:
+            raise ValueError(
+                f"max_new_tokens={self.max_new_tokens}: more than the model's context of "
+                f"{context} tokens (beyond it a sample no longer sees its prompt); ask for at "
+                f"most {context}"
+            )
         if not self.temperature >= 0:
             raise ValueError(f"temperature={self.temperature}: must be >= 0 (0 is greedy)")
         if self.top_k is not None and self.top_k < 1:
@@ -56,8 +65,9 @@ def next_token(
 
 @torch.inference_mode()
 def generate(model: EvalModel, prompt: list[int], sampling: Sampling) -> list[int]:
-    """The new ids after `prompt` (at least one id), at most `sampling.max_new_tokens`."""
-    sampling.check()
+    """The new ids after `prompt` (at least one id), at most `sampling.max_new_tokens` (no
+    more than the model's context)."""
+    sampling.check(model.max_seq_len)
     if not prompt:
         raise ValueError("the prompt has no tokens: give some text (or start from the EOT token)")
     generator = torch.Generator(device="cpu").manual_seed(sampling.seed)

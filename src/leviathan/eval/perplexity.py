@@ -147,8 +147,12 @@ class _Partial:
     seconds: float
 
     def save(self, path: Path) -> None:
+        """Replace the saved sums at `path` atomically; a full disk is `DiskFull` (one line),
+        the sums saved before kept."""
         kept = torch.cat(self.kept) if self.kept else torch.zeros(0)
-        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        needed = self.loss_sum.nbytes + self.count.nbytes + kept.numel() * 4
+        fix = "free space there, then rerun the evaluation: it resumes from the sums saved last"
+        with atomic_path(path, needed=needed, fix=fix) as tmp, open(tmp, "wb") as fh:
             np.savez(
                 fh,
                 key=np.array(self.key),

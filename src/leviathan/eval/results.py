@@ -140,9 +140,10 @@ def _check_finite(obj: Any, where: str = "$") -> None:
 
 
 def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Path:
-    """Write an evaluation output atomically (strict JSON: no NaN/inf) and return its path."""
+    """Write an evaluation output atomically (strict JSON: no NaN/inf) and return its path; a
+    full disk is `DiskFull`, one line."""
     _check_finite(result)
-    write_json(path, result)
+    write_json(path, result, fix="free space there, then rerun the evaluation")
     return Path(path)
 
 

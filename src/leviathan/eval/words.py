@@ -35,6 +35,7 @@ import numpy as np
 from leviathan.data.shards import FileTokens, open_shard
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.token_bytes import TokenBytes, token_bytes
+from leviathan.io import disk_full, no_space
 
 EOT_WORD = " <|endoftext|>"  # a leading space: never a real word (words hold no whitespace)
 _WS = np.zeros(256, dtype=bool)
@@ -310,10 +311,28 @@ def _bucket_words(path: Path) -> Iterator[list[bytes]]:
 def _count_buckets(
     wanted: Iterator[list[bytes]],
     train: Iterator[list[bytes]],
+    n_tokens: int,
+    tmp_dir: str | os.PathLike[str] | None,
+) -> tuple[dict[str, int], int, int]:
+    """(training count of every wanted word, sorted by key; training words; wanted words) of
+    the first `n_tokens` training tokens. A full disk under `tmp_dir` is `DiskFull`, one line,
+    once the bucket files are removed."""
+    try:
+        return _count_in_buckets(wanted, train, _n_buckets(n_tokens), tmp_dir)
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        fix = "free space there, or set TMPDIR to a filesystem with room, then rerun the evaluation"
+        where = Path(tmp_dir or tempfile.gettempdir())
+        raise disk_full(where, 5 * n_tokens, fix) from exc
+
+
+def _count_in_buckets(
+    wanted: Iterator[list[bytes]],
+    train: Iterator[list[bytes]],
     n_buckets: int,
     tmp_dir: str | os.PathLike[str] | None,
 ) -> tuple[dict[str, int], int, int]:
-    """(training count of every wanted word, sorted by key; training words; wanted words)."""
     found: list[tuple[str, int]] = []
     n_train = n_wanted = 0
     with tempfile.TemporaryDirectory(prefix="word-counts-", dir=tmp_dir) as tmp:
@@ -364,7 +383,7 @@ def count_words(
     (bounded memory besides `words` itself: see BUCKET_BYTES)."""
     train_words, n = _train_words(train, vocab, max_tokens, chunk_tokens)
     wanted = iter([[w.encode("utf-8", errors="surrogateescape") for w in words]])
-    counts, n_words, _ = _count_buckets(wanted, train_words, _n_buckets(n), tmp_dir)
+    counts, n_words, _ = _count_buckets(wanted, train_words, n, tmp_dir)
     return WordCounts(counts, n, n_words)
 
 
@@ -384,5 +403,5 @@ def count_val_words(
     train_words, n = _train_words(train, vocab, max_tokens, chunk_tokens)
     val_tokens = val_shard.streamed()
     val_words = iter_words(val_tokens, vocab, chunk_tokens)
-    counts, n_words, n_val = _count_buckets(val_words, train_words, _n_buckets(n), tmp_dir)
+    counts, n_words, n_val = _count_buckets(val_words, train_words, n, tmp_dir)
     return WordCounts(counts, n, n_words, n_val)

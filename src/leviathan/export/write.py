@@ -9,12 +9,14 @@
                                    checkpoint it came from (the provenance chain), the BPE file
 
 Everything is written into a temporary sibling directory and renamed into place whole, so
-OUT is either absent, the old export (with `force`), or complete. `force` replaces only an
+OUT is either absent, the old export (with `force`), or complete; the temporary copy a killed
+export left is removed by the next export to OUT, and a full disk is one line (`DiskFull`). `force` replaces only an
 earlier export (its manifest's kind says so), never a run or any other folder.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -27,12 +29,20 @@ from leviathan.eval.checkpoint import Checkpoint, load_model, read_checkpoint
 from leviathan.export.card import model_card
 from leviathan.export.hf import check_dtype, to_llama
 from leviathan.export.tokenizer import hf_tokenizer
-from leviathan.io import publish_dir, read_json, sha256_file
+from leviathan.io import (
+    disk_full,
+    no_space,
+    publish_dir,
+    read_json,
+    remove_dead_temps,
+    sha256_file,
+)
 from leviathan.layout import MODEL_CARD, STATE, WEIGHTS, manifest_path
 from leviathan.manifest import display_path, input_record, vocab_record, write_manifest
 from leviathan.provenance import utc_now
 
 ARTIFACT_TYPE = "hf_export"
+log = logging.getLogger(__name__)
 
 
 class ExportError(ValueError):
@@ -97,6 +107,8 @@ def export_run(
     vocab = vocab_record(tok.spec, sha256_file(tok.bpe_path))
 
     final.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in remove_dead_temps(final):  # a killed export's copy: never published
+        log.warning("%s: removed the temporary copy a killed export left", leftover)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -107,6 +119,13 @@ def export_run(
         if final.is_dir() and not any(final.iterdir()):
             final.rmdir()
         publish_dir(tmp, final)
+    except Exception as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # the space it took, before measuring
+        needed = sum(t.numel() * t.element_size() for t in llama.state_dict().values())
+        if no_space(exc, final.parent, needed):
+            fix = "free space there (or export to another OUT), then rerun the export"
+            raise disk_full(final, needed, fix) from exc
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ExportResult(final, manifest)

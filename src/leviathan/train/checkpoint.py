@@ -54,7 +54,7 @@ import torch
 from safetensors.torch import save_file
 
 from leviathan.data.loader import DataMismatchError
-from leviathan.io import NO_SPACE, disk_full, free_name, publish_dir, read_json, write_json
+from leviathan.io import disk_full, free_name, no_space, publish_dir, read_json, write_json
 from leviathan.layout import FINAL, OPTIM, RNG, STATE, WEIGHTS, kept_dir, step_dir, step_of
 from leviathan.model import LanguageModel
 from leviathan.provenance import code_version, environment
@@ -213,7 +213,7 @@ def save_checkpoint(
     except Exception as exc:
         shutil.rmtree(tmp, ignore_errors=True)  # the space it took, before measuring
         needed = tensor_bytes([model_state, optim_state])
-        if _no_space(exc, root, needed):
+        if no_space(exc, root, needed):
             fix = (
                 "free space there (or lower runtime.checkpoint.keep_last), then rerun: it resumes from "
                 f"the newest checkpoint left, {_newest(root)}"
@@ -223,19 +223,6 @@ def save_checkpoint(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
-
-
-def _no_space(exc: BaseException | None, root: Path, needed: int) -> bool:
-    """Whether a failed save failed for lack of space: its error (or a cause) says so, or the
-    space free now is less than the checkpoint needs (torch.save's C++ writer reports a full
-    disk as "iostream error", safetensors' as its own error)."""
-    if shutil.disk_usage(root).free < needed:
-        return True
-    while exc is not None:
-        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def _newest(root: Path) -> str:

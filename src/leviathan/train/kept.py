@@ -31,7 +31,15 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from leviathan.io import free_name, publish_dir, sha256_file, write_json
+from leviathan.io import (
+    disk_full,
+    free_name,
+    no_space,
+    publish_dir,
+    remove_dead_temps_in,
+    sha256_file,
+    write_json,
+)
 from leviathan.layout import STATE, WEIGHTS, kept_dir, manifest_path, step_dir, step_of
 from leviathan.manifest import display_path
 from leviathan.train.integrity import (
@@ -52,9 +60,12 @@ def write_kept(
     info: Any | None,
 ) -> Path:
     """Write kept checkpoint `step` under `checkpoints/kept/` atomically; `info`: the run's
-    `checkpoint.ManifestInfo` (None: no manifest, as for a checkpoint written without one)."""
+    `checkpoint.ManifestInfo` (None: no manifest, as for a checkpoint written without one).
+    What killed writers left there is removed first; a full disk is `DiskFull` (one line),
+    with nothing left of the attempt."""
     root = kept_dir(checkpoints)
     root.mkdir(parents=True, exist_ok=True)
+    remove_dead_temps_in(root)
     final = step_dir(root, step)
     tmp = root / f".{final.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -68,6 +79,16 @@ def write_kept(
                 tmp, final, state, info, artifact_type=KEPT_ARTIFACT_TYPE, files=files
             )
         publish_dir(tmp, final)
+    except Exception as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # the space it took, before measuring
+        needed = sum(t.numel() * t.element_size() for t in model_state.values())
+        if no_space(exc, root, needed):
+            fix = (
+                "free space there, then rerun the training command: it resumes from its newest "
+                "checkpoint and writes this kept one again"
+            )
+            raise disk_full(final, needed, fix) from exc
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
