@@ -30,6 +30,8 @@ Run directory:
                                               set aside as metrics.torn-<n>.jsonl); a train
                                               record holds its batch's fingerprint,
                                               batch_sha256 (leviathan.data.batch_view)
+  metrics.jsonl.json                          its manifest, written once the run has finished
+                                              (log_anchor.py)
   out_of_memory.json                          the last out-of-memory refusal (removed at a start)
 """
 
@@ -47,6 +49,7 @@ import torch
 
 from leviathan import layout
 from leviathan.data.loader import Prefetcher, TrainLoader
+from leviathan.data.roles import check_training_shards
 from leviathan.data.shards import verify_shards
 from leviathan.device import set_deterministic
 from leviathan.io import write_json
@@ -68,6 +71,7 @@ from leviathan.train.distributed import (
     wrap_model,
 )
 from leviathan.train.errors import OutOfMemory, check_grad_norm, check_loss, out_of_memory
+from leviathan.train.log_anchor import anchor_log
 from leviathan.train.metrics_log import MetricsLog, rewind_metrics
 from leviathan.train.preemption import PreemptionWatch
 from leviathan.train.schedule import lr_at
@@ -112,6 +116,7 @@ def train(
     """Train (or resume) the run in `run_dir`: one process per run directory (the launch's
     main process holds its lock, `leviathan.lock`; a second one is refused in one line)."""
     cfg.validate(int(os.environ.get("WORLD_SIZE", "1")))  # torchrun's ranks: before any work
+    check_training_shards(train_bins, val_bin)  # none twice, the validation shard held out
     run_dir = Path(run_dir)
     launch_main = int(os.environ.get("RANK", "0")) == 0
     with (
@@ -280,6 +285,7 @@ class Trainer:
                 telemetry.end(stop, train_loss=loss, val_loss=val_loss)
                 if preemption.requested():
                     raise preemption.stop(final)
+        self._anchor_log()
         return TrainResult(self.run_dir, final, stop, start, loss, val_loss)
 
     def train_step(self, step: int, batches: Prefetcher) -> StepRecord:
@@ -362,9 +368,21 @@ class Trainer:
         """The result of a run whose final checkpoint exists: nothing is trained again."""
         r = self.restored
         assert r.path is not None and r.state is not None
+        self._anchor_log()  # a run stopped before writing it; an edited log is refused
         return TrainResult(
             self.run_dir, r.path, r.step, r.step, r.state.get("train_loss"), r.state.get("val_loss")
         )
+
+    def _anchor_log(self) -> None:
+        """The metrics log's manifest, once the final checkpoint is written and the log closed
+        (main rank; log_anchor.py): refused where the log is not as training wrote it."""
+        if self.info.is_main:
+            anchor_log(
+                self.run_dir,
+                config=self.cfg.to_dict(),
+                started=self.started,
+                device=str(self.info.device),
+            )
 
     def _begin(self) -> TrainTelemetry:
         """Rewind the metrics log to the restored step and open it with the start record, record
