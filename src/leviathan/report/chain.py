@@ -226,13 +226,17 @@ class ChainWalker:
         if not is_evaluation(doc):
             self.failed(depth, self.show(path), "its manifest says evaluation, but it is none")
             return
-        problems = claims_problems(doc, self.path)
+        try:
+            problems = claims_problems(doc, self.path)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            problems = [f"not the fields an evaluation writes ({type(exc).__name__}: {exc})"]
         what = f"{self.show(path)} says of itself"
         for problem in problems:
             self.failed(depth + 1, what, f"{problem}: it was edited")
         if not problems and doc.get("kind") in ("val", "sample_efficiency"):
             self.passed(depth + 1, what, "agrees with its own sums and sources")
-        self.walk_eval(path, doc, depth)
+        if "inputs" in doc:
+            self.walk_eval(path, doc, depth)
 
     def check_log(self, log: Path, depth: int) -> None:
         """A metrics log against the final checkpoint that closes it (leviathan.train.log_anchor):

@@ -45,15 +45,19 @@ def _check(problems: list[str], what: str, says: Any, derived: Any, rel: float) 
 
 def overall_problems(o: Mapping[str, Any]) -> list[str]:
     """The overall figures of a val output against its sums (total_nats, targets, bytes)."""
+    missing = [k for k in ("loss", "targets", "total_nats") if k not in o]
+    if missing:
+        return [f"overall lacks {', '.join(missing)}, which every val output records"]
     problems: list[str] = []
     targets, nats, n_bytes = o.get("targets") or 0, o.get("total_nats"), o.get("bytes")
     loss = nats / targets if targets and nats is not None else None
     _check(problems, "overall.loss", o.get("loss"), loss, EXACT)
-    _check(problems, "overall.perplexity", o.get("perplexity"), _exp(o.get("loss")), EXACT)
+    if "perplexity" in o:
+        _check(problems, "overall.perplexity", o["perplexity"], _exp(o.get("loss")), EXACT)
     if "bits_per_token" in o:
         per_token = None if o.get("loss") is None else o["loss"] / LN2
         _check(problems, "overall.bits_per_token", o["bits_per_token"], per_token, EXACT)
-    if "bits_per_byte" in o:
+    if "bits_per_byte" in o and "bytes" in o:
         per_byte = nats / LN2 / n_bytes if n_bytes and nats is not None else None
         _check(problems, "overall.bits_per_byte", o["bits_per_byte"], per_byte, EXACT)
     return problems
