@@ -51,14 +51,15 @@ def load_train_counts(ckpt: Checkpoint, path: PathLike) -> np.ndarray[Any, np.dt
             "that `leviathan data tokenize` writes next to train.bin (counts.npy)"
         )
     manifest = check_anchored(p, "rerun `leviathan data tokenize`, which writes it")
-    counted = (manifest.get("inputs") or [{}])[0].get("sha256")
-    check_counted_from(p, counted, ckpt.trained_on, ckpt.path)
     try:
-        return load_counts(p, vocab=ckpt.vocab.name)
+        counts = load_counts(p, vocab=ckpt.vocab.name)
     except ValueError as exc:
         raise EvalInputError(
             f"{exc} (the checkpoint {ckpt.path} was trained on {ckpt.vocab.name})"
         ) from exc
+    counted = (manifest.get("inputs") or [{}])[0].get("sha256")
+    check_counted_from(p, counted, ckpt.trained_on, ckpt.path)
+    return counts
 
 
 def build_word_counts(
@@ -173,8 +174,8 @@ def _check_word_counts_of(
     check_counted_from(path, roles.get("train_tokens"), ckpt.trained_on, ckpt.path)
     if roles.get("val_tokens") not in (None, shard.sha256):
         raise EvalInputError(
-            f"{path}: counts the words of another validation shard (sha256 "
-            f"{str(roles['val_tokens'])[:12]}), not of {shard.path}: rerun "
+            f"{path}: was made for another validation text (a shard of sha256 "
+            f"{str(roles['val_tokens'])[:12]}), not {shard.path}: rerun "
             "`leviathan eval word-counts` with this validation shard"
         )
 
