@@ -83,6 +83,7 @@ def test_weights_changed_since_training_are_refused_before_loading(
     from safetensors.torch import load_file, save_file
 
     final = shutil.copytree(runs["leviathan"] / "checkpoints" / "final", tmp_path / "ckpt")
+    original = (final / "model.safetensors").read_bytes()
     weights = load_file(final / "model.safetensors")
     head = next(k for k in weights if "head" in k)
     weights[head] = weights[head] * 1.01  # enough to flip a small gain's sign
@@ -91,6 +92,7 @@ def test_weights_changed_since_training_are_refused_before_loading(
         EvalInputError, match=r"ckpt/model\.safetensors: sha256 .* the file changed"
     ):
         open_checkpoint(final, "cpu")
+    (final / "model.safetensors").write_bytes(original)
     (final / "optim.pt").unlink()
     with pytest.raises(EvalInputError, match=r"ckpt/optim\.pt: missing"):
         read_checkpoint(final)
