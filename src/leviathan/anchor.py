@@ -18,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.io import read_json, sha256_file
-from leviathan.layout import STATE, WEIGHTS, eval_cell_key, manifest_path, record_cell_key
+from leviathan.layout import (
+    STATE,
+    WEIGHTS,
+    along_group,
+    eval_cell_key,
+    is_along,
+    is_sample_efficiency,
+    manifest_path,
+    record_cell_key,
+    sample_efficiency_group,
+)
 
 EVALUATION_MANIFEST = "evaluation"  # the manifest kind of every evaluation output
 # the `kind` of every evaluation output (leviathan.eval.results)
@@ -88,8 +98,32 @@ def check_evaluation(path: str | os.PathLike[str], doc: Any) -> None:
     check_cell(path, doc)
 
 
+def _input_cell(path: str) -> tuple[str, ...]:
+    """(scale, vocab, variant, seed<k>) of a run's log or a cell's evaluation, by its path."""
+    p = Path(path)
+    key = eval_cell_key(p)
+    return tuple(key.split("/")) if key else p.parent.parts[-4:]
+
+
+def check_group(path: str | os.PathLike[str], doc: Any) -> None:
+    """A comparison of a (scale, vocab, seed) group (sample efficiency, along training) must
+    compare runs of that group."""
+    if not (is_sample_efficiency(path) or is_along(path)) or not isinstance(doc, Mapping):
+        return
+    group = (sample_efficiency_group if is_sample_efficiency(path) else along_group)(path)
+    for inp in doc.get("inputs") or []:
+        cell = _input_cell(str(inp.get("path")))
+        if len(cell) == 4 and (cell[0], cell[1], cell[3]) != group:
+            raise ChangedArtifact(
+                f"{path}: compares {inp.get('path')}, a run of another group than "
+                f"{'/'.join(group)} (a copied or swapped output): {evaluation_fix(path)}"
+            )
+
+
 def check_cell(path: str | os.PathLike[str], doc: Any) -> None:
-    """An evaluation under results/eval/<study>/<cell>/ must name that cell's checkpoint."""
+    """An evaluation under results/eval/<study>/<cell>/ must name that cell's checkpoint; a
+    group's comparison must compare that group's runs."""
+    check_group(path, doc)
     sits_in = eval_cell_key(path)
     ckpt = doc.get("checkpoint") if isinstance(doc, Mapping) else None
     if sits_in is None or not isinstance(ckpt, Mapping):
