@@ -248,7 +248,9 @@ def test_edited_evaluations_and_logs_are_refused_and_fail_the_audit(
     assert out.returncode == 1
     assert f"{val}: sha256" in out.stderr and "recorded in its manifest" in out.stderr
     assert "overall.loss is" in out.stderr  # what it says of itself
-    assert audit(copy, main, "--all").returncode == 1
+    # the failed report job's outputs were removed: no table shows the edited number
+    assert not (copy / main).exists()
+    assert audit(copy, main, "--all").returncode != 0
 
     se = "results/report/embedded/tables/sample_efficiency.csv"
     log = f"{LEV}/metrics.jsonl"
