@@ -69,3 +69,34 @@ def test_a_checkpoints_record_of_the_log_holds_through_rewinds(tmp_path: Path) -
     assert "were edited" in str(prefix_problem(path, at_8))
     path.write_text(text[:100])
     assert "fewer than the" in str(prefix_problem(path, at_8))
+
+
+def test_a_run_restarted_over_a_finished_one_anchors_its_own_log(
+    gpt2_shards: Path, tmp_path: Path
+) -> None:
+    """A finished cell retrained with another config (its checkpoints set aside) ends with the
+    manifest of its new log, not the refusal of the old one's."""
+    from leviathan.io import read_json, sha256_file
+    from leviathan.train.config import (
+        CheckpointConfig,
+        RuntimeConfig,
+        ValidationConfig,
+        train_config,
+    )
+    from leviathan.train.log_anchor import log_problems
+    from leviathan.train.trainer import train
+
+    runtime = RuntimeConfig(
+        progress=False,
+        restart_on_mismatch=True,
+        validation=ValidationConfig(every=1, windows=2),
+        checkpoint=CheckpointConfig(every=0),
+    )
+    bins = {"train_bins": [gpt2_shards / "train.bin"], "val_bin": gpt2_shards / "val.bin"}
+    log = tmp_path / "run" / "metrics.jsonl"
+    for lr in (1e-3, 2e-3):
+        cfg = train_config("micro", "gpt2", "tied", total_tokens=8 * 64 * 2, lr=lr)
+        train(cfg, **bins, run_dir=tmp_path / "run", runtime=runtime)
+        assert read_json(f"{log}.json")["artifact"]["sha256"] == sha256_file(log)
+        assert not log_problems(tmp_path / "run")
+    assert (tmp_path / "run" / "checkpoints.stale-1").is_dir()

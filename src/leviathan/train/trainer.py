@@ -54,7 +54,7 @@ from leviathan.data.shards import verify_shards
 from leviathan.device import set_deterministic
 from leviathan.io import write_json
 from leviathan.lock import hold_lock
-from leviathan.manifest import input_record, recorded_sha256
+from leviathan.manifest import input_record, invalidate_manifest, recorded_sha256
 from leviathan.model import LanguageModel, build_model
 from leviathan.model.accounting import account_model
 from leviathan.model.lev_health import model_health
@@ -390,6 +390,7 @@ class Trainer:
         r, info, runtime = self.restored, self.info, self.runtime
         metrics = layout.metrics_file(self.run_dir)
         if info.is_main:  # the metrics of exactly the run the checkpoints belong to
+            invalidate_manifest(metrics)  # it grows again: anchored anew once the run finishes
             rewind_metrics(metrics, r.step, r.aside_for(metrics))
             # an earlier out-of-memory refusal is history once a run starts stepping again
             layout.out_of_memory_file(self.run_dir).unlink(missing_ok=True)
