@@ -258,8 +258,9 @@ def test_edited_evaluations_and_logs_are_refused_and_fail_the_audit(
     _val_records_edited(copy / log, -0.5)
     out = audit(copy, se, "--all")  # nothing reran (the log is no rule's input): still caught
     assert out.returncode == 1
-    assert f"{log}: sha256" in out.stderr
-    assert f"{log} up to the final checkpoint: its records up to step" in out.stderr
+    assert f"{log}: sha256" in out.stderr  # not the log sample efficiency read
+    assert f"{log} up to step" in out.stderr  # nor the one the final checkpoint recorded
+    assert "they were edited" in out.stderr
     rerun = snakemake(copy, "--profile", "profiles/local", "all", "--forcerun", "sample_efficiency")
     assert rerun.returncode != 0
     logs = " ".join(p.read_text() for p in (copy / "logs/eval").rglob("sample_efficiency*.log"))
