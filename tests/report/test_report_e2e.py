@@ -186,12 +186,14 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
     assert audit(work, table, "--all").returncode == 0  # restored: clean again
 
 
-def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(work: Path) -> None:
+def test_an_evaluation_copied_into_another_cell_is_refused_and_fails_the_audit(work: Path) -> None:
     lev = work / "results/eval/embedded/micro/gpt2/leviathan/seed0/val.json"
-    backup = lev.read_bytes()
-    shutil.copy(work / "results/eval/embedded/micro/gpt2/tied/seed0/val.json", lev)
-    try:
-        rebuilt = subprocess.run(
+    tied = work / "results/eval/embedded/micro/gpt2/tied/seed0/val.json"
+    backup = {p: p.read_bytes() for p in (lev, Path(f"{lev}.json"))}
+    shutil.copy(tied, lev)
+
+    def rebuilt() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [str(BIN / "leviathan"), "report", "tables", "--no-figures"],
             cwd=work,
             capture_output=True,
@@ -199,7 +201,16 @@ def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(
             env=tool_env(),
             timeout=300,
         )
-        assert rebuilt.returncode == 0, rebuilt.stderr
+
+    try:
+        out = rebuilt()  # not the file its manifest records
+        assert out.returncode == 1
+        assert "leviathan/seed0/val.json: sha256" in out.stderr
+        shutil.copy(f"{tied}.json", f"{lev}.json")  # its manifest copied too: of another cell
+        out = rebuilt()
+        assert out.returncode == 1
+        assert "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
+        assert "fills the row of micro/gpt2/leviathan/seed0" in out.stderr
         out = audit(
             work,
             "results/report/embedded/tables/main.csv",
@@ -207,9 +218,10 @@ def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(
             "micro/gpt2/leviathan,val_loss",
         )
         assert out.returncode == 1
-        assert "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
+        assert "leviathan/seed0/val.json: sha256" in out.stderr
     finally:
-        lev.write_bytes(backup)
+        for p, data in backup.items():
+            p.write_bytes(data)
         subprocess.run(
             [str(BIN / "leviathan"), "report", "tables", "--no-figures"],
             cwd=work,
