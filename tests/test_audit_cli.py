@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from leviathan.cli import main
-from leviathan.io import write_json
+from leviathan.eval.results import write_result
 from leviathan.manifest import input_record, write_manifest
 from leviathan.report.build import write_table
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
@@ -26,14 +26,14 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     Path("data").mkdir()
     Path("data/shard.bin").write_bytes(bytes(range(64)))
     write_manifest("data/shard.bin", artifact_type="tokens")
-    write_json(
+    write_result(  # with its manifest, as an evaluation writes it
         "val.json",
         {
             "kind": "val",
             "checkpoint": None,
             "code": {"git_commit": None},
             "inputs": [{"role": "val_tokens", **input_record("data/shard.bin")}],
-            "results": {"overall": {"loss": 2.5}},
+            "results": {"overall": {"loss": 2.5, "targets": 4, "total_nats": 10.0}},
         },
     )
     table = Table(

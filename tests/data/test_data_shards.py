@@ -129,6 +129,26 @@ def _copy(src_dir: Path, dst_dir: Path, name: str = "val.bin") -> Path:
     return dst_dir / name
 
 
+def _fetched_as_is(corpus_file: Path) -> None:
+    """Record a corpus file as it is now in its manifest, as a fetch of that text would."""
+    manifest = read_manifest(corpus_file)
+    manifest["artifact"].update(sha256=sha256_file(corpus_file), bytes=corpus_file.stat().st_size)
+    manifest_path(corpus_file).write_text(json.dumps(manifest))
+
+
+def test_a_corpus_changed_since_its_fetch_is_refused(embedded_corpus: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    _copy(embedded_corpus, corpus, "val.jsonl.zst")
+    text = zstandard.ZstdDecompressor().decompress(
+        (corpus / "val.jsonl.zst").read_bytes(), max_output_size=1 << 30
+    )
+    edited = text.replace(b"the", b"teh", 1)
+    (corpus / "val.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(edited))
+    with pytest.raises(CorpusError, match=r"val\.jsonl\.zst: sha256 .* its manifest .* refetch"):
+        tokenize_corpus(corpus, "gpt2", tmp_path / "tok", processes=1, progress=False)
+    assert not (tmp_path / "tok" / "val.bin").exists()
+
+
 def test_truncated_bin_is_refused(o200k_shards: Path, tmp_path: Path) -> None:
     bad = _copy(o200k_shards, tmp_path)
     with open(bad, "r+b") as fh:
@@ -176,6 +196,7 @@ def test_bad_corpus_line_leaves_no_bin(embedded_corpus: Path, tmp_path: Path) ->
         (corpus / "val.jsonl.zst").read_bytes(), max_output_size=1 << 30
     )
     (corpus / "val.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(good + b"{oops\n"))
+    _fetched_as_is(corpus / "val.jsonl.zst")  # a source that held the bad line
     out = tmp_path / "tok"
     with pytest.raises(CorpusError, match=r"val\.jsonl\.zst: malformed line b'\{oops.*re-run"):
         tokenize_corpus(corpus, "o200k_base", out, progress=False)
@@ -202,6 +223,7 @@ def test_failed_rerun_keeps_the_previous_complete_pair(
     tokenize_corpus(corpus, "gpt2", out, processes=1, progress=False)
     before = sha256_file(out / "val.bin")
     (corpus / "val.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b"[1]\n"))
+    _fetched_as_is(corpus / "val.jsonl.zst")
     with pytest.raises(CorpusError):
         tokenize_corpus(corpus, "gpt2", out, processes=1, progress=False)
     assert open_shard(out / "val.bin", verify_sha256=True).sha256 == before

@@ -58,12 +58,44 @@ def test_record_carries_the_weights_sha256_and_configs(
     manifest = ckpt.path / "model.safetensors.json"
     assert rec["manifest"].endswith("checkpoints/final/model.safetensors.json")
     assert rec["manifest_sha256"] == sha256_file(manifest)
-    # a checkpoint written without a manifest (older runs) still evaluates; the record says so
-    import shutil
-
+    # a checkpoint without a manifest: nothing records its files, so nothing is evaluated
     old = shutil.copytree(ckpt.path, tmp_path / "old")
     (old / "model.safetensors.json").unlink()
-    assert read_checkpoint(old).record()["manifest"] is None
+    with pytest.raises(EvalInputError, match=r"model\.safetensors\.json: missing"):
+        read_checkpoint(old)
+
+
+def rehashed(ckpt_dir: Path) -> Path:
+    """The checkpoint's manifest made to record its state.json as it is now (what one who edits
+    the state and the manifest does): the checks behind the hashes still hold."""
+    manifest_file = ckpt_dir / "model.safetensors.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest["files"]["state.json"] = manifest["state_sha256"] = sha256_file(
+        ckpt_dir / "state.json"
+    )
+    manifest_file.write_text(json.dumps(manifest))
+    return ckpt_dir
+
+
+def test_weights_changed_since_training_are_refused_before_loading(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file, save_file
+
+    final = shutil.copytree(runs["leviathan"] / "checkpoints" / "final", tmp_path / "ckpt")
+    original = (final / "model.safetensors").read_bytes()
+    weights = load_file(final / "model.safetensors")
+    head = next(k for k in weights if "head" in k)
+    weights[head] = weights[head] * 1.01  # enough to flip a small gain's sign
+    save_file(weights, final / "model.safetensors")
+    with pytest.raises(
+        EvalInputError, match=r"ckpt/model\.safetensors: sha256 .* the file changed"
+    ):
+        open_checkpoint(final, "cpu")
+    (final / "model.safetensors").write_bytes(original)
+    (final / "optim.pt").unlink()
+    with pytest.raises(EvalInputError, match=r"ckpt/optim\.pt: missing"):
+        read_checkpoint(final)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -107,12 +139,14 @@ def test_weights_that_do_not_fit_the_recorded_config_are_refused(
     state = json.loads((final / "state.json").read_text())
     state["model_config"]["ffn_hidden"] = 128
     (final / "state.json").write_text(json.dumps(state))
+    with pytest.raises(EvalInputError, match=r"state\.json: sha256 .* the file changed"):
+        open_checkpoint(final, "cpu")  # first of all, the manifest says it changed
     with pytest.raises(EvalInputError, match="do not fit the model"):
-        open_checkpoint(final, "cpu")
+        open_checkpoint(rehashed(final), "cpu")
     state["model_config"]["vocab_size"] = 1000
     (final / "state.json").write_text(json.dumps(state))
     with pytest.raises(EvalInputError, match="n_vocab"):
-        read_checkpoint(final)
+        read_checkpoint(rehashed(final))
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "state.json"])
@@ -134,6 +168,6 @@ def test_an_evaluation_of_a_truncated_file_is_one_line_naming_it(
     assert main([*args, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert err[0].startswith(f"leviathan eval: error: {final / name}: ")
-    assert "the checkpoint is damaged; rerun its run's training" in err[0]
+    assert err[0].startswith("leviathan eval: error: ") and str(final / name) in err[0]
+    assert "rerun the training command" in err[0]
     assert not out.exists()

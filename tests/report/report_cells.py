@@ -10,6 +10,7 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.eval.results import write_result
 from leviathan.io import write_json
 from leviathan.model import model_config
 from leviathan.train.config import train_config
@@ -57,17 +58,24 @@ def write_cell(
     validation). A named variant: `base` its built-in variant, `lev` its LEV overrides."""
     base = base or cell.variant
     loss = LOSS[base] if loss is None else loss
+    targets = VAL_TARGETS[base]
+    overall = {"loss": loss, "bits_per_byte": loss / 4, "targets": targets}
     results = {
-        "overall": {"loss": loss, "bits_per_byte": loss / 4, "targets": VAL_TARGETS[base]},
+        "overall": {**overall, "total_nats": loss * targets},
         "frequency_tokens": {"log10": [{**b, "mean_loss": loss + 1.0} for b in BUCKETS]},
     }
     if words:
         results["frequency_words"] = {
             "log10": [{**b, "mean_loss": loss + 2.0} for b in WORD_BUCKETS]
         }
-    write_json(
+    identity = {"scale": cell.scale, "vocab": cell.vocab, "variant": base, "seed": cell.seed}
+    write_result(  # with its manifest, as the evaluation writes it
         f"{layout.eval_dir(cell)}/val.json",
-        {"kind": "val", "checkpoint": {"tokens": tokens}, "results": results},
+        {
+            "kind": "val",
+            "checkpoint": {"tokens": tokens, **identity, "cell_variant": cell.variant},
+            "results": results,
+        },
     )
     named = {"variant_name": cell.variant} if base != cell.variant else {}
     overrides = {"model_overrides": {"lev": lev}} if lev else {}

@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from leviathan.anchor import ChangedArtifact, check_report_input
+from leviathan.eval.results import write_result
 from leviathan.io import sha256_file, write_json
 from leviathan.manifest import input_record, write_manifest
 from leviathan.report.audit import Auditor
@@ -57,20 +59,26 @@ def _chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     write_manifest(
         "data/shard.bin", artifact_type="tokens", inputs=[input_record("data/corpus.txt")]
     )
+    overall = {"loss": 2.5, "targets": 1000, "total_nats": 2500.0, "perplexity": math.exp(2.5)}
     evaluation = {
         "kind": "val",
         "checkpoint": None,
         "code": {"git_commit": None},
         "inputs": [{"role": "val_tokens", **input_record("data/shard.bin")}],
-        "results": {"overall": {"loss": 2.5}},
+        "results": {"overall": overall},
     }
-    write_json("val.json", evaluation)
+    write_result("val.json", evaluation)  # with its manifest, as an evaluation writes it
+    return _demo_table(DocumentCache(check=check_report_input))
+
+
+def _demo_table(docs: DocumentCache) -> Path:
+    """The demo table of val.json, written as the report writes it (`docs`: how it reads)."""
     table = Table("demo", "Demo", ["variant"], {"val_loss": "loss", "val_ppl": "ppl"})
     row = table.add_row("micro/leviathan", variant="leviathan")
     table.set(row, "val_loss", ValueSpec("mean", (Source("val.json", "/results/overall/loss"),)))
     table.set(row, "val_ppl", ValueSpec("exp", (Source("val.json", "/results/overall/loss"),)))
     table.add_row("micro/tied", variant="tied")  # not run: its cells are empty, with no sources
-    paths = write_table(table, DocumentCache(), "tables")
+    paths = write_table(table, docs, "tables")
     return paths["csv"]
 
 
@@ -127,6 +135,40 @@ def test_audit_passes_then_names_the_tampered_file(
     failed = {f.what: f.detail for f in bad.failures}
     assert "recorded in tables/demo.csv.json" in failed["val.json"]
     assert sha256_file("val.json")[:12] in failed["val.json"]
+
+
+def test_an_edited_evaluation_is_refused_by_the_report_and_fails_the_audit_once_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    csv = _chain(tmp_path, monkeypatch)
+    doc = json.loads(Path("val.json").read_text())
+    doc["results"]["overall"]["loss"] = 2.0
+    write_json("val.json", doc)
+    with pytest.raises(ChangedArtifact, match=r"val\.json: sha256 .* its manifest val\.json\.json"):
+        _demo_table(DocumentCache(check=check_report_input))
+    # a table rebuilt from it without that check records the edited file's hash: the output's
+    # own manifest still says what the evaluation wrote
+    _demo_table(DocumentCache())
+    failed = {f.what: f.detail for f in _audit(csv).failures}
+    assert "recorded in its manifest val.json.json: the file changed" in failed["val.json"]
+    assert "overall.perplexity is 12.18" in failed["val.json says of itself"]
+
+    # its manifest rewritten too: the output contradicts its own sums
+    write_result("val.json", doc)
+    _demo_table(DocumentCache(check=check_report_input))
+    failed = [f.detail for f in _audit(csv).failures if f.what == "val.json says of itself"]
+    assert "overall.loss is 2.0, but its own sums give 2.5: it was edited" in failed
+    doc["results"]["overall"].update(total_nats=2000.0, perplexity=math.exp(2.0))
+    write_result("val.json", doc)  # ... and its sums as well: nothing left to contradict
+    _demo_table(DocumentCache(check=check_report_input))
+    assert not _audit(csv).failures
+
+    # no manifest at all: nothing anchors it, for the report as for the audit
+    Path("val.json.json").unlink()
+    with pytest.raises(ChangedArtifact, match=r"val\.json: no manifest val\.json\.json"):
+        _demo_table(DocumentCache(check=check_report_input))
+    failed = {f.what: f.detail for f in _audit(csv).failures}
+    assert failed["val.json"].startswith("no manifest val.json.json")
 
 
 def test_a_number_in_an_empty_cell_is_caught_even_with_a_matching_hash(

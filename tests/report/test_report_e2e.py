@@ -186,12 +186,14 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
     assert audit(work, table, "--all").returncode == 0  # restored: clean again
 
 
-def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(work: Path) -> None:
+def test_an_evaluation_copied_into_another_cell_is_refused_and_fails_the_audit(work: Path) -> None:
     lev = work / "results/eval/embedded/micro/gpt2/leviathan/seed0/val.json"
-    backup = lev.read_bytes()
-    shutil.copy(work / "results/eval/embedded/micro/gpt2/tied/seed0/val.json", lev)
-    try:
-        rebuilt = subprocess.run(
+    tied = work / "results/eval/embedded/micro/gpt2/tied/seed0/val.json"
+    backup = {p: p.read_bytes() for p in (lev, Path(f"{lev}.json"))}
+    shutil.copy(tied, lev)
+
+    def rebuilt() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [str(BIN / "leviathan"), "report", "tables", "--no-figures"],
             cwd=work,
             capture_output=True,
@@ -199,7 +201,16 @@ def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(
             env=tool_env(),
             timeout=300,
         )
-        assert rebuilt.returncode == 0, rebuilt.stderr
+
+    try:
+        out = rebuilt()  # not the file its manifest records
+        assert out.returncode == 1
+        assert "leviathan/seed0/val.json: sha256" in out.stderr
+        shutil.copy(f"{tied}.json", f"{lev}.json")  # its manifest copied too: of another cell
+        out = rebuilt()
+        assert out.returncode == 1
+        assert "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
+        assert "fills the row of micro/gpt2/leviathan/seed0" in out.stderr
         out = audit(
             work,
             "results/report/embedded/tables/main.csv",
@@ -207,9 +218,10 @@ def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(
             "micro/gpt2/leviathan,val_loss",
         )
         assert out.returncode == 1
-        assert "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
+        assert "leviathan/seed0/val.json: sha256" in out.stderr
     finally:
-        lev.write_bytes(backup)
+        for p, data in backup.items():
+            p.write_bytes(data)
         subprocess.run(
             [str(BIN / "leviathan"), "report", "tables", "--no-figures"],
             cwd=work,
@@ -218,3 +230,51 @@ def test_audit_catches_an_evaluation_copied_into_another_cell_before_the_report(
             timeout=300,
             check=True,
         )
+
+
+def _val_records_edited(log: Path, delta: float) -> None:
+    """The first validation record of a metrics log with its val_loss moved by `delta`."""
+    lines = log.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if json.loads(line).get("kind") == "val")
+    rec = json.loads(lines[i])
+    rec["val_loss"] += delta
+    lines[i] = json.dumps(rec, sort_keys=True)
+    log.write_text("".join(line + "\n" for line in lines))
+
+
+def test_edited_evaluations_and_logs_are_refused_and_fail_the_audit(
+    work: Path, tmp_path: Path
+) -> None:
+    """An edited evaluation output or metrics log: `snakemake all` refuses to build on it, naming
+    the file, and `leviathan audit` fails on it (each on a copy of the run)."""
+    main = "results/report/embedded/tables/main.csv"
+    val = "results/eval/embedded/micro/gpt2/leviathan/seed0/val.json"
+    copy = shutil.copytree(work, tmp_path / "val", symlinks=True)
+    doc = json.loads((copy / val).read_text())
+    doc["results"]["overall"]["loss"] -= 0.5
+    (copy / val).write_text(json.dumps(doc))
+    rebuilt = snakemake(copy, "--profile", "profiles/local", "all")
+    assert rebuilt.returncode != 0  # the report reran on the edit, and refused it
+    assert f"{val}: sha256" in (copy / "logs/report/embedded.log").read_text()
+    out = audit(copy, val)
+    assert out.returncode == 1
+    assert f"{val}: sha256" in out.stderr and "recorded in its manifest" in out.stderr
+    assert "overall.loss is" in out.stderr  # what it says of itself
+    # the failed report job's outputs were removed: no table shows the edited number
+    assert not (copy / main).exists()
+    assert audit(copy, main, "--all").returncode != 0
+
+    se = "results/report/embedded/tables/sample_efficiency.csv"
+    log = f"{LEV}/metrics.jsonl"
+    copy = shutil.copytree(work, tmp_path / "log", symlinks=True)
+    _val_records_edited(copy / log, -0.5)
+    out = audit(copy, se, "--all")  # nothing reran (the log is no rule's input): still caught
+    assert out.returncode == 1
+    assert f"{log}: sha256" in out.stderr  # not the log sample efficiency read
+    assert f"{log} up to step" in out.stderr  # nor the one the final checkpoint recorded
+    assert "they were edited" in out.stderr
+    rerun = snakemake(copy, "--profile", "profiles/local", "all", "--forcerun", "sample_efficiency")
+    assert rerun.returncode != 0
+    logs = " ".join(p.read_text() for p in (copy / "logs/eval").rglob("sample_efficiency*.log"))
+    assert f"{log}: sha256" in logs
+    assert audit(copy, se, "--all").returncode == 1

@@ -191,3 +191,28 @@ def test_paper_vs_ours_lists_the_tables_paper_cells_and_the_audit_checks_every_t
         numbers = [f for f in auditor.findings if f.what.startswith(f"{name}.csv [")]
         assert numbers, (name, [f.line() for f in numbers])
         assert all(f.ok for f in numbers), (name, [f.line() for f in numbers])
+
+
+def test_swapped_or_edited_evaluations_are_refused_by_the_report(at_200m: ReportInputs) -> None:
+    """The report builds on an evaluation only as its evaluation wrote it, and only in the row of
+    the cell whose checkpoint it evaluated."""
+    from leviathan import layout
+    from leviathan.anchor import ChangedArtifact
+
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
+    tied, lev = (
+        Path(layout.eval_output(Cell("200m", "o200k_base", v, 0, RESULTS), "val"))
+        for v in ("tied", "leviathan")
+    )
+    original = {p: (p.read_bytes(), Path(f"{p}.json").read_bytes()) for p in (tied, lev)}
+    for a, b in ((tied, lev), (lev, tied)):  # each with its own manifest: only the cell differs
+        b.write_bytes(original[a][0])
+        Path(f"{b}.json").write_bytes(original[a][1])
+    with pytest.raises(ChangedArtifact, match=r"evaluates the checkpoint of cell 200m/o200k_base/"):
+        write_report(config, "tables", None)
+    for p, (doc, manifest) in original.items():
+        p.write_bytes(doc)
+        Path(f"{p}.json").write_bytes(manifest)
+    lev.write_bytes(original[lev][0].replace(b'"loss": 3.0', b'"loss": 2.5'))
+    with pytest.raises(ChangedArtifact, match=r"leviathan/seed0/val\.json: sha256 .* its manifest"):
+        write_report(config, "tables", None)

@@ -12,6 +12,7 @@ import pytest
 
 from leviathan.eval.checkpoint import open_checkpoint
 from leviathan.eval.errors import EvalInputError
+from leviathan.io import sha256_file
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.errors import ConfigMismatch
 from leviathan.train.trainer import train
@@ -68,6 +69,10 @@ def _tampered(run: Path, tmp_path: Path, edit) -> Path:  # type: ignore[no-untyp
     state = json.loads((final / "state.json").read_text())
     edit(state)
     (final / "state.json").write_text(json.dumps(state))
+    # its manifest rehashed too: the records disagree even where every hash holds
+    manifest = json.loads((final / "model.safetensors.json").read_text())
+    manifest["files"]["state.json"] = manifest["state_sha256"] = sha256_file(final / "state.json")
+    (final / "model.safetensors.json").write_text(json.dumps(manifest))
     return final
 
 

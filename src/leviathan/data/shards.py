@@ -24,7 +24,8 @@ from typing import Any, BinaryIO
 import numpy as np
 from tqdm import tqdm
 
-from leviathan.data.corpus import read_corpus_manifest
+from leviathan.anchor import anchor_problem
+from leviathan.data.corpus import CorpusError, read_corpus_manifest
 from leviathan.data.encode import DEFAULT_BATCH_BYTES, Encoded, default_parallelism, encode_file
 from leviathan.data.tokenizers import Tokenizer, token_dtype
 from leviathan.io import atomic_path, remove_dead_temps
@@ -223,6 +224,11 @@ def tokenize_split(
     started = utc_now()
     corpus_manifest = read_corpus_manifest(corpus_dir, split)
     src = Path(corpus_dir) / corpus_manifest["artifact"]["name"]
+    # the text the manifest records, or nothing: a shard never pairs new text with an old hash
+    if changed := anchor_problem(src):
+        raise CorpusError(
+            f"{changed}; refetch the corpus (`leviathan data fetch ... --out {corpus_dir}`)"
+        )
     out = shard_path(out_dir, split)
     for leftover in remove_dead_temps(out):  # a killed tokenize's, never renamed into place
         log.info("%s: removed the temporary shard a killed tokenize left", leftover)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.eval.errors import EvalInputError
-from leviathan.eval.results import FREQUENCY_KEYS, envelope
+from leviathan.eval.results import FREQUENCY_KEYS, envelope, read_result
 from leviathan.eval.sample_efficiency import Curve, compare
-from leviathan.io import read_json, sha256_file
+from leviathan.io import sha256_file
 from leviathan.provenance import utc_now
 
 INTERPOLATION = (
@@ -33,8 +33,9 @@ INTERPOLATION = (
 
 
 def read_point(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """One evaluated checkpoint: step, tokens, loss, buckets (label, targets, mean loss)."""
-    doc = read_json(path)
+    """One evaluated checkpoint: step, tokens, loss, buckets (label, targets, mean loss); an
+    output not as its evaluation wrote it, or of another cell, is refused (`read_result`)."""
+    doc = read_result(path)
     if doc.get("kind") != "val" or not doc.get("checkpoint"):
         raise EvalInputError(f"{path}: not a val evaluation of a checkpoint")
     ck, results = doc["checkpoint"], doc["results"]

@@ -1,8 +1,9 @@
 """A trained checkpoint, loaded for evaluation.
 
 `open_checkpoint(path)` accepts a run directory (its `checkpoints/final/`), a `checkpoints/`
-directory or one checkpoint directory, rebuilds the model from the config recorded in its
-`state.json` and loads the safetensors weights. `EvalModel` wraps the loaded model for
+directory or one checkpoint directory, checks every file against the checkpoint's manifest (as
+a resume does: a damaged or unrecorded checkpoint is refused), rebuilds the model from the
+config recorded in its `state.json` and loads the safetensors weights. `EvalModel` wraps the loaded model for
 evaluation: the input table is materialised once (for LEV and the MLP variants the
 generator runs once over all V ids, never per batch) and used as a plain embedding, so
 evaluation costs exactly what serving a standard model costs.
@@ -76,6 +77,17 @@ class Checkpoint:
     sha256: str  # of model.safetensors
     state: dict[str, Any]
     model_config: ModelConfig
+    manifest: dict[str, Any] | None = None  # model.safetensors.json, its files verified
+
+    @property
+    def trained_on(self) -> dict[str, str]:
+        """The training shards its manifest records: sha256 -> path."""
+        inputs = (self.manifest or {}).get("inputs") or []
+        return {
+            str(i["sha256"]): str(i.get("path"))
+            for i in inputs
+            if i.get("role") == "train_tokens" and i.get("sha256")
+        }
 
     @property
     def train_config(self) -> dict[str, Any]:
@@ -147,9 +159,29 @@ class Checkpoint:
             )
 
 
+def verified_manifest(ckpt_dir: Path) -> dict[str, Any]:
+    """The manifest of a checkpoint whose every file hashes as it records (the check a resume
+    makes, leviathan.train.integrity); a checkpoint without one, or with a file missing or
+    changed, is refused in one line naming the file."""
+    from leviathan.train.integrity import DamagedCheckpoint, verify_checkpoint
+
+    try:
+        verify_checkpoint(ckpt_dir)
+    except DamagedCheckpoint as exc:
+        raise EvalInputError(
+            f"{exc}: the checkpoint is not as training wrote it, so nothing it computes can be "
+            "traced; rerun the training command, which sets a damaged checkpoint aside and "
+            "resumes from the newest intact one"
+        ) from None
+    manifest: dict[str, Any] = read_json(manifest_path(ckpt_dir / WEIGHTS))
+    return manifest
+
+
 def read_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint's state and hash its weights (no weights loaded)."""
+    """Read a checkpoint's state after checking every file against its manifest (no weights
+    loaded)."""
     ckpt_dir = resolve_checkpoint(path)
+    manifest = verified_manifest(ckpt_dir)
     try:
         state = read_json(ckpt_dir / STATE)
     except ValueError as exc:
@@ -158,7 +190,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         raise EvalInputError(f"{ckpt_dir / STATE}: has no model_config; not a trainer checkpoint")
     cfg = ModelConfig.from_dict(state["model_config"]).validate()
     _check_overrides(ckpt_dir, cfg, (state.get("train_config") or {}).get("model_overrides"))
-    ckpt = Checkpoint(ckpt_dir, sha256_file(ckpt_dir / WEIGHTS), state, cfg)
+    ckpt = Checkpoint(ckpt_dir, str(manifest["artifact"]["sha256"]), state, cfg, manifest)
     check_covers(
         cfg.vocab_size,
         ckpt.vocab.name,

@@ -14,8 +14,11 @@
     }
 
 `code`, `env`, `config`, `config_sha256`, `started_utc` and `finished_utc` come from
-`leviathan.provenance.record`, the same function that fills every manifest. An output's own
-sha256 is recorded by whoever consumes it (the report tables).
+`leviathan.provenance.record`, the same function that fills every manifest. The evaluation
+writes the output's manifest beside it when it finishes (`write_result`: `<output>.json`, kind
+"evaluation", with the output's sha256 and its inputs'), and every reader checks the output
+against it (`read_result`, the report): an output edited afterwards is refused, and
+`leviathan audit` says so even where a table was rebuilt from it.
 
 The fields of `results` that others read (the report's tables, the evaluation along training)
 are named here once: RFC 6901 JSON pointers into an output (VAL_LOSS, ..., `lm_eval_metric`)
@@ -31,10 +34,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leviathan.anchor import EVALUATION_MANIFEST, check_evaluation
 from leviathan.eval.standin import is_stand_in
 from leviathan.io import read_json, sha256_file, write_json
-from leviathan.layout import manifest_path
-from leviathan.manifest import display_path, read_manifest
+from leviathan.layout import STATE, WEIGHTS, manifest_path
+from leviathan.manifest import display_path, invalidate_manifest, read_manifest, write_manifest
 from leviathan.provenance import record
 
 if TYPE_CHECKING:  # the report reads results without torch
@@ -139,16 +143,53 @@ def _check_finite(obj: Any, where: str = "$") -> None:
             _check_finite(v, f"{where}[{i}]")
 
 
+def manifest_inputs(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What an evaluation output's manifest records as its inputs: the data it read (role, path,
+    sha256) and, where it evaluated one, the checkpoint's weights and state."""
+    inputs = [
+        {k: i[k] for k in ("role", "path", "sha256") if k in i} for i in result.get("inputs", [])
+    ]
+    ckpt = result.get("checkpoint")
+    if isinstance(ckpt, Mapping) and ckpt.get("path"):
+        inputs.append(
+            {"role": "checkpoint", "path": f"{ckpt['path']}/{WEIGHTS}", "sha256": ckpt["sha256"]}
+        )
+        inputs.append(
+            {
+                "role": "checkpoint_state",
+                "path": f"{ckpt['path']}/{STATE}",
+                "sha256": ckpt.get("state_sha256"),
+            }
+        )
+    return inputs
+
+
 def write_result(path: str | os.PathLike[str], result: Mapping[str, Any]) -> Path:
-    """Write an evaluation output atomically (strict JSON: no NaN/inf) and return its path; a
-    full disk is `DiskFull`, one line."""
+    """Write an evaluation output atomically (strict JSON: no NaN/inf), then its manifest
+    (`<output>.json`, kind "evaluation": the output's sha256, its inputs' and the code version),
+    and return its path. Until the manifest is written the output has none, so it reads as
+    unfinished, never as paired with an older manifest. A full disk is `DiskFull`, one line."""
     _check_finite(result)
+    invalidate_manifest(path)
     write_json(path, result, fix="free space there, then rerun the evaluation")
+    started = result.get("started_utc")
+    write_manifest(
+        path,
+        artifact_type=EVALUATION_MANIFEST,
+        inputs=manifest_inputs(result),
+        config=result.get("config"),
+        started=_dt.datetime.fromisoformat(started) if isinstance(started, str) else None,
+        device=(result.get("env") or {}).get("device"),
+        fields={"evaluation": result.get("kind")},
+    )
     return Path(path)
 
 
 def read_result(path: str | os.PathLike[str], evaluation: str | None = None) -> dict[str, Any]:
+    """An evaluation output, refused (`leviathan.anchor.ChangedArtifact`) unless it is the file
+    its manifest records and, in a cell's evaluation directory, of that cell's checkpoint."""
     result: dict[str, Any] = read_json(path)
+    check_evaluation(path, result)
     if evaluation is not None and result.get("kind") != evaluation:
         raise ValueError(
             f"{path}: is a {result.get('kind')!r} evaluation output, expected {evaluation!r}"

@@ -9,8 +9,10 @@ never reaches the target has ratio null. `trails_until_tokens` is the last evalu
 among those both runs share, where the run's loss is above the baseline's (null if it never
 is): the paper's "trails tied before ~3B tokens".
 
-Curves come from the trainer's metrics.jsonl (`kind: val` records: step, tokens, val_loss);
-a resumed run may repeat a step, the last record of a step wins. Both runs must be of the
+Curves come from the trainer's metrics.jsonl (`kind: val` records: step, tokens, val_loss),
+each checked first against what anchors it (its manifest and its final checkpoint's records,
+leviathan.train.log_anchor): an edited log is refused. A resumed run may repeat a step, the
+last record of a step wins. Both runs must be of the
 same scale and vocabulary and have been validated the same way (the trainer's
 runtime.validation.windows), which metrics.jsonl does not record: keep it fixed per study.
 """
@@ -29,6 +31,7 @@ from leviathan.eval.results import envelope
 from leviathan.io import read_json, sha256_file
 from leviathan.layout import METRICS, STATE, WEIGHTS, final_dir, metrics_file
 from leviathan.provenance import utc_now
+from leviathan.train.log_anchor import verify_log
 from leviathan.train.metrics_log import read_metrics
 
 
@@ -59,8 +62,16 @@ def metrics_path(run: str | os.PathLike[str]) -> Path:
 
 
 def read_curve(run: str | os.PathLike[str]) -> Curve:
-    """The validation curve of a run directory (or its metrics.jsonl)."""
+    """The validation curve of a run directory (or its metrics.jsonl), refused where the log is
+    not as training wrote it (leviathan.train.log_anchor: its manifest, the records its final
+    checkpoint fixed, the final's validation loss)."""
     path = metrics_path(run)
+    verify_log(path.parent)
+    return curve_from_log(path)
+
+
+def curve_from_log(path: Path) -> Curve:
+    """The validation curve a metrics log holds, as it is (`read_curve` checks it first)."""
     by_step: dict[int, dict[str, Any]] = {}
     for rec in read_metrics(path, "val"):
         if rec.get("val_loss") is not None:
@@ -162,7 +173,22 @@ def sample_efficiency(
     curves = [read_curve(r) for r in runs]
     for c in curves:
         _check_comparable(base, c)
-    results = {
+    inputs = [_run_record(base, "baseline")] + [_run_record(c, "run") for c in curves]
+    return envelope(
+        "sample_efficiency",
+        checkpoint=None,
+        inputs=inputs,
+        config={},
+        results=results_of(base, curves),
+        seconds=time.perf_counter() - t0,
+        started=started,
+    )
+
+
+def results_of(base: Curve, curves: list[Curve]) -> dict[str, Any]:
+    """The `results` of a sample-efficiency output: the baseline's target and each run's
+    comparison with it (`leviathan audit` recomputes them from the logs)."""
+    return {
         "baseline": {
             "run": str(base.run),
             "variant": _label(base),
@@ -174,13 +200,3 @@ def sample_efficiency(
         },
         "runs": [compare(base, c) for c in curves],
     }
-    inputs = [_run_record(base, "baseline")] + [_run_record(c, "run") for c in curves]
-    return envelope(
-        "sample_efficiency",
-        checkpoint=None,
-        inputs=inputs,
-        config={},
-        results=results,
-        seconds=time.perf_counter() - t0,
-        started=started,
-    )

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from leviathan.anchor import check_anchored
 from leviathan.data.counts import load_counts
+from leviathan.data.roles import check_counted_from, check_held_out
 from leviathan.data.shards import Shard, open_shard
 from leviathan.eval.checkpoint import Checkpoint, EvalModel
 from leviathan.eval.config import ValConfig
@@ -37,6 +39,7 @@ def open_val_shard(ckpt: Checkpoint, path: PathLike) -> Shard:
     shard = open_shard(p, verify_sha256=True)
     ckpt.check_vocab(shard.vocab, f"validation shard {p}")
     ckpt.check_bpe(shard.manifest.get("vocab"), f"validation shard {p}")
+    check_held_out(p, shard.sha256, ckpt.trained_on, ckpt.path)
     return shard
 
 
@@ -47,12 +50,16 @@ def load_train_counts(ckpt: Checkpoint, path: PathLike) -> np.ndarray[Any, np.dt
             f"{p}: training counts not found; frequency-stratified loss needs the per-id counts "
             "that `leviathan data tokenize` writes next to train.bin (counts.npy)"
         )
+    manifest = check_anchored(p, "rerun `leviathan data tokenize`, which writes it")
     try:
-        return load_counts(p, vocab=ckpt.vocab.name)
+        counts = load_counts(p, vocab=ckpt.vocab.name)
     except ValueError as exc:
         raise EvalInputError(
             f"{exc} (the checkpoint {ckpt.path} was trained on {ckpt.vocab.name})"
         ) from exc
+    counted = (manifest.get("inputs") or [{}])[0].get("sha256")
+    check_counted_from(p, counted, ckpt.trained_on, ckpt.path)
+    return counts
 
 
 def build_word_counts(
@@ -128,6 +135,8 @@ def evaluate_val(
     shard = open_val_shard(ckpt, val)
     train_counts = load_train_counts(ckpt, counts) if counts is not None else None
     wc = load_word_counts(word_counts) if word_counts is not None else None
+    if wc is not None:
+        _check_word_counts_of(wc, word_counts, ckpt, shard)  # type: ignore[arg-type]
     stats = _val_pass(ckpt, model, shard, cfg, wc is not None, partial, progress)
     summary = stats.summary()
     check_finite_loss(summary["loss"], ckpt)
@@ -155,6 +164,20 @@ def evaluate_val(
         device=str(model.device),
         started=started,
     )
+
+
+def _check_word_counts_of(
+    wc: dict[str, Any], path: PathLike, ckpt: Checkpoint, shard: Shard
+) -> None:
+    """Word counts of the checkpoint's training shard and of this validation shard."""
+    roles = {i.get("role"): i.get("sha256") for i in wc.get("inputs", [])}
+    check_counted_from(path, roles.get("train_tokens"), ckpt.trained_on, ckpt.path)
+    if roles.get("val_tokens") not in (None, shard.sha256):
+        raise EvalInputError(
+            f"{path}: was made for another validation text (a shard of sha256 "
+            f"{str(roles['val_tokens'])[:12]}), not {shard.path}: rerun "
+            "`leviathan eval word-counts` with this validation shard"
+        )
 
 
 def _val_pass(

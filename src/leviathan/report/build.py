@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from leviathan import layout
+from leviathan.anchor import check_report_input
 from leviathan.io import atomic_path
 from leviathan.layout import PLAIN_TABLE_FORMATS, dvc_metrics_file, table_files
 from leviathan.manifest import display_path, input_record, read_manifest, write_manifest
@@ -176,7 +177,7 @@ def write_report(
     study's status (leviathan.report.status; default: beside tables_dir)."""
     started = _dt.datetime.now(_dt.UTC)
     inp = report_inputs(config)
-    docs = DocumentCache()
+    docs = DocumentCache(check=check_report_input)  # nothing read that is not as written
     tables = build_tables(inp, docs)
     written: list[Path] = []
     csvs: dict[str, Path] = {}

@@ -90,8 +90,15 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
 class DocumentCache:
     """Parsed JSON/YAML documents by path, read once per report or audit."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        check: Callable[[Path, Any], None] | None = None,
+    ) -> None:
+        """`check(path, doc)`: run on each document as it is first read (it raises to refuse
+        one: the report's `leviathan.anchor.check_report_input`)."""
         self.root = Path(root) if root is not None else None
+        self.check = check
         self._docs: dict[str, Any] = {}
 
     def path(self, path: str | os.PathLike[str]) -> Path:
@@ -101,9 +108,10 @@ class DocumentCache:
     def get(self, path: str) -> Any:
         if path not in self._docs:
             p = self.path(path)
-            self._docs[path] = (
-                yaml.safe_load(p.read_text()) if p.suffix in (".yaml", ".yml") else read_json(p)
-            )
+            doc = yaml.safe_load(p.read_text()) if p.suffix in (".yaml", ".yml") else read_json(p)
+            if self.check is not None:
+                self.check(p, doc)
+            self._docs[path] = doc
         return self._docs[path]
 
     def value(self, source: Source) -> Any:

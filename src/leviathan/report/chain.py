@@ -28,13 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from leviathan import layout
+from leviathan.anchor import EVALUATION_MANIFEST, evaluation_fix, is_evaluation
 from leviathan.io import read_json, read_json_object, sha256_file
-from leviathan.layout import STATE, WEIGHTS, manifest_path
+from leviathan.layout import METRICS, STATE, WEIGHTS, manifest_path
 from leviathan.provenance import git
 from leviathan.report.cellmap import DocumentCache
-
-# the evaluation outputs (their `kind`) that record their inputs: a chain to walk
-CHAINED_EVALUATIONS = {"val", "wikitext", "lm_eval", "sample_efficiency", "word_counts", "along"}
+from leviathan.report.claims import claims_problems
+from leviathan.train.log_anchor import (
+    LOG_MANIFEST,
+    PREFIX_FIELD,
+    final_records,
+    final_val_problem,
+    prefix_problem,
+)
 
 
 class Status(enum.Enum):
@@ -177,18 +183,84 @@ class ChainWalker:
             return
         self._walked.add(path)
         mpath = manifest_path(path)
-        if mpath.is_file():
-            self.walk_manifest(path, read_json_object(mpath), depth, verified)
+        manifest = read_json_object(mpath) if mpath.is_file() else None
+        kind = manifest.get("kind") if isinstance(manifest, Mapping) else None
+        if kind == EVALUATION_MANIFEST:
+            self.walk_anchored_eval(path, manifest, depth, verified)  # type: ignore[arg-type]
+        elif isinstance(manifest, Mapping):
+            self.walk_manifest(path, manifest, depth, verified)
+            if kind == LOG_MANIFEST:
+                self.check_log(path, depth + 1)
         elif path.name == STATE:
             self.walk_checkpoint_dir(path.parent, depth)
+        elif path.name == METRICS:
+            self.unverifiable(
+                depth + 1,
+                f"{self.show(path)} manifest",
+                "none: the run finished before logs were anchored, or stopped before writing it",
+            )
+            self.check_log(path, depth + 1)
         elif path.suffix == ".json":
             doc = read_json(path)
-            if (
-                isinstance(doc, Mapping)
-                and doc.get("kind") in CHAINED_EVALUATIONS
-                and "inputs" in doc
-            ):
-                self.walk_eval(path, doc, depth)
+            if is_evaluation(doc):
+                self.failed(
+                    depth,
+                    self.show(path),
+                    f"no manifest {mpath.name}: nothing records what its evaluation wrote; "
+                    f"{evaluation_fix(self.show(path))}",
+                )
+                if "inputs" in doc:
+                    self.walk_eval(path, doc, depth)
+
+    def walk_anchored_eval(
+        self, path: Path, manifest: Mapping[str, Any], depth: int, verified: str | None
+    ) -> None:
+        """An evaluation output: the file its manifest records (whatever its consumer recorded:
+        a table rebuilt from an edited output records the edit), what it says of itself
+        (leviathan.report.claims), then the chain of its inputs."""
+        mpath = self.show(manifest_path(path))
+        recorded = manifest.get("artifact", {}).get("sha256")
+        if verified is None or recorded != verified:
+            self.check_hash(path, recorded, f"its manifest {mpath}", depth)
+        doc = read_json(path)
+        if not is_evaluation(doc):
+            self.failed(depth, self.show(path), "its manifest says evaluation, but it is none")
+            return
+        try:
+            problems = claims_problems(doc, self.path)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            problems = [f"not the fields an evaluation writes ({type(exc).__name__}: {exc})"]
+        what = f"{self.show(path)} says of itself"
+        for problem in problems:
+            self.failed(depth + 1, what, f"{problem}: it was edited")
+        if not problems and doc.get("kind") in ("val", "sample_efficiency"):
+            self.passed(depth + 1, what, "agrees with its own sums and sources")
+        if "inputs" in doc:
+            self.walk_eval(path, doc, depth)
+
+    def check_log(self, log: Path, depth: int) -> None:
+        """A metrics log against the final checkpoint that closes it (leviathan.train.log_anchor):
+        the records the final fixed, and its last validation loss against the final's."""
+        manifest, state = final_records(log.parent)
+        recorded = (manifest or {}).get(PREFIX_FIELD)
+        what = f"{self.show(log)} up to the final checkpoint"
+        if recorded:
+            why = prefix_problem(log, recorded)
+            if why:
+                self.failed(depth, what, why)
+            else:
+                self.passed(
+                    depth, what, f"its first {recorded['bytes']} bytes as the final recorded"
+                )
+        else:
+            self.unverifiable(depth, what, "the final checkpoint records no log (an older run)")
+        if state is not None:
+            why = final_val_problem(log, state)
+            what = f"{self.show(log)} last validation record"
+            if why:
+                self.failed(depth, what, why)
+            else:
+                self.passed(depth, what, "equals the final checkpoint's val_loss")
 
     def walk_manifest(
         self, path: Path, manifest: Mapping[str, Any], depth: int, verified: str | None = None
@@ -207,6 +279,8 @@ class ChainWalker:
             self.check_hash(path.parent / name, sha, f"its manifest {mpath}", depth + 1)
         if manifest.get("resumed_from"):
             self.check_resumed_from(manifest["resumed_from"], mpath, depth + 1)
+        if manifest.get("kind") == "checkpoint":
+            self.check_checkpoint_records(manifest, mpath, depth + 1)
         vocab = manifest.get("vocab")
         if vocab and vocab.get("bpe_file"):
             self.check_vocab_file(vocab, mpath, depth + 1)
@@ -235,6 +309,23 @@ class ChainWalker:
             and read_json(state).get("model_config") != manifest.get("model_config")
         ):
             self.failed(depth, self.show(state), f"model_config differs from {self.show(mpath)}")
+
+    def check_checkpoint_records(self, manifest: Mapping[str, Any], where: str, depth: int) -> None:
+        """What a checkpoint's manifest records beside its own files: the run's log up to its
+        step (leviathan.train.log_anchor) and the kept checkpoints written before it (each
+        audited as a checkpoint of its own)."""
+        log = manifest.get(PREFIX_FIELD)
+        if log:
+            what = f"{self.show(log['path'])} up to step {log.get('step')}"
+            why = prefix_problem(self.path(log["path"]), log)
+            if why:
+                self.failed(depth, what, f"{why} (recorded in {where})")
+            else:
+                self.passed(depth, what, f"sha256 {str(log.get('sha256'))[:12]}")
+        for kept in manifest.get("kept") or []:
+            weights = self.path(kept["path"]) / WEIGHTS
+            if self.check_hash(weights, kept.get("sha256"), where, depth):
+                self.walk(weights, depth, kept.get("sha256"))
 
     def check_resumed_from(self, resumed: Mapping[str, Any], where: str, depth: int) -> None:
         """The checkpoint a run resumed from (verified then, as its manifest recorded it): its

@@ -12,7 +12,8 @@ holding
                       weights and (`files`) of optim.pt, rng.pt and state.json, the token
                       shards trained and validated on (with the sha256 their manifests
                       record), the train config and its sha256, code, environment, start/end
-                      time, and (`resumed_from`) the verified checkpoint the run resumed from.
+                      time, (`resumed_from`) the verified checkpoint the run resumed from, and
+                      (`metrics_log`) the sha256 of the run's log up to this step (log_anchor.py).
 It is written under a temporary name and renamed into place only when complete, so a
 directory named `step_*`/`final` is always whole; `state.json` and then the manifest are
 written last (the manifest records the final directory's path, not the temporary one).
@@ -55,7 +56,17 @@ from safetensors.torch import save_file
 
 from leviathan.data.loader import DataMismatchError
 from leviathan.io import disk_full, free_name, no_space, publish_dir, read_json, write_json
-from leviathan.layout import FINAL, OPTIM, RNG, STATE, WEIGHTS, kept_dir, step_dir, step_of
+from leviathan.layout import (
+    FINAL,
+    OPTIM,
+    RNG,
+    STATE,
+    WEIGHTS,
+    kept_dir,
+    metrics_file,
+    step_dir,
+    step_of,
+)
 from leviathan.model import LanguageModel
 from leviathan.provenance import code_version, environment
 from leviathan.train.config import CheckpointConfig, TrainConfig
@@ -70,6 +81,7 @@ from leviathan.train.integrity import (
     write_checkpoint_manifest,
 )
 from leviathan.train.kept import list_kept, write_kept
+from leviathan.train.log_anchor import PREFIX_FIELD, log_prefix
 from leviathan.train.schedule import keep_steps
 
 MANIFEST_ARTIFACT_TYPE = "checkpoint"
@@ -249,6 +261,8 @@ def _write_manifest(
         extra={
             "resumed_from": dict(info.resumed_from) if info.resumed_from else None,
             "kept": list_kept(final.parent),  # the kept checkpoints written so far (kept.py)
+            # the run's log up to this step (log_anchor.py): fixes every record it holds
+            PREFIX_FIELD: log_prefix(metrics_file(final.parent.parent), int(state["step"])),
         },
     )
 

@@ -34,6 +34,8 @@ Run directory:
                                               restart, of a finished run too); a train
                                               record holds its batch's fingerprint,
                                               batch_sha256 (leviathan.data.batch_view)
+  metrics.jsonl.json                          its manifest, written once the run has finished
+                                              (log_anchor.py)
   out_of_memory.json                          the last out-of-memory refusal (removed at a start)
 """
 
@@ -51,11 +53,12 @@ import torch
 
 from leviathan import layout
 from leviathan.data.loader import Prefetcher, TrainLoader
+from leviathan.data.roles import check_training_shards
 from leviathan.data.shards import verify_shards
 from leviathan.device import set_deterministic
 from leviathan.io import write_json
 from leviathan.lock import hold_lock
-from leviathan.manifest import input_record, recorded_sha256
+from leviathan.manifest import input_record, invalidate_manifest, recorded_sha256
 from leviathan.model import LanguageModel, build_model
 from leviathan.model.accounting import account_model
 from leviathan.model.kernel_check import self_check
@@ -73,6 +76,7 @@ from leviathan.train.distributed import (
     wrap_model,
 )
 from leviathan.train.errors import OutOfMemory, check_grad_norm, check_loss, out_of_memory
+from leviathan.train.log_anchor import anchor_log
 from leviathan.train.metrics_log import MetricsLog, rewind_metrics, set_aside_torn
 from leviathan.train.optimizer import build_optimizer, clip_gradients
 from leviathan.train.preemption import PreemptionWatch
@@ -118,6 +122,7 @@ def train(
     """Train (or resume) the run in `run_dir`: one process per run directory (the launch's
     main process holds its lock, `leviathan.lock`; a second one is refused in one line)."""
     cfg.validate(int(os.environ.get("WORLD_SIZE", "1")))  # torchrun's ranks: before any work
+    check_training_shards(train_bins, val_bin)  # none twice, the validation shard held out
     run_dir = Path(run_dir)
     launch_main = int(os.environ.get("RANK", "0")) == 0
     with (
@@ -279,6 +284,7 @@ class Trainer:
                 telemetry.end(stop, train_loss=loss, val_loss=val_loss)
                 if preemption.requested():
                     raise preemption.stop(final)
+        self._anchor_log()
         return TrainResult(self.run_dir, final, stop, start, loss, val_loss)
 
     def train_step(self, step: int, batches: Prefetcher) -> StepRecord:
@@ -364,9 +370,21 @@ class Trainer:
         assert r.path is not None and r.state is not None
         if self.info.is_main:
             set_aside_torn(layout.metrics_file(self.run_dir))
+        self._anchor_log()  # a run stopped before writing it; an edited log is refused
         return TrainResult(
             self.run_dir, r.path, r.step, r.step, r.state.get("train_loss"), r.state.get("val_loss")
         )
+
+    def _anchor_log(self) -> None:
+        """The metrics log's manifest, once the final checkpoint is written and the log closed
+        (main rank; log_anchor.py): refused where the log is not as training wrote it."""
+        if self.info.is_main:
+            anchor_log(
+                self.run_dir,
+                config=self.cfg.to_dict(),
+                started=self.started,
+                device=str(self.info.device),
+            )
 
     def _begin(self) -> TrainTelemetry:
         """Rewind the metrics log to the restored step and open it with the start record, record
@@ -374,6 +392,7 @@ class Trainer:
         r, info, runtime = self.restored, self.info, self.runtime
         metrics = layout.metrics_file(self.run_dir)
         if info.is_main:  # the metrics of exactly the run the checkpoints belong to
+            invalidate_manifest(metrics)  # it grows again: anchored anew once the run finishes
             rewind_metrics(metrics, r.step, r.aside_for(metrics))
             # an earlier out-of-memory refusal is history once a run starts stepping again
             layout.out_of_memory_file(self.run_dir).unlink(missing_ok=True)
