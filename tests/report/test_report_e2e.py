@@ -203,12 +203,13 @@ def test_an_evaluation_copied_into_another_cell_is_refused_and_fails_the_audit(w
         )
 
     try:
-        out = rebuilt()  # not the file its manifest records
-        assert out.returncode == 1
+        out = rebuilt()  # not the file its manifest records: refused in one line
+        assert out.returncode == 2
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert "leviathan/seed0/val.json: sha256" in out.stderr
         shutil.copy(f"{tied}.json", f"{lev}.json")  # its manifest copied too: of another cell
         out = rebuilt()
-        assert out.returncode == 1
+        assert out.returncode == 2
         assert "evaluates the checkpoint of cell micro/gpt2/tied/seed0" in out.stderr
         assert "fills the row of micro/gpt2/leviathan/seed0" in out.stderr
         out = audit(

@@ -3,10 +3,10 @@
 `open_checkpoint(path)` accepts a run directory (its `checkpoints/final/`), a `checkpoints/`
 directory or one checkpoint directory, checks every file against the checkpoint's manifest (as
 a resume does: a damaged or unrecorded checkpoint is refused), rebuilds the model from the
-config recorded in its `state.json` and loads the safetensors weights. `EvalModel` wraps the loaded model for
-evaluation: the input table is materialised once (for LEV and the MLP variants the
-generator runs once over all V ids, never per batch) and used as a plain embedding, so
-evaluation costs exactly what serving a standard model costs.
+config recorded in its `state.json` and loads the safetensors weights. `EvalModel` wraps the
+loaded model for evaluation: the input table is materialised once (for LEV and the MLP
+variants the generator runs once over all V ids, never per batch) and used as a plain
+embedding, so evaluation costs exactly what serving a standard model costs.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ is): the paper's "trails tied before ~3B tokens".
 Curves come from the trainer's metrics.jsonl (`kind: val` records: step, tokens, val_loss),
 each checked first against what anchors it (its manifest and its final checkpoint's records,
 leviathan.train.log_anchor): an edited log is refused. A resumed run may repeat a step, the
-last record of a step wins. Both runs must be of the
-same scale and vocabulary and have been validated the same way (the trainer's
-runtime.validation.windows), which metrics.jsonl does not record: keep it fixed per study.
+last record of a step wins. Both runs must be of the same scale and vocabulary and have been
+validated the same way (the trainer's runtime.validation.windows), which metrics.jsonl does not
+record: keep it fixed per study.
 """
 
 from __future__ import annotations
