@@ -17,6 +17,7 @@ from test_integrity import with_manifest
 from test_trainer import cli
 
 from leviathan.io import DiskFull
+from leviathan.layout import manifest_path
 from leviathan.train import checkpoint as ckpt
 from leviathan.train.config import RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.integrity import verify_checkpoint
@@ -64,7 +65,10 @@ def test_a_torn_last_line_of_a_finished_run_is_set_aside_by_its_rerun(
     random_shards: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The advice of a reader of a torn log (rerun the training command) works for a finished
-    run too: the rerun trains nothing and sets the torn line aside."""
+    run too: the rerun trains nothing and sets the torn line aside. A kill while the end record
+    is written comes before the log's manifest (written once the log is closed), so the torn
+    log has none; one that has a manifest was edited after it, which the rerun refuses
+    (tests/train/test_anchors.py)."""
     train_bin, val_bin = random_shards
     cfg = train_config("micro", "gpt2", "tied", total_tokens=8 * 64 * 2)
     runtime = RuntimeConfig(progress=False, validation=ValidationConfig(every=0, windows=2))
@@ -74,6 +78,7 @@ def test_a_torn_last_line_of_a_finished_run_is_set_aside_by_its_rerun(
     lines = metrics.read_text().splitlines(keepends=True)
     assert '"kind": "end"' in lines[-1]
     metrics.write_text("".join(lines[:-1]) + lines[-1][:20])  # the end record cut short
+    manifest_path(metrics).unlink()  # the kill came before the log was anchored
     with pytest.raises(ValueError, match=r"rerun the run's training command, which sets such"):
         read_metrics(metrics)
     with caplog.at_level(logging.WARNING, logger="leviathan.train"):
