@@ -43,6 +43,26 @@ def smaller_micro_batch(micro_batch: int, per_rank: int) -> int | None:
     return None
 
 
+def fitting_micro_batch(
+    model_cfg: Any, device: Any, batches: tuple[int, int, int], parallel: str
+) -> int | None:
+    """The largest micro-batch below the current one that the memory model predicts to fit
+    this GPU (`leviathan.model.memory`), for `batches` = (per-rank batch, micro-batch, ranks)
+    and `parallel` (ddp or fsdp); None off a GPU the model table knows."""
+    import torch
+
+    from leviathan.gpus import gpu_model
+    from leviathan.model.memory import largest_fitting
+
+    if getattr(device, "type", None) != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    if gpu_model(name) is None:
+        return None
+    per_rank, micro_batch, ranks = batches
+    return largest_fitting(model_cfg, per_rank, micro_batch, ranks, name, parallel)
+
+
 def out_of_memory(
     scale: str,
     micro_batch: int,

@@ -75,7 +75,13 @@ from leviathan.train.distributed import (
     shutdown,
     wrap_model,
 )
-from leviathan.train.errors import OutOfMemory, check_grad_norm, check_loss, out_of_memory
+from leviathan.train.errors import (
+    OutOfMemory,
+    check_grad_norm,
+    check_loss,
+    fitting_micro_batch,
+    out_of_memory,
+)
 from leviathan.train.log_anchor import anchor_log
 from leviathan.train.metrics_log import MetricsLog, rewind_metrics, set_aside_torn
 from leviathan.train.optimizer import build_optimizer, clip_gradients
@@ -308,27 +314,15 @@ class Trainer:
             step=step,
             device=str(self.info.device),
             last_good=self.checkpoints.last_good,
-            predicted=self._predicted_micro_batch(),
+            predicted=fitting_micro_batch(
+                self.model.cfg,
+                self.info.device,
+                (self.loader.local_batch, self.cfg.micro_batch, self.info.world_size),
+                "fsdp" if self.sharded else "ddp",
+            ),
         )
         write_json(layout.out_of_memory_file(self.run_dir), exc.record)
         return exc
-
-    def _predicted_micro_batch(self) -> int | None:
-        """The largest micro-batch below this one that the memory model predicts to fit this
-        GPU (`leviathan.model.memory`); None off a GPU the model table knows."""
-        from leviathan.gpus import gpu_model
-        from leviathan.model.memory import largest_fitting
-
-        if self.info.device.type != "cuda":
-            return None
-        name = torch.cuda.get_device_name(self.info.device)
-        if gpu_model(name) is None:
-            return None
-        per_rank, ranks = self.loader.local_batch, self.info.world_size
-        parallel = "fsdp" if self.sharded else "ddp"
-        return largest_fitting(
-            self.model.cfg, per_rank, self.cfg.micro_batch, ranks, name, parallel
-        )
 
     def _step(self, step: int, batches: Prefetcher) -> StepRecord:
         """The body of `train_step`."""
