@@ -60,11 +60,9 @@ def _dtype(types: str, which: int = -1) -> str:
 
 
 def _mul(a: Interval, b: Interval) -> Interval:
-    products = [x * y for x in a for y in b if not (math.isinf(x) or math.isinf(y)) or x * y]
-    products = [p for p in products if not math.isnan(p)]
-    if any(math.isinf(v) for v in (*a, *b)) and not products:
-        return UNBOUNDED
-    return (min(products), max(products)) if products else UNBOUNDED
+    """Interval product; an end at 0 times an unbounded end is 0 (not NaN)."""
+    products = [0 if 0 in (x, y) else x * y for x in a for y in b]
+    return (min(products), max(products))
 
 
 def _floor(x: float) -> float:

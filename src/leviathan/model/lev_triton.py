@@ -19,9 +19,9 @@ ids) walks its ids in a fixed order, forms grad_M * M once per block of ids for 
 coordinates, recomputes phi, writes grad_t and owns those coordinates' kappa x 3 x r rows of
 the coefficient gradient, accumulated in registers as one-hot matrix products
 (kappa x ids) @ (ids x r) on tf32 tensor cores, each operand split into two tf32-exact parts
-(fp32 to within 2^-21 of each term: tl.dot truncates the low part to tf32). Each range of ids fills its own partial table; the
-(at most `MAX_SPLITS`) tables are summed in range order. Deterministic, no atomics: a rerun
-is bitwise on a GPU. Its cost against an atomic scatter: kappa times the multiply-adds for
+(fp32 to within 2^-21 of each term: tl.dot truncates the low part to tf32). Each range of
+ids fills its own partial table; the (at most `MAX_SPLITS`) tables are summed in range order.
+Deterministic, no atomics: a rerun is bitwise on a GPU. Its cost against an atomic scatter: kappa times the multiply-adds for
 the gradient rows (2 x 2 kappa 3 r per factor, on tensor cores, instead of 3 r atomic adds),
 M and grad_M re-read from L2 by each of the P / 4 coordinate programs, and where there are
 several ranges their partial tables (12.6 MB each at the paper's shape) written and summed
@@ -52,7 +52,7 @@ from leviathan.model.config import LEVConfig
 
 RESCALE = 8  # factors between exponent rescalings: the native kernel's (`lev_native.RESCALE`)
 BLOCK_IDS = 128  # ids per program of the forward, FORWARD_LANES lanes of r each
-FORWARD_LANES = 16  # (8 warps: 64 registers on sm_90, no spills: leviathan.compiled)
+FORWARD_LANES = 16  # (8 warps: 75 registers on sm_90, no spills: leviathan.compiled)
 BACKWARD_BLOCK_IDS = 16  # ids per step of the backward's walk (8 warps: 152 registers)
 TARGET_PROGRAMS = 256  # backward programs wanted: about two per SM of an H100 or H200
 SPLIT_IDS = 1024  # ids per range of the backward's walk, at least

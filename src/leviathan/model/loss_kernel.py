@@ -227,20 +227,23 @@ def lse_and_pick(
     """Per row of h [N, D]: logsumexp over z = h @ w[:n_classes].T, and z at the target."""
     _check(h, w, targets, n_classes)
     h, w, targets = h.contiguous(), w.contiguous(), targets.contiguous()
-    kernel, (bn, bv, _) = _launcher(_lse_partial_kernel, h.device)
-    splits = lse_splits(n_classes, bv)
+    kernel, blocks = _launcher(_lse_partial_kernel, h.device)
+    splits = lse_splits(n_classes, blocks[1])
     lse = torch.empty(splits, h.shape[0], dtype=torch.float32, device=h.device)
     picked = torch.empty(splits, h.shape[0], dtype=torch.float32, device=h.device)
     if h.shape[0]:
-        grid, args, options = lse_launch(h, w, targets, n_classes, lse, picked)
+        grid, args, options = lse_launch(h, w, targets, n_classes, lse, picked, blocks)
         kernel[grid](*args, **options)
     return torch.logsumexp(lse, dim=0), picked.sum(dim=0)
 
 
+def _tiles_per_split(n_classes: int, block_v: int) -> int:
+    return triton.cdiv(triton.cdiv(n_classes, block_v), SPLITS)
+
+
 def lse_splits(n_classes: int, block_v: int) -> int:
     """Shares of the vocabulary in the forward: at most SPLITS, none of padding only."""
-    tiles = triton.cdiv(n_classes, block_v)
-    return triton.cdiv(tiles, triton.cdiv(tiles, SPLITS))
+    return triton.cdiv(triton.cdiv(n_classes, block_v), _tiles_per_split(n_classes, block_v))
 
 
 def lse_launch(
@@ -256,10 +259,10 @@ def lse_launch(
     partial outputs [splits, N]: what `lse_and_pick` launches, and what `leviathan.compiled`
     compiles as Triton's JIT does (meta tensors will do, with `blocks` for the GPU)."""
     (N, D), (bn, bv, bd) = h.shape, blocks or _launcher(_lse_partial_kernel, h.device)[1]
-    tiles_per_split = triton.cdiv(triton.cdiv(n_classes, bv), SPLITS)
+    tiles_per_split = _tiles_per_split(n_classes, bv)
     args = (h, w, targets, lse, picked, N, n_classes, D, h.stride(0), w.stride(0), tiles_per_split)
-    blocks = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, "num_warps": WARPS, **_dot_options(h)}
-    return (triton.cdiv(N, bn), lse.shape[0]), args, blocks
+    options = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, "num_warps": WARPS, **_dot_options(h)}
+    return (triton.cdiv(N, bn), lse.shape[0]), args, options
 
 
 @lse_and_pick.register_fake
@@ -287,10 +290,10 @@ def softmax_grad_logits(
     _check(h, w, targets, n_classes)
     h, w, targets = h.contiguous(), w.contiguous(), targets.contiguous()
     G = torch.empty(h.shape[0], w.shape[0], dtype=w.dtype, device=h.device)
-    kernel = _launcher(_grad_logits_kernel, h.device)[0]
+    kernel, blocks = _launcher(_grad_logits_kernel, h.device)
     if h.shape[0]:
         rows = (lse.float().contiguous(), a.float().contiguous(), b.float().contiguous())
-        grid, args, options = grad_launch(h, w, targets, rows, G, n_classes)
+        grid, args, options = grad_launch(h, w, targets, rows, G, n_classes, blocks)
         kernel[grid](*args, **options)
     return G
 
@@ -309,8 +312,8 @@ def grad_launch(
     (N, D), V = h.shape, w.shape[0]
     bn, bv, bd = blocks or _launcher(_grad_logits_kernel, h.device)[1]
     args = (h, w, targets, *rows, G, N, V, n_classes, D, h.stride(0), w.stride(0), G.stride(0))
-    blocks = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, "num_warps": WARPS, **_dot_options(h)}
-    return (triton.cdiv(N, bn), triton.cdiv(V, bv)), args, blocks
+    options = {"BLOCK_N": bn, "BLOCK_V": bv, "BLOCK_D": bd, "num_warps": WARPS, **_dot_options(h)}
+    return (triton.cdiv(N, bn), triton.cdiv(V, bv)), args, options
 
 
 @softmax_grad_logits.register_fake
