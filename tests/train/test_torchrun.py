@@ -15,19 +15,21 @@ import pytest
 from test_trainer import _free_port
 
 WORKER = """
-import signal, sys, time
+import os, pathlib, signal, sys, time
 mode = sys.argv[1]
 if mode == "answer":  # as leviathan train answers a preemption: its own exit status
     sys.exit(128 + signal.SIGTERM)
 if mode == "fail":
     sys.exit(1)
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(128 + signal.SIGTERM))
-print("ready", flush=True)
+# one file per worker: the workers share one stdout, where two "ready" lines can interleave
+pathlib.Path(sys.argv[2], "ready-" + os.environ["LOCAL_RANK"]).touch()
 time.sleep(60)
 """
 
 
 def launcher(tmp_path: Path, mode: str) -> list[str]:
+    """torchrun with two workers of WORKER in `mode`; they mark themselves ready in tmp_path."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     port = str(_free_port())
@@ -36,6 +38,7 @@ def launcher(tmp_path: Path, mode: str) -> list[str]:
         port,
         str(script),
         mode,
+        str(tmp_path),
     ]
 
 
@@ -51,9 +54,10 @@ def test_a_signalled_launcher_exits_128_plus_the_signal(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         launcher(tmp_path, "wait"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
-    time.sleep(0.5)  # both workers started
+    deadline = time.monotonic() + 120  # a bound on a hung launcher, not a timing assert
+    while len(list(tmp_path.glob("ready-*"))) < 2:  # both workers handle SIGTERM
+        assert proc.poll() is None and time.monotonic() < deadline, "the workers never got ready"
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
