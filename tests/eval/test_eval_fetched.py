@@ -6,6 +6,7 @@ README's `configs`), read by the same `datasets` loader the Hub download goes th
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ def mirror(tmp_path: Path, task_files: dict[str, dict[str, str]], monkeypatch) -
 
 @pytest.mark.slow
 def test_the_data_steps_evaluation_data_is_read_back_offline(
-    loaded, mirror: Path, task_files, unreachable_hub
+    loaded, mirror: Path, task_files, unreachable_hub, monkeypatch
 ) -> None:
     """Fetched from the local copy, then evaluated with the Hub unreachable: the same documents
     (lm-eval's task hash) and the same numbers as the original files give."""
@@ -88,6 +89,13 @@ def test_the_data_steps_evaluation_data_is_read_back_offline(
         )
     assert not layout.eval_data_split("wikitext", "train").exists()
 
+    attempts: list[object] = []
+
+    def connect(self: socket.socket, address: object) -> None:
+        attempts.append(address)
+        raise OSError(f"no network in this test ({address})")
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
     stand_ins = {
         "wikitext": replace(cfg.wikitext, data_files={"test": str(WIKITEXT_STAND_IN)}),
         "lm_eval": replace(cfg.lm_eval, data={"arc_easy": {"data_files": task_files["arc_easy"]}}),
@@ -104,6 +112,7 @@ def test_the_data_steps_evaluation_data_is_read_back_offline(
         assert got_task["task_hash"] == want_task["task_hash"]
         assert got_task["n_samples"] == want_task["n_samples"]
         assert _metrics(got) == _metrics(want)
+    assert not attempts  # nothing asked the network (a dropping firewall would hang it)
 
 
 def _task(doc: dict[str, Any]) -> dict[str, Any]:
