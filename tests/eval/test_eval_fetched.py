@@ -162,3 +162,32 @@ def test_a_fetched_folder_of_other_data_is_refused_with_the_command(mirror: Path
     fetch_need(arc, mirror=mirror)
     with pytest.raises(EvalInputError, match=r"no split train: .*`snakemake all_data"):
         fetched_files(replace(arc, num_fewshot=5))
+
+
+def test_the_plan_states_what_the_data_step_fetches() -> None:
+    """`leviathan config show`: one line per dataset the paper's evaluations read from the Hub,
+    the total their sum; the default config (stand-ins) fetches none."""
+    from leviathan.data.eval_data import plan_lines
+    from leviathan.workflow.config import resolve
+
+    paper = resolve([ROOT / "config" / "paper.yaml"], root=ROOT)
+    wanted = needs(paper)
+    assert [n.key for n in wanted] == ["wikitext"] + [
+        f"lm_eval/{t}" for t in paper["evaluate"]["lm_eval"]["tasks"]
+    ]
+    head, *rows = plan_lines(paper)
+    total = sum(need_bytes(n)[0] or 0 for n in wanted)
+    assert f"{len(wanted)} from the Hub" in head and f"{total / 1e6:,.1f} MB" in head
+    assert [r.split()[0] for r in rows] == [n.key for n in wanted]
+    assert "none fetched" in plan_lines(resolve(root=ROOT))[0]
+
+
+@pytest.mark.slow
+def test_the_plan_shows_the_evaluation_datasets() -> None:
+    from leviathan.data.eval_data import plan_lines
+    from leviathan.workflow.config import resolve
+    from leviathan.workflow.plan import render_plan
+
+    paper = resolve([ROOT / "config" / "paper.yaml"], root=ROOT)
+    shown = render_plan(paper, memory=False).splitlines()
+    assert all(line in shown for line in plan_lines(paper))
