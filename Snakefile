@@ -76,11 +76,12 @@ DATA_TARGETS = [
     path
     for vocab in VOCABS
     for path in layout.token_files(layout.tokens_dir(CORPUS, vocab), WORD_COUNTS).values()
-]
+] + EVAL_DATA_TARGETS  # the evaluations' datasets (data.smk), for compute nodes without the Hub
 
 
 rule all_data:
-    """Raw corpus, token shards and counts for every vocabulary of the configured studies."""
+    """Raw corpus, token shards and counts for every vocabulary of the configured studies, and
+    the datasets of the enabled evaluations."""
     default_target: TARGET_WRITTEN_LAST == "all_data"
     input:
         DATA_TARGETS,

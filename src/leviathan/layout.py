@@ -151,6 +151,25 @@ def partial_corpus_file(directory: PathLike, split: str) -> Path:
     return Path(directory) / f".{split}{CORPUS_SUFFIX}{PARTIAL_SUFFIX}"
 
 
+EVAL_DATA_ROOT = "data/eval"  # the evaluations' datasets, fetched by the data step
+EVAL_DATA_SOURCE = "source.json"  # what a fetched dataset is and holds (written last)
+EVAL_DATA_PROGRESS = ".fetched.json"  # its splits fetched so far (kept: a rerun skips them)
+
+
+def eval_data_dir(key: str) -> Path:
+    """One evaluation's fetched dataset (`key`: `wikitext` or `lm_eval/<task>`)."""
+    return Path(EVAL_DATA_ROOT) / key
+
+
+def eval_data_source(key: str) -> Path:
+    return eval_data_dir(key) / EVAL_DATA_SOURCE
+
+
+def eval_data_split(key: str, split: str) -> Path:
+    """One split of a fetched dataset, in the official schema: `<dir>/<split>.parquet`."""
+    return eval_data_dir(key) / f"{split}.parquet"
+
+
 def tokens_dir(corpus: str, vocab: str) -> str:
     return f"{TOKENS_ROOT}/{corpus}/{vocab}"
 

@@ -137,3 +137,50 @@ def test_default_resources_as_snakemake_lists_them(tmp_path: Path) -> None:
     profile = tmp_path / "config.yaml"
     profile.write_text("default-resources: [slurm_account=proj1, 'mem_mb=8000']\n")
     assert pf.profile_resources(tmp_path) == {"slurm_account": "proj1", "mem_mb": 8000}
+
+
+def test_evaluation_data_missing_on_the_node_is_one_line_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe (real Python, run here as on a compute node) looks for each evaluation dataset
+    of the paper's study in data/eval/: one FAIL per missing one naming the command that fetches
+    it, then ok once every one is there (the node needs no internet then)."""
+    from leviathan.data.eval_data import needs
+
+    config = resolve([ROOT / "config" / "paper.yaml"], root=ROOT)
+    wanted = needs(config)
+    monkeypatch.chdir(tmp_path)
+    for need in wanted[1:]:
+        need.source.parent.mkdir(parents=True)
+        need.source.write_text("{}")
+    paths = [str(Path(n.source).resolve()) for n in wanted]
+
+    def probe() -> dict[str, object]:
+        out = subprocess.run(
+            # torch kept out (its import is most of the probe's time; tested above)
+            [
+                sys.executable,
+                "-c",
+                'import sys; sys.modules["torch"] = None\n' + pf.node_probe(paths),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        report = pf.parse_node_report(out.stdout)
+        assert report is not None, out.stderr
+        return {**report, "internet": False}  # as on a compute node without internet
+
+    files = ["config/paper.yaml"]
+    report = probe()
+    (missing,) = pf.check_eval_data(report, wanted, files)
+    assert not missing.ok and missing.name == f"evaluation data {wanted[0].key}"
+    fix = "fix: run `snakemake all_data --profile profiles/local --configfile config/paper.yaml`"
+    assert fix in missing.line()
+    assert not pf.check_node({**report, "hub_cache": None}, None, len(wanted))[0].ok
+    wanted[0].source.parent.mkdir(parents=True)
+    wanted[0].source.write_text("{}")
+    report = probe()
+    (present,) = pf.check_eval_data(report, wanted, files)
+    assert present.ok and f"{len(wanted)} dataset(s)" in present.line()
+    hub = pf.check_node({**report, "hub_cache": None}, None, len(wanted))[0]
+    assert hub.ok and "fetched by the data step" in hub.line()

@@ -27,6 +27,7 @@ def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
     # main 3 scales x 2 + ablation 6 at 400m (2 shared with main) + vocabulary 3 x 2 at 200m
     # (o200k shared with main): 6 + 4 + 4 = 14 cells
     assert counts["fetch_corpus"] == 1
+    assert counts["fetch_eval_data"] == 7  # WikiText-103 and the six lm-eval tasks' datasets
     assert counts["tokenize"] == 3
     assert counts["train"] == 14
     assert counts["eval_val"] == counts["eval_wikitext"] == counts["eval_lm_eval"] == 14

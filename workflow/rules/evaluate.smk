@@ -41,8 +41,9 @@ EVAL_DOCS = {
 }
 EVAL_INPUTS = {
     "val": ([unpack(val_inputs)], {}),
-    "wikitext": ([], {"final": layout.final_marker(WILDCARDS)}),
-    "lm_eval": ([], {"final": layout.final_marker(WILDCARDS)}),
+    # and the datasets the data step fetched for them (data.smk: EVAL_DATA_INPUTS)
+    "wikitext": ([], {"final": layout.final_marker(WILDCARDS), **EVAL_DATA_INPUTS["wikitext"]}),
+    "lm_eval": ([], {"final": layout.final_marker(WILDCARDS), **EVAL_DATA_INPUTS["lm_eval"]}),
 }
 EVAL_EXTRA_OUTPUTS = {
     "lm_eval": {

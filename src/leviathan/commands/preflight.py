@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="check a SLURM cluster against the profile and the study before queueing it",
         description="Account and partition (sacctmgr, sinfo) as the profile's default-resources "
         "name them, GPU models as the site's gres spells them, free disk against the plan, and "
-        "on a compute node (one srun): the Hub reachable or a Hub cache, torch and CUDA. One "
+        "on a compute node (one srun): the Hub reachable or the evaluation datasets the data "
+        "step fetched (one line per missing one), torch and CUDA. One "
         "line per check with the fix; exit status 1 on any FAIL. Run it on the login node in "
         "the workflow's directory.",
     )
@@ -30,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
     from leviathan.workflow.config import resolve
     from leviathan.workflow.preflight import preflight
 
-    checks = preflight(args.profile, resolve(args.configfile), python=sys.executable)
+    checks = preflight(
+        args.profile, resolve(args.configfile), python=sys.executable, config_files=args.configfile
+    )
     for check in checks:
         print(check.line())
     failed = sum(not c.ok for c in checks)

@@ -228,7 +228,8 @@ def build_tasks(
             }
     hub_tasks = [t for t, s in sources.items() if s["kind"] == "hub"]
     fix = hub_fix or (
-        "Point each at local files in the official schema with the config key "
+        "Fetch them where the Hub is reachable with the data step (`snakemake all_data`, into "
+        "data/eval/), or point each at local files in the official schema with the config key "
         "lm_eval.data.<task>.data_files (e.g. lm_eval.data.hellaswag.data_files: "
         "{validation: hellaswag/validation.jsonl}; CLI: --task-data hellaswag:validation=FILE)"
     )

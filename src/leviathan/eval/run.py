@@ -79,7 +79,12 @@ def run_evaluation(
     """One evaluation (`evaluation`, one of CHECKPOINT_EVALS) of an open checkpoint (`ckpt`,
     `model`: leviathan.eval.checkpoint.open_checkpoint) with its `settings`
     (EvalConfig.<evaluation>); the result document, not yet written. The workflow's rules
-    and `leviathan eval` both run their evaluations through this."""
+    and `leviathan eval` both run their evaluations through this. WikiText and lm-eval read the
+    datasets the data step fetched into data/eval/ where the config gives no data_files of its
+    own (leviathan.eval.fetched), else the Hub."""
+    from leviathan.eval.fetched import use_fetched
+
+    settings = use_fetched(evaluation, settings)
     if evaluation == "val":
         from leviathan.eval.val import evaluate_val
 

@@ -148,7 +148,8 @@ def _run_wikitext_task(
 ) -> TaskRun:
     """lm-eval's `wikitext` task on WikiText-103, with errors that name the config key."""
     fix = (
-        f"Download {cfg.dataset} ({cfg.name}) where the Hub is reachable and set wikitext.data_files to "
+        "Fetch it where the Hub is reachable with the data step (`snakemake all_data`, into "
+        f"data/eval/), or download {cfg.dataset} ({cfg.name}) and set wikitext.data_files to "
         f"{{{cfg.split}: <file>}} (one `page` per article, the dataset's own schema)"
     )
     try:

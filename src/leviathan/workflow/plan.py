@@ -27,6 +27,7 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell, config_cells
+from leviathan.data import eval_data
 from leviathan.eval.memory import eval_memory
 from leviathan.model.memory import JobMemory, largest_fitting, refusal, train_memory
 from leviathan.workflow.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
@@ -643,6 +644,7 @@ def render_plan(config: Mapping[str, Any], mfu: float | None = None, memory: boo
         f"  fetch limit (corpus.max_bytes={corpus.get('max_bytes')!r}): "
         + (f"{_size(limit)} per split" if limit else "none: the whole corpus is streamed")
     )
+    lines += eval_data.plan_lines(config)  # the evaluations' datasets the data step fetches
     lines += render_evaluation(
         config, plans, {c: j[1] for c, j in jobs.items()} if memory else None
     )

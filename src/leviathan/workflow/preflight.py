@@ -9,8 +9,9 @@ commands, whose outputs the parsers here turn into facts (tested on the outputs 
     gpu models   `sinfo -h -o %G` (gres such as gpu:h100:4) spells every resources.<scale>.gpu_model
     disk         free space in the working directory against the plan's peak (plan.study_disk)
     compute node one `srun` of NODE_PROBE on the profile's account and partition: the Hub reachable
-                 or a Hub cache there (else the data-transfer-node recipe of docs/slurm.md), and
-                 torch / CUDA against the tested pin (workflow/envs/leviathan.constraints.txt)
+                 or the evaluation datasets fetched into data/eval/ (else the data-transfer-node
+                 recipe of docs/slurm.md), one line per dataset the node cannot see, and torch /
+                 CUDA against the tested pin (workflow/envs/leviathan.constraints.txt)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ NODE_PROBE = (
     """
 import json, os, socket
 HUB = HUB_ADDRESS
+EVAL_DATA = []
 r = {}
 try:
     import torch
@@ -55,9 +57,16 @@ except OSError:
 home = os.environ.get("HF_HUB_CACHE") or os.path.join(
     os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
 r["hub_cache"] = home if os.path.isdir(home) and os.listdir(home) else None
+r["eval_data_missing"] = [p for p in EVAL_DATA if not os.path.isfile(p)]
 print(json.dumps(r))
 """
 ).replace("HUB_ADDRESS", repr(HUB))
+
+
+def node_probe(eval_data: list[str] | None = None) -> str:
+    """NODE_PROBE, asked also which of `eval_data` (absolute paths) the node cannot see."""
+    return NODE_PROBE.replace("EVAL_DATA = []", f"EVAL_DATA = {list(eval_data or [])!r}", 1)
+
 
 Runner = Callable[[list[str]], "str | None"]
 
@@ -198,13 +207,19 @@ def parse_node_report(out: str | None) -> dict[str, Any] | None:
     return None
 
 
-def check_node(report: Mapping[str, Any] | None, torch_pin: str | None) -> list[Check]:
-    """The compute node's Hub access or cache, and its torch / CUDA build."""
+def check_node(
+    report: Mapping[str, Any] | None, torch_pin: str | None, eval_data: int = 0
+) -> list[Check]:
+    """The compute node's Hub access, or what stands in for it (every one of the `eval_data`
+    evaluation datasets fetched, or a Hub cache), and its torch / CUDA build."""
     if report is None:
         fix = "check the profile's account and partition; `srun -A <account> -p <partition> python -V` must work"
         return [Check("compute node", False, "the srun probe gave no report", fix)]
     if report.get("internet"):
         hub = Check("hub on a compute node", True, f"{HUB[0]} reachable")
+    elif eval_data and not report.get("eval_data_missing"):
+        detail = f"no internet; the {eval_data} evaluation dataset(s) fetched by the data step"
+        hub = Check("hub on a compute node", True, detail)
     elif report.get("hub_cache"):
         hub = Check(
             "hub on a compute node", True, f"no internet; a Hub cache at {report['hub_cache']}"
@@ -237,13 +252,44 @@ def check_node(report: Mapping[str, Any] | None, torch_pin: str | None) -> list[
     return [hub, versions]
 
 
-def srun_probe(resources: Mapping[str, Any], python: str) -> list[str]:
-    """The srun command that runs NODE_PROBE on one GPU of the profile's account and partition."""
+def check_eval_data(
+    report: Mapping[str, Any] | None, needs: list[Any], config_files: list[str] | None = None
+) -> list[Check]:
+    """Each evaluation dataset (leviathan.data.eval_data.Need) the compute node cannot see:
+    one line each, naming the command that fetches it (a FAIL where the node has no internet;
+    with internet the workflow's fetch_eval_data job downloads it there)."""
+    from leviathan.data.eval_data import fill_command
+
+    if report is None or not needs:
+        return []
+    missing = {Path(p).resolve() for p in report.get("eval_data_missing") or []}
+    lost = [n for n in needs if Path(n.source).resolve() in missing]
+    if not lost:
+        return [Check("evaluation data", True, f"{len(needs)} dataset(s) in data/eval/")]
+    online = bool(report.get("internet"))
+    fix = f"run `{fill_command(config_files)}` where the Hub is reachable (docs/slurm.md)"
+    return [
+        Check(
+            f"evaluation data {n.key}",
+            online,
+            f"{n.source} is not on the compute node"
+            + ("; it has internet: the workflow fetches it there" if online else ""),
+            fix,
+        )
+        for n in lost
+    ]
+
+
+def srun_probe(
+    resources: Mapping[str, Any], python: str, eval_data: list[str] | None = None
+) -> list[str]:
+    """The srun command that runs NODE_PROBE on one GPU of the profile's account and partition
+    (`eval_data`: absolute paths of the evaluation datasets it looks for)."""
     cmd = ["srun", "-n", "1", "-t", "10", "--gpus=1"]
     for flag, key in (("-A", "slurm_account"), ("-p", "slurm_partition")):
         if resources.get(key):
             cmd += [flag, str(resources[key])]
-    return [*cmd, python, "-c", NODE_PROBE]
+    return [*cmd, python, "-c", node_probe(eval_data)]
 
 
 def cluster_checks(
@@ -289,8 +335,11 @@ def preflight(
     config: Mapping[str, Any],
     run: Runner = run_command,
     python: str = "python",
+    config_files: list[str] | None = None,
 ) -> list[Check]:
-    """Every check, in order; the compute-node probe only once account and partition pass."""
+    """Every check, in order; the compute-node probe only once account and partition pass
+    (`config_files`: the study's, named in the fix of missing evaluation data)."""
+    from leviathan.data.eval_data import needs
     from leviathan.layout import repo_root
     from leviathan.workflow.plan import study_disk
 
@@ -300,8 +349,11 @@ def preflight(
         check_disk(study_disk(config).total, shutil.disk_usage(Path.cwd()).free, str(Path.cwd()))
     )
     if all(c.ok for c in checks[:2]):
-        report = parse_node_report(run(srun_probe(resources, python)))
-        checks += check_node(report, tested_pin("torch", repo_root() / CONSTRAINTS))
+        wanted = needs(config)
+        paths = [str(Path(n.source).resolve()) for n in wanted]
+        report = parse_node_report(run(srun_probe(resources, python, paths)))
+        checks += check_node(report, tested_pin("torch", repo_root() / CONSTRAINTS), len(wanted))
+        checks += check_eval_data(report, wanted, config_files)
     else:
         checks.append(
             Check(
