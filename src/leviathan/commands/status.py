@@ -40,5 +40,6 @@ def run(args: argparse.Namespace) -> int:
     print(render_status(rows))
     from leviathan.workflow.recalibrate import status_lines
 
-    print("\n".join(status_lines(config)))
+    for line in status_lines(config):
+        print(line)
     return 0

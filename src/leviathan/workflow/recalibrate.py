@@ -107,14 +107,19 @@ def device_key(device: str | None) -> str:
 
 
 def measured_pace(plan: CellPlan) -> Pace | None:
-    """The cell's pace from its metrics log (None: no log, or no train record with its step
-    time yet); read through train/metrics_log.py's reader."""
+    """The cell's pace from its metrics log, read through train/metrics_log.py's reader (None:
+    no log, no train record with its step time yet, or a log that cannot be read, which
+    `leviathan status` shows with its error)."""
     from leviathan.train.metrics_log import read_metrics
 
     path = layout.metrics_file(layout.run_dir(plan.cell))
-    if not path.is_file():
+    try:
+        return _pace(plan, read_metrics(path)) if path.is_file() else None
+    except (OSError, KeyError, TypeError, ValueError):
         return None
-    records = read_metrics(path)
+
+
+def _pace(plan: CellPlan, records: list[dict[str, Any]]) -> Pace | None:
     starts = [i for i, r in enumerate(records) if r.get("kind") == "start"]
     if not starts:
         return None
@@ -230,14 +235,18 @@ def study_remaining(rows: Sequence[Recalibrated]) -> tuple[float, float]:
 
 
 def status_lines(config: Mapping[str, Any], now: float | None = None) -> list[str]:
-    """What `leviathan status` prints below its table: the study's remaining hours and its
-    expected finish (every unfinished job at once, at its pace or the prediction), then the
-    recalibration's WARNING lines."""
+    """What `leviathan status` prints below its table once a cell has a measured step time
+    (nothing before): the study's remaining hours and its expected finish (every unfinished
+    job at once, at its pace or the prediction), then the recalibration's WARNING lines."""
+    from leviathan.cells import config_cells
     from leviathan.workflow.plan import study_plans
 
+    cells = config_cells(config)
+    if not any(layout.metrics_file(layout.run_dir(c)).is_file() for c in cells):
+        return []
     rows = recalibrate(config, study_plans(config))
     if not rows:
-        return ["no cell has run yet: the plan's prediction stands (leviathan config show)"]
+        return []
     left, planned = study_remaining(rows)
     walls = [r.remaining_h for r in rows]
     known = [w for w in walls if w is not None]
