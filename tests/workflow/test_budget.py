@@ -56,6 +56,7 @@ def test_the_budget_sums_the_plans_own_rows(paper: Any, tmp_path: Any, monkeypat
     cpu_h = sum(need.values()) / (TOKENIZE_MB_S_PER_CPU * 1e6) / 3600
     assert budget.data_cpu_hours == pytest.approx(cpu_h)
     assert budget.download_bytes == max(need.values()) == study_disk(config, plans).corpus_text
+    assert budget.from_hub  # the paper's corpus: the Pile mirror on the Hub
     start = budget.download_bytes / (DOWNLOAD_MB_S * 1e6) / 3600 + max(need.values()) / (
         TOKENIZE_MB_S_PER_CPU * 1e6
     ) / 3600 / rule_threads(config, "tokenize")

@@ -163,3 +163,33 @@ def test_a_run_slower_than_predicted_warns_when_it_cannot_finish(
     )
     assert (warned[lev] is not None) == (steps * slow * ratio > allowed_s)
     assert warned[tied] in status_lines(config)
+
+
+def test_the_commands_print_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`leviathan config show` (the budget first, then the recalibration) and `leviathan
+    status` (the remaining hours, the WARNING) in a workflow's directory with one slow run."""
+    import shutil
+
+    from leviathan.cli import main
+
+    schema = tmp_path / layout.CONFIG_SCHEMA  # the commands run in a workflow's directory
+    schema.parent.mkdir(parents=True)
+    shutil.copy(layout.repo_root() / layout.CONFIG_SCHEMA, schema)
+    monkeypatch.chdir(tmp_path)
+    config = _config(tmp_path, {"gpus": 0, "cpus": 1, "mem_mb": 3000, "runtime": 20})
+    tied = _cell(config, "tied")
+    steps = cell_train_config(config, tied).max_steps
+    _log_run(config, tied, [3 * 20 * 60 * (profile_retries() + 1) / steps] * 2, "cpu")
+    study = str(tmp_path / "study.yaml")
+    assert main(["config", "show", "--configfile", study, "--no-memory"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("budget (every figure summed from the plan's rows")
+    recal = out.index(next(x for x in out if x.startswith("recalibrated from the measured")))
+    assert recal < out.index(next(x for x in out if x.startswith("# resolved config of:")))
+    assert any(x.startswith(f"WARNING: {tied.key} at its measured pace") for x in out)
+    assert main(["status", "--configfile", study]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(x.startswith("remaining: ") and "training ends ~" in x for x in out)
+    assert any(x.startswith(f"WARNING: {tied.key} at its measured pace") for x in out)
