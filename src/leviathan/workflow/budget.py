@@ -121,7 +121,7 @@ def spans(
 ) -> list[Span] | None:
     """Every GPU job on a timeline where each starts once its inputs exist: training after
     the data step (`start_h`), each evaluation (one GPU) after its cell's training. None
-    where a job has no GPU prediction."""
+    where a training job has no GPU prediction (a CPU cell)."""
     from leviathan.workflow.cluster import scale_resources
 
     out = []
@@ -131,11 +131,11 @@ def spans(
             return None
         nodes = int(scale_resources(config, p.cell.scale)["nodes"])
         out.append(Span(f"train {p.cell.key}", p.gpus, nodes, start_h, wall))
-        for e in evals[p.cell]:
-            if e.gpu_hours is None and e.tokens is not None:
-                return None
-            hours = e.gpu_hours or 0.0
-            out.append(Span(f"{e.evaluation} {p.cell.key}", 1, 1, start_h + wall, hours))
+        for e in evals[p.cell]:  # no GPU-hours (a CPU job, a split not yet tokenized): none held
+            gpus = 0 if e.gpu_hours is None else 1
+            out.append(
+                Span(f"{e.evaluation} {p.cell.key}", gpus, gpus, start_h + wall, e.gpu_hours or 0.0)
+            )
     return out
 
 

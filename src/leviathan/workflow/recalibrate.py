@@ -83,8 +83,11 @@ class Recalibrated:
         return None if self.wall_h is None else attempts_needed(self.wall_h, self.limit_h)
 
     def warning(self) -> str | None:
-        """One line where the job at its pace needs more attempts than the profile allows."""
-        if self.attempts is None or self.attempts <= self.retries + 1 or self.wall_h is None:
+        """One line where the unfinished job at its pace needs more attempts than the profile
+        allows."""
+        if self.done_steps >= self.plan.steps or self.wall_h is None or self.attempts is None:
+            return None
+        if self.attempts <= self.retries + 1:
             return None
         key = f"resources.{self.plan.cell.scale}.runtime"
         return (
@@ -212,10 +215,7 @@ def render_recalibration(rows: Sequence[Recalibrated]) -> list[str]:
             f"  {r.plan.cell.key:<40} {_h(r.predicted_wall_h):>11} {_h(r.wall_h):>10} "
             f"{_h(r.remaining_h):>8} {_h(r.remaining_gpu_hours):>10}  {r.source or 'the plan'}"
         )
-    left, planned = study_remaining(rows)
-    lines.append(
-        f"  remaining: {left:,.1f} GPU-hours at the measured paces (the plan's: {planned:,.1f})"
-    )
+    lines.append(f"  remaining: {_remaining(rows)}")
     lines += [w for r in rows if (w := r.warning()) is not None]
     return lines
 
@@ -234,6 +234,14 @@ def study_remaining(rows: Sequence[Recalibrated]) -> tuple[float, float]:
     return left, planned
 
 
+def _remaining(rows: Sequence[Recalibrated]) -> str:
+    """The study's GPU-hours left, at the paces and as predicted (a CPU study: none)."""
+    if not any(r.plan.gpus for r in rows):
+        return "no GPU-hours (CPU cells: their wall time is the figure)"
+    left, planned = study_remaining(rows)
+    return f"{left:,.1f} GPU-hours at the measured paces (the plan's: {planned:,.1f})"
+
+
 def status_lines(config: Mapping[str, Any], now: float | None = None) -> list[str]:
     """What `leviathan status` prints below its table once a cell has a measured step time
     (nothing before): the study's remaining hours and its expected finish (every unfinished
@@ -247,7 +255,6 @@ def status_lines(config: Mapping[str, Any], now: float | None = None) -> list[st
     rows = recalibrate(config, study_plans(config))
     if not rows:
         return []
-    left, planned = study_remaining(rows)
     walls = [r.remaining_h for r in rows]
     known = [w for w in walls if w is not None]
     now = time.time() if now is None else now
@@ -258,8 +265,7 @@ def status_lines(config: Mapping[str, Any], now: float | None = None) -> list[st
     )
     unknown = sum(w is None for w in walls)
     return [
-        f"remaining: {left:,.1f} GPU-hours at the measured paces (predicted {planned:,.1f}); "
-        f"training ends ~{max(known, default=0.0):,.1f} h from now, {finish}, if every "
-        "unfinished cell trains at once"
+        f"remaining: {_remaining(rows)}; training ends ~{max(known, default=0.0):,.1f} h from "
+        f"now, {finish}, if every unfinished cell trains at once"
         + (f" ({unknown} cell(s) with no pace or prediction not counted)" if unknown else "")
     ] + [w for r in rows if (w := r.warning()) is not None]
