@@ -163,6 +163,12 @@ def test_a_run_slower_than_predicted_warns_when_it_cannot_finish(
     )
     assert (warned[lev] is not None) == (steps * slow * ratio > allowed_s)
     assert warned[tied] in status_lines(config)
+    # once its final checkpoint is written, the cell is done: nothing left, nothing to warn of
+    final = layout.final_dir(layout.run_dir(tied))
+    final.mkdir(parents=True)
+    (final / layout.STATE).write_text("{}")
+    done = next(r for r in recalibrate(config, study_plans(config), retries) if r.plan.cell == tied)
+    assert (done.remaining_h, done.warning()) == (0.0, None)
 
 
 def test_the_commands_print_it(
