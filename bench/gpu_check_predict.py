@@ -26,7 +26,7 @@ from leviathan.model import lev_triton
 from leviathan.model.accounting import account
 from leviathan.model.config import ModelConfig
 from leviathan.model.memory import train_memory
-from leviathan.workflow.plan import EVAL_MFU_SHARE
+from leviathan.workflow.plan_eval import EVAL_MFU_SHARE
 
 FALLBACK_GPU = "H200"  # the GPU predicted for where the device's model has no rates (and on CPU)
 # what a figure was measured at, not a measurement
@@ -144,7 +144,7 @@ def lev_kernels(cfg: ModelConfig, ids: int, every: int, gpu: str) -> dict[str, A
 
 
 def eval_tokens(cfg: ModelConfig, micro_batch: int, gpu: str) -> dict[str, Any]:
-    """The plan's evaluation rate (`workflow.plan.plan_evals`): EVAL_MFU_SHARE of the compiled
+    """The plan's evaluation rate (`workflow.plan_eval.plan_evals`): EVAL_MFU_SHARE of the compiled
     training roofline's MFU at this micro-batch, over the forward FLOPs per token without the
     input (the table is materialised once)."""
     acc = account(cfg, cfg.max_seq_len)

@@ -401,7 +401,7 @@ class Table:
 
 def disk_line(config: dict[str, Any]) -> str:
     """The study's disk estimate, from the plan's own counters (leviathan.workflow.plan)."""
-    from leviathan.workflow.plan import study_disk
+    from leviathan.workflow.disk import study_disk
 
     return study_disk(config).line()
 
@@ -554,12 +554,12 @@ def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str
 def _eval_rows(t: Table, m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) -> None:
     """The plan's own validation job of each scale: the configured sample, one GPU of
     eval_resources.<scale>, its time limit."""
-    from leviathan.workflow import plan
+    from leviathan.workflow import plan_eval
 
     ev = m["eval"]
     val_share = m["fetch"]["val_bytes"] / m["fetch"]["bytes"]
     for sc, p in s["scales"].items():
-        val = next(e for e in plan.plan_evals(config, p.cell) if e.evaluation == "val")
+        val = next(e for e in plan_eval.plan_evals(config, p.cell) if e.evaluation == "val")
         if val.gpu_hours is not None:
             predicted, what = val.gpu_hours * 3600, f"{val.tokens / 1e9:.3f}B val tokens (sample)"
         else:  # the whole split (size unknown before it is tokenized) or a CPU job

@@ -96,6 +96,8 @@ UNCHECKED = {
     "python": "python -m leviathan.torchrun: as torchrun",
     "lm_eval": "lm-eval's own CLI on an export",
     "leviathan-lm-eval": "lm-eval's CLI (its flags are lm-eval's)",
+    "sbatch": "a SLURM cluster",
+    "tmux": "a terminal session that outlives the login",
 }
 CHECKED = {"leviathan", "snakemake", "dvc", "make"}
 # files a document defines in a YAML block just before using them (name -> the doc holding it)

@@ -16,15 +16,13 @@ from leviathan.cells import Cell, config_cells
 from leviathan.workflow.actions import eval_device
 from leviathan.workflow.cluster import eval_resources
 from leviathan.workflow.config import resolve
-from leviathan.workflow.plan import (
+from leviathan.workflow.disk import study_disk
+from leviathan.workflow.plan import cell_mfu, plan_cell, render_plan
+from leviathan.workflow.plan_eval import (
     EVAL_MFU_SHARE,
     LM_EVAL_TASK_SIZES,
     WIKITEXT_TOKENS,
-    cell_mfu,
-    plan_cell,
     plan_evals,
-    render_plan,
-    study_disk,
 )
 from leviathan.workflow.resolve import cell_train_config
 
@@ -116,7 +114,7 @@ def test_study_disk_re_derived(paper: dict[str, Any]) -> None:
 
 
 def test_the_dvc_cache_counts_a_copy_only_where_dvc_copies(tmp_path: Path) -> None:
-    from leviathan.workflow.plan import dvc_cache_copies
+    from leviathan.workflow.disk import dvc_cache_copies
 
     config = tmp_path / "config"
     config.write_text('[cache]\n    type = "hardlink,symlink"\n')
@@ -175,7 +173,7 @@ def _slow_cell_plan(paper: dict[str, Any], runtime_min: int) -> tuple[dict[str, 
 def test_training_beyond_its_time_limit_names_the_attempts_and_warns_past_the_retries(
     paper: dict[str, Any],
 ) -> None:
-    from leviathan.workflow.plan import training_time_warnings
+    from leviathan.workflow.budget import training_time_warnings
 
     config, plan = _slow_cell_plan(paper, 1440)  # the A100 / 24 h example
     wall = plan.gpu_hours / plan.gpus
@@ -192,7 +190,7 @@ def test_training_beyond_its_time_limit_names_the_attempts_and_warns_past_the_re
 def test_the_papers_h100_cells_fit_their_limits_and_the_plan_prints_the_warning(
     paper: dict[str, Any],
 ) -> None:
-    from leviathan.workflow.plan import profile_retries, training_time_warnings
+    from leviathan.workflow.budget import profile_retries, training_time_warnings
 
     plans = [plan_cell(paper, c) for c in config_cells(paper)]
     assert training_time_warnings(paper, plans, retries=0) == []

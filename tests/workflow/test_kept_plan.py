@@ -13,8 +13,9 @@ from workflow_helpers import ROOT
 
 from leviathan.cells import config_cells
 from leviathan.workflow.config import resolve
+from leviathan.workflow.disk import study_disk
 from leviathan.workflow.launch import runtime_args
-from leviathan.workflow.plan import plan_cell, study_disk
+from leviathan.workflow.plan import plan_cell
 
 PAPER = ROOT / "config" / "paper.yaml"
 

@@ -42,6 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "seconds instead of about 3 s per cell",
     )
     show.add_argument(
+        "--download-mb-s",
+        type=float,
+        default=None,
+        metavar="MB_S",
+        help="the corpus download's bandwidth the budget assumes, in MB/s (default: "
+        "leviathan.workflow.budget.DOWNLOAD_MB_S)",
+    )
+    show.add_argument(
         "--json", action="store_true", help="the resolved config (or cell) as JSON, no plan"
     )
     show.set_defaults(func=run_show)
@@ -77,7 +85,7 @@ def run_show(args: argparse.Namespace) -> int:
     import yaml
 
     from leviathan.workflow.config import resolve, stand_in_files
-    from leviathan.workflow.plan import render_plan
+    from leviathan.workflow.plan import render_plan, study_plans
 
     config = resolve(args.configfile)
     mfu = args.mfu
@@ -92,6 +100,8 @@ def run_show(args: argparse.Namespace) -> int:
         print(json.dumps(config, indent=2))
         return 0
     files = " ".join(args.configfile) or layout.DEFAULT_CONFIG
+    plans = study_plans(config, mfu)
+    print(budget_section(config, plans, args.download_mb_s))
     print(f"# resolved config of: snakemake --configfile {files}")
     print(yaml.safe_dump(config, sort_keys=False), end="")
     stand_ins = stand_in_files(config)
@@ -104,9 +114,26 @@ def run_show(args: argparse.Namespace) -> int:
         )
     )
     print(cells_section(config))
-    print(render_plan(config, mfu, memory=not args.no_memory))
+    print(render_plan(config, mfu, memory=not args.no_memory, plans=plans))
     print(roofline_section(config))
     return 0
+
+
+def budget_section(config: dict, plans: list, download_mb_s: float | None) -> str:  # type: ignore[type-arg]
+    """The study's budget (leviathan.workflow.budget) from the plan's rows, and where any cell
+    has run, the plan recalibrated from its measured pace (leviathan.workflow.recalibrate)."""
+    from leviathan.workflow.budget import DOWNLOAD_MB_S, render_budget, study_budget
+    from leviathan.workflow.disk import study_disk
+    from leviathan.workflow.plan_eval import plan_evals
+    from leviathan.workflow.recalibrate import recalibrate, render_recalibration
+
+    if download_mb_s is not None and not download_mb_s > 0:
+        raise ValueError(f"--download-mb-s {download_mb_s}: give a positive bandwidth in MB/s")
+    evals = {p.cell: plan_evals(config, p.cell, p.mfu) for p in plans}
+    budget = study_budget(
+        config, plans, evals, study_disk(config, plans), download_mb_s or DOWNLOAD_MB_S
+    )
+    return "\n".join(render_budget(budget) + render_recalibration(recalibrate(config, plans)))
 
 
 def cells_section(config: dict) -> str:  # type: ignore[type-arg]

@@ -38,4 +38,8 @@ def run(args: argparse.Namespace) -> int:
     config = resolve(args.configfile)
     rows = [cell_status(config, cell, stale_s=stale) for cell in config_cells(config)]
     print(render_status(rows))
+    from leviathan.workflow.recalibrate import status_lines
+
+    for line in status_lines(config):
+        print(line)
     return 0

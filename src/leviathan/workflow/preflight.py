@@ -7,7 +7,7 @@ commands, whose outputs the parsers here turn into facts (tested on the outputs 
                  default-resources slurm_account (a `<placeholder>` is refused before asking)
     partition    `sinfo -h -o %P` has its slurm_partition
     gpu models   `sinfo -h -o %G` (gres such as gpu:h100:4) spells every resources.<scale>.gpu_model
-    disk         free space in the working directory against the plan's peak (plan.study_disk)
+    disk         free space in the working directory against the plan's peak (disk.study_disk)
     compute node one `srun` of NODE_PROBE on the profile's account and partition: the Hub reachable
                  or the evaluation datasets fetched into data/eval/ (else the data-transfer-node
                  recipe of docs/slurm.md), one line per dataset the node cannot see, and torch /
@@ -341,7 +341,7 @@ def preflight(
     (`config_files`: the study's, named in the fix of missing evaluation data)."""
     from leviathan.data.eval_data import needs
     from leviathan.layout import repo_root
-    from leviathan.workflow.plan import study_disk
+    from leviathan.workflow.disk import study_disk
 
     resources = profile_resources(profile)
     checks = cluster_checks(resources, config, run)
