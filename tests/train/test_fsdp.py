@@ -172,6 +172,35 @@ def test_sigterm_on_4_ranks_resumes_on_2_as_the_same_run(
     assert losses(run_dir) == pytest.approx(losses(runs["one"]), rel=1e-4)
 
 
+def test_sigterm_on_2_fsdp_ranks_resumes_on_one_process(
+    gpt2_shards: Path, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """An FSDP run stopped on 2 ranks resumes on one process (runtime.parallel=fsdp still):
+    the optimizer's shards are read whole, and the losses are the uninterrupted run's."""
+    run_dir = tmp_path / "run"
+    every = ["--runtime", "checkpoint.every=0", "--runtime", "validation.every=0"]
+    argv = args(gpt2_shards, run_dir, "micro", *every)
+    proc = subprocess.Popen(launch(2, argv), env=ENV, stderr=subprocess.PIPE, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    while proc.poll() is None and (
+        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
+    ):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=300)[1]
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    saved = [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
+    assert len(saved) == 1 and len(list((saved[0] / "optim").glob("*.distcp"))) == 2, err
+    stopped_at = int(saved[0].name.split("_")[1])
+    assert 0 < stopped_at < STEPS
+
+    resumed = subprocess.run(launch(1, argv), env=ENV, timeout=600, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    start = read_metrics(metrics, "start")[-1]
+    assert (start["step"], start["world_size"]) == (stopped_at, 1)
+    assert losses(run_dir) == pytest.approx(losses(runs["one"]), rel=1e-4)
+
+
 # rank `RANK` kills itself with SIGKILL during its second checkpoint write: rank 0 once every
 # shard is written, just before the rename; rank 1 inside its own shard's write
 KILLER = """

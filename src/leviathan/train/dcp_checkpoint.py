@@ -23,14 +23,18 @@ final saves wait. Restoring: the main rank verifies every file against the manif
 weights are read by the main rank and broadcast (`set_model_state_dict(broadcast_from_rank0)`),
 the optimizer state read by every rank for its own shard of the current sharding
 (`dcp.load` reshards: 4 ranks' files resume on 2), with the loader position (the same global
-batches at every world size) and the main rank's RNG states, as a DDP run. A checkpoint of the
-other mode is refused in one line (`checkpoint.refuse_other_format`).
+batches at every world size) and the main rank's RNG states, as a DDP run. A run that does
+not shard (one process, even with runtime.parallel=fsdp, or DDP) reads the shards whole
+(`load_whole_optimizer`), so an FSDP checkpoint resumes on any number of ranks; a DDP
+checkpoint's whole optimizer state under FSDP is refused in one line
+(`checkpoint.refuse_other_format`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,7 +42,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
+from torch import nn
 from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -48,13 +53,32 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from leviathan.io import publish_dir, read_json, write_json
+from leviathan.io import publish_dir, write_json
 from leviathan.layout import RNG, STATE, WEIGHTS
 from leviathan.train import checkpoint as ckpt
-from leviathan.train.integrity import DamagedCheckpoint, file_hashes
+from leviathan.train.integrity import file_hashes, read_checkpoint_files
 
 OPTIM_DIR = "optim"
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def read_sharded(path: Path, weights: bool = True, device: str = "cpu") -> dict[str, Any]:
+    """What a sharded checkpoint holds besides its optimizer shards: the train state, the RNG
+    states and (`weights`) the whole weights; {} as the weights otherwise (a rank that gets
+    them by broadcast)."""
+    keys = ("model", "rng", "state") if weights else ("rng", "state")
+    return {"model": {}, **read_checkpoint_files(path, device, keys), "path": path}
+
+
+def load_whole_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
+    """Read the optimizer shards of sharded checkpoint `path` whole, into the optimizer of a
+    model that is not sharded (one process, or DDP's every rank): DCP gathers each state
+    tensor from the shards that hold its parts."""
+    optim = get_optimizer_state_dict(model, optimizer)  # keyed by parameter name, as saved
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.load({"optim": optim}, checkpoint_id=str(path / OPTIM_DIR), no_dist=True)
+    set_optimizer_state_dict(model, optimizer, optim)
 
 
 def shard_files(directory: Path) -> list[str]:
@@ -79,27 +103,8 @@ class ShardedCheckpointManager(ckpt.CheckpointManager):
     def _read(self, path: Path) -> dict[str, Any]:
         """The main rank reads the whole weights (host memory); every rank the RNG states and
         the train state; the optimizer's shards are read collectively in `_load_weights`."""
-        ckpt.refuse_other_format(path, sharded=True)
-        loaded: dict[str, Any] = {"path": path}
-        loaders: dict[str, tuple[str, Any]] = {
-            "state": (STATE, read_json),
-            "rng": (RNG, lambda p: torch.load(p, weights_only=True)),
-        }
-        if self.info.is_main:
-            loaders["model"] = (WEIGHTS, lambda p: load_file(p, device="cpu"))
-        for key, (name, load) in loaders.items():
-            try:
-                loaded[key] = load(path / name)
-            except FileNotFoundError as exc:
-                raise DamagedCheckpoint(path, name, "missing") from exc
-            except Exception as exc:  # noqa: BLE001 - each loader has its own errors
-                raise DamagedCheckpoint(path, name, f"unreadable ({exc})") from exc
-        if not isinstance(loaded["state"], dict) or not isinstance(
-            loaded["state"].get("step"), int
-        ):
-            raise DamagedCheckpoint(path, STATE, "unreadable (no step)")
-        loaded.setdefault("model", {})  # the other ranks receive the weights by broadcast
-        return loaded
+        ckpt.refuse_other_format(path, sharded=True, world_size=self.info.world_size)
+        return read_sharded(path, weights=self.info.is_main)
 
     def _load_weights(self, loaded: dict[str, Any]) -> None:
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
