@@ -19,6 +19,7 @@ from leviathan.provenance import code_version
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import DistInfo
 from leviathan.train.metrics_log import MetricsLog
+from leviathan.train.validation import val_sample
 from leviathan.workflow.logs import start_line
 
 log = logging.getLogger("leviathan.train")
@@ -251,6 +252,7 @@ class TrainTelemetry:
                     "step": step,
                     "tokens": step * self.cfg.tokens_per_step,
                     "val_loss": val_loss,
+                    "sample": val_sample(self.runtime.validation),
                 }
             )
 
