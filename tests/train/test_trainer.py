@@ -277,11 +277,7 @@ def test_sigterm_checkpoints_and_exits_nonzero_then_resumes(
     assert len(saved) == 1
     assert not (run_dir / "checkpoints" / "final").exists()
     stopped_at = int(saved[0].split("_")[1])
-    resumed = subprocess.run(
-        cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=0"), capture_output=True, text=True
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"leviathan train: resumed from step {stopped_at} (" in resumed.stderr
+    subprocess.run(cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=0"), check=True)
     assert read_metrics(metrics, "start")[-1]["step"] == stopped_at
     assert_bitwise_equal(weights(run_dir), weights(reference_run))
 

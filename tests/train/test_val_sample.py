@@ -35,7 +35,7 @@ def _train(shards: Path, run_dir: Path, windows: int) -> None:
 
 @pytest.mark.slow
 def test_a_resume_with_another_validation_sample_is_refused(
-    gpt2_shards: Path, tmp_path: Path
+    gpt2_shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     first = tmp_path / "first"
     _train(gpt2_shards, first, windows=2)
@@ -50,7 +50,9 @@ def test_a_resume_with_another_validation_sample_is_refused(
     with pytest.raises(ValueError, match=r"over validation\.windows=2 and this resume asks for "):
         _train(gpt2_shards, run_dir, windows=3)
     assert (run_dir / "metrics.jsonl").read_bytes() == metrics  # nothing of the other sample
+    capsys.readouterr()
     _train(gpt2_shards, run_dir, windows=2)  # the same sample resumes
+    assert "leviathan train: resumed from step 1 (" in capsys.readouterr().err
     assert read_metrics(run_dir / "metrics.jsonl", "start")[-1]["step"] == 1
     assert [v["sample"] for v in read_metrics(run_dir / "metrics.jsonl", "val")] == [
         {"windows": 2}
