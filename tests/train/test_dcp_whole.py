@@ -1,19 +1,22 @@
 """An FSDP checkpoint's optimizer shards read whole by a run that does not shard (one process,
-DDP), and the one refusal left: a whole optimizer state under FSDP, named as such."""
+DDP), and a whole optimizer state keyed by parameter name for an FSDP run (the runs across
+rank counts: tests/train/test_fsdp.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
 
 from leviathan.io import write_json
 from leviathan.layout import STATE
-from leviathan.train.checkpoint import SHARDED_FORMAT, is_sharded_checkpoint, refuse_other_format
-from leviathan.train.dcp_checkpoint import OPTIM_DIR, load_whole_optimizer
+from leviathan.train.checkpoint import SHARDED_FORMAT, is_sharded_checkpoint
+from leviathan.train.dcp_checkpoint import OPTIM_DIR, _by_name, load_whole_optimizer
 
 
 def _stepped(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -41,20 +44,22 @@ def test_a_dcp_optimizer_state_is_read_whole_into_a_plain_optimizer(tmp_path: Pa
             torch.testing.assert_close(got["state"][key][name], value, rtol=0, atol=0)
 
 
-def test_only_a_whole_optimizer_state_under_fsdp_is_refused_and_the_refusal_says_so(
-    tmp_path: Path,
-) -> None:
+def test_a_whole_optimizer_state_is_keyed_by_parameter_name_for_fsdp() -> None:
+    """`_by_name`: optim.pt's positions become the names FSDP's loading keys the state by."""
+    model, optimizer = _stepped(0)
+    fresh, other = _stepped(1)
+    named = _by_name(optimizer.state_dict(), get_optimizer_state_dict(fresh, other))
+    assert set(named["state"]) == {name for name, _ in model.named_parameters()}
+    set_optimizer_state_dict(fresh, other, named)
+    want, got = optimizer.state_dict(), other.state_dict()
+    for key, state in want["state"].items():
+        for name, value in state.items():
+            torch.testing.assert_close(got["state"][key][name], value, rtol=0, atol=0)
+
+
+def test_the_format_of_a_checkpoint_is_read_from_its_state(tmp_path: Path) -> None:
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
     write_json(whole / STATE, {"step": 3})
     write_json(sharded / STATE, {"step": 3, "optim_format": SHARDED_FORMAT})
     assert is_sharded_checkpoint(sharded) and not is_sharded_checkpoint(whole)
-    refuse_other_format(sharded, sharded=True, world_size=4)
-    refuse_other_format(sharded, sharded=False)  # read whole: no refusal
-    refuse_other_format(whole, sharded=False)
-    with pytest.raises(ValueError) as refused:
-        refuse_other_format(whole, sharded=True, world_size=4)
-    message = str(refused.value)
-    assert "\n" not in message
-    assert "whole optimizer state (optim.pt)" in message
-    assert "shards it over 4 ranks (runtime.parallel=fsdp)" in message
-    assert "this one is ddp" not in message
+    assert not is_sharded_checkpoint(tmp_path / "missing")

@@ -331,19 +331,6 @@ def is_sharded_checkpoint(path: Path) -> bool:
         return False
 
 
-def refuse_other_format(path: Path, sharded: bool, world_size: int = 1) -> None:
-    """Refuse (ValueError, one line) to resume, sharded over `world_size` ranks (`sharded`), a
-    checkpoint whose optimizer state is whole (optim.pt). The other way round resumes: an
-    FSDP checkpoint's shards are read whole by one process or by DDP's ranks."""
-    if sharded and (path / STATE).is_file() and not is_sharded_checkpoint(path):
-        raise ValueError(
-            f"{path} holds the whole optimizer state (optim.pt) of a runtime.parallel=ddp or "
-            f"one-process run, and this run shards it over {world_size} ranks "
-            "(runtime.parallel=fsdp), which reads only sharded checkpoints: resume it with "
-            "runtime.parallel=ddp (resources.<scale>.parallel)"
-        )
-
-
 def set_aside_damaged(damage: DamagedCheckpoint) -> Path:
     """Move a damaged checkpoint out of the way, to `<name>.damaged-<n>` beside it (kept)."""
     target = free_name(damage.checkpoint, "damaged")

@@ -23,11 +23,12 @@ final saves wait. Restoring: the main rank verifies every file against the manif
 weights are read by the main rank and broadcast (`set_model_state_dict(broadcast_from_rank0)`),
 the optimizer state read by every rank for its own shard of the current sharding
 (`dcp.load` reshards: 4 ranks' files resume on 2), with the loader position (the same global
-batches at every world size) and the main rank's RNG states, as a DDP run. A run that does
-not shard (one process, even with runtime.parallel=fsdp, or DDP) reads the shards whole
-(`load_whole_optimizer`), so an FSDP checkpoint resumes on any number of ranks; a DDP
-checkpoint's whole optimizer state under FSDP is refused in one line
-(`checkpoint.refuse_other_format`).
+batches at every world size) and the main rank's RNG states, as a DDP run.
+
+Either mode resumes the other's checkpoints, so a run moves between any numbers of ranks, 1
+included: a run that does not shard (one process, even with runtime.parallel=fsdp, or DDP)
+reads an FSDP checkpoint's shards whole (`load_whole_optimizer`), and an FSDP run reads a
+whole optimizer state (optim.pt) on every rank and keeps its part (`_by_name`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,16 @@ def load_whole_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, pat
     set_optimizer_state_dict(model, optimizer, optim)
 
 
+def _by_name(whole: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """A whole optimizer state as `Optimizer.state_dict()` keys it (each parameter by its
+    position over the groups) keyed as `current` (`get_optimizer_state_dict`) keys the same
+    optimizer's: by parameter name, the groups' parameters in the same order."""
+    names = [name for group in current["param_groups"] for name in group["params"]]
+    state = {names[i]: value for i, value in whole["state"].items()}
+    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in whole["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
 def shard_files(directory: Path) -> list[str]:
     """The files of a checkpoint's sharded optimizer state, relative to the checkpoint."""
     root = directory / OPTIM_DIR
@@ -102,14 +113,27 @@ class ShardedCheckpointManager(ckpt.CheckpointManager):
     # --- restoring -------------------------------------------------------------------------
     def _read(self, path: Path) -> dict[str, Any]:
         """The main rank reads the whole weights (host memory); every rank the RNG states and
-        the train state; the optimizer's shards are read collectively in `_load_weights`."""
-        ckpt.refuse_other_format(path, sharded=True, world_size=self.info.world_size)
+        the train state; the optimizer's shards are read collectively in `_load_weights`. A
+        checkpoint of a run that did not shard (one process, DDP): every rank reads its whole
+        optimizer state (optim.pt), and keeps its part in `_load_weights`."""
+        if not ckpt.is_sharded_checkpoint(path):
+            keys = (
+                ("model", "optim", "rng", "state")
+                if self.info.is_main
+                else ("optim", "rng", "state")
+            )
+            return {"model": {}, **read_checkpoint_files(path, "cpu", keys), "path": path}
         return read_sharded(path, weights=self.info.is_main)
 
     def _load_weights(self, loaded: dict[str, Any]) -> None:
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
         set_model_state_dict(self.model, loaded["model"], options=options)
         optim = get_optimizer_state_dict(self.model, self.optimizer)  # the current sharding
+        if "optim" in loaded:  # whole, keyed by position: by parameter name, each rank its part
+            whole = _by_name(loaded["optim"], optim)
+            full = StateDictOptions(full_state_dict=True)
+            set_optimizer_state_dict(self.model, self.optimizer, whole, options=full)
+            return
         dcp.load({"optim": optim}, checkpoint_id=str(loaded["path"] / OPTIM_DIR))
         set_optimizer_state_dict(self.model, self.optimizer, optim)
 
