@@ -102,6 +102,7 @@ def atomic_path(
     tmp = _temp_of(final, os.getpid())
     try:
         yield tmp
+        honour_umask(tmp)
         with open(tmp, "rb+") as fh:  # data on disk before the rename makes it visible
             os.fsync(fh.fileno())
         os.replace(tmp, final)
@@ -166,6 +167,30 @@ def _running(pid: int) -> bool:
     return True
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux's /proc; elsewhere it is set and
+    restored at once)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def honour_umask(path: Path) -> None:
+    """Give `path` (a file, or a directory and everything under it) the mode a plain
+    open() or mkdir() gives under the umask: writers that go through a private temporary
+    file (safetensors writes 0600) must not make weights unreadable to a group that the
+    umask lets read them."""
+    mask = current_umask()
+    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if item.is_symlink():
+            continue
+        item.chmod((0o777 if item.is_dir() else 0o666) & ~mask)
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -190,7 +215,9 @@ def publish_dir(tmp: Path, final: Path) -> None:
 
     The files are on disk before the rename; an existing `final` is moved aside first and
     removed only after the new one is in place, so `final` is at every moment either the
-    old directory or the new one, never a mixture."""
+    old directory or the new one, never a mixture. Its files get the modes the umask allows
+    (`honour_umask`)."""
+    honour_umask(tmp)
     fsync_tree(tmp)
     old = final.with_name(f".{final.name}.{os.getpid()}.old")
     if final.exists():

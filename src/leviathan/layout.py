@@ -533,6 +533,13 @@ def cell_log(step: str, cell: CellLike, *parts: str) -> str:
     return log_file(step, str(cell.results), cell_key(cell), *parts)
 
 
+def attempts_log(log: str | os.PathLike[str]) -> Path:
+    """The history of a job's log `log` (`<name>.attempts.log` beside it): every attempt of the
+    job appended, where Snakemake removes `log` itself before each attempt."""
+    path = Path(log)
+    return path.with_name(f"{path.name.removesuffix('.log')}.attempts.log")
+
+
 def benchmark_path(directory: str, rule: str, tag: str = "") -> str:
     """Where a job of `rule` writes its Snakemake benchmark (`tag` tells apart jobs of one rule
     in one directory): beside the job's outputs, so the file lives in (and travels with) the

@@ -9,6 +9,7 @@ from leviathan.cli import main
 from leviathan.model import build_model, model_config
 from leviathan.model.accounting import account, account_model
 from leviathan.report.cost_checks import cost_checks
+from leviathan.scales import SCALES
 
 
 @pytest.mark.parametrize("variant", ["tied", "albert", "flat_mlp", "factored_mlp", "leviathan"])
@@ -69,19 +70,24 @@ def test_params_cli_text_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "LEV parameters at D=2048" in capsys.readouterr().out
 
 
-def test_params_shows_each_lev_choice_against_the_method_count() -> None:
-    """`leviathan params`' RECON rows (docs/method.md §6) against LEV's count written out from
-    its parts: codebooks k b d, heads h (d d + d) with the seed bias, LayerNorm 2 h d, splines
-    h d kappa r, one learned scale per head and coordinate; h r per unit of D."""
-    from leviathan.commands.params import recon_effects
+@pytest.mark.parametrize("scale", list(SCALES))
+def test_params_shows_each_lev_choice_against_the_method_count(
+    scale: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`leviathan params`' RECON rows (docs/method.md §6), at every scale, against LEV's count
+    written out from its parts: codebooks k b d, heads h (d d + d) with the seed bias, LayerNorm
+    2 h d, splines h d kappa r, one learned scale per head and coordinate; h r per unit of D."""
     from leviathan.model.config import model_config as mc
 
-    lev = mc("400m", "o200k_base", "leviathan").lev
+    cfg = mc(scale, "o200k_base", "leviathan")
+    lev = cfg.lev
     k, d, h, K, r = lev.n_digits, lev.d_seed, lev.n_heads, lev.n_knots, lev.rank
-    b = mc("400m", "o200k_base", "leviathan").lev_base
-    base = k * b * d + h * (d * d + d) + 2 * h * d + h * d * K * r
-    rows = {row["choice"]: row for row in recon_effects("400m", "o200k_base", None)}
+    base = k * cfg.lev_base * d + h * (d * d + d) + 2 * h * d + h * d * K * r
+    assert main(["params", "--scale", scale, "--vocab", "o200k_base", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {row["choice"]: row for row in doc["lev_recon_choices"]}
     assert rows["defaults"]["constant"] == base and rows["defaults"]["per_d"] == h * r
+    assert doc["variants"]["leviathan"]["input_params"] == base + h * r * cfg.d_model
     assert rows["seed_bias=False"]["constant"] == base - h * d
     assert rows["basis=normalised"]["constant"] == base
     assert rows["knot_scale=learned"]["constant"] == base + h * d

@@ -1,7 +1,7 @@
 """FSDP2 (`runtime.parallel: fsdp`) and its distributed checkpoints on CPU gloo ranks (torchrun):
 the same losses as DDP and as one process, a kill mid-save leaves the previous checkpoint
-loadable, a run stopped on 4 ranks resumes on 2, and the export of an FSDP run equals the DDP
-run's. Tolerance: rel 1e-4 on the losses (as DDP against one process: the gradients are summed
+loadable, a run stopped on 4 ranks resumes on 2, one stopped on 2 resumes on one process and
+one stopped on one process resumes on 2, and the export of an FSDP run equals the DDP run's. Tolerance: rel 1e-4 on the losses (as DDP against one process: the gradients are summed
 in another order, fp32); on the weights after a few AdamW steps 1e-5, and 1e-4 on the output
 head, whose rows of tokens absent from the batches get gradients at the roundoff level, which
 AdamW's division by their root mean square turns into steps of that order (observed: 5.5e-5,
@@ -167,6 +167,67 @@ def test_sigterm_on_4_ranks_resumes_on_2_as_the_same_run(
     assert len(list((saved[0] / "optim").glob("*.distcp"))) == 4
 
     subprocess.run(launch(2, argv), check=True, env=ENV, timeout=600)
+    start = read_metrics(metrics, "start")[-1]
+    assert (start["step"], start["world_size"]) == (stopped_at, 2)
+    assert losses(run_dir) == pytest.approx(losses(runs["one"]), rel=1e-4)
+
+
+def test_sigterm_on_2_fsdp_ranks_resumes_on_one_process(
+    gpt2_shards: Path, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """An FSDP run stopped on 2 ranks resumes on one process (runtime.parallel=fsdp still):
+    the optimizer's shards are read whole, and the losses are the uninterrupted run's."""
+    run_dir = tmp_path / "run"
+    every = ["--runtime", "checkpoint.every=0", "--runtime", "validation.every=0"]
+    argv = args(gpt2_shards, run_dir, "micro", *every)
+    proc = subprocess.Popen(launch(2, argv), env=ENV, stderr=subprocess.PIPE, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    while proc.poll() is None and (
+        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
+    ):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=300)[1]
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    saved = [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
+    assert len(saved) == 1 and len(list((saved[0] / "optim").glob("*.distcp"))) == 2, err
+    stopped_at = int(saved[0].name.split("_")[1])
+    assert 0 < stopped_at < STEPS
+
+    resumed = subprocess.run(launch(1, argv), env=ENV, timeout=600, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    start = read_metrics(metrics, "start")[-1]
+    assert (start["step"], start["world_size"]) == (stopped_at, 1)
+    assert losses(run_dir) == pytest.approx(losses(runs["one"]), rel=1e-4)
+
+
+def test_a_one_process_runs_checkpoint_resumes_on_2_fsdp_ranks(
+    gpt2_shards: Path, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The other way: a run stopped on one process (its whole optimizer state in optim.pt)
+    resumes sharded on 2 FSDP ranks, each keeping its part; the losses are the uninterrupted
+    run's."""
+    run_dir = tmp_path / "run"
+    every = ["--runtime", "checkpoint.every=0", "--runtime", "validation.every=0"]
+    argv = args(gpt2_shards, run_dir, "micro", *every)
+    proc = subprocess.Popen(
+        launch(1, argv, parallel="ddp"), env=ENV, stderr=subprocess.PIPE, text=True
+    )
+    metrics = run_dir / "metrics.jsonl"
+    while proc.poll() is None and (
+        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
+    ):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=300)[1]
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    saved = [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
+    assert len(saved) == 1 and (saved[0] / "optim.pt").is_file(), err
+    stopped_at = int(saved[0].name.split("_")[1])
+    assert 0 < stopped_at < STEPS
+
+    resumed = subprocess.run(launch(2, argv), env=ENV, timeout=600, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
     start = read_metrics(metrics, "start")[-1]
     assert (start["step"], start["world_size"]) == (stopped_at, 2)
     assert losses(run_dir) == pytest.approx(losses(runs["one"]), rel=1e-4)

@@ -207,3 +207,46 @@ def test_a_rule_log_is_written_by_a_real_run_and_holds_a_failing_jobs_error(
     text = log.read_text()
     assert "Traceback (most recent call last)" in text
     assert "corpus.kind=text needs corpus.paths" in text
+
+
+def test_each_attempt_of_a_train_job_is_appended_to_the_log_snakemake_names(
+    tmp_path: Path,
+) -> None:
+    """Snakemake removes a job's log before each attempt: a train job's output goes to the end
+    of the cell's history, which the log is a second name of, each attempt opened by its number;
+    the number reaches the program the job execs, whose first line says where it resumed."""
+    log = tmp_path / "logs" / "train" / "seed0.log"
+    code = f"""
+        import os, sys, types
+        from leviathan.workflow.logs import rule_log
+        sm = types.SimpleNamespace(
+            log=[{str(log)!r}], rule="train", wildcards={{"seed": "0"}}
+        )
+        rule_log(sm)
+        print("training output")
+        step = sys.argv[1]
+        program = "from pathlib import Path; from leviathan.workflow.logs import start_line; "
+        program += f"print(start_line({{step}}, Path('ckpt') if {{step}} else None))"
+        os.execvp(sys.executable, [sys.executable, "-c", program])
+        """
+    for step in (0, 4):
+        if log.exists():
+            log.unlink()  # as Snakemake does before a job
+        run = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code), str(step)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+    text = log.read_text()
+    assert text == layout.attempts_log(log).read_text()
+    lines = [line for line in text.splitlines() if "attempt" in line]
+    assert len(lines) == 4, text
+    assert "attempt 1 of rule train (seed=0)" in lines[0]
+    assert lines[1] == "attempt 1, started at step 0 (no checkpoint to resume from)"
+    assert "attempt 2 of rule train (seed=0)" in lines[2]
+    assert lines[3] == "attempt 2, resumed from step 4 (ckpt)"
+    assert text.count("training output") == 2
+    other = tmp_path / "logs" / "eval" / "seed0.log"  # other rules' logs: the job's own
+    assert not layout.attempts_log(other).exists()

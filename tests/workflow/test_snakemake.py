@@ -12,12 +12,15 @@ import pytest
 import yaml
 from workflow_helpers import ROOT, job_counts, small_config, snakemake, workflow_copy
 
+# a dry run on the shipped SLURM profile, its placeholders filled in as docs/slurm.md does
+DRY_RUN = ("-n", "--default-resources", "slurm_account=a", "slurm_partition=p", "mem_mb=8000")
+
 
 def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
     work = workflow_copy(tmp_path)
     t0 = time.time()
     out = snakemake(
-        work, "-n", "--configfile", "config/paper.yaml", "--profile", "profiles/slurm", "all"
+        work, *DRY_RUN, "--configfile", "config/paper.yaml", "--profile", "profiles/slurm", "all"
     )
     assert out.returncode == 0, out.stderr
     # planning must not touch the (absent) data: seconds on a quiet machine; the bound leaves room
@@ -288,7 +291,7 @@ def test_scale_config_plans_multi_node_fsdp_jobs(tmp_path: Path) -> None:
     training jobs of 4 and 8 nodes, each launching torchrun per node with parallel=fsdp."""
     work = workflow_copy(tmp_path)
     out = snakemake(
-        work, "-n", "--configfile", "config/scale.yaml", "--profile", "profiles/slurm", "all"
+        work, *DRY_RUN, "--configfile", "config/scale.yaml", "--profile", "profiles/slurm", "all"
     )
     assert out.returncode == 0, out.stderr
     counts = job_counts(out.stdout + out.stderr)

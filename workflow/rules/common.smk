@@ -8,6 +8,11 @@ from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.plots import plot_paths
 from leviathan.report.resources import RESOURCES_TABLE
 from leviathan.report.registry import table_names, table_paths
+from leviathan.workflow.placeholders import placeholder_error
+
+# a profile's `<your-account>` left as shipped: refused as the workflow loads (dry runs too)
+if (placeholder := placeholder_error(workflow.resource_settings)) is not None:
+    raise WorkflowError(placeholder)
 
 CORPUS = config["corpus"]["name"]
 # where this study's results live: results/<kind>/<corpus>[+<study_name>]/ (layout.results_key),

@@ -71,17 +71,23 @@ def recon_effects(scale: str, vocab: str, vocab_size: int | None) -> list[dict[s
     """LEV's parameters under its defaults and under each other RECON choice alone, counted
     from the model (the constant part and the part per D: LEV's count is a + b D)."""
 
-    def lev_params(overrides: dict[str, Any], d_model: int | None = None) -> int:
-        extra = {"d_model": d_model} if d_model else {}
+    # two widths the scale's heads divide (its own D and twice it), so every scale works
+    width = model_config(scale, vocab, "leviathan", vocab_size=vocab_size).d_model
+
+    def lev_params(overrides: dict[str, Any], d_model: int) -> int:
         cfg = model_config(
-            scale, vocab, "leviathan", vocab_size=vocab_size, overrides={"lev": overrides, **extra}
+            scale,
+            vocab,
+            "leviathan",
+            vocab_size=vocab_size,
+            overrides={"lev": overrides, "d_model": d_model},
         )
         return account(cfg).input_params
 
     def split(overrides: dict[str, Any]) -> tuple[int, int]:
-        at_64, at_128 = lev_params(overrides, 64), lev_params(overrides, 128)
-        per_d = (at_128 - at_64) // 64
-        return at_64 - 64 * per_d, per_d
+        at_d, at_2d = lev_params(overrides, width), lev_params(overrides, 2 * width)
+        per_d = (at_2d - at_d) // width
+        return at_d - width * per_d, per_d
 
     base = split({})
     rows = [{"choice": "defaults", "constant": base[0], "per_d": base[1], "change": 0}]

@@ -322,19 +322,13 @@ def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str,
 SHARDED_FORMAT = "dcp"
 
 
-def refuse_other_format(path: Path, sharded: bool) -> None:
-    """Refuse (ValueError, one line) to resume a checkpoint of the other training mode: DDP's
-    whole optimizer state or FSDP's sharded one. Its weights are whole either way."""
+def is_sharded_checkpoint(path: Path) -> bool:
+    """Whether checkpoint `path` holds its optimizer state sharded (an FSDP run's, DCP); False
+    where its state.json cannot be read (the integrity check names it)."""
     try:
-        theirs = read_json(path / STATE).get("optim_format") == SHARDED_FORMAT
+        return read_json(path / STATE).get("optim_format") == SHARDED_FORMAT
     except (OSError, ValueError, AttributeError):
-        return  # unreadable: the integrity check names it
-    if theirs != sharded:
-        written, now = ("fsdp", "ddp") if theirs else ("ddp", "fsdp")
-        raise ValueError(
-            f"{path} was written by a runtime.parallel={written} run and this one is "
-            f"{now}: resume it with runtime.parallel={written} (resources.<scale>.parallel)"
-        )
+        return False
 
 
 def set_aside_damaged(damage: DamagedCheckpoint) -> Path:
@@ -452,11 +446,20 @@ class CheckpointManager:
     def _load_weights(self, loaded: dict[str, Any]) -> None:
         """Put a read checkpoint's weights and optimizer state into the model and optimizer."""
         self.model.load_state_dict(loaded["model"])
-        self.optimizer.load_state_dict(loaded["optim"])
+        if "optim" in loaded:
+            self.optimizer.load_state_dict(loaded["optim"])
+        else:  # an FSDP run's checkpoint: its optimizer shards read whole
+            from leviathan.train.dcp_checkpoint import load_whole_optimizer
+
+            load_whole_optimizer(self.model, self.optimizer, loaded["path"])
 
     def _read(self, path: Path) -> dict[str, Any]:
-        """Read checkpoint `path` (this rank's part of it); a sharded one is refused in one line."""
-        refuse_other_format(path, sharded=False)
+        """Read checkpoint `path` (this rank's part of it; an FSDP run's without its optimizer
+        shards, which `_load_weights` reads)."""
+        if is_sharded_checkpoint(path):
+            from leviathan.train.dcp_checkpoint import read_sharded
+
+            return read_sharded(path, device=str(self.info.device))
         return read_checkpoint_files(path, self.info.device)
 
     def _newest_intact(

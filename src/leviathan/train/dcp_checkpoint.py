@@ -23,14 +23,19 @@ final saves wait. Restoring: the main rank verifies every file against the manif
 weights are read by the main rank and broadcast (`set_model_state_dict(broadcast_from_rank0)`),
 the optimizer state read by every rank for its own shard of the current sharding
 (`dcp.load` reshards: 4 ranks' files resume on 2), with the loader position (the same global
-batches at every world size) and the main rank's RNG states, as a DDP run. A checkpoint of the
-other mode is refused in one line (`checkpoint.refuse_other_format`).
+batches at every world size) and the main rank's RNG states, as a DDP run.
+
+Either mode resumes the other's checkpoints, so a run moves between any numbers of ranks, 1
+included: a run that does not shard (one process, even with runtime.parallel=fsdp, or DDP)
+reads an FSDP checkpoint's shards whole (`load_whole_optimizer`), and an FSDP run reads a
+whole optimizer state (optim.pt) on every rank and keeps its part (`_by_name`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,7 +43,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
+from torch import nn
 from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -48,13 +54,42 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from leviathan.io import publish_dir, read_json, write_json
+from leviathan.io import publish_dir, write_json
 from leviathan.layout import RNG, STATE, WEIGHTS
 from leviathan.train import checkpoint as ckpt
-from leviathan.train.integrity import DamagedCheckpoint, file_hashes
+from leviathan.train.integrity import file_hashes, read_checkpoint_files
 
 OPTIM_DIR = "optim"
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def read_sharded(path: Path, weights: bool = True, device: str = "cpu") -> dict[str, Any]:
+    """What a sharded checkpoint holds besides its optimizer shards: the train state, the RNG
+    states and (`weights`) the whole weights; {} as the weights otherwise (a rank that gets
+    them by broadcast)."""
+    keys = ("model", "rng", "state") if weights else ("rng", "state")
+    return {"model": {}, **read_checkpoint_files(path, device, keys), "path": path}
+
+
+def load_whole_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
+    """Read the optimizer shards of sharded checkpoint `path` whole, into the optimizer of a
+    model that is not sharded (one process, or DDP's every rank): DCP gathers each state
+    tensor from the shards that hold its parts."""
+    optim = get_optimizer_state_dict(model, optimizer)  # keyed by parameter name, as saved
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.load({"optim": optim}, checkpoint_id=str(path / OPTIM_DIR), no_dist=True)
+    set_optimizer_state_dict(model, optimizer, optim)
+
+
+def _by_name(whole: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """A whole optimizer state as `Optimizer.state_dict()` keys it (each parameter by its
+    position over the groups) keyed as `current` (`get_optimizer_state_dict`) keys the same
+    optimizer's: by parameter name, the groups' parameters in the same order."""
+    names = [name for group in current["param_groups"] for name in group["params"]]
+    state = {names[i]: value for i, value in whole["state"].items()}
+    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in whole["param_groups"]]
+    return {"state": state, "param_groups": groups}
 
 
 def shard_files(directory: Path) -> list[str]:
@@ -78,33 +113,27 @@ class ShardedCheckpointManager(ckpt.CheckpointManager):
     # --- restoring -------------------------------------------------------------------------
     def _read(self, path: Path) -> dict[str, Any]:
         """The main rank reads the whole weights (host memory); every rank the RNG states and
-        the train state; the optimizer's shards are read collectively in `_load_weights`."""
-        ckpt.refuse_other_format(path, sharded=True)
-        loaded: dict[str, Any] = {"path": path}
-        loaders: dict[str, tuple[str, Any]] = {
-            "state": (STATE, read_json),
-            "rng": (RNG, lambda p: torch.load(p, weights_only=True)),
-        }
-        if self.info.is_main:
-            loaders["model"] = (WEIGHTS, lambda p: load_file(p, device="cpu"))
-        for key, (name, load) in loaders.items():
-            try:
-                loaded[key] = load(path / name)
-            except FileNotFoundError as exc:
-                raise DamagedCheckpoint(path, name, "missing") from exc
-            except Exception as exc:  # noqa: BLE001 - each loader has its own errors
-                raise DamagedCheckpoint(path, name, f"unreadable ({exc})") from exc
-        if not isinstance(loaded["state"], dict) or not isinstance(
-            loaded["state"].get("step"), int
-        ):
-            raise DamagedCheckpoint(path, STATE, "unreadable (no step)")
-        loaded.setdefault("model", {})  # the other ranks receive the weights by broadcast
-        return loaded
+        the train state; the optimizer's shards are read collectively in `_load_weights`. A
+        checkpoint of a run that did not shard (one process, DDP): every rank reads its whole
+        optimizer state (optim.pt), and keeps its part in `_load_weights`."""
+        if not ckpt.is_sharded_checkpoint(path):
+            keys = (
+                ("model", "optim", "rng", "state")
+                if self.info.is_main
+                else ("optim", "rng", "state")
+            )
+            return {"model": {}, **read_checkpoint_files(path, "cpu", keys), "path": path}
+        return read_sharded(path, weights=self.info.is_main)
 
     def _load_weights(self, loaded: dict[str, Any]) -> None:
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
         set_model_state_dict(self.model, loaded["model"], options=options)
         optim = get_optimizer_state_dict(self.model, self.optimizer)  # the current sharding
+        if "optim" in loaded:  # whole, keyed by position: by parameter name, each rank its part
+            whole = _by_name(loaded["optim"], optim)
+            full = StateDictOptions(full_state_dict=True)
+            set_optimizer_state_dict(self.model, self.optimizer, whole, options=full)
+            return
         dcp.load({"optim": optim}, checkpoint_id=str(loaded["path"] / OPTIM_DIR))
         set_optimizer_state_dict(self.model, self.optimizer, optim)
 

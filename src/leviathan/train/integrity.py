@@ -12,7 +12,7 @@ check takes about the time of the largest file: optim.pt, two thirds of a checkp
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,11 +134,15 @@ def _loaders(device: str) -> dict[str, tuple[str, Callable[[Path], Any]]]:
     }
 
 
-def read_checkpoint_files(checkpoint: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """{'model', 'optim', 'rng', 'state'} of a checkpoint (safe loaders only); a file that
-    cannot be read or parsed raises `DamagedCheckpoint` naming it."""
+def read_checkpoint_files(
+    checkpoint: Path, device: torch.device | str = "cpu", keys: Collection[str] | None = None
+) -> dict[str, Any]:
+    """{'model', 'optim', 'rng', 'state'} of a checkpoint (those of `keys` only, where given;
+    safe loaders only); a file that cannot be read or parsed raises `DamagedCheckpoint`."""
     loaded: dict[str, Any] = {}
     for key, (name, load) in _loaders(str(device)).items():
+        if keys is not None and key not in keys:
+            continue
         try:
             loaded[key] = load(checkpoint / name)
         except FileNotFoundError as exc:

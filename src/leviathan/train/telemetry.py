@@ -19,6 +19,8 @@ from leviathan.provenance import code_version
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import DistInfo
 from leviathan.train.metrics_log import MetricsLog
+from leviathan.train.validation import val_sample
+from leviathan.workflow.logs import start_line
 
 log = logging.getLogger("leviathan.train")
 
@@ -136,6 +138,8 @@ class TrainTelemetry:
         (checkpoints of another config or data, also a WARNING on stderr, in a workflow job's
         log: which folder, and why; `damaged` ones)."""
         self._began = self._last_line = (time.perf_counter(), step)
+        if self.info.is_main:
+            print(f"leviathan train: {start_line(step, resumed_from)}", file=sys.stderr, flush=True)
         if set_aside and self.info.is_main:
             print(
                 f"leviathan train: WARNING: set aside the checkpoints of another run as "
@@ -248,6 +252,7 @@ class TrainTelemetry:
                     "step": step,
                     "tokens": step * self.cfg.tokens_per_step,
                     "val_loss": val_loss,
+                    "sample": val_sample(self.runtime.validation),
                 }
             )
 

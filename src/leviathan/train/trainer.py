@@ -88,7 +88,7 @@ from leviathan.train.optimizer import build_optimizer, clip_gradients
 from leviathan.train.preemption import PreemptionWatch
 from leviathan.train.schedule import lr_at
 from leviathan.train.telemetry import StepRecord, TrainTelemetry, log_due
-from leviathan.train.validation import Validator
+from leviathan.train.validation import Validator, check_val_sample
 from leviathan.vocab import check_covers
 
 __all__ = ["TrainResult", "Trainer", "build_cell_model", "train"]
@@ -385,6 +385,7 @@ class Trainer:
         the data the checkpoints come from, show the progress bar (main rank)."""
         r, info, runtime = self.restored, self.info, self.runtime
         metrics = layout.metrics_file(self.run_dir)
+        check_val_sample(metrics, r.step, self.validator.sample)  # one curve, one sample
         if info.is_main:  # the metrics of exactly the run the checkpoints belong to
             invalidate_manifest(metrics)  # it grows again: anchored anew once the run finishes
             rewind_metrics(metrics, r.step, r.aside_for(metrics))

@@ -1,10 +1,17 @@
 """Validation loss: the mean loss over fixed validation windows, every target counted once.
 
 `Validator` is the training run's side: it decides its own interval (`should_validate`) and
-evaluates the model it was given on the run's validation shard."""
+evaluates the model it was given on the run's validation shard.
+
+A validation curve is one sample: each `val` record of the metrics log names it (`val_sample`:
+the first `validation.windows` fixed windows of the shard, 0: all), and a resume that asks for
+another sample is refused (`check_val_sample`), because every reader of the log (the report's
+along-training figures, `dvc plots`, W&B) draws its `val` records as one curve and could not
+tell the two samples apart. The batch size is no part of the sample: it only groups windows."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -95,6 +102,7 @@ class Validator:
     ) -> None:
         self.model, self.val_bin, self.config = model, val_bin, config
         self.context, self.info, self.vocab, self.autocast = context, info, vocab, autocast
+        self.sample = val_sample(config)  # what each of its losses is a mean over
 
     def should_validate(self, step: int) -> bool:
         """Whether to validate after optimizer step `step`: the run has a validation shard and
@@ -115,4 +123,34 @@ class Validator:
             info=self.info,
             vocab=self.vocab,
             autocast=self.autocast(),
+        )
+
+
+def val_sample(config: ValidationConfig) -> dict[str, int]:
+    """What a validation loss is a mean over: the first `windows` fixed windows of the run's
+    validation shard (0: all of them)."""
+    return {"windows": config.windows}
+
+
+def check_val_sample(metrics: Path, step: int, sample: dict[str, int]) -> None:
+    """Refuse (ValueError, one line) to resume at `step` a run whose `val` records up to there
+    name another sample than `sample`; records without one (older runs) and lines that are no
+    whole record (a torn tail, set aside elsewhere) are passed over."""
+    recorded = None
+    if metrics.is_file():
+        for line in metrics.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("kind") == "val" and "sample" in rec:
+                if isinstance(rec.get("step"), int) and rec["step"] <= step:
+                    recorded = rec["sample"]
+    if recorded is not None and recorded != sample:
+        before = ", ".join(f"validation.{k}={v}" for k, v in recorded.items())
+        now = ", ".join(f"validation.{k}={v}" for k, v in sample.items())
+        raise ValueError(
+            f"{metrics}: the run's validation curve is over {before} and this resume asks for "
+            f"{now}: one curve is one sample; resume with runtime.{before} (or train the other "
+            "sample in a new run directory)"
         )
