@@ -185,7 +185,7 @@ def test_leviathan_commands_parse(monkeypatch: pytest.MonkeyPatch) -> None:
         ("params", []),
         ("config", ["--no-memory"]),  # the plan without its FakeTensor traces (seconds)
         ("target", []),
-        # as written: the paper's plan traces each of its 14 cells' jobs' GPU memory (~1 min)
+        # as written: the paper's plan traces each of its 18 cells' jobs' GPU memory (~1 min)
         pytest.param("config", [], marks=pytest.mark.slow, id="config-as-written"),
     ],
 )

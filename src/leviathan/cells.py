@@ -1,7 +1,8 @@
 """The experiment's identity: studies -> cells, the grid (a cell's paths: leviathan.layout).
 
-A study is scales x vocabs x variants x seeds; the DAG trains the union of the studies'
-cells, each once however many studies use it.
+A study is scales x vocabs x variants x seeds (`seeds_by_scale.<scale>` in place of `seeds`
+at that scale); the DAG trains the union of the studies' cells, each once however many
+studies use it.
 """
 
 from __future__ import annotations
@@ -36,13 +37,19 @@ class Cell:
         }
 
 
+def study_seeds(study: Mapping[str, Any], scale: str) -> list[int]:
+    """A study's seeds at a scale: its `seeds_by_scale.<scale>` where given, else its `seeds`
+    (e.g. 3 seeds where the effect is small and runs are cheap, one elsewhere)."""
+    return [int(s) for s in (study.get("seeds_by_scale") or {}).get(scale, study["seeds"])]
+
+
 def study_cells(study: Mapping[str, Any], results: str) -> list[Cell]:
     return [
-        Cell(scale, vocab, variant, int(seed), results)
+        Cell(scale, vocab, variant, seed, results)
         for scale in study["scales"]
         for vocab in study["vocabs"]
         for variant in study["variants"]
-        for seed in study["seeds"]
+        for seed in study_seeds(study, scale)
     ]
 
 

@@ -487,6 +487,12 @@ FIGURE_NAMES = (
 )
 
 
+def report_figures(along: bool) -> tuple[str, ...]:
+    """The figures a study's report draws: FIGURE_NAMES, `along` only where the study evaluates
+    along training (`along`: it has such evaluations to draw; no report ships an empty panel)."""
+    return tuple(name for name in FIGURE_NAMES if along or name != "along")
+
+
 def table_files(
     out_dir: PathLike, name: str, formats: tuple[str, ...] = TABLE_FORMATS
 ) -> dict[str, Path]:

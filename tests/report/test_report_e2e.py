@@ -88,6 +88,8 @@ def test_figures_png_and_pdf(work: Path) -> None:
         assert png.startswith(b"\x89PNG")
         assert pdf.startswith(b"%PDF")
         assert len(png) > 10_000
+    # no evaluation along training in this study: no along figure (not an empty panel)
+    assert not list((work / "results/report/embedded/figures").glob("along.*"))
 
 
 def test_the_html_report_opens_with_the_study_status(work: Path) -> None:

@@ -147,7 +147,7 @@ def test_config_show_prints_a_cell_and_the_plan() -> None:
     plan = subprocess.run(
         [*leviathan, "--no-memory"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    assert "plan: 14 cells" in plan
+    assert "plan: 18 cells" in plan  # 14, and the 200m main cells' seeds 1 and 2
     assert "the real datasets (no offline stand-ins)" in plan
     assert "fetch limit (corpus.max_bytes='auto')" in plan
     bad = subprocess.run(

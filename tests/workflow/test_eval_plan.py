@@ -97,9 +97,12 @@ def test_study_disk_re_derived(paper: dict[str, Any]) -> None:
     assert disk.step_checkpoints == 2 * disk.final_checkpoints
     assert disk.final_checkpoints == sum(p.params * 4 * 3 for p in plans)
     assert disk.dvc_cache == 0  # .dvc/config links (hardlink,symlink): no second copy
+    # the weights kept for the evaluation along training (runtime.checkpoint.keep_at)
+    assert disk.kept_checkpoints == sum(p.kept_checkpoints * p.params * 4 for p in plans)
     assert (
         disk.total
         == sum((disk.corpus_text, disk.shards, disk.step_checkpoints, disk.final_checkpoints))
+        + disk.kept_checkpoints
         + disk.dvc_cache
     )
     # the paper config drops a finished cell's step checkpoints: the peak keeps them, the end not

@@ -29,7 +29,10 @@ def test_study_disk_counts_the_kept_checkpoints(paper: dict[str, Any]) -> None:
     runtime = copy.deepcopy(paper["runtime"])
     runtime["checkpoint"]["keep_at"] = "log2:512:1000"
     pythia = {**paper, "runtime": runtime}
-    before, after = study_disk(paper), study_disk(pythia)
+    none = copy.deepcopy(paper)
+    none["runtime"]["checkpoint"]["keep_at"] = ""
+    none["evaluate"]["along"] = False
+    before, after = study_disk(none), study_disk(pythia)
     plans = [plan_cell(pythia, c) for c in config_cells(pythia)]
     # 0, the ten powers of two up to 512, then every 1000th step up to the run's last
     counts = [11 + p.steps // 1000 for p in plans]

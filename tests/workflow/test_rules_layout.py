@@ -11,8 +11,7 @@ from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
 from leviathan.cells import config_cells
-from leviathan.eval.run import enabled_evals
-from leviathan.layout import FIGURE_NAMES
+from leviathan.eval.run import along_enabled, enabled_evals
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.plots import plot_paths
 from leviathan.report.registry import table_names, table_paths
@@ -69,7 +68,7 @@ def _layout_paths(config: dict) -> set[str]:
     for name in (PAPER_CHECK, RESOURCES_TABLE):
         tables = layout.tables_dir(results)
         files += layout.table_files(tables, name, layout.PLAIN_TABLE_FORMATS).values()
-    for name in FIGURE_NAMES:
+    for name in layout.report_figures(along_enabled(config)):
         files += layout.figure_files(layout.figures_dir(results), name).values()
     metrics = layout.dvc_metrics_dir_of(results)
     files += [layout.dvc_metrics_file(metrics, layout.cell_key(c)) for c in all_cells]

@@ -12,6 +12,8 @@ import pytest
 import yaml
 from workflow_helpers import ROOT, job_counts, small_config, snakemake, workflow_copy
 
+from leviathan.train.schedule import keep_steps
+
 # a dry run on the shipped SLURM profile, its placeholders filled in as docs/slurm.md does
 DRY_RUN = ("-n", "--default-resources", "slurm_account=a", "slurm_partition=p", "mem_mb=8000")
 
@@ -27,21 +29,30 @@ def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
     # for a shared, loaded one
     assert time.time() - t0 < 300
     counts = job_counts(out.stdout + out.stderr)
-    # main 3 scales x 2 + ablation 6 at 400m (2 shared with main) + vocabulary 3 x 2 at 200m
-    # (o200k shared with main): 6 + 4 + 4 = 14 cells
+    # main 3 scales x 2 (at 200m 3 seeds: 4 cells more) + ablation 6 at 400m (2 shared with
+    # main) + vocabulary 3 x 2 at 200m (o200k seed0 shared with main): 10 + 4 + 4 = 18 cells
     assert counts["fetch_corpus"] == 1
     assert counts["fetch_eval_data"] == 7  # WikiText-103 and the six lm-eval tasks' datasets
     assert counts["tokenize"] == 3
-    assert counts["train"] == 14
-    assert counts["eval_val"] == counts["eval_wikitext"] == counts["eval_lm_eval"] == 14
+    assert counts["train"] == 18
+    assert counts["eval_val"] == counts["eval_wikitext"] == counts["eval_lm_eval"] == 18
+    # every kept checkpoint (keep_at, up to each scale's steps) of every cell is evaluated
+    spec = yaml.safe_load((ROOT / "config/paper.yaml").read_text())["runtime"]["checkpoint"]
+    steps = {"200m": 16_022, "400m": 32_044, "1.2b": 91_935}  # the scales' own budgets
+    cells = {"200m": 10, "400m": 6, "1.2b": 2}
+    kept = {s: len(keep_steps(spec["keep_at"], n)) for s, n in steps.items()}
+    # log2:512:2000: 0, 1, 2, 4, ..., 512 (11 steps), then every 2,000 up to the scale's steps
+    assert kept == {"200m": 11 + 8, "400m": 11 + 16, "1.2b": 11 + 45}
+    assert counts["eval_val_along"] == sum(cells[s] * kept[s] for s in steps)
     jobs = _job_resources(out.stdout + out.stderr)
-    for rule in ("eval_val", "eval_wikitext", "eval_lm_eval"):  # evaluation runs on GPUs too
-        assert len(jobs[rule]) == 14
+    for rule in ("eval_val", "eval_wikitext", "eval_lm_eval", "eval_val_along"):  # on GPUs too
+        assert len(jobs[rule]) == counts[rule]
         assert all("gpu=1" in r for r in jobs[rule]), jobs[rule]
         assert all("gpu_model=h100" in r for r in jobs[rule]), jobs[rule]
     assert counts["word_counts"] == 3
-    # tied baseline + others per (scale, vocab, seed): 200m/400m/1.2b o200k, 200m gpt2, 200m cl100k
-    assert counts["sample_efficiency"] == 5
+    # tied baseline + others per (scale, vocab, seed): 200m/400m/1.2b o200k (200m: 3 seeds),
+    # 200m gpt2, 200m cl100k; the same groups along training
+    assert counts["sample_efficiency"] == counts["along_training"] == 7
     assert counts["report"] == 1
     assert counts["all"] == 1
 

@@ -1,7 +1,7 @@
 # Shared definitions: the cells of the configured studies (logic in leviathan.workflow,
 # unit-tested there); every path and file name comes from leviathan.layout.
 from leviathan import layout
-from leviathan.layout import FIGURE_NAMES, WILDCARDS, benchmark_path, log_file
+from leviathan.layout import WILDCARDS, benchmark_path, log_file
 from leviathan.cells import Cell, config_cells, wildcard_pattern
 from leviathan.workflow import actions, cluster, launch
 from leviathan.report.build import PAPER_CHECK, report_inputs
@@ -93,7 +93,7 @@ def table_outputs():
 
 def figure_outputs():
     out = []
-    for name in FIGURE_NAMES:
+    for name in layout.report_figures(bool(ALONG_GROUPS)):  # along.smk's groups
         paths = {fmt: str(p) for fmt, p in layout.figure_files(layout.figures_dir(RESULTS), name).items()}
         out.append(report(paths.pop("png"), caption=f"../report/figures/{name}.rst",
                           category="Figures", labels={"figure": name}))

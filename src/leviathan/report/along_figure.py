@@ -2,7 +2,8 @@
 tied, against training tokens, from the evaluations of the kept checkpoints (leviathan.eval.along;
 config.evaluate.along). One column per (scale, vocab, seed); per frequency level (token, word) a
 row of bucket losses (tied dashed, leviathan solid) and a row of gains (tied - leviathan, nats;
-positive = better), the overall loss's in black."""
+positive = better), the overall loss's in black. A study without these evaluations gets no
+figure (layout.report_figures), not an empty one."""
 
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ def _panel_pair(
 def along_figure(
     along: Sequence[Path], out_dir: str | os.PathLike[str], policy: SmokePolicy
 ) -> list[Path]:
+    if not along:
+        return []
     docs = [(p, read_json(p)) for p in sorted(along)]
     docs = [(p, d, run) for p, d in docs if (run := _compared(d)) is not None]
     levels = [
@@ -81,12 +84,7 @@ def along_figure(
     cols = max(1, len(docs))
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.2 * rows), squeeze=False)
     if not docs:
-        drawing.empty_panel(
-            axes[0][0],
-            "no evaluation along training (set evaluate.along with runtime.checkpoint.keep_at)",
-        )
-        for row in axes[1:]:
-            row[0].set_axis_off()
+        raise ValueError(f"{sorted(map(str, along))}: no run beside tied to draw along training")
     smoke = False
     for i, (path, doc, run) in enumerate(docs):
         base = doc["results"]["baseline"]

@@ -180,6 +180,17 @@ def _check_name(where: str, name: Any, what: str, valid: Sequence[str]) -> None:
         raise ValueError(f"config {where}: unknown {what} {name!r}: use one of {', '.join(valid)}")
 
 
+def _check_seed_scales(study: str, spec: Mapping[str, Any]) -> None:
+    """A study's `seeds_by_scale` names only scales of the study."""
+    scales = list(spec.get("scales") or ())
+    for scale in spec.get("seeds_by_scale") or {}:
+        if scale not in scales:
+            raise ValueError(
+                f"config studies.{study}.seeds_by_scale: {scale!r} is not one of the study's "
+                f"scales ({', '.join(scales)}): add it to studies.{study}.scales or remove its seeds"
+            )
+
+
 def check_names(config: Mapping[str, Any]) -> None:
     """The config's names against the code's registries, which the schema does not copy:
     config.variants and config.tags (leviathan.workflow.variants.check_definitions, values
@@ -201,6 +212,7 @@ def check_names(config: Mapping[str, Any]) -> None:
                 _check_name(f"studies.{study}.{key}", name, registry, registries[registry])
         for name in spec.get("variants") or ():
             check_variant_name(config, f"studies.{study}.variants", name)
+        _check_seed_scales(study, spec)
     recipe = [f.name for f in fields(TrainConfig) if f.name not in TRAIN_IDENTITY]
     for key, values in (config.get("train") or {}).items():
         parts = str(key).split("/")

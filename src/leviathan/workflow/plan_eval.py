@@ -44,12 +44,17 @@ class EvalPlan:
     flops: float | None
     gpu_hours: float | None  # None on a CPU job or an unknown peak
     runtime_hours: float  # the job's time limit (config.eval_resources)
+    jobs: int = 1  # jobs the figures are summed over (along: one per kept checkpoint)
+
+    @property
+    def job_hours(self) -> float | None:
+        return None if self.gpu_hours is None else self.gpu_hours / max(self.jobs, 1)
 
     @property
     def fits(self) -> bool | None:
-        if self.gpu_hours is None:
+        if self.job_hours is None:
             return None
-        return self.gpu_hours <= self.runtime_hours  # one GPU per evaluation job
+        return self.job_hours <= self.runtime_hours  # one GPU per evaluation job
 
 
 def val_tokens(config: Mapping[str, Any], cell: Cell, context: int) -> int | None:
@@ -150,7 +155,9 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) 
         flops = None if n is None else float(per_token) * n
         hours = flops / (peak * train_mfu * EVAL_MFU_SHARE) / 3600 if peak and flops else None
         out.append(EvalPlan(evaluation, n, flops, hours, res["runtime"] / 60))
-    return out
+    from leviathan.workflow.along import along_evals
+
+    return out + along_evals(config, cell, out)
 
 
 def render_evaluation(
@@ -163,6 +170,9 @@ def render_evaluation(
         "evaluation: one job per cell and evaluation (config.eval_resources); GPU-hours at "
         f"{EVAL_MFU_SHARE:.0%} of the cell's training MFU (smaller, padded batches)"
     ]
+    from leviathan.workflow.along import along_note
+
+    lines += along_note(config, plans)
     evaluations = (
         [e.evaluation for e in plan_evals(config, plans[0].cell, plans[0].mfu)] if plans else []
     )
@@ -176,6 +186,7 @@ def render_evaluation(
     for p in plans:
         evals = plan_evals(config, p.cell, p.mfu)
         hours = [e.gpu_hours for e in evals if e.gpu_hours is not None]
+        longest = [e.job_hours for e in evals if e.job_hours is not None]
         total_eval += sum(hours)
         unknown |= any(e.tokens is None for e in evals)
         over += [f"{p.cell.key} {e.evaluation}" for e in evals if e.fits is False]
@@ -188,7 +199,7 @@ def render_evaluation(
         lines.append(
             f"{p.cell.key:<40} {toks} {flops / 1e15:>8,.2f} "
             f"{f'{sum(hours):,.3f}' if hours else 'cpu':>10} "
-            f"{f'{max(hours):,.3f}' if hours else '-':>13} {limit:>8,.1f}{mem}"
+            f"{f'{max(longest):,.3f}' if longest else '-':>13} {limit:>8,.1f}{mem}"
         )
     if over:
         lines.append(
