@@ -46,7 +46,7 @@ def test_the_budget_sums_the_plans_own_rows(paper: Any, tmp_path: Any, monkeypat
     monkeypatch.chdir(tmp_path)  # no run folders: nothing set aside counts in the disk
     config, plans, evals = paper
     budget = study_budget(config, plans, evals, study_disk(config, plans))
-    assert all(p.gpu_hours for p in plans) and len(plans) == 14
+    assert all(p.gpu_hours for p in plans) and len(plans) == 18  # 14 cells + 4 seeds at 200m
     train = sum(p.gpu_hours for p in plans)
     evaluation = sum(e.gpu_hours or 0.0 for es in evals.values() for e in es)
     assert budget.train_gpu_hours == pytest.approx(train)

@@ -13,7 +13,9 @@ from workflow_helpers import ROOT
 
 from leviathan.cells import Cell, config_cells
 from leviathan.workflow.config import check_names, resolve
-from leviathan.workflow.plan import plan_cell, plan_evals, render_plan, study_disk
+from leviathan.workflow.disk import study_disk
+from leviathan.workflow.plan import plan_cell, render_plan
+from leviathan.workflow.plan_eval import plan_evals
 
 PAPER = ROOT / "config" / "paper.yaml"
 
