@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from leviathan import layout
 from leviathan.train.checkpoint import latest_checkpoint
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.finished import STATE_FIELD, set_aside_run
@@ -138,3 +139,28 @@ def test_retraining_sets_the_old_run_aside(finished: Path, tmp_path: Path) -> No
     assert (aside / "metrics.jsonl.json").is_file()
     assert latest_checkpoint(run / "checkpoints") is None
     assert set_aside_run(tmp_path / "none") is None and not (tmp_path / "none").exists()
+
+
+def test_leviathan_retrain_sets_a_cells_run_aside_and_names_its_target(
+    finished: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from leviathan.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    for name in ("config", "workflow"):
+        (tmp_path / name).symlink_to(root / name)
+    cell = ["--scale", "micro", "--vocab", "gpt2", "--variant", "tied"]
+    monkeypatch.chdir(tmp_path)
+    assert main(["target", *cell]) == 0
+    target = capsys.readouterr().out.strip()
+    run = tmp_path / layout.run_of(target)
+    shutil.copytree(finished, run)
+    assert main(["retrain", *cell]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == target
+    assert "checkpoints.stale-1" in err and "starts at step 0" in err
+    assert (run / "checkpoints.stale-1" / "final" / "model.safetensors").is_file()
+    assert not (run / "checkpoints").exists()
