@@ -33,11 +33,11 @@ log = logging.getLogger("leviathan.train")
 
 def reinstate_state(root: Path) -> DamagedCheckpoint | None:
     """Put back the state.json of `root/final` where it is missing, from the final's manifest
-    (the bytes its sha256 records). None: nothing to do, or done; the damage otherwise, for the
-    caller to set aside."""
+    (the bytes its sha256 records). None: nothing to do (no final, or an empty folder), or done;
+    the damage otherwise, for the caller to set aside."""
     final = root / FINAL
-    if not final.is_dir() or (final / STATE).exists():
-        return None
+    if not final.is_dir() or (final / STATE).exists() or not any(final.iterdir()):
+        return None  # an empty one: Snakemake makes an output's folder before the job runs
     try:
         hashes, _ = recorded_manifest(final)
         state = read_json(manifest_path(final / WEIGHTS)).get(STATE_FIELD)
