@@ -237,10 +237,15 @@ def free_name(path: Path, tag: str) -> Path:
     return target
 
 
+def json_bytes(obj: Any) -> bytes:
+    """`obj` as `write_json` writes it: indented, key-sorted JSON and a newline."""
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
 def write_json(path: str | os.PathLike[str], obj: Any, fix: str = FIX_SPACE) -> None:
-    """Write `obj` as indented, key-sorted JSON, atomically (`fix`: what a full disk's
-    `DiskFull` tells the user to do)."""
-    data = (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+    """Write `obj` as indented, key-sorted JSON (`json_bytes`), atomically (`fix`: what a full
+    disk's `DiskFull` tells the user to do)."""
+    data = json_bytes(obj)
     with atomic_path(path, needed=len(data), fix=fix) as tmp:
         tmp.write_bytes(data)
 

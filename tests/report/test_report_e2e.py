@@ -10,7 +10,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import BIN, audit, small_config, snakemake, tool_env, workflow_copy
+from workflow_helpers import (
+    BIN,
+    audit,
+    job_counts,
+    small_config,
+    snakemake,
+    tool_env,
+    workflow_copy,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -186,6 +194,62 @@ def test_audit_names_a_tampered_shard_checkpoint_and_table(work: Path) -> None:
     assert out.returncode == 1
     assert f"{manifest}: sha256" in out.stderr
     assert audit(work, table, "--all").returncode == 0  # restored: clean again
+
+
+def test_train_jobs_rerun_after_a_touched_shard_train_nothing_and_the_audit_stays_green(
+    work: Path, tmp_path: Path
+) -> None:
+    """Snakemake reruns every train job of a finished study whose shard was touched (deleting
+    each final's state.json first): each ends at once, its checkpoint byte for byte as it was, so
+    the evaluations built on it still pass the audit, and a real tamper still fails it."""
+    copy = shutil.copytree(work, tmp_path / "rerun", symlinks=True)
+    markers = sorted(copy.glob("results/runs/embedded/*/*/*/*/checkpoints/final/state.json"))
+    finals = {p: _bytes(p.parent) for p in markers}
+    logs = {p: (p.parents[2] / "metrics.jsonl").read_bytes() for p in markers}
+    (copy / "data/tokens/embedded/gpt2/train.bin").touch()  # newer than every checkpoint
+    targets = [str(p.relative_to(copy)) for p in markers]
+    out = snakemake(copy, "--profile", "profiles/local", *targets)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert job_counts(out.stdout + out.stderr) == {"train": len(markers)}
+    for marker in markers:
+        assert _bytes(marker.parent) == finals[marker]  # state.json back, nothing rewritten
+        assert (marker.parents[2] / "metrics.jsonl").read_bytes() == logs[marker]
+    train_logs = sorted((copy / "logs/train").rglob("*.log"))
+    assert len(train_logs) == len(markers)
+    for log in train_logs:
+        assert "nothing to train" in log.read_text(), log
+    table = "results/report/embedded/tables/main.csv"
+    out = audit(copy, table, "--all")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+    val = "results/eval/embedded/micro/gpt2/leviathan/seed0/val.json"
+
+    def edit_loss(p: Path) -> None:
+        doc = json.loads(p.read_text())
+        doc["results"]["overall"]["loss"] -= 0.5
+        p.write_text(json.dumps(doc))
+
+    out = _tampered(copy, val, edit_loss)
+    assert out.returncode == 1 and f"{val}: sha256" in out.stderr
+    weights = f"{LEV}/checkpoints/final/model.safetensors"
+    tied = copy / "results/runs/embedded/micro/gpt2/tied/seed0/checkpoints/final/model.safetensors"
+    out = _tampered(copy, weights, lambda p: shutil.copy(tied, p))
+    assert out.returncode == 1 and f"{weights}: sha256" in out.stderr
+    assert "older than its checkpoint" not in out.stderr
+
+    def written_again(p: Path) -> None:  # as a resumed rerun rewrites it: the weights the same
+        doc = json.loads(p.read_text())
+        doc["resumed_from"] = {"path": f"{LEV}/checkpoints/step_00000003", "step": 3}
+        p.write_text(json.dumps(doc))
+
+    out = _tampered(copy, f"{weights}.json", written_again)
+    assert out.returncode == 1
+    older = [line for line in out.stderr.splitlines() if "older than its checkpoint" in line]
+    assert older and all("resumed from" in line and "--force" in line for line in older), older
+
+
+def _bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 def test_an_evaluation_copied_into_another_cell_is_refused_and_fails_the_audit(work: Path) -> None:

@@ -15,6 +15,7 @@ COMMANDS = (
     "generate",
     "export",
     "target",
+    "retrain",
     "config",
     "preflight",
     "report",

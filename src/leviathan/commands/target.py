@@ -4,6 +4,7 @@ cell)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell
@@ -22,6 +23,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--variant leviathan)` trains (and with --eval, evaluates) that cell and nothing else it "
         "does not depend on; with --configfile F, give snakemake the same --configfile F.",
     )
+    cell_arguments(p)
+    p.add_argument(
+        "--eval",
+        action="store_true",
+        help="the cell's evaluation outputs (those the config enables) instead of its checkpoint",
+    )
+    p.set_defaults(func=run)
+
+
+def cell_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that name one cell of the config's studies (and the config)."""
     p.add_argument("--scale", required=True, choices=list(SCALES))
     p.add_argument("--vocab", required=True)
     p.add_argument(
@@ -31,18 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "leviathan@lr1e-3)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--eval",
-        action="store_true",
-        help="the cell's evaluation outputs (those the config enables) instead of its checkpoint",
-    )
     configfile_arg(p)
-    p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def config_cell(args: argparse.Namespace) -> tuple[dict[str, Any], Cell]:
+    """The resolved config and the cell the options name; a cell of no study is refused."""
     from leviathan.cells import config_cells
-    from leviathan.eval.run import enabled_evals
     from leviathan.workflow.config import resolve
 
     config = resolve(args.configfile)
@@ -60,6 +66,13 @@ def run(args: argparse.Namespace) -> int:
             )
             + "; then pass the same --configfile to snakemake"
         )
+    return config, cell
+
+
+def run(args: argparse.Namespace) -> int:
+    from leviathan.eval.run import enabled_evals
+
+    config, cell = config_cell(args)
     if not args.eval:
         print(layout.final_marker(cell))
         return 0

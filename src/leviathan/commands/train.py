@@ -106,8 +106,10 @@ def run(args: argparse.Namespace) -> int:
     from leviathan.train.preemption import Preempted
     from leviathan.train.trainer import train
 
-    # the trainer's WARNINGs (a damaged checkpoint or a torn metrics line set aside), one line
+    # the trainer's WARNINGs (a damaged checkpoint or a torn metrics line set aside) and its
+    # INFO line of a rerun that finds the run finished, one line each
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    logging.getLogger("leviathan.train").setLevel(logging.INFO)
     file_cfg = _config_file(args.config) if args.config else {}
     train_values = {**file_cfg.get("train", {}), **parse_assignments(args.set, "--set")}
     where = f"{args.config} train: / --set" if args.config else "--set"

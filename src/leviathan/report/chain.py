@@ -365,13 +365,33 @@ class ChainWalker:
         ckpt_dir = self.path(ckpt["path"])
         self.check_hash(ckpt_dir / STATE, ckpt.get("state_sha256"), where, depth)
         if ckpt.get("manifest"):  # the checkpoint's manifest as it was when evaluated
-            self.check_hash(ckpt["manifest"], ckpt.get("manifest_sha256"), where, depth)
+            if not self.check_hash(ckpt["manifest"], ckpt.get("manifest_sha256"), where, depth):
+                self.check_written_again(path, ckpt, depth)
         elif "manifest" in ckpt:
             self.failed(
                 depth, self.show(ckpt_dir), f"{where} evaluated a checkpoint without a manifest"
             )
         if self.check_hash(ckpt_dir / WEIGHTS, ckpt.get("sha256"), where, depth):
             self.walk_checkpoint_dir(ckpt_dir, depth, ckpt.get("sha256"))
+
+    def check_written_again(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
+        """Of an evaluation whose checkpoint's manifest changed: where the manifest there now
+        records the weights evaluated, say what a rerun of its training that wrote the
+        checkpoint again (e.g. resumed after a damaged final: `resumed_from`) needs, the
+        evaluation's rerun; the hashes alone cannot tell that from an edited manifest."""
+        mpath = self.path(ckpt["manifest"])
+        now = read_json_object(mpath) if mpath.is_file() else {}
+        recorded = (now.get("artifact") or {}).get("sha256")
+        if recorded and recorded == ckpt.get("sha256"):
+            resumed = (now.get("resumed_from") or {}).get("path")
+            self.failed(
+                depth + 1,
+                f"{self.show(path)} is older than its checkpoint",
+                "its manifest changed since, its weights did not: if its training reran and "
+                "wrote it again"
+                + (f" (resumed from {resumed})" if resumed else "")
+                + f", {evaluation_fix(self.show(path))}; if not, the manifest was edited",
+            )
 
     def check_cell_identity(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
         """An evaluation under results/eval/<study>/<scale>/<vocab>/<variant>/seed<k>/ must be of that cell."""

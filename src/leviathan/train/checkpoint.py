@@ -12,8 +12,9 @@ holding
                       weights and (`files`) of optim.pt, rng.pt and state.json, the token
                       shards trained and validated on (with the sha256 their manifests
                       record), the train config and its sha256, code, environment, start/end
-                      time, (`resumed_from`) the verified checkpoint the run resumed from, and
-                      (`metrics_log`) the sha256 of the run's log up to this step (log_anchor.py).
+                      time, (`resumed_from`) the verified checkpoint the run resumed from,
+                      (`metrics_log`) the sha256 of the run's log up to this step (log_anchor.py)
+                      and (`state`) state.json whole: a rerun puts it back (finished.py).
 It is written under a temporary name and renamed into place only when complete, so a
 directory named `step_*`/`final` is always whole; `state.json` and then the manifest are
 written last (the manifest records the final directory's path, not the temporary one).
@@ -72,6 +73,7 @@ from leviathan.provenance import code_version, environment
 from leviathan.train.config import CheckpointConfig, TrainConfig
 from leviathan.train.distributed import DistInfo, all_reduce_sum, barrier
 from leviathan.train.errors import ConfigMismatch, NoIntactCheckpoint, config_mismatch
+from leviathan.train.finished import STATE_FIELD, reinstate_state
 from leviathan.train.integrity import (
     DamagedCheckpoint,
     Verified,
@@ -263,6 +265,7 @@ def _write_manifest(
             "kept": list_kept(final.parent),  # the kept checkpoints written so far (kept.py)
             # the run's log up to this step (log_anchor.py): fixes every record it holds
             PREFIX_FIELD: log_prefix(metrics_file(final.parent.parent), int(state["step"])),
+            STATE_FIELD: state,  # state.json whole, for a rerun that finds it deleted
         },
     )
 
@@ -331,18 +334,16 @@ def is_sharded_checkpoint(path: Path) -> bool:
         return False
 
 
-def set_aside_damaged(damage: DamagedCheckpoint) -> Path:
-    """Move a damaged checkpoint out of the way, to `<name>.damaged-<n>` beside it (kept)."""
+def set_aside_damaged(damage: DamagedCheckpoint) -> dict[str, str]:
+    """Set a damaged checkpoint aside as `<name>.damaged-<n>` (kept), a WARNING; its record."""
     target = free_name(damage.checkpoint, "damaged")
     damage.checkpoint.rename(target)
+    where, file, reason = str(damage.checkpoint), damage.file, damage.reason
     log.warning(
         "checkpoint %s is damaged (%s: %s): set aside as %s; trying the next older one",
-        damage.checkpoint,
-        damage.file,
-        damage.reason,
-        target,
+        *(where, file, reason, target),
     )
-    return target
+    return {"checkpoint": where, "set_aside": str(target), "file": file, "reason": reason}
 
 
 class Stateful(Protocol):
@@ -472,17 +473,16 @@ class CheckpointManager:
         loaded: dict[str, Any] | None = None
         damaged: list[dict[str, str]] = []
         if self.info.is_main:
+            if (lost := reinstate_state(self.root)) is not None:  # a final's deleted state.json
+                damaged.append(set_aside_damaged(lost))
             while (ref := latest_checkpoint(self.root)) is not None:
                 try:
                     verified = verify_checkpoint(ref.path)
                     loaded = self._read(ref.path)
                     break
                 except DamagedCheckpoint as exc:
-                    verified, aside = None, set_aside_damaged(exc)
-                    damaged.append(
-                        {"checkpoint": str(ref.path), "set_aside": str(aside), "file": exc.file}
-                        | {"reason": exc.reason}
-                    )
+                    verified = None
+                    damaged.append(set_aside_damaged(exc))
         barrier(self.info)  # the damaged ones are out of the way on every rank
         none_left = torch.tensor([float(bool(damaged) and verified is None)])
         if bool(all_reduce_sum(none_left.to(self.info.device), self.info).item()):

@@ -18,8 +18,8 @@ fails is not used (a WARNING), or under runtime.kernel_check: error raises
   fsdp.py         FSDP2, runtime.parallel=fsdp: each block, LEV and the root sharded over the ranks
   dcp_checkpoint.py  an FSDP run's checkpoints: the optimizer sharded, every rank writes its own
   integrity.py    every checkpoint file's sha256: recorded at save, checked before a restore
-  preemption.py   PreemptionWatch and Preempted: SIGTERM/SIGUSR1/SIGINT -> checkpoint, exit
-                  128+signal
+  preemption.py   PreemptionWatch, Preempted: SIGTERM/SIGUSR1/SIGINT -> checkpoint, 128+signal
+  finished.py     a rerun of a finished run: its final's state.json put back, nothing trained
   telemetry.py    TrainTelemetry: metrics records, progress bar; rewind_metrics on a restart
   validation.py   Validator, evaluate_val_loss
   errors.py       NonFiniteLoss, ConfigMismatch, NoIntactCheckpoint and their texts
@@ -29,13 +29,11 @@ Run directory:
   checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`); damaged ones set aside as
                                               <name>.damaged-<n>/
   checkpoints/kept/step_<N>/                  weights kept at runtime.checkpoint.keep_at's steps (kept.py)
-  metrics.jsonl                               kind = start | train | val | end (a torn line
-                                              set aside as metrics.torn-<n>.jsonl at a
-                                              restart, of a finished run too); a train
-                                              record holds its batch's fingerprint,
-                                              batch_sha256 (leviathan.data.batch_view)
-  metrics.jsonl.json                          its manifest, written once the run has finished
-                                              (log_anchor.py)
+  metrics.jsonl                               kind = start | train | val | end (a torn line set
+                                              aside as metrics.torn-<n>.jsonl at a restart, of a
+                                              finished run too); a train record holds its batch's
+                                              fingerprint, batch_sha256 (leviathan.data.batch_view)
+  metrics.jsonl.json                          its manifest, once the run finished (log_anchor.py)
   out_of_memory.json                          the last out-of-memory refusal (removed at a start)
 """
 
@@ -82,6 +80,7 @@ from leviathan.train.errors import (
     fitting_micro_batch,
     out_of_memory,
 )
+from leviathan.train.finished import log_finished
 from leviathan.train.log_anchor import anchor_log
 from leviathan.train.metrics_log import MetricsLog, rewind_metrics, set_aside_torn
 from leviathan.train.optimizer import build_optimizer, clip_gradients
@@ -358,11 +357,12 @@ class Trainer:
         )
 
     def _finished(self) -> TrainResult:
-        """The result of a run whose final checkpoint exists: nothing is trained again. Its
-        metrics log keeps every whole record; a torn line is set aside (main rank)."""
+        """A run whose final checkpoint verified: nothing is trained (one INFO line, finished.py);
+        its metrics log keeps every whole record, a torn line is set aside (main rank)."""
         r = self.restored
         assert r.path is not None and r.state is not None
         if self.info.is_main:
+            log_finished(r.path, r.step)
             set_aside_torn(layout.metrics_file(self.run_dir))
         self._anchor_log()  # a run stopped before writing it; an edited log is refused
         return TrainResult(
