@@ -99,6 +99,7 @@ def test_two_studies_in_one_clone_share_no_result_log_or_report_file() -> None:
     of a corpus they share is shared."""
     default = resolve(root=ROOT)
     own_text = {**default, "corpus": {**default["corpus"], "name": "mytext", "kind": "text"}}
+    own_text["study_name"] = "mytext"
     named = {**default, "study_name": "lr_sweep"}
     paths = [_layout_paths(c) for c in (default, own_text, named)]
     data = (layout.CORPUS_ROOT, layout.TOKENS_ROOT, "logs/fetch_corpus", "logs/tokenize")
@@ -107,4 +108,4 @@ def test_two_studies_in_one_clone_share_no_result_log_or_report_file() -> None:
         for b in paths[i + 1 :]:
             shared = {p for p in a & b if not p.startswith(data)}
             assert not shared, sorted(shared)[:5]
-    assert layout.run_dir(config_cells(named)[0]).startswith("results/runs/embedded+lr_sweep/")
+    assert layout.run_dir(config_cells(named)[0]).startswith("results/runs/lr_sweep/")
