@@ -109,3 +109,23 @@ def test_two_studies_in_one_clone_share_no_result_log_or_report_file() -> None:
             shared = {p for p in a & b if not p.startswith(data)}
             assert not shared, sorted(shared)[:5]
     assert layout.run_dir(config_cells(named)[0]).startswith("results/runs/lr_sweep/")
+
+
+SHIPPED = sorted((ROOT / "config").glob("*.yaml"))
+DATA_LOGS = ("logs/fetch_corpus", "logs/tokenize", "logs/word_counts")
+
+
+def test_the_shipped_studies_share_data_only() -> None:
+    """Each shipped study writes its results, logs and report under its own name; two studies of
+    one corpus share that corpus's data (and its logs), nothing else."""
+    configs = {p.name: resolve([p], root=ROOT) for p in SHIPPED if p.name != "paper_reported.yaml"}
+    assert {"config.yaml", "tiny.yaml", "scale.yaml", "paper.yaml", "recon.yaml"} <= set(configs)
+    paths = {name: _layout_paths(config) for name, config in configs.items()}
+    data = (layout.CORPUS_ROOT, layout.TOKENS_ROOT, *DATA_LOGS)
+    names = sorted(configs)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            shared = paths[a] & paths[b]
+            assert all(p.startswith(data) for p in shared), (a, b, sorted(shared)[:3])
+            same_corpus = configs[a]["corpus"]["name"] == configs[b]["corpus"]["name"]
+            assert bool(shared) == same_corpus, (a, b)
