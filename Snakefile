@@ -45,6 +45,7 @@ TARGET_WRITTEN_LAST = config.pop("target_written_last", "all")
 if TARGET_WRITTEN_LAST not in STAGE_TARGETS:
     raise WorkflowError(f"target_written_last: {TARGET_WRITTEN_LAST!r} is none of {STAGE_TARGETS}")
 
+DVC_NAMES = study.pop_dvc_names(config)  # what a DVC stage names the study's outputs (params.yaml)
 check_moved(config)  # a key of an earlier layout: its new place, before the schema's error
 validate(config, layout.CONFIG_SCHEMA)
 check_config(config)  # names, value types and each cell's recipe: the code's own, not the schema's
@@ -53,6 +54,7 @@ check_config(config)  # names, value types and each cell's recipe: the code's ow
 # is refused here, before any job; the run records its study when its jobs start
 STUDY_CLAIM = study.claim(config, study.study_file(CONFIG_FILES))
 study.check_claim(STUDY_CLAIM)
+study.check_dvc_names(config, DVC_NAMES, STUDY_CLAIM["config"])
 
 
 onstart:

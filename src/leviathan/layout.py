@@ -93,6 +93,8 @@ def repo_root() -> Path:
 
 # ---------------------------------------------------------------- configuration
 DEFAULT_CONFIG = "config/config.yaml"
+# the keys `dvc exp run -S` sets, which DVC's stages apply over their study's file (dvc.yaml)
+DVC_OVERRIDES = "config/dvc_overrides.yaml"
 CONFIG_SCHEMA = "workflow/schemas/config.schema.yaml"
 PAPER_REPORTED = "config/paper_reported.yaml"
 
@@ -451,6 +453,11 @@ def status_file(results: str) -> str:
 def html_report(results: str) -> str:
     """A study's HTML report (Snakemake's --report; `leviathan report html`)."""
     return f"{report_dir(results)}/report.html"
+
+
+def report_zip(results: str) -> str:
+    """A study's browsable Snakemake report (`--report`; DVC's report stage writes it)."""
+    return f"{report_dir(results)}/report.zip"
 
 
 def dvc_metrics_dir_of(results: str) -> str:

@@ -70,3 +70,31 @@ def record_claim(new: Mapping[str, Any], root: str | Path = ".") -> None:
         return
     record.parent.mkdir(parents=True, exist_ok=True)
     write_json(record, dict(new))
+
+
+# What dvc.yaml's stages pass (`--config dvc_study_name=... dvc_corpus=...`, from params.yaml):
+# the names DVC gives the study's outputs, which must be the study file's own
+DVC_NAMES = {"dvc_study_name": ("study_name",), "dvc_corpus": ("corpus", "name")}
+
+
+def pop_dvc_names(config: dict[str, Any]) -> dict[str, str]:
+    """Take the DVC stages' names of the study out of the config (they are no config keys)."""
+    return {key: str(config.pop(key)) for key in DVC_NAMES if key in config}
+
+
+def check_dvc_names(config: Mapping[str, Any], named: Mapping[str, str], configfile: str) -> None:
+    """Refuse, in one line, a DVC stage whose params.yaml names the study's outputs otherwise
+    than its config file does (DVC would version folders the run never writes)."""
+    own = {
+        key: config[path[0]] if len(path) == 1 else config[path[0]][path[1]]
+        for key, path in DVC_NAMES.items()
+    }
+    if all(str(own[key]) == value for key, value in named.items()):
+        return
+    raise ValueError(
+        f"params.yaml names the study study_name={named.get('dvc_study_name')}, "
+        f"corpus={named.get('dvc_corpus')}, but {configfile} says study_name "
+        f"{own['dvc_study_name']}, corpus.name {own['dvc_corpus']}: set params.yaml's "
+        f"study_name: {own['dvc_study_name']} and corpus: {own['dvc_corpus']} (dvc.yaml names "
+        "the study's outputs by them)"
+    )
