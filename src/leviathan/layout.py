@@ -4,8 +4,8 @@ The rules (through workflow/rules/common.smk, their scripts through `params:`), 
 checkpoints, the evaluation's checkpoint loader, the report and the audit all take their paths
 from here. Paths are relative to the working directory (the repository root for the workflow),
 readable and stable; <cell> is <scale>/<vocab>/<variant>/seed<k>, and <study> is the
-config's `study_name` (`results_key`): every study writes its results under a name of its own,
-and shares only the data of its corpus with the studies of that corpus:
+config's `study_name`, or its corpus's name where it gives none (`config_results_key`): every
+study writes its results under a name of its own, and shares only its corpus's data:
 
     config/config.yaml, config/paper_reported.yaml   the default config, the paper's figures
     data/corpus/<corpus>/             raw text splits <split>.jsonl.zst (+ manifests)
@@ -72,8 +72,9 @@ def results_key(study_name: str) -> str:
 
 
 def config_results_key(config: Mapping[str, Any]) -> str:
-    """`results_key` of a workflow config (its `study_name`)."""
-    return results_key(config["study_name"])
+    """`results_key` of a workflow config: its `study_name`, or, where it gives none, its
+    corpus's name (every shipped config names its study)."""
+    return results_key(config.get("study_name") or config["corpus"]["name"])
 
 
 STUDY_RECORD = "study.json"

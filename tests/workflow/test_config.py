@@ -74,12 +74,7 @@ def test_a_leaking_key_is_caught(tmp_path: Path) -> None:
     study = tmp_path / "study.yaml"
     study.write_text(
         yaml.safe_dump(
-            {
-                "study_name": "leak",
-                "studies": {
-                    "main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied"]}
-                },
-            }
+            {"studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied"]}}}
         )
     )
     config = resolve([study], root=ROOT)
@@ -268,10 +263,7 @@ def test_bad_names_are_caught_against_the_codes_registries(
     tmp_path: Path, change: dict[str, Any], message: str
 ) -> None:
     study = tmp_path / "study.yaml"
-    config = {
-        "study_name": "names",
-        "studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied"]}},
-    }
+    config = {"studies": {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied"]}}}
     study.write_text(yaml.safe_dump({**config, **change}))
     with pytest.raises(ValueError, match=message):
         resolve([study], root=ROOT)

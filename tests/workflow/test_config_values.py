@@ -25,11 +25,7 @@ CELL = "micro/gpt2/leviathan/seed0"
 def _file(tmp_path: Path, **sections: Any) -> Path:
     path = tmp_path / "config" / "study.yaml"
     path.parent.mkdir(exist_ok=True)
-    path.write_text(
-        yaml.safe_dump({"study_name": "values", "studies": STUDY, **sections}).replace(
-            "'1e-3'", "1e-3"
-        )
-    )
+    path.write_text(yaml.safe_dump({"studies": STUDY, **sections}).replace("'1e-3'", "1e-3"))
     return path
 
 

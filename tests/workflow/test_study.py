@@ -62,13 +62,19 @@ def test_the_study_file_is_the_first_given_relative_to_the_clone(tmp_path: Path)
     assert study.study_file([outside], tmp_path) == str(outside.resolve())
 
 
-def test_a_config_without_a_study_name_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_config_without_a_study_name_is_its_corpus_s_study(tmp_path: Path) -> None:
+    """Unnamed, a study is named after its corpus: a second unnamed file on the corpus of a
+    study already run is refused, saying to name it."""
     config = yaml.safe_load((ROOT / layout.DEFAULT_CONFIG).read_text())
     del config["study_name"]
-    path = tmp_path / "nameless.yaml"
+    path = tmp_path / "config" / "unnamed.yaml"
+    path.parent.mkdir()
     path.write_text(yaml.safe_dump(config))
-    with pytest.raises(ValueError, match=r"^config study_name: missing; .*add a line study_name:"):
-        resolve([path], root=ROOT)
+    unnamed = resolve([path], root=ROOT)
+    assert layout.config_results_key(unnamed) == unnamed["corpus"]["name"]
+    study.record_claim(study.claim(unnamed, "config/unnamed.yaml"), tmp_path)
+    with pytest.raises(ValueError, match="give config/also.yaml a study_name of its own"):
+        study.check_claim(study.claim(unnamed, "config/also.yaml"), tmp_path)
 
 
 def test_how_tokenize_runs_is_no_part_of_what_the_shards_hold() -> None:

@@ -105,8 +105,7 @@ def check_moved(config: Mapping[str, Any]) -> None:
     """Keys of an earlier config layout, refused in one line naming their new place before the
     schema's generic "additional properties" error: the runtime's flat checkpoint, validation
     and W&B keys and its W&B switch (leviathan.train.config.moved_to) and the top-level `wandb:`
-    section, now each a block of `runtime:` that one component takes whole; a config without
-    `study_name`, which names every study's results folder now."""
+    section, now each a block of `runtime:` that one component takes whole."""
     from leviathan.train.config import moved_to
 
     runtime = config.get("runtime") or {}
@@ -117,12 +116,6 @@ def check_moved(config: Mapping[str, Any]) -> None:
                 f"config runtime.{key} is now runtime.{new}: write "
                 f"runtime: {{{block}: {{{sub}: {json.dumps(value)}}}}}"
             )
-    if "study_name" not in config:
-        raise ValueError(
-            "config study_name: missing; every study names its results folder "
-            "(results/<kind>/<study_name>/, never shared with another study): add a line "
-            "study_name: NAME (letters, digits, _ . -) to the config file"
-        )
     if "wandb" in config:
         raise ValueError(
             "config wandb: (project, entity, mode) is now the block runtime.wandb, with its "

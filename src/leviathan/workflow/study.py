@@ -1,7 +1,8 @@
 """Whose results folder this is: two studies never write into one.
 
-Every study writes its results under its `study_name` (leviathan.layout.results_key). Two
-config files could still name the same study. So the first run of a study records whose the
+Every study writes its results under its `study_name` (or, where a config gives none, its
+corpus's name: leviathan.layout.config_results_key). Two config files could still name the
+same study, or leave it unnamed on one corpus. So the first run of a study records whose the
 folder is, in results/runs/<study_name>/study.json (layout.study_record): its config file,
 its corpus and its cells. Every later run, dry runs included, compares before any job:
 
@@ -38,7 +39,7 @@ def study_file(configfiles: Sequence[str | os.PathLike[str]], root: str | Path =
 def claim(config: Mapping[str, Any], configfile: str) -> dict[str, Any]:
     """What a run of `config` (read from `configfile`) records of its study."""
     return {
-        "study_name": config["study_name"],
+        "study_name": layout.config_results_key(config),
         "config": configfile,
         "corpus": config["corpus"]["name"],
         "cells": sorted(c.key for c in config_cells(config)),
@@ -74,7 +75,7 @@ def record_claim(new: Mapping[str, Any], root: str | Path = ".") -> None:
 
 # What dvc.yaml's stages pass (`--config dvc_study_name=... dvc_corpus=...`, from params.yaml):
 # the names DVC gives the study's outputs, which must be the study file's own
-DVC_NAMES = {"dvc_study_name": ("study_name",), "dvc_corpus": ("corpus", "name")}
+DVC_NAMES = ("dvc_study_name", "dvc_corpus")
 
 
 def pop_dvc_names(config: dict[str, Any]) -> dict[str, str]:
@@ -86,8 +87,8 @@ def check_dvc_names(config: Mapping[str, Any], named: Mapping[str, str], configf
     """Refuse, in one line, a DVC stage whose params.yaml names the study's outputs otherwise
     than its config file does (DVC would version folders the run never writes)."""
     own = {
-        key: config[path[0]] if len(path) == 1 else config[path[0]][path[1]]
-        for key, path in DVC_NAMES.items()
+        "dvc_study_name": layout.config_results_key(config),
+        "dvc_corpus": config["corpus"]["name"],
     }
     if all(str(own[key]) == value for key, value in named.items()):
         return
