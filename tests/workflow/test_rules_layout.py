@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
 from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
@@ -120,6 +121,8 @@ def test_the_shipped_studies_share_data_only() -> None:
     """Each shipped study writes its results, logs and report under its own name; two studies of
     one corpus share that corpus's data (and its logs), nothing else."""
     configs = {p.name: resolve([p], root=ROOT) for p in SHIPPED}
+    for path in SHIPPED:  # each names its study, none left to its corpus's name
+        assert "study_name" in yaml.safe_load(path.read_text()), path.name
     assert {"config.yaml", "tiny.yaml", "scale.yaml", "paper.yaml", "recon.yaml"} <= set(configs)
     paths = {name: _layout_paths(config) for name, config in configs.items()}
     data = (layout.CORPUS_ROOT, layout.TOKENS_ROOT, *DATA_LOGS)
