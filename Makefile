@@ -50,14 +50,16 @@ test-fast: $(STAMP)
 ## profile $(PROFILE): `make repro PROFILE=profiles/slurm`, or export SNAKEMAKE_PROFILE.
 PROFILE   ?= $(or $(SNAKEMAKE_PROFILE),profiles/local)
 TOOLS_ENV := PATH="$(abspath $(BIN)):$$PATH" SNAKEMAKE_PROFILE="$(PROFILE)"
-## the study's config file, as dvc.yaml's stages read it (params.yaml `study`; expanded when used)
-STUDY = $(shell $(BIN)/python -c 'import yaml; print(yaml.safe_load(open("params.yaml"))["study"])')
+## the study's config files and names, as dvc.yaml's stages pass them (params.yaml; expanded when used)
+PARAM = $(shell $(BIN)/python -c 'import yaml; print(yaml.safe_load(open("params.yaml"))["$(1)"])')
+STUDY_ARGS = --config dvc_study_name=$(call PARAM,study_name) dvc_corpus=$(call PARAM,corpus) \
+	--configfile "$(call PARAM,study)" config/dvc_overrides.yaml
 
 ## rebuild what changed (Snakemake decides what inside a stage) and record it in dvc.lock
 repro: $(STAMP)
 	$(TOOLS_ENV) $(BIN)/dvc repro
 
-## send data, final checkpoints, evaluations and the report to the DVC remote
+## send the study's data, final checkpoints, evaluations and report (dvc.lock's outputs) to the DVC remote
 push: $(STAMP)
 	$(BIN)/dvc push
 
@@ -72,8 +74,8 @@ pull: $(STAMP)
 	  echo "make pull: the checkout differs from dvc.lock (above), so nothing was marked up to date."; \
 	  echo "Run 'make pull' on the commit dvc.lock was made with (git stash your edits first), then come back:"; \
 	  echo "Snakemake then reruns exactly what your changes affect."; exit 1; }
-	$(TOOLS_ENV) $(BIN)/snakemake all --profile "$(PROFILE)" --configfile "$(STUDY)" --touch --forceall
-	@$(TOOLS_ENV) $(BIN)/snakemake all --profile "$(PROFILE)" --configfile "$(STUDY)" --dry-run 2>&1 | grep -q "Nothing to be done" || { \
+	$(TOOLS_ENV) $(BIN)/snakemake all --profile "$(PROFILE)" --touch --forceall $(STUDY_ARGS)
+	@$(TOOLS_ENV) $(BIN)/snakemake all --profile "$(PROFILE)" --dry-run $(STUDY_ARGS) 2>&1 | grep -q "Nothing to be done" || { \
 	  echo "make pull: Snakemake still has work to do ('snakemake -n all' shows what)"; exit 1; }
 	@echo "make pull: all outputs present and up to date; nothing will be retrained"
 

@@ -11,6 +11,7 @@ from snakemake.utils import min_version, validate
 
 from leviathan import layout
 from leviathan.provenance import package_checkout_error
+from leviathan.workflow import study
 from leviathan.workflow.config import check_config, check_moved
 
 min_version("9.0")
@@ -32,7 +33,8 @@ os.environ.update(LEVIATHAN_ROOT=workflow.basedir)  # set here, not read: no env
 # The stage targets' root files (all, all_train, ...) are not studies: with only those given, the
 # default config is the study.
 STAGE_TARGETS = ("all", "all_data", "all_train", "all_eval", "all_report", "all_export")
-if not [f for f in workflow.overwrite_configfiles if Path(f).name not in STAGE_TARGETS]:
+CONFIG_FILES = [f for f in workflow.overwrite_configfiles if Path(f).name not in STAGE_TARGETS]
+if not CONFIG_FILES:
 
     configfile: layout.DEFAULT_CONFIG
 
@@ -43,9 +45,21 @@ TARGET_WRITTEN_LAST = config.pop("target_written_last", "all")
 if TARGET_WRITTEN_LAST not in STAGE_TARGETS:
     raise WorkflowError(f"target_written_last: {TARGET_WRITTEN_LAST!r} is none of {STAGE_TARGETS}")
 
+DVC_NAMES = study.pop_dvc_names(config)  # what a DVC stage names the study's outputs (params.yaml)
 check_moved(config)  # a key of an earlier layout: its new place, before the schema's error
 validate(config, layout.CONFIG_SCHEMA)
 check_config(config)  # names, value types and each cell's recipe: the code's own, not the schema's
+
+# Whose results folder results/*/<study_name>/ is: another config file naming a study already run
+# is refused here, before any job; the run records its study when its jobs start
+STUDY_CLAIM = study.claim(config, study.study_file(CONFIG_FILES))
+study.check_claim(STUDY_CLAIM)
+study.check_dvc_names(config, DVC_NAMES, STUDY_CLAIM["config"])
+
+
+onstart:
+    study.record_claim(STUDY_CLAIM)
+
 
 
 report: "workflow/report/workflow.rst"

@@ -258,10 +258,7 @@ def test_target_of_a_cell_in_no_study_names_the_config_that_runs_it(
     assert "tiny/gpt2/leviathan/seed0 is in no study of config/config.yaml" in line
     assert main([*args, "--configfile", "config/tiny.yaml"]) == 0
     out = capsys.readouterr().out
-    assert (
-        out.strip()
-        == "results/runs/embedded/tiny/gpt2/leviathan/seed0/checkpoints/final/state.json"
-    )
+    assert out.strip() == "results/runs/tiny/tiny/gpt2/leviathan/seed0/checkpoints/final/state.json"
 
 
 def test_train_runtime_blocks_merge_key_by_key() -> None:

@@ -29,11 +29,12 @@ def test_cell_paths_are_readable_and_stable() -> None:
     assert CELL.key == "400m/o200k_base/leviathan/seed0"
 
 
-def test_a_study_s_results_are_keyed_by_its_corpus_and_name() -> None:
-    assert layout.results_key("pile") == "pile"
-    assert layout.results_key("pile", "lr_sweep") == "pile+lr_sweep"
+def test_a_study_s_results_are_keyed_by_its_name_else_its_corpus() -> None:
+    assert layout.results_key("lr_sweep") == "lr_sweep"
     config = {"corpus": {"name": "mytext"}, "study_name": "a"}
-    assert layout.config_results_key(config) == "mytext+a"
+    assert layout.config_results_key(config) == "a"
+    assert layout.config_results_key({"corpus": {"name": "mytext"}}) == "mytext"
+    assert layout.study_record("a") == Path("results/runs/a/study.json")
     with pytest.raises(ValueError, match="reserved"):
         layout.results_key("metrics")
 

@@ -3,9 +3,9 @@
 The rules (through workflow/rules/common.smk, their scripts through `params:`), the trainer's
 checkpoints, the evaluation's checkpoint loader, the report and the audit all take their paths
 from here. Paths are relative to the working directory (the repository root for the workflow),
-readable and stable; <cell> is <scale>/<vocab>/<variant>/seed<k>, and <study> names what
-makes a study's results different from another's in the same clone: the corpus, and the
-config's `study_name` where one is given (`<corpus>+<study_name>`; `results_key`):
+readable and stable; <cell> is <scale>/<vocab>/<variant>/seed<k>, and <study> is the
+config's `study_name`, or its corpus's name where it gives none (`config_results_key`): every
+study writes its results under a name of its own, and shares only its corpus's data:
 
     config/config.yaml, config/paper_reported.yaml   the default config, the paper's figures
     data/corpus/<corpus>/             raw text splits <split>.jsonl.zst (+ manifests)
@@ -58,23 +58,32 @@ WILDCARDS: CellLike = SimpleNamespace(
     scale="{scale}", vocab="{vocab}", variant="{variant}", seed="{seed}", results="{results}"
 )
 
+
 # ---------------------------------------------------------------- studies
-STUDY_SEP = "+"  # corpus+study_name (neither name may hold it: the schema's pattern)
-
-
-def results_key(corpus: str, study_name: str | None = None) -> str:
+def results_key(study_name: str) -> str:
     """The directory under results/runs, results/eval, results/export and results/report of a
-    study's results: its corpus, and its `study_name` where the config gives one. Two studies
-    that differ in either never share a file."""
-    key = f"{corpus}{STUDY_SEP}{study_name}" if study_name else corpus
-    if key == Path(DVC_METRICS_DIR).name:
-        raise ValueError(f"corpus.name {key!r} is reserved (results/report/{key}/): rename it")
-    return key
+    study's results: the config's `study_name`. Two studies in one clone never share a file;
+    the workflow refuses a second config that names a study already claimed (`study_record`)."""
+    if study_name == Path(DVC_METRICS_DIR).name:
+        raise ValueError(
+            f"study_name {study_name!r} is reserved (results/report/{study_name}/): rename it"
+        )
+    return study_name
 
 
 def config_results_key(config: Mapping[str, Any]) -> str:
-    """`results_key` of a workflow config (corpus.name, study_name)."""
-    return results_key(config["corpus"]["name"], config.get("study_name"))
+    """`results_key` of a workflow config: its `study_name`, or, where it gives none, its
+    corpus's name (every shipped config names its study)."""
+    return results_key(config.get("study_name") or config["corpus"]["name"])
+
+
+STUDY_RECORD = "study.json"
+
+
+def study_record(results: str) -> Path:
+    """What a study's results folder belongs to (its config file, corpus and cells), written by
+    its first run and compared by every later one (leviathan.workflow.study)."""
+    return Path(RUNS_ROOT) / results / STUDY_RECORD
 
 
 # ---------------------------------------------------------------- the checkout
@@ -85,6 +94,8 @@ def repo_root() -> Path:
 
 # ---------------------------------------------------------------- configuration
 DEFAULT_CONFIG = "config/config.yaml"
+# the keys `dvc exp run -S` sets, which DVC's stages apply over their study's file (dvc.yaml)
+DVC_OVERRIDES = "config/dvc_overrides.yaml"
 CONFIG_SCHEMA = "workflow/schemas/config.schema.yaml"
 PAPER_REPORTED = "config/paper_reported.yaml"
 
@@ -462,6 +473,11 @@ def status_file(results: str) -> str:
 def html_report(results: str) -> str:
     """A study's HTML report (Snakemake's --report; `leviathan report html`)."""
     return f"{report_dir(results)}/report.html"
+
+
+def report_zip(results: str) -> str:
+    """A study's browsable Snakemake report (`--report`; DVC's report stage writes it)."""
+    return f"{report_dir(results)}/report.zip"
 
 
 def dvc_metrics_dir_of(results: str) -> str:

@@ -224,7 +224,7 @@ def test_the_recon_study_runs_and_its_table_and_figures_pass_the_audit(tmp_path:
         work, "all", "--profile", "profiles/local", "--cores", "2", "--configfile", str(configfile)
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    report = work / "results/report/embedded+recon"
+    report = work / "results/report/recon"
     frame = pd.read_csv(report / "tables/recon.csv").set_index("variant")
     assert list(frame.index) == ["tied", "leviathan", *sorted(NAMED)]
     assert set(frame["evidence"]) == {"smoke test"}

@@ -28,8 +28,17 @@ VENV = Path(sys.executable).parent.parent
 DVC = str(BIN / "dvc")
 STAGES = ("data", "train", "evaluate", "report")
 CELLS = [f"results/runs/embedded/micro/gpt2/{variant}/seed0" for variant in ("tied", "leviathan")]
-# what the pipeline writes that DVC versions (the step checkpoints are .dvcignore'd, not pushed)
-TRACKED = ("data", "results/runs", "results/eval", "results/report", "results/report.zip")
+# what the pipeline writes that DVC versions, the study's own (the step checkpoints are
+# .dvcignore'd, not pushed)
+TRACKED = (
+    "data/corpus/embedded",
+    "data/tokens/embedded",
+    "results/runs/embedded",
+    "results/eval/embedded",
+    "results/report/embedded",
+    "results/report/metrics/embedded",
+)
+REPORT_ZIP = "results/report/embedded/report.zip"
 
 
 @dataclass(frozen=True)
@@ -60,9 +69,10 @@ def make(target: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPro
 
 
 def versioned(path: Path) -> bool:
-    """Not one of the .dvcignore'd intermediates of training (step checkpoints, set-aside runs)."""
+    """Not one of the .dvcignore'd intermediates of training (step checkpoints, set-aside runs)
+    nor the study's record of its folder."""
     parts = path.parts  # kept checkpoints (checkpoints/kept/step_*/) are versioned
-    return not any(
+    return path.name != "study.json" and not any(
         (p.startswith("step_") and parts[i - 1 : i] != ("kept",)) or ".stale-" in p
         for i, p in enumerate(parts)
     )
@@ -157,10 +167,11 @@ def test_dvc_repro_runs_the_pipeline_then_is_a_no_op(built: Built) -> None:
     for stage in STAGES:
         assert f"Running stage '{stage}'" in out
     assert "Report created" in out
-    assert (repo / "results/report.zip").is_file()
+    assert (repo / REPORT_ZIP).is_file()
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert set(lock["stages"]) == set(STAGES)
-    assert [o["path"] for o in lock["stages"]["train"]["outs"]] == ["results/runs"]
+    outs = {stage: [o["path"] for o in lock["stages"][stage]["outs"]] for stage in STAGES}
+    assert sorted(p for paths in outs.values() for p in paths) == sorted(TRACKED)
     for cell in CELLS:
         assert (repo / cell / "checkpoints/final/state.json").is_file()
     # the later stages wrote nothing into the earlier stages' outputs
@@ -177,6 +188,23 @@ def test_dvc_repro_runs_the_pipeline_then_is_a_no_op(built: Built) -> None:
     assert snakemake_runs(repo) == runs
     assert stats(repo) == before
     assert not run(["git", "status", "--porcelain"], repo, env).stdout.strip()
+    # what is no study artifact changes nothing DVC tracks: an ad-hoc run beside the study's,
+    # a cell's logger folders, a set-aside metrics log
+    litter = [
+        repo / "results/runs/adhoc/metrics.jsonl",
+        repo / CELLS[0] / "wandb/run.log",
+        repo / CELLS[0] / "tensorboard/events.out",
+        repo / CELLS[0] / "metrics.stale-1.jsonl",
+    ]
+    for path in litter:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}\n")
+    try:
+        status = ok([DVC, "status"], repo, env)
+        assert "Data and pipelines are up to date" in status.stdout, status.stdout
+    finally:
+        for path in litter:
+            path.unlink()
 
 
 def test_push_then_pull_into_a_fresh_clone_does_not_retrain(built: Built, tmp_path: Path) -> None:
@@ -247,7 +275,7 @@ def test_pull_marks_nothing_up_to_date_when_the_checkout_differs_from_dvc_lock(
     pulled = make("pull", clone, env)
     assert pulled.returncode != 0
     assert "differs from dvc.lock" in pulled.stdout
-    assert "modified:           config" in pulled.stdout
+    assert "modified:           train" in pulled.stdout  # the study's param (dvc status)
     assert (clone / CELLS[0] / "checkpoints/final/state.json").is_file()  # pulled, but not touched
     assert not (clone / ".snakemake").exists()  # no Snakemake run marked anything up to date
     # the recipe it prints: pull on the locked commit, then bring the edit back; Snakemake sees it
@@ -330,8 +358,10 @@ def test_exp_run_set_param_reruns_one_cell_and_diffs_show_it(built: Built) -> No
     before = metrics_of(repo, env)
     tied_ckpt = files(repo)[f"{CELLS[0]}/checkpoints/final/model.safetensors"]
     lev_ckpt = files(repo)[f"{CELLS[1]}/checkpoints/final/model.safetensors"]
-    override = f"config/config.yaml:++train={{{LEV}: {{lr: 0.0123}}}}"
+    study_text = (repo / "config/config.yaml").read_text()
+    override = f"config/dvc_overrides.yaml:++train={{{LEV}: {{lr: 0.0123}}}}"
     exp = ok([DVC, "exp", "run", "-S", override], repo, env)
+    assert (repo / "config/config.yaml").read_text() == study_text  # the study's file as written
     text = exp.stdout + exp.stderr
     assert job_counts(text).get("train") == 1, text[-4000:]
     assert "variant=leviathan" in text

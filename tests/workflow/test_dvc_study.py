@@ -30,11 +30,25 @@ def _run(cmd: list[str], cwd: Path) -> str:
     return run.stdout + run.stderr
 
 
+STUDY_ARGS = (
+    "--config dvc_study_name=${study_name} dvc_corpus=${corpus} "
+    f"--configfile ${{study}} {layout.DVC_OVERRIDES}"
+)
+
+
 def test_params_yaml_names_the_default_study() -> None:
-    assert yaml.safe_load((ROOT / "params.yaml").read_text()) == {"study": layout.DEFAULT_CONFIG}
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert params["study"] == layout.DEFAULT_CONFIG
+    assert yaml.safe_load((ROOT / layout.DVC_OVERRIDES).read_text()) == {}
     for name, stage in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].items():
-        assert stage["params"] == ["study", {"${study}": None}], name
-        assert stage["cmd"].count("--configfile ${study}") == stage["cmd"].count("snakemake "), name
+        assert stage["params"] == [
+            "study",
+            "study_name",
+            "corpus",
+            {"${study}": None},
+            {layout.DVC_OVERRIDES: None},
+        ], name
+        assert stage["cmd"].count(STUDY_ARGS) == stage["cmd"].count("snakemake "), name
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +67,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def _planned(repo: Path, study: str) -> str:
-    """The data stage's command as `dvc repro --dry` renders it with params.yaml `study: STUDY`."""
-    (repo / "params.yaml").write_text(f"study: {study}\n")
+def _planned(repo: Path, study: str, name: str, corpus: str = "embedded") -> str:
+    """The data stage's command as `dvc repro --dry` renders it with params.yaml naming STUDY."""
+    params = {"study": study, "study_name": name, "corpus": corpus}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
     planned = _run([DVC, "repro", "--dry", "--single-item", "data"], repo)
     return next(line for line in planned.splitlines() if line.startswith("> snakemake"))[2:]
 
@@ -67,7 +82,9 @@ def test_params_diff_shows_the_study_and_its_own_values(repo: Path) -> None:
     assert "train.micro.total_tokens" in shown
     assert "20480" in shown
     try:
-        assert _planned(repo, "config/tiny.yaml").endswith("--configfile config/tiny.yaml")
+        planned = _planned(repo, "config/tiny.yaml", "tiny")
+        assert planned.endswith(f"--configfile config/tiny.yaml {layout.DVC_OVERRIDES}")
+        assert "dvc_study_name=tiny dvc_corpus=embedded" in planned
         changed = _run([DVC, "params", "diff"], repo)
         assert "config/tiny.yaml" in changed
         assert "train.tiny.total_tokens" in changed
@@ -81,10 +98,23 @@ def test_the_stage_command_plans_the_chosen_study(repo: Path) -> None:
     """The data stage's command as DVC runs it (target first: Snakemake's --configfile takes
     several values), dry-run: it plans the tiny study's one vocabulary, not the default's three."""
     try:
-        cmd = _planned(repo, "config/tiny.yaml")
+        cmd = _planned(repo, "config/tiny.yaml", "tiny")
+        wrong = _planned(repo, "config/tiny.yaml", "embedded")
     finally:
         (repo / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     out = _run(["bash", "-c", f"{cmd} --dry-run"], repo)
     assert "data/tokens/embedded/gpt2/train.bin" in out
     assert "o200k_base" not in out
     assert "cl100k_base" not in out
+    # params.yaml naming the study's outputs otherwise than its file: refused before any job
+    refused = subprocess.run(
+        ["bash", "-c", f"{wrong} --dry-run"],
+        cwd=repo,
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0
+    assert (
+        "set params.yaml's study_name: tiny and corpus: embedded" in refused.stdout + refused.stderr
+    )

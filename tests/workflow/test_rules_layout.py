@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
 from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
@@ -98,6 +99,7 @@ def test_two_studies_in_one_clone_share_no_result_log_or_report_file() -> None:
     of a corpus they share is shared."""
     default = resolve(root=ROOT)
     own_text = {**default, "corpus": {**default["corpus"], "name": "mytext", "kind": "text"}}
+    own_text["study_name"] = "mytext"
     named = {**default, "study_name": "lr_sweep"}
     paths = [_layout_paths(c) for c in (default, own_text, named)]
     data = (layout.CORPUS_ROOT, layout.TOKENS_ROOT, "logs/fetch_corpus", "logs/tokenize")
@@ -106,4 +108,27 @@ def test_two_studies_in_one_clone_share_no_result_log_or_report_file() -> None:
         for b in paths[i + 1 :]:
             shared = {p for p in a & b if not p.startswith(data)}
             assert not shared, sorted(shared)[:5]
-    assert layout.run_dir(config_cells(named)[0]).startswith("results/runs/embedded+lr_sweep/")
+    assert layout.run_dir(config_cells(named)[0]).startswith("results/runs/lr_sweep/")
+
+
+NOT_STUDIES = {Path(layout.PAPER_REPORTED).name, Path(layout.DVC_OVERRIDES).name}
+SHIPPED = sorted(p for p in (ROOT / "config").glob("*.yaml") if p.name not in NOT_STUDIES)
+DATA_LOGS = ("logs/fetch_corpus", "logs/tokenize", "logs/word_counts")
+
+
+def test_the_shipped_studies_share_data_only() -> None:
+    """Each shipped study writes its results, logs and report under its own name; two studies of
+    one corpus share that corpus's data (and its logs), nothing else."""
+    configs = {p.name: resolve([p], root=ROOT) for p in SHIPPED}
+    for path in SHIPPED:  # each names its study, none left to its corpus's name
+        assert "study_name" in yaml.safe_load(path.read_text()), path.name
+    assert {"config.yaml", "tiny.yaml", "scale.yaml", "paper.yaml", "recon.yaml"} <= set(configs)
+    paths = {name: _layout_paths(config) for name, config in configs.items()}
+    data = (layout.CORPUS_ROOT, layout.TOKENS_ROOT, *DATA_LOGS)
+    names = sorted(configs)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            shared = paths[a] & paths[b]
+            assert all(p.startswith(data) for p in shared), (a, b, sorted(shared)[:3])
+            same_corpus = configs[a]["corpus"]["name"] == configs[b]["corpus"]["name"]
+            assert bool(shared) == same_corpus, (a, b)

@@ -230,18 +230,36 @@ def _files(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def _a_second_study_touches_no_file_of_the_first(work: Path, config: dict) -> None:  # type: ignore[type-arg]
-    """A second study of the same corpus in the same clone (`study_name`), one of its cells
-    trained: every file of the first study is as it was, the new cell has its own folder."""
+    """A second study of the same corpus in the same clone (its own file and `study_name`, run
+    with other parallelism), one of its cells trained: every file of the first study, and the
+    data they share, is as it was; the new cell has its own folder. Switching back to the first
+    study and to the second again plans nothing; a third file naming the second study is
+    refused before any job."""
     first = _files(work / "results")
-    config["study_name"] = "second"
-    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config))
-    target = "results/runs/embedded+second/micro/gpt2/tied/seed0/checkpoints/final/state.json"
-    out = snakemake(work, "--profile", "profiles/local", target)
+    data = _files(work / "data")
+    second = {**copy.deepcopy(config), "study_name": "second"}
+    second["tokenize"] = {"threads": 1, "processes": 2}  # how it runs: rebuilds no shard
+    (work / "config" / "second.yaml").write_text(yaml.safe_dump(second))
+    target = "results/runs/second/micro/gpt2/tied/seed0/checkpoints/final/state.json"
+    run = ("--profile", "profiles/local", "--configfile", "config/second.yaml")
+    out = snakemake(work, target, *run)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (work / target).is_file()
     after = _files(work / "results")
     assert {k: after.get(k) for k in first} == first
-    assert all(k.startswith("runs/embedded+second/") for k in set(after) - set(first))
+    assert all(k.startswith("runs/second/") for k in set(after) - set(first))
+    assert _files(work / "data") == data
+    for plan in (("all", "--profile", "profiles/local"), (target, *run)):  # back, then again
+        again = snakemake(work, "-n", *plan)
+        assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-3000:]
+    (work / "config" / "third.yaml").write_text(yaml.safe_dump(second))
+    refused = snakemake(
+        work, "-n", "all", "--profile", "profiles/local", "--configfile", "config/third.yaml"
+    )
+    assert refused.returncode != 0
+    assert "study_name 'second': results/*/second/ hold the study of config/second.yaml" in (
+        refused.stdout + refused.stderr
+    )
 
 
 def _job_resources(output: str) -> dict[str, list[str]]:

@@ -319,7 +319,7 @@ def test_named_variant_and_tagged_cell_trained_and_reported_from_config_alone(
         work, "all", "--profile", "profiles/local", "--cores", "2", "--configfile", str(configfile)
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    runs = work / "results/runs/embedded+sweep/micro/gpt2"
+    runs = work / "results/runs/sweep/micro/gpt2"
     states = {
         v: json.loads((runs / v / "seed0/checkpoints/final/state.json").read_text())
         for v in ("tied", "lev_h4", "leviathan@lr1e-3")
@@ -337,14 +337,14 @@ def test_named_variant_and_tagged_cell_trained_and_reported_from_config_alone(
         if json.loads(line).get("kind") == "train"
     ]
     assert max(lrs) == pytest.approx(1e-3, rel=1e-6)
-    tables = work / "results/report/embedded+sweep/tables"
+    tables = work / "results/report/sweep/tables"
     main = pd.read_csv(tables / "main.csv", keep_default_na=False).set_index("row")
     assert main.loc["micro/gpt2/lev_h4", "recipe"] == "lev.n_heads=4"
     assert main.loc["micro/gpt2/leviathan@lr1e-3", "recipe"] == "lr=1e-3"
     assert main.loc["micro/gpt2/tied", "recipe"] == ""
     for variant in ("lev_h4", "leviathan@lr1e-3"):
         val = json.loads(
-            (work / f"results/eval/embedded+sweep/micro/gpt2/{variant}/seed0/val.json").read_text()
+            (work / f"results/eval/sweep/micro/gpt2/{variant}/seed0/val.json").read_text()
         )
         assert main.loc[f"micro/gpt2/{variant}", "val_loss"] == val["results"]["overall"]["loss"]
     md = (tables / "main.md").read_text()

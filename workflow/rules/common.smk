@@ -15,8 +15,8 @@ if (placeholder := placeholder_error(workflow.resource_settings)) is not None:
     raise WorkflowError(placeholder)
 
 CORPUS = config["corpus"]["name"]
-# where this study's results live: results/<kind>/<corpus>[+<study_name>]/ (layout.results_key),
-# so studies of two corpora (or two study names) in one clone never touch each other's files
+# where this study's results live: results/<kind>/<study_name>/ (layout.results_key), so two
+# studies in one clone never touch each other's results (they share only a corpus's data)
 RESULTS = layout.config_results_key(config)
 CELLS = config_cells(config)
 VOCABS = sorted({c.vocab for c in CELLS})

@@ -100,6 +100,17 @@ def tokenize_options(config: Mapping[str, Any], vocab: str) -> dict[str, Any]:
     return options
 
 
+# config.tokenize's keys that say how the job runs, not what the shards hold
+TOKENIZE_HOW = ("threads", "processes")
+
+
+def tokenize_content(config: Mapping[str, Any], vocab: str) -> dict[str, Any]:
+    """`tokenize_options` less how the job runs (`TOKENIZE_HOW`): what the shards hold, the
+    tokenize rule's rerun trigger."""
+    options = tokenize_options(config, vocab)
+    return {k: v for k, v in options.items() if k not in TOKENIZE_HOW}
+
+
 def tokenize(
     corpus_dir: str | Path, vocab: str, out: str | Path, options: Mapping[str, Any]
 ) -> dict[str, Any]:
