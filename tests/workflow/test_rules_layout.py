@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 from workflow_helpers import ROOT, snakemake, workflow_copy
@@ -17,6 +18,7 @@ from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.plots import plot_paths
 from leviathan.report.registry import table_names, table_paths
 from leviathan.report.resources import RESOURCES_TABLE
+from leviathan.workflow import actions
 from leviathan.workflow.actions import sample_efficiency_groups
 from leviathan.workflow.config import resolve
 
@@ -132,3 +134,19 @@ def test_the_shipped_studies_share_data_only() -> None:
             assert all(p.startswith(data) for p in shared), (a, b, sorted(shared)[:3])
             same_corpus = configs[a]["corpus"]["name"] == configs[b]["corpus"]["name"]
             assert bool(shared) == same_corpus, (a, b)
+            if same_corpus:  # the data they share are the same data: no switch rebuilds them
+                both = _vocabs(configs[a]) & _vocabs(configs[b])
+                assert _data_params(configs[a], both) == _data_params(configs[b], both), (a, b)
+
+
+def _vocabs(config: dict[str, Any]) -> set[str]:
+    return {cell.vocab for cell in config_cells(config)}
+
+
+def _data_params(config: dict[str, Any], vocabs: set[str]) -> tuple[Any, ...]:
+    """What the data rules' rerun triggers hold: the fetch's settings and, for `vocabs`, what
+    the tokenize rule's shards hold."""
+    return (
+        actions.corpus_settings(config),
+        {v: actions.tokenize_content(config, v) for v in sorted(vocabs)},
+    )
