@@ -98,7 +98,7 @@ def _age(path: Path, now: float) -> float | None:
         return None
 
 
-def _elsewhere(run: str, probe: Any, now: float, stale_s: float) -> tuple[str, str]:
+def _elsewhere(run: str | Path, probe: Any, now: float, stale_s: float) -> tuple[str, str]:
     """The state of a run whose lock file names a process on another host, with no exit
     record from that process: running while its metrics log grows, else stopped."""
     from leviathan.train.telemetry import format_duration
@@ -114,13 +114,15 @@ def _elsewhere(run: str, probe: Any, now: float, stale_s: float) -> tuple[str, s
     return "stopped", f"{who} holds the lock file, no exit record, {silent}: killed, or node lost?"
 
 
-def _ended(run: str, log: Path, record: Any) -> tuple[str, str | None]:
+def _ended(run: str | Path, log: Path | None, record: Any) -> tuple[str, str | None]:
     """The state of a run no process is running: by its exit record, else its other files."""
-    if layout.out_of_memory_file(run).is_file():
-        return "failed", "out of memory (out_of_memory.json): lower train.<scale>.micro_batch"
     if record is not None and record["outcome"] in ("failed", "preempted", "stopped"):
         return record["outcome"], str(record.get("reason") or "")
-    if _job_failed(log):
+    if layout.out_of_memory_file(run).is_file():
+        return "failed", "out of memory (out_of_memory.json): lower train.<scale>.micro_batch"
+    if record is not None and record["outcome"] == "finished":  # its final since removed
+        return "stopped", "finished, but its final checkpoint is gone (removed for a rerun?)"
+    if log is not None and _job_failed(log):
         return "failed", f"its job log ends in an error: {log}"
     if layout.metrics_file(run).is_file() or layout.checkpoints_dir(run).is_dir():
         return (
@@ -130,8 +132,11 @@ def _ended(run: str, log: Path, record: Any) -> tuple[str, str | None]:
     return "not started", None
 
 
-def _state(run: str, log: Path, now: float, stale_s: float) -> tuple[str, str | None]:
-    """(state, note) of a run directory, from its lock, final checkpoint and exit record."""
+def run_state(
+    run: str | Path, log: Path | None = None, now: float | None = None, stale_s: float = STALE_S
+) -> tuple[str, str | None]:
+    """(state, note) of a run directory, from its lock, final checkpoint and exit record (and
+    its train job's `log`, where a workflow job ran it); `now` for a run on another host."""
     from leviathan.lock_probe import probe_lock
     from leviathan.train.exit_record import read_exit
 
@@ -147,7 +152,7 @@ def _state(run: str, log: Path, now: float, stale_s: float) -> tuple[str, str | 
             probe.host,
         )
         if not by_holder:
-            return _elsewhere(run, probe, now, stale_s)
+            return _elsewhere(run, probe, time.time() if now is None else now, stale_s)
     return _ended(run, log, record)
 
 
@@ -166,7 +171,7 @@ def cell_status(
     check_stale_s(stale_s)
     run = layout.run_dir(cell)
     now = time.time() if now is None else now
-    state, note = _state(run, Path(layout.cell_log("train", cell)), now, stale_s)
+    state, note = run_state(run, Path(layout.cell_log("train", cell)), now, stale_s)
     marker = layout.final_marker(cell)
     if state == "done" and reruns is not None and marker in reruns:
         state, note = "will rerun", f"Snakemake would retrain it: {reruns[marker]}"
