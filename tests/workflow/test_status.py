@@ -281,3 +281,48 @@ def test_a_run_on_another_host_by_its_exit_record_else_its_log(
         with monkeypatch.context() as m:
             m.setattr(socket, "gethostname", lambda: "another-host")
             assert run_state(run, now=written + 60) == ("failed", "a bad shard")
+
+
+@pytest.mark.slow  # one Snakemake dry run of the two-cell grid (~15 s)
+def test_will_rerun_where_snakemakes_dry_run_plans_the_train_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two done cells on the same shards: one finished after the shards were written, one
+    before (its shards since rebuilt). Snakemake decides from the files' times alone here (no
+    job of this copy has run, so it has no metadata; a rule script newer than an output counts
+    as changed code, so every file is dated after the copy's): it plans the second only."""
+    from workflow_helpers import small_config, tool_env, workflow_copy
+
+    from leviathan.cli import main
+
+    work = workflow_copy(tmp_path)
+    config = small_config(work)
+    monkeypatch.chdir(work)
+    for key, value in tool_env().items():
+        monkeypatch.setenv(key, value)
+    corpus = config["corpus"]["name"]
+    older_cell, newer_cell = config_cells(config)
+    then = max(p.stat().st_mtime for p in work.rglob("*")) + 10  # after the rule scripts
+    for age, files in enumerate(
+        [
+            [Path(layout.final_marker(older_cell))],
+            [layout.corpus_file(layout.corpus_dir(corpus), split) for split in layout.SPLITS],
+            [Path(p) for p in layout.token_files(layout.tokens_dir(corpus, "gpt2")).values()],
+            [Path(layout.final_marker(newer_cell))],
+        ]
+    ):
+        for path in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
+            os.utime(path, (then + 60 * age, then + 60 * age))
+    assert main(["status"]) == 0  # fast by default: Snakemake is not asked
+    assert capsys.readouterr().out.splitlines()[-1] == "2 done"
+    assert main(["status", "--rerun"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "1 done, 1 will rerun"
+    rows = {line.split()[0]: i for i, line in enumerate(out[1:-1], 1) if line[0] != " "}
+    assert out[rows[older_cell.key]].split()[1:3] == ["will", "rerun"]
+    assert out[rows[older_cell.key] + 1] == (
+        "  will rerun: Snakemake would retrain it: updated input files"
+    )
+    assert out[rows[newer_cell.key]].split()[1] == "done"
