@@ -261,15 +261,17 @@ def test_a_run_on_another_host_by_its_exit_record_else_its_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Seen from another host (its name patched for the probe), a lock file cannot be checked:
-    the holder's own exit record decides; without one, whether its log still grows."""
+    the holder's own exit record decides; without one, whether the run still shows signs of
+    life (its lock file, written at its start, or its metrics log, written since)."""
     import socket
 
     from leviathan.lock import hold_lock
 
     run = tmp_path / "run"
     log = _log(run, range(1, 3))
-    written, here = log.stat().st_mtime, socket.gethostname()
+    here = socket.gethostname()
     with hold_lock(run, "run directory", folder=True):
+        written = max(log.stat().st_mtime, layout.lock_file(run, True).stat().st_mtime)
         with monkeypatch.context() as m:
             m.setattr(socket, "gethostname", lambda: "another-host")
             state, note = run_state(run, now=written + 60, stale_s=900)

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=None,
         metavar="SECONDS",
         help="a run whose lock file names another host, which cannot be checked from here, "
-        "counts as stopped once its metrics log is silent this long (default 900; > 0)",
+        "counts as stopped once its lock file and metrics log are this old (default 900; > 0)",
     )
     p.set_defaults(func=run)
 

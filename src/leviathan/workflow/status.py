@@ -6,7 +6,8 @@ checkpoint, metrics log and out-of-memory record, and the train job's log, all n
 A cell's state:
   running      a process holds the run's lock (checked in this host's lock table); or the
                lock file names a process on another host, which this host cannot check, with
-               no exit record from it and a metrics log written in the last `stale_s` seconds
+               no exit record from it and its lock file or metrics log written in the last
+               `stale_s` seconds
   done         its final checkpoint exists
   will rerun   done, but Snakemake's dry run plans its train job (asked for only: `rerun`)
   failed       its exit record says an error, it ran out of memory (`out_of_memory.json`),
@@ -14,7 +15,7 @@ A cell's state:
   preempted    its exit record says a signal (SIGTERM/SIGUSR1) stopped it after a checkpoint
   stopped      stopped by Ctrl-C (its exit record), or ended without an exit record (killed
                outright: SIGKILL, a kill for memory, a lost node; or a lock file naming
-               another host whose metrics log fell silent `stale_s` ago)
+               another host, silent for `stale_s`)
   not started  nothing of it exists yet
 A preempted or stopped cell resumes from its newest checkpoint when rerun.
 
@@ -35,7 +36,7 @@ from typing import Any
 from leviathan import layout
 from leviathan.cells import Cell
 
-STALE_S = 900.0  # a run on another host whose metrics log is silent this long: not running
+STALE_S = 900.0  # a run on another host silent this long (lock file, metrics log): not running
 STATES = ("not started", "running", "stopped", "preempted", "failed", "done", "will rerun")
 
 
@@ -100,17 +101,19 @@ def _age(path: Path, now: float) -> float | None:
 
 def _elsewhere(run: str | Path, probe: Any, now: float, stale_s: float) -> tuple[str, str]:
     """The state of a run whose lock file names a process on another host, with no exit
-    record from that process: running while its metrics log grows, else stopped."""
+    record from that process: running while it shows signs of life (its lock file written at
+    its start, its metrics log since), else stopped."""
     from leviathan.train.telemetry import format_duration
 
     who = f"process {probe.pid} on {probe.host}"
-    age = _age(layout.metrics_file(run), now)
+    ages = [_age(layout.metrics_file(run), now), _age(layout.lock_file(Path(run), True), now)]
+    age = min((a for a in ages if a is not None), default=None)
     if age is not None and age < stale_s:
         return (
             "running",
-            f"{who} (not checked from this host; log written {format_duration(age)} ago)",
+            f"{who} (not checked from this host; last written {format_duration(age)} ago)",
         )
-    silent = f"its log silent for {format_duration(age)}" if age is not None else "no log"
+    silent = f"silent for {format_duration(age)}" if age is not None else "silent"
     return "stopped", f"{who} holds the lock file, no exit record, {silent}: killed, or node lost?"
 
 
@@ -190,7 +193,7 @@ def check_stale_s(stale_s: float) -> None:
     if not (math.isfinite(stale_s) and stale_s > 0):
         raise ValueError(
             f"--stale-after {stale_s}: give a positive number of seconds (default {STALE_S:g}): "
-            "a run on another host whose metrics log is silent this long is no longer running"
+            "a run on another host silent this long (lock file, metrics log) is no longer running"
         )
 
 
