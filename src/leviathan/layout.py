@@ -272,6 +272,15 @@ def out_of_memory_file(run: PathLike) -> Path:
     return Path(run) / OUT_OF_MEMORY
 
 
+EXIT = "exit.json"  # how the run's last attempt ended (leviathan.train.exit_record)
+
+
+def exit_file(run: PathLike) -> Path:
+    """The record of how a run's last attempt ended (finished, preempted, stopped, failed),
+    written by the process holding its lock; removed as the next attempt starts."""
+    return Path(run) / EXIT
+
+
 def tensorboard_dir(run: PathLike) -> Path:
     """TensorBoard event files of a run (runtime.tensorboard)."""
     return Path(run) / "tensorboard"

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,19 @@ from leviathan.layout import lock_file
 from leviathan.provenance import utc_now
 
 log = logging.getLogger("leviathan.lock")
+HOLDER = re.compile(r"process (?P<pid>\d+) on (?P<host>\S+) since (?P<since>\S+)")
+
+
+def holder_line(pid: int, host: str, since: str) -> str:
+    """What a lock file says of its holder (read back by `parse_holder`)."""
+    return f"process {pid} on {host} since {since}"
+
+
+def parse_holder(text: str) -> tuple[int, str, str] | None:
+    """(pid, host, since) of a lock file's holder line; None for anything else (a file being
+    written, or not one of ours)."""
+    m = HOLDER.fullmatch(text.strip())
+    return (int(m["pid"]), m["host"], m["since"]) if m else None
 
 
 class FolderBusy(ValueError):
@@ -93,7 +107,7 @@ def hold_lock(target: str | os.PathLike[str], what: str, *, folder: bool) -> Ite
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         started = utc_now().isoformat(timespec="seconds")
-        os.write(fd, f"process {os.getpid()} on {socket.gethostname()} since {started}\n".encode())
+        os.write(fd, f"{holder_line(os.getpid(), socket.gethostname(), started)}\n".encode())
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -128,3 +128,29 @@ def test_a_directory_where_the_lock_file_goes_is_one_line(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match=r"is a directory where this evaluation output's lock"):
         with hold_lock(out, "evaluation output", folder=False):
             pass
+
+
+@pytest.mark.parametrize("table", ["kernel", "none"])
+def test_a_probe_tells_a_held_lock_from_a_dead_holders_file_without_taking_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str
+) -> None:
+    """From this host's lock table (Linux), or without one (macOS) from whether the named
+    process lives; the probe leaves the holder's lock and file as they are."""
+    from leviathan import lock_probe
+
+    if table == "none":
+        monkeypatch.setattr(lock_probe, "KERNEL_LOCKS", tmp_path / "no-such-table")
+    run_dir = tmp_path / "run"
+    assert lock_probe.probe_lock(run_dir, folder=True).state == "free"  # no lock file
+    proc = holder(run_dir, folder=True)
+    try:
+        probe = lock_probe.probe_lock(run_dir, folder=True)
+        assert (probe.state, probe.pid) == ("held", proc.pid)
+        with pytest.raises(ValueError, match=f"in use by process {proc.pid}"):
+            with hold_lock(run_dir, "run directory", folder=True):  # still the holder's
+                pass
+    finally:
+        proc.kill()
+        proc.wait()
+    probe = lock_probe.probe_lock(run_dir, folder=True)  # its file left behind, no lock
+    assert (probe.state, probe.pid) == ("free", proc.pid)

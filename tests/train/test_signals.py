@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from test_trainer import assert_bitwise_equal, cli, reference_run, wait_for_training, weights
 
+from leviathan.train.exit_record import read_exit
 from leviathan.train.metrics_log import read_metrics
+from leviathan.workflow.status import run_state
 
 __all__ = ["reference_run"]  # the uninterrupted run, a fixture of this module too
 
@@ -75,10 +77,14 @@ def test_a_signal_in_the_final_phase_ends_with_the_final_checkpoint(
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signum, err
     final = run_dir / "checkpoints" / "final"
-    assert f"stopped by signal {signal.Signals(signum).name}; resume from {final}" in err
+    said = f"stopped by signal {signal.Signals(signum).name}; resume from {final}"
+    assert said in err
+    record = read_exit(run_dir)  # the run's exit record says the same
+    assert record is not None and (record["outcome"], record["reason"]) == ("preempted", said)
     assert_bitwise_equal(weights(run_dir), weights(reference_run))
     again = subprocess.run(cli(gpt2_shards, run_dir), capture_output=True, text=True, check=True)
     assert '"start_step": 12' in again.stdout  # the rerun finds the run complete
+    assert read_exit(run_dir)["outcome"] == "finished"  # type: ignore[index]
     assert [r["kind"] for r in read_metrics(run_dir / "metrics.jsonl")][-1] == "end"
 
 
@@ -98,6 +104,7 @@ def test_ctrl_c_checkpoints_and_exits_130_then_resumes_bitwise(
     saved = [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
     assert len(saved) == 1
     assert f"stopped by signal SIGINT; resume from {saved[0]}" in err
+    assert run_state(run_dir) == ("stopped", f"stopped by signal SIGINT; resume from {saved[0]}")
     subprocess.run(argv, check=True, capture_output=True)
     assert_bitwise_equal(weights(run_dir), weights(reference_run))
 
@@ -121,6 +128,7 @@ def test_a_second_ctrl_c_stops_at_once(gpt2_shards: Path, tmp_path: Path) -> Non
     assert proc.returncode == 128 + signal.SIGINT, err
     lines = err.strip().splitlines()
     assert lines[-1].startswith("leviathan train: stopped at once by Ctrl-C; ")
+    assert read_exit(run_dir)["outcome"] == "stopped"  # type: ignore[index]
     assert "Traceback" not in err
     checkpoints = run_dir / "checkpoints"  # nothing half-written left (maybe nothing at all)
     assert not checkpoints.exists() or not list(checkpoints.glob(".*"))

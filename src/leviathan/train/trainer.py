@@ -35,6 +35,7 @@ Run directory:
                                               fingerprint, batch_sha256 (leviathan.data.batch_view)
   metrics.jsonl.json                          its manifest, once the run finished (log_anchor.py)
   out_of_memory.json                          the last out-of-memory refusal (removed at a start)
+  exit.json                                   how the last attempt ended (exit_record.py)
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ from leviathan.train.errors import (
     fitting_micro_batch,
     out_of_memory,
 )
+from leviathan.train.exit_record import record_exit
 from leviathan.train.finished import log_finished
 from leviathan.train.log_anchor import anchor_log
 from leviathan.train.metrics_log import MetricsLog, rewind_metrics, set_aside_torn
@@ -133,7 +135,8 @@ def train(
     with (
         hold_lock(run_dir, "run directory", folder=True)
         if launch_main
-        else contextlib.nullcontext()
+        else contextlib.nullcontext(),
+        record_exit(run_dir) if launch_main else contextlib.nullcontext(),  # exit.json
     ):
         if runtime.verify_shards == "full" and launch_main:
             # before the process group exists: no collective waits on this pass over the data

@@ -1,15 +1,23 @@
-"""Where every cell of a study stands (`leviathan status`), read from its files alone: the run
-directory (final checkpoint, step checkpoints, metrics log, out-of-memory record) and the
-train job's log, all named by `leviathan.layout`. Nothing is asked of a scheduler.
+"""Where every cell of a study stands (`leviathan status`), read from the run's own signals: its
+lock (`leviathan.lock_probe`), its exit record (`leviathan.train.exit_record`), its final
+checkpoint, metrics log and out-of-memory record, and the train job's log, all named by
+`leviathan.layout`; with `rerun`, Snakemake's dry run (`leviathan.workflow.rerun`).
 
 A cell's state:
+  running      a process holds the run's lock (checked in this host's lock table); or the
+               lock file names a process on another host, which this host cannot check, with
+               no exit record from it and its lock file or metrics log written in the last
+               `stale_s` seconds
   done         its final checkpoint exists
-  running      its metrics log was written in the last `stale_s` seconds
-  failed       its job's log ends in an error (a `leviathan train: error:` line or a
-               traceback), or it ran out of memory (`out_of_memory.json`)
-  preempted    stopped before the end without an error (a signal, a job that vanished):
-               it resumes from its newest checkpoint
+  will rerun   done, but Snakemake's dry run plans its train job (asked for only: `rerun`)
+  failed       its exit record says an error, it ran out of memory (`out_of_memory.json`),
+               or its job's log ends in an error (a `leviathan train: error:` line, a traceback)
+  preempted    its exit record says a signal (SIGTERM/SIGUSR1) stopped it after a checkpoint
+  stopped      stopped by Ctrl-C (its exit record), or ended without an exit record (killed
+               outright: SIGKILL, a kill for memory, a lost node; or a lock file naming
+               another host, silent for `stale_s`)
   not started  nothing of it exists yet
+A preempted or stopped cell resumes from its newest checkpoint when rerun.
 
 A cell whose metrics log cannot be read (a torn line, a record without its step) keeps its
 state; its row shows `?` for what the log would have told, with the one-line error below it,
@@ -28,8 +36,8 @@ from typing import Any
 from leviathan import layout
 from leviathan.cells import Cell
 
-STALE_S = 900.0  # a metrics log silent this long: its job is no longer running
-STATES = ("not started", "running", "preempted", "done", "failed")
+STALE_S = 900.0  # a run on another host silent this long (lock file, metrics log): not running
+STATES = ("not started", "running", "stopped", "preempted", "failed", "done", "will rerun")
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,7 @@ class CellStatus:
     loss: float | None  # the last training loss recorded
     eta_s: float | None  # while running: the time left at the run's mean step time
     error: str | None = None  # why its metrics log could not be read (step, loss, ETA unknown)
+    note: str | None = None  # why it is in its state, where the state alone does not say
 
 
 def _progress(metrics: Path) -> tuple[int, float | None, float | None]:
@@ -82,37 +91,101 @@ def _job_failed(log: Path) -> bool:
     return False
 
 
-def _state(run: str, log: Path, now: float, stale_s: float) -> str:
+def _age(path: Path, now: float) -> float | None:
+    """Seconds since `path` was last written; None where there is no such file."""
+    try:
+        return now - path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _elsewhere(run: str | Path, probe: Any, now: float, stale_s: float) -> tuple[str, str]:
+    """The state of a run whose lock file names a process on another host, with no exit
+    record from that process: running while it shows signs of life (its lock file written at
+    its start, its metrics log since), else stopped."""
+    from leviathan.train.telemetry import format_duration
+
+    who = f"process {probe.pid} on {probe.host}"
+    ages = [_age(layout.metrics_file(run), now), _age(layout.lock_file(Path(run), True), now)]
+    age = min((a for a in ages if a is not None), default=None)
+    if age is not None and age < stale_s:
+        return (
+            "running",
+            f"{who} (not checked from this host; last written {format_duration(age)} ago)",
+        )
+    silent = f"silent for {format_duration(age)}" if age is not None else "silent"
+    return "stopped", f"{who} holds the lock file, no exit record, {silent}: killed, or node lost?"
+
+
+def _ended(run: str | Path, log: Path | None, record: Any) -> tuple[str, str | None]:
+    """The state of a run no process is running: by its exit record, else its other files."""
+    if record is not None and record["outcome"] in ("failed", "preempted", "stopped"):
+        return record["outcome"], str(record.get("reason") or "")
+    if layout.out_of_memory_file(run).is_file():
+        return "failed", "out of memory (out_of_memory.json): lower train.<scale>.micro_batch"
+    if record is not None and record["outcome"] == "finished":  # its final since removed
+        return "stopped", "finished, but its final checkpoint is gone (removed for a rerun?)"
+    if log is not None and _job_failed(log):
+        return "failed", f"its job log ends in an error: {log}"
+    if layout.metrics_file(run).is_file() or layout.checkpoints_dir(run).is_dir():
+        return (
+            "stopped",
+            "no exit record: killed outright (SIGKILL, a kill for memory, a lost node)",
+        )
+    return "not started", None
+
+
+def run_state(
+    run: str | Path, log: Path | None = None, now: float | None = None, stale_s: float = STALE_S
+) -> tuple[str, str | None]:
+    """(state, note) of a run directory, from its lock, final checkpoint and exit record (and
+    its train job's `log`, where a workflow job ran it); `now` for a run on another host."""
+    from leviathan.lock_probe import probe_lock
+    from leviathan.train.exit_record import read_exit
+
+    probe = probe_lock(run, folder=True)
+    if probe.state == "held":
+        return "running", None
     if (layout.final_dir(run) / layout.STATE).is_file():
-        return "done"
-    metrics = layout.metrics_file(run)
-    if metrics.is_file() and now - metrics.stat().st_mtime < stale_s:
-        return "running"
-    if layout.out_of_memory_file(run).is_file() or _job_failed(log):
-        return "failed"
-    if metrics.is_file() or layout.checkpoints_dir(run).is_dir():
-        return "preempted"
-    return "not started"
+        return "done", None
+    record = read_exit(run)
+    if probe.state == "elsewhere":
+        by_holder = record is not None and (record.get("pid"), record.get("host")) == (
+            probe.pid,
+            probe.host,
+        )
+        if not by_holder:
+            return _elsewhere(run, probe, time.time() if now is None else now, stale_s)
+    return _ended(run, log, record)
 
 
 def cell_status(
-    config: Mapping[str, Any], cell: Cell, now: float | None = None, stale_s: float = STALE_S
+    config: Mapping[str, Any],
+    cell: Cell,
+    now: float | None = None,
+    stale_s: float = STALE_S,
+    reruns: Mapping[str, str] | None = None,
 ) -> CellStatus:
     """The state of one cell of the configured studies (a log that cannot be read: its
-    `error`, step, loss and ETA unknown)."""
+    `error`, step, loss and ETA unknown). `reruns`: the final checkpoints Snakemake's dry run
+    would rebuild, with its reason (`leviathan.workflow.rerun`); None: not asked."""
     from leviathan.workflow.resolve import cell_train_config
 
     check_stale_s(stale_s)
     run = layout.run_dir(cell)
     now = time.time() if now is None else now
-    state = _state(run, Path(layout.cell_log("train", cell)), now, stale_s)
+    state, note = run_state(run, Path(layout.cell_log("train", cell)), now, stale_s)
+    marker = layout.final_marker(cell)
+    if state == "done" and reruns is not None and marker in reruns:
+        state, note = "will rerun", f"Snakemake would retrain it: {reruns[marker]}"
     total = cell_train_config(config, cell).max_steps
     try:
         step, loss, per_step = _progress(layout.metrics_file(run))
     except (OSError, ValueError) as exc:
-        return CellStatus(cell, state, 0, total, None, None, " ".join(str(exc).split()))
+        error = " ".join(str(exc).split())
+        return CellStatus(cell, state, 0, total, None, None, error, note)
     eta = (total - step) * per_step if state == "running" and per_step is not None else None
-    return CellStatus(cell, state, step, total, loss, eta)
+    return CellStatus(cell, state, step, total, loss, eta, None, note)
 
 
 def check_stale_s(stale_s: float) -> None:
@@ -120,7 +193,7 @@ def check_stale_s(stale_s: float) -> None:
     if not (math.isfinite(stale_s) and stale_s > 0):
         raise ValueError(
             f"--stale-after {stale_s}: give a positive number of seconds (default {STALE_S:g}): "
-            "a metrics log silent this long is no longer running"
+            "a run on another host silent this long (lock file, metrics log) is no longer running"
         )
 
 
@@ -143,6 +216,8 @@ def render_status(rows: Sequence[CellStatus]) -> str:
     lines = []
     for row, status in zip([header, *body], [None, *rows], strict=True):
         lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        if status is not None and status.note:
+            lines.append(f"  {status.state}: {status.note}")
         if status is not None and status.error:
             lines.append(f"  error: {status.error}")
     counts = {s: sum(r.state == s for r in rows) for s in STATES}
