@@ -39,7 +39,7 @@ def test_our_rows_meet_the_papers_numbers(at_200m: ReportInputs) -> None:
     assert (
         list(tables)
         == table_names(at_200m)
-        == ["main", "frequency", "sample_efficiency", "cost", "paper_vs_ours", "metrics"]
+        == ["main", "frequency", "sample_efficiency", "cost", "throughput", "paper_vs_ours", "metrics"]
     )
     main = tables["main"].frame(DocumentCache()).set_index("row")
     assert list(main.index) == ["200m/o200k_base/tied", "200m/o200k_base/leviathan"]  # tied first

@@ -37,7 +37,9 @@ def report_inputs(
     from leviathan.eval.run import along_enabled, enabled_evals
     from leviathan.report.basis import SmokePolicy
     from leviathan.report.paper import reported_path
+    from leviathan.report.throughput import plan_devices
 
+    scales = {str(s) for study in config["studies"].values() for s in study["scales"]}
     return ReportInputs(
         studies=config["studies"],
         results=layout.config_results_key(config),
@@ -46,6 +48,7 @@ def report_inputs(
         smoke=SmokePolicy.from_config(config) if "report" in config else SmokePolicy.default(),
         train={k: v for k, v in (config.get("train") or {}).items() if "/" not in str(k)},
         along=along_enabled(config),
+        plan_devices=plan_devices(config, sorted(scales)),
     )
 
 
@@ -156,7 +159,9 @@ def _write_status(
 ) -> Path:
     from leviathan.report.status import ReportCsvs, study_status, write_status
 
-    tables = ReportCsvs(csvs["metrics"], csvs["paper_vs_ours"], csvs[PAPER_CHECK])
+    tables = ReportCsvs(
+        csvs["metrics"], csvs["paper_vs_ours"], csvs[PAPER_CHECK], csvs.get("throughput")
+    )
     found = study_status(inp.results, cells, tables, inp.smoke, docs)
     inputs = tables.paths() + [layout.final_marker(c) for c in cells]
     # default: beside the tables directory, as layout.status_file places it beside the study's

@@ -25,7 +25,11 @@ FORMATS = {
     "dpoints": "{:+.1f}",
     "int": "{:,.0f}",
     "num": "{:.4g}",
+    "share": "{:.1f}%",  # a fraction of a whole in % (MFU), unsigned
+    "gb": "{:.2f} GB",  # bytes in GB (1e9)
 }
+# what a format shows its CSV value times (the CSV keeps fractions and bytes)
+SCALE = {"pct": 100.0, "share": 100.0, "gb": 1e-9}
 # perplexities from this size on in 3 significant digits (1.2e+15, not 16 digits and 2 decimals)
 PPL_SCIENTIFIC = 1e6
 # A column's 95% confidence half-width over seeds (`<column>_ci95`, Student t; paired by seed for a
@@ -39,6 +43,8 @@ CI_FORMAT = {
     "dpoints": "±{:.1f}",
     "num": "±{:.4g}",
     "int": "±{:,.0f}",
+    "share": "±{:.1f}%",
+    "gb": "±{:.2f} GB",
 }
 # The Markdown and LaTeX renderings mark values computed on offline stand-in data (the table's
 # STAND_IN_COLUMN) with STAND_IN_MARK and say why.
@@ -63,7 +69,7 @@ def format_value(value: Any, column_format: str) -> str:
     ):  # e.g. a rare word's, e^(sum of its tokens' losses)
         return ("±" if ci else "") + f"{value:.3g}"
     fmt = CI_FORMAT[base] if ci else FORMATS[base]
-    return fmt.format(100.0 * value if base == "pct" else value)
+    return fmt.format(SCALE.get(base, 1.0) * value)
 
 
 def _label(value: Any) -> Any:
