@@ -39,7 +39,15 @@ def test_our_rows_meet_the_papers_numbers(at_200m: ReportInputs) -> None:
     assert (
         list(tables)
         == table_names(at_200m)
-        == ["main", "frequency", "sample_efficiency", "cost", "throughput", "paper_vs_ours", "metrics"]
+        == [
+            "main",
+            "frequency",
+            "sample_efficiency",
+            "cost",
+            "throughput",
+            "paper_vs_ours",
+            "metrics",
+        ]
     )
     main = tables["main"].frame(DocumentCache()).set_index("row")
     assert list(main.index) == ["200m/o200k_base/tied", "200m/o200k_base/leviathan"]  # tied first
@@ -216,3 +224,31 @@ def test_swapped_or_edited_evaluations_are_refused_by_the_report(at_200m: Report
     lev.write_bytes(original[lev][0].replace(b'"loss": 3.0', b'"loss": 2.5'))
     with pytest.raises(ChangedArtifact, match=r"leviathan/seed0/val\.json: sha256 .* its manifest"):
         write_report(config, "tables", None)
+
+
+def test_every_gain_reads_in_percent_and_the_papers_change_sign_is_explained(
+    at_200m: ReportInputs,
+) -> None:
+    """One unit for relative gains: each table's Markdown shows them in %, paper_vs_ours too (each
+    row in its own table's format; the CSVs hold fractions), and paper_check explains the sign of
+    the paper's own PPL change beside the report's gains."""
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
+    write_report(config, "tables", None)
+    pvo = pd.read_csv("tables/paper_vs_ours.csv").set_index("row")
+    gain = pvo.loc["main/200m/leviathan/val_ppl_gain"]
+    paper = Paper.load().main("200m")["leviathan"]["val_ppl_change"]
+    assert gain["paper"] == pytest.approx(-paper) and gain["unit"] == "pct"  # a fraction
+    md = Path("tables/paper_vs_ours.md").read_text()
+    line = next(x for x in md.splitlines() if "| val_ppl_gain " in x and "| 200m " in x)
+    assert f"{-100 * paper:+.2f}%" in line  # as main.md shows it, not 0.021
+    main = Path("tables/main.md").read_text()
+    assert f"{-100 * paper:+.2f}%" in main
+    loss = next(x for x in md.splitlines() if "| val_loss " in x and "| 200m    | leviathan" in x)
+    assert "| nats " in loss and "3.0520" in loss
+    check = pd.read_csv("tables/paper_check.csv")
+    change = check[check["what"].str.startswith("200m: leviathan val PPL change")].iloc[0]
+    assert change["reported"] == paper and change["unit"] == "%"
+    text = Path("tables/paper_check.md").read_text()
+    assert "negative = better, the opposite sign of the report's *_gain columns" in text
+    row = next(x for x in text.splitlines() if x.startswith("| 200m: leviathan val PPL change"))
+    assert f" {100 * paper:.4g} " in row and "| %" in row  # in % there too

@@ -25,12 +25,15 @@ from leviathan.train.config import train_config
 
 H100 = "NVIDIA H100 80GB HBM3"
 # per (variant, seed): (device, [[(tokens/s, step s, MFU, peak bytes, compile s) per train record] per process])
+TIED0 = [(1e5, 9.0, 0.1, 7e9, 40.0), (2e5, 1.0, 0.30, 8e9, 41.0), (3e5, 0.8, 0.31, 8e9, 41.0)]
+TIED0_RESUMED = [(1e5, 5.0, 0.1, 6e9, 30.0), (2.5e5, 0.9, 0.33, 9e9, 31.0)]
+LEV0 = [(1e5, 9.0, 0.1, 7e9, 50.0), (1.5e5, 1.2, 0.25, 9e9, 52.0), (1.6e5, 1.1, 0.26, 9e9, 52.0)]
+CPU = [(1e3, 2.0, "unknown", None, 0.0), (2e3, 1.0, "unknown", None, 0.0)]
 PACE = {
-    ("tied", 0): (H100, [[(1e5, 9.0, 0.1, 7e9, 40.0), (2e5, 1.0, 0.30, 8e9, 41.0), (3e5, 0.8, 0.31, 8e9, 41.0)],
-                    [(1e5, 5.0, 0.1, 6e9, 30.0), (2.5e5, 0.9, 0.33, 9e9, 31.0)]]),
-    ("leviathan", 0): (H100, [[(1e5, 9.0, 0.1, 7e9, 50.0), (1.5e5, 1.2, 0.25, 9e9, 52.0), (1.6e5, 1.1, 0.26, 9e9, 52.0)]]),
-    ("tied", 1): ("cpu", [[(1e3, 2.0, "unknown", None, 0.0), (2e3, 1.0, "unknown", None, 0.0)]]),
-}  # fmt: skip
+    ("tied", 0): (H100, [TIED0, TIED0_RESUMED]),
+    ("leviathan", 0): (H100, [LEV0]),
+    ("tied", 1): ("cpu", [CPU]),
+}
 
 
 def _write_log(cell: Cell, device: str, processes: list[list[tuple[Any, ...]]]) -> None:

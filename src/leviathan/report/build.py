@@ -121,24 +121,30 @@ def write_dvc_metrics(table: Table, csv: Path, out_dir: str | os.PathLike[str]) 
 
 def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[Path]:
     """The paper's own consistency (leviathan.report.paper_consistency) as CSV + Markdown: what
-    does not add up."""
-    from leviathan.report.paper_consistency import consistency_checks
+    does not add up (relative changes as fractions in the CSV, in % in the Markdown)."""
+    from leviathan.report.paper_consistency import CHANGE_SIGN, PERCENT, consistency_checks
 
     frame = pd.DataFrame([c.to_dict() for c in consistency_checks()])
-    frame = frame[["what", "reported", "recomputed", "difference", "tolerance", "ok"]]
+    numbers = ["reported", "recomputed", "difference", "tolerance"]
+    frame = frame[["what", *numbers, "unit", "ok"]]
     csv, md = table_files(out_dir, PAPER_CHECK, PLAIN_TABLE_FORMATS).values()
     with atomic_path(csv) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.17g")
-    bad = frame[~frame["ok"]]
-    shown = frame.assign(status=["ok" if ok else "DOES NOT ADD UP" for ok in frame["ok"]]).drop(
+    shown = frame.copy()
+    shown.loc[shown["unit"] == PERCENT, numbers] *= 100.0
+    bad = shown[~shown["ok"]]
+    shown = shown.assign(status=["ok" if ok else "DOES NOT ADD UP" for ok in shown["ok"]]).drop(
         columns=["ok"]
     )
     text = (
-        f"# The paper's figures checked against each other\n\n{len(bad)} of {len(frame)} reported figures "
-        f"do not follow from the others (beyond their rounding):\n\n"
+        f"# The paper's figures checked against each other\n\n{CHANGE_SIGN}\n\n{len(bad)} of "
+        f"{len(frame)} reported figures do not follow from the others (beyond their rounding):\n\n"
         + "".join(
-            f"- {w}: reported {r:g}, recomputed {c:.4g}\n"
-            for w, r, c in zip(bad["what"], bad["reported"], bad["recomputed"], strict=True)
+            f"- {w}: reported {r:g}{u if u == PERCENT else ''}, recomputed {c:.4g}"
+            f"{u if u == PERCENT else ''}\n"
+            for w, r, c, u in zip(
+                bad["what"], bad["reported"], bad["recomputed"], bad["unit"], strict=True
+            )
         )
         + f"\n{shown.to_markdown(index=False, floatfmt='.4g')}\n"
     )

@@ -37,7 +37,8 @@ from leviathan.report.context import (
     seeded,
     tied_and_leviathan,
 )
-from leviathan.report.paper import MAIN_PAPER_NUMBERS, PAPER_TASKS, paper_value
+from leviathan.report.formatting import ROW_FORMAT
+from leviathan.report.paper import MAIN_PAPER_NUMBERS, PAPER_TASKS, QUANTITY_FORMATS, paper_value
 from leviathan.report.table import Table
 
 CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", *BASIS_COLUMNS]
@@ -442,7 +443,7 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
         "without 5 of its 22 subsets (Books3, BookCorpus2, OpenSubtitles, YTSubtitles, OWT2), "
         "so our validation loss is not on the paper's validation set (README, RECON); "
         f"{GAIN_CONVENTION}",
-        ["table", "scale", "variant", "quantity", *BASIS_COLUMNS],
+        ["table", "scale", "variant", "quantity", ROW_FORMAT, *BASIS_COLUMNS],
         {"paper": "num", "ours": "num", "difference": "num"},
     )
     for number in ctx.paper_numbers:
@@ -456,6 +457,7 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
             scale=number.scale,
             variant=number.key,
             quantity=number.quantity,
+            unit=QUANTITY_FORMATS[number.quantity],  # each row shown as its own table shows it
             **(basis if ours is not None else {}),
         )
         t.set(row, "paper", number.spec)

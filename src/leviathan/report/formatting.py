@@ -30,6 +30,21 @@ FORMATS = {
 }
 # what a format shows its CSV value times (the CSV keeps fractions and bytes)
 SCALE = {"pct": 100.0, "share": 100.0, "gb": 1e-9}
+# A table whose rows hold different quantities (paper_vs_ours) names each row's format in this
+# label column; its numbers are shown in it, and the column as the unit it reads in.
+ROW_FORMAT = "unit"
+UNITS = {
+    "loss": "nats",
+    "dloss": "nats",
+    "ppl": "perplexity",
+    "pct": "%",
+    "points": "points",
+    "dpoints": "points",
+    "int": "count",
+    "num": "ratio",
+    "share": "%",
+    "gb": "GB",
+}
 # perplexities from this size on in 3 significant digits (1.2e+15, not 16 digits and 2 decimals)
 PPL_SCIENTIFIC = 1e6
 # A column's 95% confidence half-width over seeds (`<column>_ci95`, Student t; paired by seed for a
@@ -88,12 +103,17 @@ def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
             "" if col == RECIPE and (missing(v) or v == "") else _label(v) for v in out[col]
         ]
     marked = stand_in_rows(frame)
+    per_row = list(frame[ROW_FORMAT]) if ROW_FORMAT in table.label_columns else []
     for col, column_format in table.columns.items():
+        formats = [f if f in FORMATS else column_format for f in per_row] or [column_format] * len(
+            frame
+        )
         out[col] = [
-            format_value(v, column_format)
-            + (STAND_IN_MARK if col in m and format_value(v, column_format) != "-" else "")
-            for v, m in zip(frame[col], marked, strict=True)
+            format_value(v, f) + (STAND_IN_MARK if col in m and format_value(v, f) != "-" else "")
+            for v, m, f in zip(frame[col], marked, formats, strict=True)
         ]
+    if per_row:
+        out[ROW_FORMAT] = [UNITS.get(f, "-") if isinstance(f, str) else "-" for f in per_row]
     return out
 
 
