@@ -252,3 +252,41 @@ def test_every_gain_reads_in_percent_and_the_papers_change_sign_is_explained(
     assert "negative = better, the opposite sign of the report's *_gain columns" in text
     row = next(x for x in text.splitlines() if x.startswith("| 200m: leviathan val PPL change"))
     assert f" {100 * paper:.4g} " in row and "| %" in row  # in % there too
+
+
+def test_a_tagged_cells_gains_are_against_tied_on_its_recipe_or_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`leviathan@lr1e-3` is compared with `tied@lr1e-3` where the study has it; without it, with
+    the default tied, its row's `baseline` saying the recipes differ."""
+    monkeypatch.chdir(tmp_path)
+    cells = {
+        "tied": 3.10,
+        "leviathan": 3.00,
+        "leviathan@lr1e-3": 2.90,
+        "tied@lr1e-3": 2.95,
+    }
+    for variant, loss in cells.items():
+        base = variant.partition("@")[0]
+        write_cell(Cell("200m", "o200k_base", variant, 0, RESULTS), loss=loss, base=base)
+
+    def main_of(variants: list[str]) -> pd.DataFrame:
+        study = {"scales": ["200m"], "vocabs": ["o200k_base"], "variants": variants, "seeds": [0]}
+        inp = ReportInputs({"main": study}, RESULTS, ["val"], str(reported_path()))
+        tables = build_tables(inp, DocumentCache())
+        return tables["main"].frame(DocumentCache()).set_index("row")
+
+    lev = main_of(["tied", "leviathan", "leviathan@lr1e-3", "tied@lr1e-3"]).loc[
+        "200m/o200k_base/leviathan@lr1e-3"
+    ]
+    assert lev["baseline"] == "tied@lr1e-3"
+    assert lev["val_ppl_gain"] == pytest.approx(1 - math.exp(2.90) / math.exp(2.95))
+    main = main_of(["tied", "leviathan", "leviathan@lr1e-3"])
+    lev = main.loc["200m/o200k_base/leviathan@lr1e-3"]
+    assert lev["baseline"] == "tied (other recipe: the study has no tied@lr1e-3)"
+    assert lev["val_ppl_gain"] == pytest.approx(1 - math.exp(2.90) / math.exp(3.10))
+    assert main.loc["200m/o200k_base/leviathan", "baseline"] == "tied"
+    assert (
+        pd.isna(main.loc["200m/o200k_base/tied", "baseline"])
+        or not main.loc["200m/o200k_base/tied", "baseline"]
+    )
