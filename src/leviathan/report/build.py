@@ -204,6 +204,7 @@ def write_report(
     csvs[PAPER_CHECK] = paper_check[0]
     written.append(_write_status(inp, cells, csvs, docs, tables_dir, status_file))
     if figures_dir is not None:
+        from leviathan.report.basis import recipe_label
         from leviathan.report.figures import write_figures
 
         written.extend(
@@ -214,6 +215,7 @@ def write_report(
                 inp.smoke,
                 cells,
                 [Path(p) for p in along],
+                {c.key: recipe_label([c], docs, inp.train) for c in cells},
             )
         )
     return written
