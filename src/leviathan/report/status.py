@@ -1,7 +1,7 @@
 """The study's status, for the first page of the HTML report: what this run shows and what not.
 
-Read from what the run produced (the report's metrics, paper_vs_ours and paper_check CSVs, and
-each cell's final checkpoint, which also records the cell's kernel self-check), so it says
+Read from what the run produced (the report's metrics, paper_vs_ours, paper_check and throughput
+CSVs, and each cell's final checkpoint, which also records the cell's kernel self-check), so it says
 what was done, not what the config asked for. Written as reStructuredText
 (`layout.status_file`), which `workflow/report/workflow.rst` includes.
 """
