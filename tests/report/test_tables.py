@@ -290,3 +290,18 @@ def test_a_tagged_cells_gains_are_against_tied_on_its_recipe_or_marked(
         pd.isna(main.loc["200m/o200k_base/tied", "baseline"])
         or not main.loc["200m/o200k_base/tied", "baseline"]
     )
+    # a sweep's study of its own name: its cells are in the tables the README names for it
+    study = {"scales": ["200m"], "vocabs": ["o200k_base"], "seeds": [0]}
+    study["variants"] = ["tied", "leviathan@lr1e-3"]
+    inp = ReportInputs({"sweep": study}, RESULTS, ["val"], str(reported_path()))
+    tables = build_tables(inp, DocumentCache())
+    assert "main" not in tables
+    for name, row in [
+        ("metrics", "200m/o200k_base/leviathan@lr1e-3/seed0"),
+        ("cost", "200m/o200k_base/leviathan@lr1e-3"),
+        ("throughput", "200m/o200k_base/leviathan@lr1e-3/seed0"),
+        ("sample_efficiency", "200m/o200k_base/leviathan@lr1e-3"),
+    ]:
+        assert row in tables[name].rows, name
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert "`metrics`, `cost`, `throughput` and `sample_efficiency` list every cell" in readme

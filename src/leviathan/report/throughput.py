@@ -157,7 +157,8 @@ def _cell_row(
     start = _start(records)
     device = str(start[1].get("device", "unknown")) if start else "unknown"
     count = int(start[1].get("world_size", 1)) if start else 0
-    model = gpu_model(device) if device != "cpu" else None
+    # a prediction needs the run's GPU model and device count (every start record has both)
+    model = gpu_model(device) if start and "world_size" in start[1] else None
     compiled = bool(start and start[1].get("compile"))
     row = t.add_row(
         cell.key,
