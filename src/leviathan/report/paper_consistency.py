@@ -38,6 +38,10 @@ class Consistency:
     def ok(self) -> bool:
         return abs(self.reported - self.recomputed) <= self.tolerance
 
+    def shown(self, value: float, fmt: str = "g") -> str:
+        """A value of this check as the report shows it: a relative change in %."""
+        return f"{100.0 * value:{fmt}}%" if self.unit == PERCENT else f"{value:{fmt}}"
+
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok, "difference": self.reported - self.recomputed}
 
