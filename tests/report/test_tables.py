@@ -124,6 +124,14 @@ def test_write_report_renders_every_format(at_200m: ReportInputs, tmp_path: Path
     assert "val\\_ppl\\_gain" in tex
     assert "\\%" in tex
     assert pd.read_csv("tables/main.csv")["val_loss"].tolist() == [3.1, 3.0]  # full precision
+    # each rendering is its CSV rendered, as the audit re-renders it (empty labels included)
+    from leviathan.report.audit import Auditor
+
+    for name in ("main", "metrics", "cost", "throughput", "paper_vs_ours"):
+        for fmt in ("md", "tex"):
+            auditor = Auditor(Path.cwd())
+            auditor.audit_table(f"tables/{name}.{fmt}")
+            assert not [f.detail for f in auditor.failures if "rendered" in f.detail], (name, fmt)
 
 
 def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(

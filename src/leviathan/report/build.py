@@ -63,6 +63,7 @@ def table_from_csv(
     ]
     table = Table(config["table"], config["title"], labels, dict(config["columns"]))
     table.smoke_note = config.get("smoke_note", "")
+    table.source = config.get("source", table.source)
     return table, frame
 
 
@@ -86,6 +87,7 @@ def write_table(
             "title": table.title,
             "columns": table.columns,
             "smoke_note": table.smoke_note,
+            "source": table.source,  # what the renderings say the values are read from
         },
         fields={"table": table.name, "cells": table.cell_map(), "row_column": "row"},
         started=started,

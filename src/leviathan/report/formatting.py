@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from leviathan.report.baseline import BASELINE
 from leviathan.report.basis import RECIPE
 from leviathan.report.table import STAND_IN_COLUMN, Table, missing, smoke_rows, stand_in_rows
 
@@ -30,6 +31,9 @@ FORMATS = {
 }
 # what a format shows its CSV value times (the CSV keeps fractions and bytes)
 SCALE = {"pct": 100.0, "share": 100.0, "gb": 1e-9}
+# label columns whose empty value means something (the default recipe; no baseline: tied itself):
+# blank, as the CSV's empty cell reads back
+BLANK_LABELS = (RECIPE, BASELINE)
 # A table whose rows hold different quantities (paper_vs_ours) names each row's format in this
 # label column; its numbers are shown in it, and the column as the unit it reads in.
 ROW_FORMAT = "unit"
@@ -100,7 +104,7 @@ def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
     for col in table.label_columns:  # an empty label (e.g. the paper's row) as "-", counts as ints
         # an empty recipe is the scale's default: blank
         out[col] = [
-            "" if col == RECIPE and (missing(v) or v == "") else _label(v) for v in out[col]
+            "" if col in BLANK_LABELS and (missing(v) or v == "") else _label(v) for v in out[col]
         ]
     marked = stand_in_rows(frame)
     per_row = list(frame[ROW_FORMAT]) if ROW_FORMAT in table.label_columns else []

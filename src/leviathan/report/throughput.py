@@ -168,7 +168,7 @@ def _cell_row(
         seed=cell.seed,
         device=device,
         devices=count,
-        plan_device=ctx.inp.plan_devices.get(cell.scale, ""),
+        plan_device=ctx.inp.plan_devices.get(cell.scale) or "not stated",
         prediction=(
             f"roofline, {model.name}, {'compiled' if compiled else 'eager'}"
             if model and start
