@@ -151,7 +151,8 @@ class StudyStatus:
             "MFU and memory beside the roofline's are not the plan's (``throughput``)."
             if on_plan < self.cells
             else f"all {self.cells} cells had their throughput measured on the device the plan "
-            "assumes for their scale (``throughput``: beside the roofline's prediction)."
+            "assumes for their scale (``throughput``; the roofline predicts GPUs only, so a "
+            "CPU run's row says nothing was predicted for it)."
         )
 
     def rst(self) -> str:
