@@ -259,6 +259,8 @@ def test_lm_eval_task_yamls_load_in_lm_eval_on_the_same_files(
     local = root / "workflow/resources/smoke/lm_eval/piqa_validation.jsonl"
     assert len(list(piqa.validation_docs())) == sum(1 for _ in open(local))
     assert piqa.config.dataset_kwargs["data_files"]["validation"] == [str(local)]
+    # on the stand-ins, lm-eval's results name the task as such (its alias), not as the benchmark
+    assert piqa.config.task_alias == "piqa (stand-in)"
 
 
 @pytest.mark.slow  # three CPU passes over the validation sample (~50 s on a loaded machine)

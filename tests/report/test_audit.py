@@ -44,9 +44,14 @@ def test_ops_compute_from_the_files(tmp_path: Path) -> None:
     )
     a, b = ValueSpec("mean", tied), ValueSpec("mean", (Source("lev0.json", "/loss"),))
     assert compute(ValueSpec("diff_of", parts=(a, b)), docs) == pytest.approx(-0.2)
+    assert compute(ValueSpec("ratio_of", parts=(a, b)), docs) == pytest.approx(2.8 / 3.0)
+    both = tuple(Source(s.path, s.pointer) for s in tied + lev)  # 3.0, 2.8, 2.9
+    assert compute(ValueSpec("median", both), docs) == 2.9
+    assert compute(ValueSpec("max", both), docs) == 3.0
+    assert compute(ValueSpec("sum", both), docs) == pytest.approx(8.7)
     assert math.isnan(compute(ValueSpec("mean", ()), docs))
     with pytest.raises(ValueError, match="unknown cell op"):
-        compute(ValueSpec("median", tied), docs)
+        compute(ValueSpec("mode", tied), docs)
 
 
 def _chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -51,6 +51,8 @@ def test_paper_check_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "paper-check"]) == 0
     out = capsys.readouterr().out
     assert "[DIFF] 1.2b leviathan: val PPL = exp(val loss 2.402)" in out
+    # a relative change in % as every table shows gains, its sign the paper's, said
+    assert "negative = better): reported -5.6%, recomputed -5.81%" in out
     assert main(["report", "paper-check", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["ok"] for r in rows} == {True, False}

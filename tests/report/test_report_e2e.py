@@ -30,6 +30,7 @@ TABLES = [
     "frequency",
     "sample_efficiency",
     "cost",
+    "throughput",
     "paper_vs_ours",
     "metrics",
 ]
@@ -76,6 +77,11 @@ def test_every_table_in_three_formats_from_the_evaluations(work: Path) -> None:
     cost = pd.read_csv(tables / "cost.csv").set_index("row")
     start = json.loads((work / LEV / "metrics.jsonl").read_text().splitlines()[0])
     assert cost.loc["micro/gpt2/leviathan", "params"] == start["params"]
+    # the throughput table: the CPU run's own records, labelled as predicted for nothing
+    pace = pd.read_csv(tables / "throughput.csv").set_index("row").loc["micro/gpt2/leviathan/seed0"]
+    assert (pace["device"], pace["plan_device"]) == ("cpu", "cpu")
+    assert pace["prediction"].startswith("none: ") and pd.isna(pace["predicted_step_s"])
+    assert pace["tokens_per_s"] > 0 and pace["step_s"] > 0
     # what the numbers rest on: the run's own token count, below the smoke-test size
     state = json.loads((work / LEV / "checkpoints/final/state.json").read_text())
     assert main.loc["micro/gpt2/leviathan", "train_tokens"] == f"{state['tokens']:,}"

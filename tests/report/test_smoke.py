@@ -211,3 +211,25 @@ def test_figures_say_smoke_test_and_keep_the_paper_apart(
             values = [sum(v) / len(v) for v in values]
         assert list(line.get_ydata()) == pytest.approx(values)
         assert f"micro, {SMOKE_TOKENS:,} tokens, seed 0" in ax.get_title()
+
+
+def test_figure_legends_carry_each_cells_recipe(
+    micro: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell trained on another recipe than its scale's default is named with it in every
+    legend that draws it per variant (from its recorded training config, as the tables' recipe)."""
+    marker = Path(layout.final_marker(Cell("micro", "gpt2", "leviathan", 0, "embedded")))
+    state = json.loads(marker.read_text())
+    state["train_config"]["lr"] = 1e-3
+    marker.write_text(json.dumps(state))
+    drawn: dict[str, Any] = {}
+    monkeypatch.setattr(
+        drawing, "save_figure", lambda fig, out, name, inputs: drawn.update({name: fig}) or []
+    )
+    se = [layout.sample_efficiency_path("embedded", "micro", "gpt2", 0)]
+    write_report({**_config(), "studies": {"main": STUDY}}, "tables", "figures", se, "m")
+    recipe = pd.read_csv("tables/main.csv").set_index("row").loc["micro/gpt2/leviathan", "recipe"]
+    assert recipe == "lr=1e-3"
+    for name in ("training", "loss_curves"):
+        labels = drawn[name].axes[0].get_legend_handles_labels()[1]
+        assert f"leviathan ({recipe})" in labels and "tied" in labels, (name, labels)

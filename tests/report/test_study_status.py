@@ -105,4 +105,20 @@ def test_the_status_is_valid_restructuredtext(study: Path) -> None:
     text, _ = _status(study, below_tokens=TOKENS + 1)
     html = publish_parts(text, writer="html", settings_overrides={"halt_level": 2})
     assert "<strong>Evidence</strong>" in html["html_body"]
-    assert html["html_body"].count("<li>") == 7
+    assert html["html_body"].count("<li>") == 8
+
+
+def test_the_benchmarks_and_throughput_sentences_say_what_ran(study: Path) -> None:
+    """No benchmark scored: the status does not claim the scores are on the benchmarks' data;
+    the throughput line counts the cells measured on the plan's device (here: the CPU)."""
+    text, _ = _status(study, below_tokens=TOKENS)
+    assert "benchmarks' own data" not in text
+    assert "no benchmark (WikiText-103, LAMBADA, the lm-eval tasks) was scored" in text
+    assert "0 of 2 cells had their throughput measured on the device the plan" in text
+    for cell in CELLS:  # a pace in the CPU runs' logs: measured where the plan assumed (cpu)
+        log = Path(layout.metrics_file(layout.run_dir(cell)))
+        train = {"kind": "train", "step": 9, "tokens_per_s": 10.0, "step_s": 2.0, "mfu": "unknown"}
+        start = {"kind": "start", "step": 8, "device": "cpu", "world_size": 1}
+        log.write_text(log.read_text() + json.dumps(start) + "\n" + json.dumps(train) + "\n")
+    text, _ = _status(study, below_tokens=TOKENS)
+    assert "all 2 cells had their throughput measured on the device the plan assumes" in text

@@ -39,7 +39,15 @@ def test_our_rows_meet_the_papers_numbers(at_200m: ReportInputs) -> None:
     assert (
         list(tables)
         == table_names(at_200m)
-        == ["main", "frequency", "sample_efficiency", "cost", "paper_vs_ours", "metrics"]
+        == [
+            "main",
+            "frequency",
+            "sample_efficiency",
+            "cost",
+            "throughput",
+            "paper_vs_ours",
+            "metrics",
+        ]
     )
     main = tables["main"].frame(DocumentCache()).set_index("row")
     assert list(main.index) == ["200m/o200k_base/tied", "200m/o200k_base/leviathan"]  # tied first
@@ -116,6 +124,14 @@ def test_write_report_renders_every_format(at_200m: ReportInputs, tmp_path: Path
     assert "val\\_ppl\\_gain" in tex
     assert "\\%" in tex
     assert pd.read_csv("tables/main.csv")["val_loss"].tolist() == [3.1, 3.0]  # full precision
+    # each rendering is its CSV rendered, as the audit re-renders it (empty labels included)
+    from leviathan.report.audit import Auditor
+
+    for name in ("main", "metrics", "cost", "throughput", "paper_vs_ours"):
+        for fmt in ("md", "tex"):
+            auditor = Auditor(Path.cwd())
+            auditor.audit_table(f"tables/{name}.{fmt}")
+            assert not [f.detail for f in auditor.failures if "rendered" in f.detail], (name, fmt)
 
 
 def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(
@@ -216,3 +232,84 @@ def test_swapped_or_edited_evaluations_are_refused_by_the_report(at_200m: Report
     lev.write_bytes(original[lev][0].replace(b'"loss": 3.0', b'"loss": 2.5'))
     with pytest.raises(ChangedArtifact, match=r"leviathan/seed0/val\.json: sha256 .* its manifest"):
         write_report(config, "tables", None)
+
+
+def test_every_gain_reads_in_percent_and_the_papers_change_sign_is_explained(
+    at_200m: ReportInputs,
+) -> None:
+    """One unit for relative gains: each table's Markdown shows them in %, paper_vs_ours too (each
+    row in its own table's format; the CSVs hold fractions), and paper_check explains the sign of
+    the paper's own PPL change beside the report's gains."""
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
+    write_report(config, "tables", None)
+    pvo = pd.read_csv("tables/paper_vs_ours.csv").set_index("row")
+    gain = pvo.loc["main/200m/leviathan/val_ppl_gain"]
+    paper = Paper.load().main("200m")["leviathan"]["val_ppl_change"]
+    assert gain["paper"] == pytest.approx(-paper) and gain["unit"] == "pct"  # a fraction
+    md = Path("tables/paper_vs_ours.md").read_text()
+    line = next(x for x in md.splitlines() if "| val_ppl_gain " in x and "| 200m " in x)
+    assert f"{-100 * paper:+.2f}%" in line  # as main.md shows it, not 0.021
+    main = Path("tables/main.md").read_text()
+    assert f"{-100 * paper:+.2f}%" in main
+    loss = next(x for x in md.splitlines() if "| val_loss " in x and "| 200m    | leviathan" in x)
+    assert "| nats " in loss and "3.0520" in loss
+    check = pd.read_csv("tables/paper_check.csv")
+    change = check[check["what"].str.startswith("200m: leviathan val PPL change")].iloc[0]
+    assert change["reported"] == paper and change["unit"] == "%"
+    text = Path("tables/paper_check.md").read_text()
+    assert "negative = better, the opposite sign of the report's *_gain columns" in text
+    row = next(x for x in text.splitlines() if x.startswith("| 200m: leviathan val PPL change"))
+    assert f" {100 * paper:.4g} " in row and "| %" in row  # in % there too
+
+
+def test_a_tagged_cells_gains_are_against_tied_on_its_recipe_or_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`leviathan@lr1e-3` is compared with `tied@lr1e-3` where the study has it; without it, with
+    the default tied, its row's `baseline` saying the recipes differ."""
+    monkeypatch.chdir(tmp_path)
+    cells = {
+        "tied": 3.10,
+        "leviathan": 3.00,
+        "leviathan@lr1e-3": 2.90,
+        "tied@lr1e-3": 2.95,
+    }
+    for variant, loss in cells.items():
+        base = variant.partition("@")[0]
+        write_cell(Cell("200m", "o200k_base", variant, 0, RESULTS), loss=loss, base=base)
+
+    def main_of(variants: list[str]) -> pd.DataFrame:
+        study = {"scales": ["200m"], "vocabs": ["o200k_base"], "variants": variants, "seeds": [0]}
+        inp = ReportInputs({"main": study}, RESULTS, ["val"], str(reported_path()))
+        tables = build_tables(inp, DocumentCache())
+        return tables["main"].frame(DocumentCache()).set_index("row")
+
+    lev = main_of(["tied", "leviathan", "leviathan@lr1e-3", "tied@lr1e-3"]).loc[
+        "200m/o200k_base/leviathan@lr1e-3"
+    ]
+    assert lev["baseline"] == "tied@lr1e-3"
+    assert lev["val_ppl_gain"] == pytest.approx(1 - math.exp(2.90) / math.exp(2.95))
+    main = main_of(["tied", "leviathan", "leviathan@lr1e-3"])
+    lev = main.loc["200m/o200k_base/leviathan@lr1e-3"]
+    assert lev["baseline"] == "tied (other recipe: the study has no tied@lr1e-3)"
+    assert lev["val_ppl_gain"] == pytest.approx(1 - math.exp(2.90) / math.exp(3.10))
+    assert main.loc["200m/o200k_base/leviathan", "baseline"] == "tied"
+    assert (
+        pd.isna(main.loc["200m/o200k_base/tied", "baseline"])
+        or not main.loc["200m/o200k_base/tied", "baseline"]
+    )
+    # a sweep's study of its own name: its cells are in the tables the README names for it
+    study = {"scales": ["200m"], "vocabs": ["o200k_base"], "seeds": [0]}
+    study["variants"] = ["tied", "leviathan@lr1e-3"]
+    inp = ReportInputs({"sweep": study}, RESULTS, ["val"], str(reported_path()))
+    tables = build_tables(inp, DocumentCache())
+    assert "main" not in tables
+    for name, row in [
+        ("metrics", "200m/o200k_base/leviathan@lr1e-3/seed0"),
+        ("cost", "200m/o200k_base/leviathan@lr1e-3"),
+        ("throughput", "200m/o200k_base/leviathan@lr1e-3/seed0"),
+        ("sample_efficiency", "200m/o200k_base/leviathan@lr1e-3"),
+    ]:
+        assert row in tables[name].rows, name
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert "`metrics`, `cost`, `throughput` and `sample_efficiency` list every cell" in readme

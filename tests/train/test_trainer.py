@@ -113,6 +113,10 @@ def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
     assert train_rows[-1]["loss"] < train_rows[0]["loss"] - 1.0
     assert val_rows[-1]["val_loss"] < val_rows[0]["val_loss"]
     assert train_rows[0]["mfu"] == "unknown"  # CPU: no peak, no guess
+    # what the report's throughput table reads: no CUDA memory on a CPU, no compile here
+    assert train_rows[0]["peak_memory"] is None and train_rows[-1]["compile_s"] == 0.0
+    (start,) = read_metrics(reference_run / "metrics.jsonl", "start")
+    assert (start["device"], start["world_size"], start["compile"]) == ("cpu", 1, False)
     final = reference_run / "checkpoints" / "final"
     assert {p.name for p in final.iterdir()} == {
         "model.safetensors",

@@ -58,7 +58,9 @@ def run_paper_check(args: argparse.Namespace) -> int:
         return 0
     for c in checks:
         status = "ok  " if c.ok else "DIFF"
-        print(f"[{status}] {c.what}: reported {c.reported:g}, recomputed {c.recomputed:.4g}")
+        print(
+            f"[{status}] {c.what}: reported {c.shown(c.reported)}, recomputed {c.shown(c.recomputed, '.4g')}"
+        )
     bad = sum(not c.ok for c in checks)
     print(f"{bad} of {len(checks)} reported figures do not follow from the others")
     return 0

@@ -47,6 +47,7 @@ from leviathan.eval.config import (
 from leviathan.eval.errors import EvalInputError, HubUnreachable
 from leviathan.eval.hub import is_connection_error, offline_mode, require_hub
 from leviathan.eval.results import envelope
+from leviathan.eval.standin import STAND_IN_ALIAS, is_stand_in
 from leviathan.io import atomic_path, sha256_file
 from leviathan.provenance import utc_now
 
@@ -183,7 +184,9 @@ def local_task_yaml(tm: Any, task: str, data: LocalTaskData) -> dict[str, Any]:
 
 def write_local_tasks(cfg: LmEvalConfig, out_dir: str | os.PathLike[str]) -> list[Path]:
     """One `<task>.yaml` per task with local data in `out_dir`: lm-eval's own CLI then runs the
-    same tasks on the same files with `--include_path out_dir` (any model, `hf` included)."""
+    same tasks on the same files with `--include_path out_dir` (any model, `hf` included). A
+    task on the offline stand-ins (leviathan.eval.standin) gets the alias `<task> (stand-in)`,
+    the name lm-eval's results table and JSON show it under."""
     import yaml
 
     tm = task_manager(list(cfg.data))
@@ -196,6 +199,8 @@ def write_local_tasks(cfg: LmEvalConfig, out_dir: str | os.PathLike[str]) -> lis
                 for s, fs in local["dataset_kwargs"]["data_files"].items()
             }
         }
+        if any(is_stand_in(f) for fs in local["dataset_kwargs"]["data_files"].values() for f in fs):
+            local["task_alias"] = f"{task} {STAND_IN_ALIAS}"  # lm-eval's results name it so
         path = Path(out_dir) / f"{task}.yaml"
         with atomic_path(path) as tmp:
             tmp.write_text(yaml.safe_dump(local, sort_keys=False))

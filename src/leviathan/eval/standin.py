@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 STAND_IN_DIR = "workflow/resources/smoke/"
+STAND_IN_ALIAS = "(stand-in)"  # after a task's name where it ran on the stand-ins
 
 
 def is_stand_in(path: str | os.PathLike[str]) -> bool:

@@ -24,7 +24,9 @@ RECIPE = "recipe"
 BASIS_COLUMNS = ("train_tokens", "evidence", RECIPE)
 # the sign convention of every gain column of the report (relative to tied, or in points/nats)
 GAIN_CONVENTION = (
-    "every *_gain column: positive = better than tied (lower loss or perplexity, higher accuracy)"
+    "every *_gain column: positive = better than tied (lower loss or perplexity, higher accuracy; "
+    "which tied configuration: the `baseline` column, where a table has one); relative gains in "
+    "% (the CSV holds the fraction), accuracy gains in points"
 )
 
 

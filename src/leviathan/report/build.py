@@ -37,7 +37,9 @@ def report_inputs(
     from leviathan.eval.run import along_enabled, enabled_evals
     from leviathan.report.basis import SmokePolicy
     from leviathan.report.paper import reported_path
+    from leviathan.report.throughput import plan_devices
 
+    scales = {str(s) for study in config["studies"].values() for s in study["scales"]}
     return ReportInputs(
         studies=config["studies"],
         results=layout.config_results_key(config),
@@ -46,6 +48,7 @@ def report_inputs(
         smoke=SmokePolicy.from_config(config) if "report" in config else SmokePolicy.default(),
         train={k: v for k, v in (config.get("train") or {}).items() if "/" not in str(k)},
         along=along_enabled(config),
+        plan_devices=plan_devices(config, sorted(scales)),
     )
 
 
@@ -60,6 +63,7 @@ def table_from_csv(
     ]
     table = Table(config["table"], config["title"], labels, dict(config["columns"]))
     table.smoke_note = config.get("smoke_note", "")
+    table.source = config.get("source", table.source)
     return table, frame
 
 
@@ -83,6 +87,7 @@ def write_table(
             "title": table.title,
             "columns": table.columns,
             "smoke_note": table.smoke_note,
+            "source": table.source,  # what the renderings say the values are read from
         },
         fields={"table": table.name, "cells": table.cell_map(), "row_column": "row"},
         started=started,
@@ -118,24 +123,30 @@ def write_dvc_metrics(table: Table, csv: Path, out_dir: str | os.PathLike[str]) 
 
 def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[Path]:
     """The paper's own consistency (leviathan.report.paper_consistency) as CSV + Markdown: what
-    does not add up."""
-    from leviathan.report.paper_consistency import consistency_checks
+    does not add up (relative changes as fractions in the CSV, in % in the Markdown)."""
+    from leviathan.report.paper_consistency import CHANGE_SIGN, PERCENT, consistency_checks
 
     frame = pd.DataFrame([c.to_dict() for c in consistency_checks()])
-    frame = frame[["what", "reported", "recomputed", "difference", "tolerance", "ok"]]
+    numbers = ["reported", "recomputed", "difference", "tolerance"]
+    frame = frame[["what", *numbers, "unit", "ok"]]
     csv, md = table_files(out_dir, PAPER_CHECK, PLAIN_TABLE_FORMATS).values()
     with atomic_path(csv) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.17g")
-    bad = frame[~frame["ok"]]
-    shown = frame.assign(status=["ok" if ok else "DOES NOT ADD UP" for ok in frame["ok"]]).drop(
+    shown = frame.copy()
+    shown.loc[shown["unit"] == PERCENT, numbers] *= 100.0
+    bad = shown[~shown["ok"]]
+    shown = shown.assign(status=["ok" if ok else "DOES NOT ADD UP" for ok in shown["ok"]]).drop(
         columns=["ok"]
     )
     text = (
-        f"# The paper's figures checked against each other\n\n{len(bad)} of {len(frame)} reported figures "
-        f"do not follow from the others (beyond their rounding):\n\n"
+        f"# The paper's figures checked against each other\n\n{CHANGE_SIGN}\n\n{len(bad)} of "
+        f"{len(frame)} reported figures do not follow from the others (beyond their rounding):\n\n"
         + "".join(
-            f"- {w}: reported {r:g}, recomputed {c:.4g}\n"
-            for w, r, c in zip(bad["what"], bad["reported"], bad["recomputed"], strict=True)
+            f"- {w}: reported {r:g}{u if u == PERCENT else ''}, recomputed {c:.4g}"
+            f"{u if u == PERCENT else ''}\n"
+            for w, r, c, u in zip(
+                bad["what"], bad["reported"], bad["recomputed"], bad["unit"], strict=True
+            )
         )
         + f"\n{shown.to_markdown(index=False, floatfmt='.4g')}\n"
     )
@@ -156,7 +167,9 @@ def _write_status(
 ) -> Path:
     from leviathan.report.status import ReportCsvs, study_status, write_status
 
-    tables = ReportCsvs(csvs["metrics"], csvs["paper_vs_ours"], csvs[PAPER_CHECK])
+    tables = ReportCsvs(
+        csvs["metrics"], csvs["paper_vs_ours"], csvs[PAPER_CHECK], csvs.get("throughput")
+    )
     found = study_status(inp.results, cells, tables, inp.smoke, docs)
     inputs = tables.paths() + [layout.final_marker(c) for c in cells]
     # default: beside the tables directory, as layout.status_file places it beside the study's
@@ -193,6 +206,7 @@ def write_report(
     csvs[PAPER_CHECK] = paper_check[0]
     written.append(_write_status(inp, cells, csvs, docs, tables_dir, status_file))
     if figures_dir is not None:
+        from leviathan.report.basis import recipe_label
         from leviathan.report.figures import write_figures
 
         written.extend(
@@ -203,6 +217,7 @@ def write_report(
                 inp.smoke,
                 cells,
                 [Path(p) for p in along],
+                {c.key: recipe_label([c], docs, inp.train) for c in cells},
             )
         )
     return written

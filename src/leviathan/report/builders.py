@@ -19,6 +19,7 @@ from leviathan.eval.results import (
     group_field,
     group_run_field,
 )
+from leviathan.report.baseline import BASELINE, baseline_label, tied_baseline
 from leviathan.report.basis import BASIS_COLUMNS, GAIN_CONVENTION, RECIPE
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.columns import (
@@ -37,23 +38,32 @@ from leviathan.report.context import (
     seeded,
     tied_and_leviathan,
 )
-from leviathan.report.paper import MAIN_PAPER_NUMBERS, PAPER_TASKS, paper_value
+from leviathan.report.formatting import ROW_FORMAT
+from leviathan.report.paper import MAIN_PAPER_NUMBERS, PAPER_TASKS, QUANTITY_FORMATS, paper_value
 from leviathan.report.table import Table
 
-CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", *BASIS_COLUMNS]
+CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", BASELINE, *BASIS_COLUMNS]
 
 
 def config_row(
-    ctx: Context, t: Table, scale: str, vocab: str, variant: str, cells: Sequence[Cell]
+    ctx: Context,
+    t: Table,
+    scale: str,
+    vocab: str,
+    variant: str,
+    cells: Sequence[Cell],
+    baseline: str = "",
 ) -> str:
     """The row of one configuration, its seeds averaged: `<scale>/<vocab>/<variant>`, with
-    what its numbers rest on (training tokens, smoke test or not)."""
+    the tied configuration its gains are against (leviathan.report.baseline) and what its
+    numbers rest on (training tokens, smoke test or not)."""
     return t.add_row(
         f"{scale}/{vocab}/{variant}",
         scale=scale,
         vocab=vocab,
         variant=variant,
         seeds=len(cells),
+        baseline=baseline,
         **ctx.basis(cells),
     )
 
@@ -96,11 +106,11 @@ def main_table(ctx: Context, name: str) -> Table:
     if seeded(groups):
         t.with_ci(*MAIN_CI_COLUMNS)
     for (scale, vocab, variant), cells in groups.items():
-        row = config_row(ctx, t, scale, vocab, variant, cells)
+        base, label = tied_baseline(groups, scale, vocab, variant)
+        row = config_row(ctx, t, scale, vocab, variant, cells, label)
         evals.set_values(t, row, cells)
-        tied = groups.get((scale, vocab, "tied"))
-        if tied and variant != "tied":
-            evals.set_gains(t, row, tied, cells)
+        if base:
+            evals.set_gains(t, row, groups[scale, vocab, base], cells)
         ctx.set_paper(t, row)
     return t
 
@@ -130,7 +140,8 @@ def downstream_table(ctx: Context, name: str) -> Table:
         return "acc_norm,none" if "acc_norm,none" in metrics.get(task, {}) else "acc,none"
 
     for (scale, vocab, variant), cells in groups.items():
-        row = config_row(ctx, t, scale, vocab, variant, cells)
+        base, label = tied_baseline(groups, scale, vocab, variant)
+        row = config_row(ctx, t, scale, vocab, variant, cells, label)
         for task in tasks:
             t.set(
                 row,
@@ -139,8 +150,8 @@ def downstream_table(ctx: Context, name: str) -> Table:
             )
         t.set(row, "mean", ValueSpec("pct", accuracy_sources(cells, averaged)))
         t.set(row, "mean_norm", ValueSpec("pct", accuracy_sources(cells, averaged, metric=norm)))
-        tied = groups.get((scale, vocab, "tied"))
-        if tied and variant != "tied":
+        if base:
+            tied = groups[scale, vocab, base]
             t.set(
                 row,
                 "gain_points",
@@ -174,11 +185,12 @@ def ablation_table(ctx: Context, name: str) -> Table:
     if seeded(groups):
         t.with_ci("val_loss", "gain")
     for (scale, vocab, variant), cells in groups.items():
-        row = config_row(ctx, t, scale, vocab, variant, cells)
+        base, label = tied_baseline(groups, scale, vocab, variant)
+        row = config_row(ctx, t, scale, vocab, variant, cells, label)
         t.set(row, "params", ValueSpec("params", state_sources(cells[:1])))
         t.set(row, "val_loss", ValueSpec("mean", eval_sources(cells, "val", VAL_LOSS)))
-        tied = groups.get((scale, vocab, "tied"))
-        if tied:
+        if base or variant == "tied":  # tied's own gain: 0 by definition, shown
+            tied = groups[scale, vocab, base or variant]
             t.set(row, "gain", compared("gain", tied, cells, "val", VAL_LOSS))
         ctx.set_paper(t, row)
     return t
@@ -416,6 +428,7 @@ def sample_efficiency_table(ctx: Context, name: str) -> Table:
             vocab=vocab,
             variant=variant,
             seeds=len(cells),
+            baseline=baseline_label(variant),
             **ctx.basis([*tied, *cells]),
         )
         for col, field_ in (
@@ -442,7 +455,7 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
         "without 5 of its 22 subsets (Books3, BookCorpus2, OpenSubtitles, YTSubtitles, OWT2), "
         "so our validation loss is not on the paper's validation set (README, RECON); "
         f"{GAIN_CONVENTION}",
-        ["table", "scale", "variant", "quantity", *BASIS_COLUMNS],
+        ["table", "scale", "variant", "quantity", ROW_FORMAT, *BASIS_COLUMNS],
         {"paper": "num", "ours": "num", "difference": "num"},
     )
     for number in ctx.paper_numbers:
@@ -456,6 +469,7 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
             scale=number.scale,
             variant=number.key,
             quantity=number.quantity,
+            unit=QUANTITY_FORMATS[number.quantity],  # each row shown as its own table shows it
             **(basis if ours is not None else {}),
         )
         t.set(row, "paper", number.spec)
@@ -494,12 +508,13 @@ def metrics_table(ctx: Context, name: str) -> Table:
         name,
         "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
         f"scale, vocabulary and seed; {GAIN_CONVENTION}",
-        ["scale", "vocab", "variant", "seed", *BASIS_COLUMNS],
+        ["scale", "vocab", "variant", "seed", BASELINE, *BASIS_COLUMNS],
         evals.formats(METRICS_COLUMNS),
     )
     groups = ctx.inp.all_cells()
     for (scale, vocab, variant), cells in groups.items():
-        tied_by_seed = {c.seed: c for c in groups.get((scale, vocab, "tied"), [])}
+        base, label = tied_baseline(groups, scale, vocab, variant)
+        tied_by_seed = {c.seed: c for c in groups.get((scale, vocab, base or ""), [])}
         for cell in cells:
             row = t.add_row(
                 cell.key,
@@ -507,10 +522,11 @@ def metrics_table(ctx: Context, name: str) -> Table:
                 vocab=vocab,
                 variant=variant,
                 seed=cell.seed,
+                baseline=label,
                 **ctx.basis([cell]),
             )
             evals.set_values(t, row, [cell])
             tied = tied_by_seed.get(cell.seed)
-            if tied is not None and variant != "tied":
+            if tied is not None:
                 evals.set_gains(t, row, [tied], [cell])
     return t

@@ -43,7 +43,7 @@ class Source:
 @dataclass(frozen=True)
 class ValueSpec:
     """One table value, declared: `op` over `sources`, or (op "diff_of") the difference of two
-    other values: parts[1] - parts[0]."""
+    other values, parts[1] - parts[0] (op "ratio_of": parts[1] / parts[0])."""
 
     op: str
     sources: tuple[Source, ...] = field(default_factory=tuple)
@@ -108,7 +108,14 @@ class DocumentCache:
     def get(self, path: str) -> Any:
         if path not in self._docs:
             p = self.path(path)
-            doc = yaml.safe_load(p.read_text()) if p.suffix in (".yaml", ".yml") else read_json(p)
+            if p.suffix == ".jsonl":  # a run's metrics log: its records, in order
+                from leviathan.train.metrics_log import read_metrics
+
+                doc: Any = read_metrics(p)
+            else:
+                doc = (
+                    yaml.safe_load(p.read_text()) if p.suffix in (".yaml", ".yml") else read_json(p)
+                )
             if self.check is not None:
                 self.check(p, doc)
             self._docs[path] = doc
@@ -155,6 +162,17 @@ def _params(configs: list[Any]) -> float:
 def _flops(configs: list[Any]) -> float:
     counts = {_accounting(c).forward_flops for c in configs}  # forward FLOPs per token
     return float(counts.pop()) if len(counts) == 1 else math.nan
+
+
+def _predicted(what: str) -> Callable[[list[Any], list[Any]], float]:
+    """The roofline's prediction of `what` for a run (leviathan.report.throughput.predicted)."""
+
+    def op(a: list[Any], b: list[Any]) -> float:
+        from leviathan.report.throughput import predicted
+
+        return predicted(what, a, b)
+
+    return op
 
 
 # Ops on one group (a value per seed, averaged) and on paired groups (a: reference, b: compared).
@@ -210,15 +228,21 @@ OPS: dict[str, Callable[[list[Any], list[Any]], float]] = {
     "flops": lambda a, b: _flops(a),
     "params_overhead": lambda a, b: _params(b) / _params(a) - 1.0,
     "flops_overhead": lambda a, b: _flops(b) / _flops(a) - 1.0,
+    # a run's pace and memory from its metrics log's records (leviathan.report.throughput)
+    "median": lambda a, b: statistics.median(map(float, a)),
+    "max": lambda a, b: max(map(float, a)),
+    "sum": lambda a, b: math.fsum(map(float, a)),
+    **{f"predicted_{w}": _predicted(w) for w in ("tokens_per_s", "step_s", "mfu", "peak_memory")},
 }
 
 
 def compute(spec: ValueSpec, docs: DocumentCache) -> float:
     """A declared value computed from its sources (NaN where a source is null or there are none)."""
-    if spec.op == "diff_of":
+    if spec.op in ("diff_of", "ratio_of"):
         if len(spec.parts) != 2:
-            raise ValueError("op diff_of takes exactly two parts")
-        return compute(spec.parts[1], docs) - compute(spec.parts[0], docs)
+            raise ValueError(f"op {spec.op} takes exactly two parts")
+        x, y = compute(spec.parts[0], docs), compute(spec.parts[1], docs)
+        return y - x if spec.op == "diff_of" else (y / x if x else math.nan)
     if spec.op not in OPS:
         raise ValueError(f"unknown cell op {spec.op!r} (known: {', '.join(OPS)})")
     groups: dict[str, list[Any]] = {"a": [], "b": []}

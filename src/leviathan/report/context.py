@@ -68,6 +68,8 @@ class ReportInputs:
     smoke: SmokePolicy = field(default_factory=SmokePolicy.default)  # report.smoke_test
     train: Mapping[str, Any] = field(default_factory=dict)  # config.train: the scales' recipes
     along: bool = False  # config.evaluate.along: evaluations of the kept checkpoints
+    # scale -> the device the plan assumes for its training job (report.throughput.plan_devices)
+    plan_devices: Mapping[str, str] = field(default_factory=dict)
 
     def study(self, name: str) -> Configurations:
         return (

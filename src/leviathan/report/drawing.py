@@ -66,6 +66,12 @@ def panel_basis(rows: pd.DataFrame) -> str:
     )
 
 
+def legend_label(variant: str, recipe: Any = "") -> str:
+    """A line's legend: the cell's variant and, where it is not its scale's default, its recipe
+    (`leviathan@lr1e-3 (lr=1e-3)`; report.basis.recipe_label)."""
+    return f"{variant} ({recipe})" if isinstance(recipe, str) and recipe else str(variant)
+
+
 def variant_palette(names: Iterable[str]) -> dict[str, Any]:
     """A colour per variant: the built-ins in report order, then named variants and tagged
     cells (sorted), each its own."""

@@ -52,8 +52,12 @@ from leviathan.train.metrics_log import read_metrics  # noqa: E402
 
 
 def loss_curves(
-    sample_efficiency: Sequence[Path], out_dir: str | os.PathLike[str], policy: SmokePolicy
+    sample_efficiency: Sequence[Path],
+    out_dir: str | os.PathLike[str],
+    policy: SmokePolicy,
+    recipes: Mapping[str, str] | None = None,
 ) -> list[Path]:
+    """`recipes`: cell key -> its recipe label, shown in the legend beside its variant."""
     groups = [(p, read_json(p)) for p in sorted(sample_efficiency)]
     smoke = False
     fig, axes = drawing.panel_grid(max(1, len(groups)))
@@ -69,6 +73,7 @@ def loss_curves(
     for ax, (path, doc) in zip(axes, groups, strict=False):
         r = doc["results"]
         base = r["baseline"]
+        scale, vocab, seed = sample_efficiency_group(path)
         for run in [base, *r["runs"]]:
             curve = pd.DataFrame(run["curve"])
             ax.plot(
@@ -78,7 +83,9 @@ def loss_curves(
                 ms=3,
                 lw=1.5,
                 color=palette.get(run["variant"]),
-                label=run["variant"],
+                label=drawing.legend_label(
+                    run["variant"], (recipes or {}).get(f"{scale}/{vocab}/{run['variant']}/{seed}")
+                ),
             )
             if run is not base and run.get("reached") and run.get("tokens_interpolated"):
                 ax.plot(
@@ -92,7 +99,6 @@ def loss_curves(
         ax.axhline(
             base["target_val_loss"], ls="--", lw=1, color="grey", label="tied final periodic loss"
         )
-        scale, vocab, seed = sample_efficiency_group(path)
         tokens = [base["tokens"], *(run["final_tokens"] for run in r["runs"])]
         smoke = smoke or policy.is_smoke(tokens)
         ax.set_title(
@@ -266,10 +272,14 @@ TRAINING_PANELS = {
 
 
 def training(
-    cells: Sequence[Cell], out_dir: str | os.PathLike[str], policy: SmokePolicy
+    cells: Sequence[Cell],
+    out_dir: str | os.PathLike[str],
+    policy: SmokePolicy,
+    recipes: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Each cell's training records (loss, lr, gradient norm) against training tokens: a row of
-    three panels per (scale, vocab, seed), a line per variant."""
+    three panels per (scale, vocab, seed), a line per variant (its legend with its recipe:
+    `recipes`, cell key -> recipe label)."""
     groups: dict[tuple[str, str, int], list[Cell]] = {}
     for cell in sorted(cells):
         groups.setdefault((cell.scale, cell.vocab, cell.seed), []).append(cell)
@@ -296,7 +306,7 @@ def training(
                     records[key],
                     lw=1.2,
                     color=palette.get(cell.variant),
-                    label=cell.variant,
+                    label=drawing.legend_label(cell.variant, (recipes or {}).get(cell.key)),
                 )
         smoke = smoke or policy.is_smoke(tokens)
         for ax, (key, label) in zip(row, TRAINING_PANELS.items(), strict=True):
@@ -322,14 +332,16 @@ def write_figures(
     policy: SmokePolicy,
     cells: Sequence[Cell] = (),
     along: Sequence[Path] = (),
+    recipes: Mapping[str, str] | None = None,
 ) -> list[Path]:
+    """Every figure; `recipes`: cell key -> recipe label, which the legends show."""
     sns.set_theme(context="paper", style="whitegrid")
     out: list[Path] = []
-    out += loss_curves(sample_efficiency, out_dir, policy)
+    out += loss_curves(sample_efficiency, out_dir, policy, recipes)
     out += frequency(tables.get("frequency"), out_dir, policy)
     out += vocabulary(tables.get("vocabulary"), out_dir, policy)
     out += ablation(tables.get("ablation"), out_dir, policy)
-    out += training(cells, out_dir, policy)
+    out += training(cells, out_dir, policy, recipes)
     out += along_figure(along, out_dir, policy)
     out += lev_figures.recon(tables.get("recon"), out_dir, policy)
     out += lev_figures.lev_health(cells, out_dir, policy)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from leviathan.report.baseline import BASELINE
 from leviathan.report.basis import RECIPE
 from leviathan.report.table import STAND_IN_COLUMN, Table, missing, smoke_rows, stand_in_rows
 
@@ -25,6 +26,28 @@ FORMATS = {
     "dpoints": "{:+.1f}",
     "int": "{:,.0f}",
     "num": "{:.4g}",
+    "share": "{:.1f}%",  # a fraction of a whole in % (MFU), unsigned
+    "gb": "{:.2f} GB",  # bytes in GB (1e9)
+}
+# what a format shows its CSV value times (the CSV keeps fractions and bytes)
+SCALE = {"pct": 100.0, "share": 100.0, "gb": 1e-9}
+# label columns whose empty value means something (the default recipe; no baseline: tied itself):
+# blank, as the CSV's empty cell reads back
+BLANK_LABELS = (RECIPE, BASELINE)
+# A table whose rows hold different quantities (paper_vs_ours) names each row's format in this
+# label column; its numbers are shown in it, and the column as the unit it reads in.
+ROW_FORMAT = "unit"
+UNITS = {
+    "loss": "nats",
+    "dloss": "nats",
+    "ppl": "perplexity",
+    "pct": "%",
+    "points": "points",
+    "dpoints": "points",
+    "int": "count",
+    "num": "ratio",
+    "share": "%",
+    "gb": "GB",
 }
 # perplexities from this size on in 3 significant digits (1.2e+15, not 16 digits and 2 decimals)
 PPL_SCIENTIFIC = 1e6
@@ -39,6 +62,8 @@ CI_FORMAT = {
     "dpoints": "±{:.1f}",
     "num": "±{:.4g}",
     "int": "±{:,.0f}",
+    "share": "±{:.1f}%",
+    "gb": "±{:.2f} GB",
 }
 # The Markdown and LaTeX renderings mark values computed on offline stand-in data (the table's
 # STAND_IN_COLUMN) with STAND_IN_MARK and say why.
@@ -63,7 +88,7 @@ def format_value(value: Any, column_format: str) -> str:
     ):  # e.g. a rare word's, e^(sum of its tokens' losses)
         return ("±" if ci else "") + f"{value:.3g}"
     fmt = CI_FORMAT[base] if ci else FORMATS[base]
-    return fmt.format(100.0 * value if base == "pct" else value)
+    return fmt.format(SCALE.get(base, 1.0) * value)
 
 
 def _label(value: Any) -> Any:
@@ -79,15 +104,20 @@ def rendered(table: Table, frame: pd.DataFrame) -> pd.DataFrame:
     for col in table.label_columns:  # an empty label (e.g. the paper's row) as "-", counts as ints
         # an empty recipe is the scale's default: blank
         out[col] = [
-            "" if col == RECIPE and (missing(v) or v == "") else _label(v) for v in out[col]
+            "" if col in BLANK_LABELS and (missing(v) or v == "") else _label(v) for v in out[col]
         ]
     marked = stand_in_rows(frame)
+    per_row = list(frame[ROW_FORMAT]) if ROW_FORMAT in table.label_columns else []
     for col, column_format in table.columns.items():
+        formats = [f if f in FORMATS else column_format for f in per_row] or [column_format] * len(
+            frame
+        )
         out[col] = [
-            format_value(v, column_format)
-            + (STAND_IN_MARK if col in m and format_value(v, column_format) != "-" else "")
-            for v, m in zip(frame[col], marked, strict=True)
+            format_value(v, f) + (STAND_IN_MARK if col in m and format_value(v, f) != "-" else "")
+            for v, m, f in zip(frame[col], marked, formats, strict=True)
         ]
+    if per_row:
+        out[ROW_FORMAT] = [UNITS.get(f, "-") if isinstance(f, str) else "-" for f in per_row]
     return out
 
 

@@ -131,6 +131,25 @@ FREQUENCY_PAPER_NUMBERS = {
 # the paper's cost numbers of a scale (leviathan vs tied) -> cost-table column
 COST_PAPER_NUMBERS = {"param_overhead": "params_overhead", "flop_overhead": "flops_overhead"}
 ABLATION_PAPER_NUMBERS = ("val_loss", "gain", "params")
+# each quantity of the paper's point numbers -> the format its tables show it in
+# (leviathan.report.formatting.FORMATS): paper_vs_ours shows each row in its quantity's, so a
+# gain reads in % there as in its own table
+QUANTITY_FORMATS = {
+    "val_loss": "loss",
+    "val_ppl": "ppl",
+    "val_ppl_gain": "pct",
+    "wikitext_ppl_gain": "pct",
+    "lambada_ppl_gain": "pct",
+    "gain": "pct",
+    "params": "int",
+    "mean": "points",
+    "gain_points": "dpoints",
+    "ppl_gain": "pct",
+    "loss_gain_nats": "loss",
+    "params_overhead": "pct",
+    "flops_overhead": "pct",
+    "tokens_ratio": "num",
+}
 
 
 def paper_numbers(paper: Paper) -> list[PaperNumber]:

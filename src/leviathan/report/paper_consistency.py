@@ -15,6 +15,16 @@ from typing import Any
 
 from leviathan.report.paper import Paper
 
+PERCENT = (
+    "%"  # a relative change, stored as a fraction and shown in percent, as every table shows gains
+)
+# how the paper's own change is signed, beside the report's convention (basis.GAIN_CONVENTION)
+CHANGE_SIGN = (
+    "A PPL change is the paper's own quantity, leviathan's perplexity over tied's minus 1: "
+    "negative = better, the opposite sign of the report's *_gain columns (positive = better); "
+    "a relative gain or change in % (the CSV holds the fraction: -0.021 = -2.1%), accuracy in points."
+)
+
 
 @dataclass(frozen=True)
 class Consistency:
@@ -22,10 +32,15 @@ class Consistency:
     reported: float
     recomputed: float
     tolerance: float  # absolute: the reported number's rounding
+    unit: str = ""  # PERCENT: a relative change (a fraction, shown in %); "points"; "": as is
 
     @property
     def ok(self) -> bool:
         return abs(self.reported - self.recomputed) <= self.tolerance
+
+    def shown(self, value: float, fmt: str = "g") -> str:
+        """A value of this check as the report shows it: a relative change in %."""
+        return f"{100.0 * value:{fmt}}%" if self.unit == PERCENT else f"{value:{fmt}}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok, "difference": self.reported - self.recomputed}
@@ -62,10 +77,12 @@ def consistency_checks(paper: Paper | None = None) -> list[Consistency]:
         change = row["leviathan"]["val_ppl_change"]
         out.append(
             Consistency(
-                f"{scale}: leviathan val PPL change vs tied ({lev}/{tied} - 1)",
+                f"{scale}: leviathan val PPL change vs tied ({lev}/{tied} - 1; "
+                "the paper's sign: negative = better)",
                 change,
                 lev / tied - 1,
                 _rounding(change) + 0.01 / tied,
+                PERCENT,
             )
         )
     for scale in paper.scales("ablation"):
@@ -79,6 +96,7 @@ def consistency_checks(paper: Paper | None = None) -> list[Consistency]:
                     r["gain"],
                     recomputed,
                     _rounding(r["gain"]) + 2 * 0.0005 / base,
+                    PERCENT,
                 )
             )
     for scale in paper.scales("downstream"):
@@ -90,6 +108,7 @@ def consistency_checks(paper: Paper | None = None) -> list[Consistency]:
                 down["mean_gain_points"],
                 sum(gains) / len(gains),
                 _rounding(down["mean_gain_points"]),
+                "points",
             )
         )
     return out

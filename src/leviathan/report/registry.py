@@ -4,7 +4,8 @@ and the report itself both read it.
 
 Tables (the paper's: config/paper_reported.yaml): main, downstream, ablation, vocabulary, frequency,
 sample_efficiency, cost, paper_vs_ours (every reported number beside ours, where we trained
-that scale) and metrics (per cell and seed); ours alone: recon (LEV's reconstruction choices,
+that scale) and metrics (per cell and seed); ours alone: throughput (measured beside the
+roofline's prediction: leviathan.report.throughput), recon (LEV's reconstruction choices,
 where the config has a study named `recon`: leviathan.report.recon).
 """
 
@@ -34,6 +35,7 @@ from leviathan.report.context import Context, ReportInputs, tied_and_leviathan
 from leviathan.report.paper import Paper, paper_numbers
 from leviathan.report.recon import recon_groups, recon_table
 from leviathan.report.table import Table
+from leviathan.report.throughput import THROUGHPUT, throughput_table
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ TABLES: dict[str, TableDef] = {
         ),
         TableDef(ALONG_TABLE, along_applies, along_table),  # config.evaluate.along
         TableDef("cost", _always, cost_table),
+        TableDef(THROUGHPUT, _always, throughput_table),  # measured beside the roofline's
         TableDef("paper_vs_ours", _always, paper_vs_ours),
         # per cell and seed, flat; also JSON for DVC's `metrics:` (leviathan.report.formatting.render)
         TableDef("metrics", _always, metrics_table, (*layout.TABLE_FORMATS, "json")),

@@ -1,7 +1,7 @@
 """The study's status, for the first page of the HTML report: what this run shows and what not.
 
-Read from what the run produced (the report's metrics, paper_vs_ours and paper_check CSVs, and
-each cell's final checkpoint, which also records the cell's kernel self-check), so it says
+Read from what the run produced (the report's metrics, paper_vs_ours, paper_check and throughput
+CSVs, and each cell's final checkpoint, which also records the cell's kernel self-check), so it says
 what was done, not what the config asked for. Written as reStructuredText
 (`layout.status_file`), which `workflow/report/workflow.rst` includes.
 """
@@ -33,9 +33,15 @@ class ReportCsvs:
     metrics: str | os.PathLike[str]  # one row per cell
     paper_vs_ours: str | os.PathLike[str]  # the paper's reported point numbers beside ours
     paper_check: str | os.PathLike[str]  # the paper's reported numbers checked against each other
+    throughput: str | os.PathLike[str] | None = None  # measured pace beside the roofline's
 
     def paths(self) -> list[str]:
-        return [str(self.metrics), str(self.paper_vs_ours), str(self.paper_check)]
+        tables = (self.metrics, self.paper_vs_ours, self.paper_check, self.throughput)
+        return [str(p) for p in tables if p is not None]
+
+
+# the metrics table's columns of benchmark scores (WikiText-103, LAMBADA, the lm-eval tasks)
+BENCHMARK_COLUMNS = ("wikitext_ppl", "lambada_ppl", "downstream_mean_acc")
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,10 @@ class StudyStatus:
     # each cell's kernel self-check, from its final checkpoint (env.kernel_check; None: the
     # cell records none): which fused kernels its last training process ran
     kernel_checks: tuple[Mapping[str, Any] | None, ...] = ()
+    benchmark_cells: int = 0  # cells with a benchmark score (BENCHMARK_COLUMNS)
+    # throughput rows with a measured step time, and of those measured on the device the plan
+    # assumed for the scale (leviathan.report.throughput; None: no throughput table read)
+    throughput: tuple[int, int] | None = None
 
     @property
     def cells(self) -> int:
@@ -98,13 +108,7 @@ class StudyStatus:
             "(step time, MFU, memory, GPU-hours) are predictions, not measurements "
             "(``leviathan config show``, docs/gpu.md)."
         )
-        benchmarks = (
-            f"{self.stand_in_cells} of {n} cells have scores on the offline stand-ins of "
-            "WikiText-103 and the lm-eval tasks (hand-written, in the official schemas): those "
-            "scores mean nothing; the tables mark them."
-            if self.stand_in_cells
-            else "every score is on the benchmarks' own data."
-        )
+        benchmarks = self._benchmarks()
         paper = (
             f"{self.paper_inconsistent} of {self.paper_checked} of the paper's figures do not "
             "follow from its others (``paper_check``)."
@@ -118,10 +122,38 @@ class StudyStatus:
             ),
             ("Evidence", evidence),
             ("Hardware", hardware),
+            *([("Throughput", self._throughput())] if self.throughput is not None else []),
             ("Benchmarks", benchmarks),
             ("Kernels", kernels_text(self.kernel_checks)),
             ("The paper itself", paper),
         ]
+
+    def _benchmarks(self) -> str:
+        n = self.cells
+        if self.stand_in_cells:
+            return (
+                f"{self.stand_in_cells} of {n} cells have scores on the offline stand-ins of "
+                "WikiText-103 and the lm-eval tasks (hand-written, in the official schemas): "
+                "those scores mean nothing; the tables mark them."
+            )
+        if not self.benchmark_cells:
+            return (
+                "no benchmark (WikiText-103, LAMBADA, the lm-eval tasks) was scored: the "
+                "study's scores are its own validation split's."
+            )
+        return f"{self.benchmark_cells} of {n} cells have benchmark scores, all on the benchmarks' own data."
+
+    def _throughput(self) -> str:
+        measured, on_plan = self.throughput or (0, 0)
+        return (
+            f"{on_plan} of {self.cells} cells had their throughput measured on the device the "
+            f"plan assumes for their scale ({measured} measured at all); the others' step time, "
+            "MFU and memory beside the roofline's are not the plan's (``throughput``)."
+            if on_plan < self.cells
+            else f"all {self.cells} cells had their throughput measured on the device the plan "
+            "assumes for their scale (``throughput``; the roofline predicts GPUs only, so a "
+            "CPU run's row says nothing was predicted for it)."
+        )
 
     def rst(self) -> str:
         lines = [".. rubric:: Study status", ""]
@@ -178,6 +210,7 @@ def study_status(
     paper = pd.read_csv(tables.paper_vs_ours)
     check = pd.read_csv(tables.paper_check)
     ours = paper[paper["ours"].notna()]
+    scored = [c for c in BENCHMARK_COLUMNS if c in metrics]
     return StudyStatus(
         study=study,
         scales=tuple(dict.fromkeys(str(c.scale) for c in cells)),
@@ -194,7 +227,22 @@ def study_status(
         paper_inconsistent=int((~check["ok"].astype(bool)).sum()),
         smoke=smoke,
         kernel_checks=tuple((s.get("env") or {}).get("kernel_check") for s in states),
+        benchmark_cells=int(metrics[scored].notna().any(axis=1).sum()) if scored else 0,
+        throughput=_throughput_counts(tables.throughput),
     )
+
+
+def _throughput_counts(csv: str | os.PathLike[str] | None) -> tuple[int, int] | None:
+    """(rows with a measured step time, of those measured on the plan's device)."""
+    if csv is None:
+        return None
+    import math
+
+    from leviathan.report.throughput import measured_rows
+
+    frame = pd.read_csv(csv)
+    measured = int(sum(isinstance(v, float) and math.isfinite(v) for v in frame["step_s"]))
+    return measured, sum(measured_rows(csv))
 
 
 def write_status(status: StudyStatus, out: str | os.PathLike[str], inputs: Sequence[str]) -> Path:

@@ -19,6 +19,7 @@ from leviathan.provenance import code_version
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import DistInfo
 from leviathan.train.metrics_log import MetricsLog
+from leviathan.train.regions import compile_seconds
 from leviathan.train.validation import val_sample
 from leviathan.workflow.logs import start_line
 
@@ -161,6 +162,7 @@ class TrainTelemetry:
                     "max_steps": self.cfg.max_steps,
                     "world_size": self.info.world_size,
                     "device": self.device,
+                    "compile": self.runtime.compile,
                     "params": params,
                     "train_flops_per_token": self.flops_per_token,
                     "train_config": self.cfg.to_dict(),
@@ -199,6 +201,10 @@ class TrainTelemetry:
                     "tokens_per_s": tok_s,
                     "step_s": record.seconds,
                     "mfu": mfu(tok_s, self.flops_per_token, self.peak, self.info.world_size),
+                    # this process's peak allocated bytes (CUDA; None elsewhere) and the
+                    # compile seconds it has spent so far (leviathan.train.regions)
+                    "peak_memory": peak_memory(self.info.device),
+                    "compile_s": compile_seconds() if self.runtime.compile else 0.0,
                     "batch_sha256": record.batch_sha256,
                 }
             )
