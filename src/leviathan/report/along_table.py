@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.report.baseline import baseline_label
 from leviathan.report.builders import CONFIG_LABELS, group_run_source, seed_paired_variants
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import Context, ReportInputs
@@ -67,6 +68,7 @@ def along_table(ctx: Context, name: str) -> Table:
             vocab=vocab,
             variant=variant,
             seeds=len(cells),
+            baseline=baseline_label(variant),
             **ctx.basis([*tied, *cells]),
         )
         for col, (_, field) in COLUMNS.items():
