@@ -64,7 +64,7 @@ def test_sampled_check_catches_sampled_bytes_full_check_the_rest(sparse_shard: P
 
 
 def test_full_check_runs_before_the_process_group_is_joined(
-    sparse_shard: Path, monkeypatch: pytest.MonkeyPatch
+    sparse_shard: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from leviathan.train import trainer
     from leviathan.train.config import RuntimeConfig, train_config
@@ -78,7 +78,9 @@ def test_full_check_runs_before_the_process_group_is_joined(
     cfg = train_config("micro", "gpt2", "tied")
     runtime = RuntimeConfig(device="cpu", verify_shards="full", progress=False)
     with pytest.raises(ShardError, match="changed after tokenization"):
-        trainer.train(cfg, train_bins=[sparse_shard], val_bin=None, run_dir="x", runtime=runtime)
+        trainer.train(
+            cfg, train_bins=[sparse_shard], val_bin=None, run_dir=tmp_path / "run", runtime=runtime
+        )
 
 
 def test_process_group_timeout_is_explicit(monkeypatch: pytest.MonkeyPatch) -> None:

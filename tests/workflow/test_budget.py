@@ -67,10 +67,10 @@ def test_the_budget_sums_the_plans_own_rows(paper: Any, tmp_path: Any, monkeypat
         wall = p.gpu_hours / p.gpus
         node_h += wall * scale_resources(config, p.cell.scale)["nodes"]
         jobs.append((start, start + wall, p.gpus))
-        for e in evals[p.cell]:
-            jobs.append((start + wall, start + wall + e.gpu_hours, 1))
+        for e in evals[p.cell]:  # along training: e.jobs jobs at once, one kept checkpoint each
+            jobs.append((start + wall, start + wall + e.gpu_hours / e.jobs, e.jobs))
             node_h += e.gpu_hours
-        ends.append(start + wall + max(e.gpu_hours for e in evals[p.cell]))
+        ends.append(start + wall + max(e.gpu_hours / e.jobs for e in evals[p.cell]))
     assert budget.node_hours == pytest.approx(node_h)
     assert budget.critical_path_h == pytest.approx(max(ends))
     assert budget.peak_gpus == _peak_by_events(jobs) >= sum(p.gpus for p in plans)

@@ -33,6 +33,7 @@ CELLS = [f"results/runs/embedded/micro/gpt2/{variant}/seed0" for variant in ("ti
 TRACKED = (
     "data/corpus/embedded",
     "data/tokens/embedded",
+    "data/eval",
     "results/runs/embedded",
     "results/eval/embedded",
     "results/report/embedded",

@@ -40,7 +40,9 @@ def test_stage_outputs_are_the_study_s_own_folders() -> None:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     key, corpus = layout.results_key(params["study_name"]), params["corpus"]
     cell = Cell("micro", "gpt2", "tied", 0, key)
-    assert _outs(stages["data"]) == [layout.corpus_dir(corpus), layout.TOKENS_ROOT + "/" + corpus]
+    data = [layout.corpus_dir(corpus), layout.TOKENS_ROOT + "/" + corpus, layout.EVAL_DATA_ROOT]
+    assert _outs(stages["data"]) == data
+    assert layout.EVAL_DATA_ROOT in stages["evaluate"]["deps"]
     assert layout.tokens_dir(corpus, "gpt2").startswith(_outs(stages["data"])[1] + "/")
     assert _outs(stages["train"]) == [str(Path(layout.run_dir(cell)).parents[3])]
     assert _outs(stages["evaluate"]) == [str(Path(layout.eval_dir(cell)).parents[3])]

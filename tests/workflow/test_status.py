@@ -328,3 +328,30 @@ def test_will_rerun_where_snakemakes_dry_run_plans_the_train_job(
         "  will rerun: Snakemake would retrain it: updated input files"
     )
     assert out[rows[newer_cell.key]].split()[1] == "done"
+
+
+ATTEMPT = """
+import sys
+from types import SimpleNamespace
+from leviathan.workflow.logs import rule_log
+rule_log(SimpleNamespace(log=[sys.argv[1]], rule="train", wildcards={"scale": "micro"}))
+print(sys.argv[2], flush=True)
+"""
+
+
+def test_only_the_newest_attempt_of_a_job_log_tells_a_failure(tmp_path: Path) -> None:
+    """A job log keeps every attempt (workflow/logs.py): an attempt killed outright, with no
+    last word, is not failed because the attempt before it was."""
+    from leviathan.workflow.status import _job_failed
+
+    log = tmp_path / "seed0.log"
+
+    def attempt(last_line: str) -> None:
+        argv = [sys.executable, "-c", ATTEMPT, str(log), last_line]
+        subprocess.run(argv, check=True)
+
+    attempt("leviathan train: error: the GPU fell off the bus")
+    assert _job_failed(log)
+    attempt("step 5 of 100")  # then SIGKILL: nothing more
+    assert "attempt 2 of rule train" in log.read_text()
+    assert not _job_failed(log)

@@ -132,10 +132,11 @@ def spans(
         nodes = int(scale_resources(config, p.cell.scale)["nodes"])
         out.append(Span(f"train {p.cell.key}", p.gpus, nodes, start_h, wall))
         for e in evals[p.cell]:  # no GPU-hours (a CPU job, a split not yet tokenized): none held
-            gpus = 0 if e.gpu_hours is None else 1
-            out.append(
-                Span(f"{e.evaluation} {p.cell.key}", gpus, gpus, start_h + wall, e.gpu_hours or 0.0)
-            )
+            # one GPU per job; an entry of several jobs (along training: one per kept checkpoint)
+            # holds them all at once, each for one job's hours
+            gpus = 0 if e.gpu_hours is None else e.jobs
+            hours = e.job_hours or 0.0
+            out.append(Span(f"{e.evaluation} {p.cell.key}", gpus, gpus, start_h + wall, hours))
     return out
 
 

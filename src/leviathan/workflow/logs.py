@@ -27,6 +27,11 @@ ATTEMPT_ENV = "LEVIATHAN_ATTEMPT"  # the attempt number, for the program the job
 _ATTEMPT_LINE = re.compile(r"leviathan\.workflow: attempt (\d+) of rule ")
 
 
+def is_attempt_line(line: str) -> bool:
+    """Whether `line` opens an attempt in a job log that keeps every attempt."""
+    return _ATTEMPT_LINE.search(line) is not None
+
+
 def send_output_to_log(path: str | os.PathLike[str], append: bool = False) -> None:
     """From here on, this process's output goes to the file `path` (truncated, or `append`ed
     to): stdout and stderr at the file-descriptor level (so child processes, C libraries and a

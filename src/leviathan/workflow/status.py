@@ -79,7 +79,10 @@ def _progress(metrics: Path) -> tuple[int, float | None, float | None]:
 
 
 def _job_failed(log: Path) -> bool:
-    """Whether a train job's log ends in an error rather than a stop by signal or a result."""
+    """Whether a train job's log ends in an error rather than a stop by signal or a result;
+    only the newest attempt counts (the log keeps every attempt: workflow/logs.py)."""
+    from leviathan.workflow.logs import is_attempt_line
+
     if not log.is_file():
         return False
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
@@ -87,6 +90,8 @@ def _job_failed(log: Path) -> bool:
         if line.startswith("leviathan train: error:") or line.startswith("Traceback"):
             return True
         if line.startswith("leviathan train: stopped by signal") or line.startswith("{"):
+            return False
+        if is_attempt_line(line):  # the newest attempt ended without a word: killed outright
             return False
     return False
 
