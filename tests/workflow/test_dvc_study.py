@@ -72,7 +72,10 @@ def _planned(repo: Path, study: str, name: str, corpus: str = "embedded") -> str
     params = {"study": study, "study_name": name, "corpus": corpus}
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     planned = _run([DVC, "repro", "--dry", "--single-item", "data"], repo)
-    return next(line for line in planned.splitlines() if line.startswith("> snakemake"))[2:]
+    line = next(
+        line for line in planned.splitlines() if line.startswith("> ") and "snakemake" in line
+    )
+    return line[line.index("snakemake") :]  # after the stage's `mkdir -p data/eval && `
 
 
 def test_params_diff_shows_the_study_and_its_own_values(repo: Path) -> None:

@@ -210,7 +210,9 @@ def test_the_disk_line_counts_what_runs_have_set_aside(
     monkeypatch.chdir(tmp_path)
     before = study_disk(paper)
     assert "set aside" not in before.line()
-    run = Path(layout.run_dir(Cell("400m", "o200k_base", "tied", 0, "pile")))
+    run = Path(
+        layout.run_dir(Cell("400m", "o200k_base", "tied", 0, layout.config_results_key(paper)))
+    )
     for name, size in (
         ("checkpoints.stale-1/step_00000100/optim.pt", 3000),
         ("checkpoints/step_00000200.damaged-1/model.safetensors", 500),

@@ -83,7 +83,8 @@ def test_dry_run_shows_the_multi_node_command(tmp_path: Path) -> None:
     assert command[0] == "srun"
     assert "--rdzv-endpoint=<first node>:29500" in command
     assert command[command.index("-m", command.index("--rdzv-id=<job id>")) + 1] == "leviathan.cli"
-    assert layout.run_dir(Cell("1.2b", "o200k_base", "leviathan", 0, "pile")) in command
+    key = layout.config_results_key(paper)
+    assert layout.run_dir(Cell("1.2b", "o200k_base", "leviathan", 0, key)) in command
     assert "--signal=TERM@" in shown["resources"]["slurm_extra"]
     assert shown["command_env"]["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"].isdigit()
 

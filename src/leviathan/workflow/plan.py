@@ -27,7 +27,6 @@ from functools import cache
 from typing import Any
 
 from leviathan.cells import Cell, config_cells
-from leviathan.data import eval_data
 from leviathan.eval.memory import eval_memory
 from leviathan.model.memory import JobMemory, largest_fitting, refusal, train_memory
 from leviathan.workflow.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
@@ -275,6 +274,8 @@ def render_plan(
         f"  fetch limit (corpus.max_bytes={corpus.get('max_bytes')!r}): "
         + (f"{size_text(limit)} per split" if limit else "none: the whole corpus is streamed")
     )
+    from leviathan.data import eval_data  # off the import path of the GPU image's scripts
+
     lines += eval_data.plan_lines(config)  # the evaluations' datasets the data step fetches
     lines += render_evaluation(
         config, plans, {c: j[1] for c, j in jobs.items()} if memory else None
