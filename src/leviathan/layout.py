@@ -37,7 +37,7 @@ from the rule's `params:`, computed from its input or output files by the invers
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -500,22 +500,24 @@ FIGURE_FORMATS = ("png", "pdf")
 # The report's figures, each `<figures_dir>/<name>.<format>`: drawn by leviathan.report.figures
 # (recon and lev_health by report.lev_figures, along by report.along_figure). Named here, not
 # beside the drawing code, so that reading them (the workflow's parse) imports no plotting library.
-FIGURE_NAMES = (
-    "loss_curves",
-    "frequency",
-    "vocabulary",
-    "ablation",
-    "training",
-    "along",
-    "recon",
-    "lev_health",
-)
+# figure -> the report table it needs (None: drawn for every study): a study without that table
+# (no ablation study, no evaluation along training, ...) gets no such figure, not an empty panel
+FIGURE_TABLES: dict[str, str | None] = {
+    "loss_curves": "sample_efficiency",
+    "frequency": "frequency",
+    "vocabulary": "vocabulary",
+    "ablation": "ablation",
+    "training": None,
+    "along": "sample_efficiency_along",
+    "recon": "recon",
+    "lev_health": None,
+}
+FIGURE_NAMES = tuple(FIGURE_TABLES)
 
 
-def report_figures(along: bool) -> tuple[str, ...]:
-    """The figures a study's report draws: FIGURE_NAMES, `along` only where the study evaluates
-    along training (`along`: it has such evaluations to draw; no report ships an empty panel)."""
-    return tuple(name for name in FIGURE_NAMES if along or name != "along")
+def report_figures(tables: Collection[str]) -> tuple[str, ...]:
+    """The figures a study's report draws, given the names of the tables it builds."""
+    return tuple(n for n, needs in FIGURE_TABLES.items() if needs is None or needs in tables)
 
 
 def table_files(

@@ -13,7 +13,7 @@ from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
 from leviathan.cells import config_cells
-from leviathan.eval.run import along_enabled, enabled_evals
+from leviathan.eval.run import enabled_evals
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.plots import plot_paths
 from leviathan.report.registry import table_names, table_paths
@@ -71,7 +71,7 @@ def _layout_paths(config: dict) -> set[str]:
     for name in (PAPER_CHECK, RESOURCES_TABLE):
         tables = layout.tables_dir(results)
         files += layout.table_files(tables, name, layout.PLAIN_TABLE_FORMATS).values()
-    for name in layout.report_figures(along_enabled(config)):
+    for name in layout.report_figures(table_names(report_inputs(config))):
         files += layout.figure_files(layout.figures_dir(results), name).values()
     metrics = layout.dvc_metrics_dir_of(results)
     files += [layout.dvc_metrics_file(metrics, layout.cell_key(c)) for c in all_cells]

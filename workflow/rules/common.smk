@@ -93,7 +93,7 @@ def table_outputs():
 
 def figure_outputs():
     out = []
-    for name in layout.report_figures(bool(ALONG_GROUPS)):  # along.smk's groups
+    for name in layout.report_figures(REPORT_TABLES):  # the figures of the study's tables
         paths = {fmt: str(p) for fmt, p in layout.figure_files(layout.figures_dir(RESULTS), name).items()}
         out.append(report(paths.pop("png"), caption=f"../report/figures/{name}.rst",
                           category="Figures", labels={"figure": name}))

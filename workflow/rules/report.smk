@@ -6,7 +6,7 @@ from leviathan.report.paper import reported_path
 REPORT_TARGETS = (
     [str(p) for name in REPORT_TABLES for p in table_paths(layout.tables_dir(RESULTS), name).values()]
     + [str(p) for name in (PAPER_CHECK, RESOURCES_TABLE) for p in plain_table_paths(name).values()]
-    + [str(p) for name in layout.report_figures(bool(ALONG_GROUPS)) for p in layout.figure_files(layout.figures_dir(RESULTS), name).values()]
+    + [str(p) for name in layout.report_figures(REPORT_TABLES) for p in layout.figure_files(layout.figures_dir(RESULTS), name).values()]
     + [str(p) for p in plot_paths(layout.plots_dir(RESULTS)).values()]
     + [layout.status_file(RESULTS)]
 )

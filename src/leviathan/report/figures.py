@@ -39,7 +39,7 @@ import seaborn as sns  # noqa: E402
 from leviathan.cells import Cell  # noqa: E402
 from leviathan.eval.sample_efficiency import metrics_path  # noqa: E402
 from leviathan.io import read_json  # noqa: E402
-from leviathan.layout import run_dir, sample_efficiency_group  # noqa: E402
+from leviathan.layout import report_figures, run_dir, sample_efficiency_group  # noqa: E402
 from leviathan.report import (
     drawing,  # noqa: E402
     lev_figures,  # noqa: E402
@@ -334,15 +334,17 @@ def write_figures(
     along: Sequence[Path] = (),
     recipes: Mapping[str, str] | None = None,
 ) -> list[Path]:
-    """Every figure; `recipes`: cell key -> recipe label, which the legends show."""
+    """The figures of the study's `tables` (layout.report_figures: none without its table);
+    `recipes`: cell key -> recipe label, which the legends show."""
     sns.set_theme(context="paper", style="whitegrid")
-    out: list[Path] = []
-    out += loss_curves(sample_efficiency, out_dir, policy, recipes)
-    out += frequency(tables.get("frequency"), out_dir, policy)
-    out += vocabulary(tables.get("vocabulary"), out_dir, policy)
-    out += ablation(tables.get("ablation"), out_dir, policy)
-    out += training(cells, out_dir, policy, recipes)
-    out += along_figure(along, out_dir, policy)
-    out += lev_figures.recon(tables.get("recon"), out_dir, policy)
-    out += lev_figures.lev_health(cells, out_dir, policy)
-    return out
+    draw = {
+        "loss_curves": lambda: loss_curves(sample_efficiency, out_dir, policy, recipes),
+        "frequency": lambda: frequency(tables.get("frequency"), out_dir, policy),
+        "vocabulary": lambda: vocabulary(tables.get("vocabulary"), out_dir, policy),
+        "ablation": lambda: ablation(tables.get("ablation"), out_dir, policy),
+        "training": lambda: training(cells, out_dir, policy, recipes),
+        "along": lambda: along_figure(along, out_dir, policy),
+        "recon": lambda: lev_figures.recon(tables.get("recon"), out_dir, policy),
+        "lev_health": lambda: lev_figures.lev_health(cells, out_dir, policy),
+    }
+    return [path for name in report_figures(tables) for path in draw[name]()]
