@@ -60,6 +60,28 @@ def test_the_log_gets_stdout_stderr_logging_child_output_and_the_traceback(tmp_p
     assert "from print" not in out.stdout + out.stderr
 
 
+@pytest.mark.parametrize("rule", ["report", "train"])
+def test_rule_log_sends_every_rules_output_to_its_log(tmp_path: Path, rule: str) -> None:
+    """A rule's script calls rule_log first: its output and its traceback go to the job's log,
+    whether the log keeps every attempt (train) or only this one (every other rule)."""
+    log = tmp_path / "logs" / rule / "job.log"
+    out = _run_python(
+        f"""
+        from types import SimpleNamespace
+        from leviathan.workflow.logs import rule_log
+        rule_log(SimpleNamespace(log=[{str(log)!r}], rule={rule!r}, wildcards={{}}))
+        print("from print")
+        raise RuntimeError("the job failed here")
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 1
+    text = log.read_text()
+    assert f"rule {rule} on " in text
+    assert "from print" in text and "RuntimeError: the job failed here" in text
+    assert "the job failed here" not in out.stdout + out.stderr
+
+
 def test_every_rule_script_sends_its_output_to_the_log_before_its_work() -> None:
     assert len(SCRIPTS) >= 8
     for script in SCRIPTS:

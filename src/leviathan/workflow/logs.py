@@ -57,7 +57,11 @@ def rule_log(sm: Any) -> None:
     """`send_output_to_log(sm.log[0])` for a rule script's `snakemake` object (for a rule of
     ATTEMPTED_RULES: appended to the log's history, `attempt_log`), then one line naming the
     job: its attempt, rule, wildcards, host and SLURM job id (if any)."""
-    attempt = attempt_log(sm.log[0]) if sm.rule in ATTEMPTED_RULES else None
+    attempt = None
+    if sm.rule in ATTEMPTED_RULES:
+        attempt = attempt_log(sm.log[0])
+    else:
+        send_output_to_log(sm.log[0])
     wildcards = ", ".join(f"{k}={v}" for k, v in sm.wildcards.items())
     job = os.environ.get("SLURM_JOB_ID")
     logging.getLogger("leviathan.workflow").info(
