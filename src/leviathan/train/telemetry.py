@@ -139,8 +139,8 @@ class TrainTelemetry:
         (checkpoints of another config or data, also a WARNING on stderr, in a workflow job's
         log: which folder, and why; `damaged` ones)."""
         self._began = self._last_line = (time.perf_counter(), step)
-        if self.info.is_main:
-            print(f"leviathan train: {start_line(step, resumed_from)}", file=sys.stderr, flush=True)
+        if self.info.is_main and (line := start_line(step, resumed_from)) is not None:
+            print(f"leviathan train: {line}", file=sys.stderr, flush=True)
         if set_aside and self.info.is_main:
             print(
                 f"leviathan train: WARNING: set aside the checkpoints of another run as "

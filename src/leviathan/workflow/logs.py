@@ -101,10 +101,13 @@ def last_attempt(history: str | os.PathLike[str]) -> int:
     return last
 
 
-def start_line(step: int, resumed_from: Path | None) -> str:
+def start_line(step: int, resumed_from: Path | None) -> str | None:
     """The trainer's first line: where this attempt of a run starts, led by its attempt number
-    where a workflow job's log counts them (ATTEMPT_ENV)."""
+    where a workflow job's log counts them (ATTEMPT_ENV). None for a run started by hand from
+    step 0: nothing to say (its errors stay the one line they are)."""
     attempt = os.environ.get(ATTEMPT_ENV)
+    if resumed_from is None and not attempt:
+        return None
     where = (
         f"resumed from step {step} ({resumed_from})"
         if resumed_from is not None
