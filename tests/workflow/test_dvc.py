@@ -20,6 +20,7 @@ import pytest
 import yaml
 from workflow_helpers import BIN, ROOT, job_counts, small_config, snakemake, workflow_copy
 
+from leviathan import layout
 from leviathan.provenance import ALLOW_FOREIGN_ENV
 
 pytestmark = pytest.mark.slow
@@ -71,9 +72,9 @@ def make(target: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPro
 
 def versioned(path: Path) -> bool:
     """Not one of the .dvcignore'd intermediates of training (step checkpoints, set-aside runs)
-    nor the study's record of its folder."""
+    nor the study's record of its folder, nor a run's exit record."""
     parts = path.parts  # kept checkpoints (checkpoints/kept/step_*/) are versioned
-    return path.name != "study.json" and not any(
+    return path.name not in ("study.json", layout.EXIT) and not any(
         (p.startswith("step_") and parts[i - 1 : i] != ("kept",)) or ".stale-" in p
         for i, p in enumerate(parts)
     )
