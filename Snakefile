@@ -11,8 +11,8 @@ from snakemake.utils import min_version, validate
 
 from leviathan import layout
 from leviathan.provenance import package_checkout_error
-from leviathan.workflow import study
-from leviathan.workflow.config import check_config, check_moved
+from leviathan.study import claim
+from leviathan.study.config import check_config, check_moved
 
 min_version("9.0")
 
@@ -45,20 +45,20 @@ TARGET_WRITTEN_LAST = config.pop("target_written_last", "all")
 if TARGET_WRITTEN_LAST not in STAGE_TARGETS:
     raise WorkflowError(f"target_written_last: {TARGET_WRITTEN_LAST!r} is none of {STAGE_TARGETS}")
 
-DVC_NAMES = study.pop_dvc_names(config)  # what a DVC stage names the study's outputs (params.yaml)
+DVC_NAMES = claim.pop_dvc_names(config)  # what a DVC stage names the study's outputs (params.yaml)
 check_moved(config)  # a key of an earlier layout: its new place, before the schema's error
 validate(config, layout.CONFIG_SCHEMA)
 check_config(config)  # names, value types and each cell's recipe: the code's own, not the schema's
 
 # Whose results folder results/*/<study_name>/ is: another config file naming a study already run
 # is refused here, before any job; the run records its study when its jobs start
-STUDY_CLAIM = study.claim(config, study.study_file(CONFIG_FILES))
-study.check_claim(STUDY_CLAIM)
-study.check_dvc_names(config, DVC_NAMES, STUDY_CLAIM["config"])
+STUDY_CLAIM = claim.claim(config, claim.study_file(CONFIG_FILES))
+claim.check_claim(STUDY_CLAIM)
+claim.check_dvc_names(config, DVC_NAMES, STUDY_CLAIM["config"])
 
 
 onstart:
-    study.record_claim(STUDY_CLAIM)
+    claim.record_claim(STUDY_CLAIM)
 
 
 

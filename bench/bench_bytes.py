@@ -1,6 +1,6 @@
 """Bytes a GPU step moves in the loss and in the backbone, counted without a GPU.
 
-`leviathan.model.traffic.TrafficCounter` over FakeTensors (no memory, seconds) adds up every
+`leviathan.cost.traffic.TrafficCounter` over FakeTensors (no memory, seconds) adds up every
 kernel's reads and writes of one micro-batch's forward and backward at a scale's real shapes
 (default: 400m, 32 x 512 tokens, o200k). Printed per part:
 
@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from leviathan.cost.step_count import rms_norm_as_on_cuda
+from leviathan.cost.traffic import TrafficCounter
 from leviathan.model import model_config
 from leviathan.model.loss import (
     HEAD_ROWS_MULTIPLE,
@@ -33,8 +35,6 @@ from leviathan.model.loss import (
     fused_loss_bytes,
     linear_cross_entropy,
 )
-from leviathan.model.step_count import rms_norm_as_on_cuda
-from leviathan.model.traffic import TrafficCounter
 from leviathan.model.transformer import Backbone
 
 

@@ -21,12 +21,12 @@ from typing import Any
 
 import lev_predict
 
+from leviathan.cost.memory import train_memory
+from leviathan.cost.plan_eval import EVAL_MFU_SHARE
 from leviathan.gpus import GIB, gpu_model, require_gpu_model
 from leviathan.model import lev_triton
 from leviathan.model.accounting import account
 from leviathan.model.config import ModelConfig
-from leviathan.model.memory import train_memory
-from leviathan.workflow.plan_eval import EVAL_MFU_SHARE
 
 FALLBACK_GPU = "H200"  # the GPU predicted for where the device's model has no rates (and on CPU)
 # what a figure was measured at, not a measurement

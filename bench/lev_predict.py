@@ -32,17 +32,17 @@ from functools import cache
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from leviathan.device import forced_policy
-from leviathan.model import lev_triton, model_config
-from leviathan.model.config import ModelConfig
-from leviathan.model.lev import LEV
-from leviathan.model.roofline import (
+from leviathan.cost.roofline import (
     BANDWIDTH_EFFICIENCY,
     GENERATED_TOKEN_BYTES,
     Roofline,
     roofline,
 )
-from leviathan.model.traffic import TrafficCounter
+from leviathan.cost.traffic import TrafficCounter
+from leviathan.device import forced_policy
+from leviathan.model import lev_triton, model_config
+from leviathan.model.config import ModelConfig
+from leviathan.model.lev import LEV
 
 IDS = 8192  # distinct ids of a 400m micro-batch of 16 x 512 (at most)
 MICRO_BATCH = 16  # the micro-batch of the default figures

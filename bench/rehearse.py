@@ -23,7 +23,7 @@ all are linear) from the measured rate per CPU-second (process time, children in
 shared machine wall time counts the other users' load), on one CPU, or on the job's CPUs for
 the tokenizer (it runs one process per CPU); their memory is what was measured (streaming: it does
 not grow with the data), the tokenizer's scaled by its process count. GPU steps (training,
-evaluation) come from the plan's FLOPs (leviathan.workflow.plan) at the stated MFU on the
+evaluation) come from the plan's FLOPs (leviathan.cost.plan) at the stated MFU on the
 configured GPU model. Checkpoint save/load at the 1.2b state size is the measured GB/s on the
 200m checkpoint times the 1.2b checkpoint's bytes. Every limit is the study's config: each
 rule's runtime and mem_mb (config.rule_resources, the schema's defaults), each scale's
@@ -292,12 +292,13 @@ def measure(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
 def study(config: dict[str, Any]) -> dict[str, Any]:
     """What the study asks of each step (the plan's figures) and the limits its config sets."""
     from leviathan.cells import config_cells
+    from leviathan.cost import plan
+    from leviathan.cost.plan import cell_memory
     from leviathan.data.encode import usable_cpus
     from leviathan.data.tokenizers import token_dtype
+    from leviathan.study import actions, cluster
     from leviathan.train.config import workflow_runtime
     from leviathan.vocab import get_vocab
-    from leviathan.workflow import actions, cluster, plan
-    from leviathan.workflow.plan import cell_memory
 
     budgets = plan.vocab_budgets(config)
     margin = 1 + float(config["corpus"]["size_margin"])
@@ -400,8 +401,8 @@ class Table:
 
 
 def disk_line(config: dict[str, Any]) -> str:
-    """The study's disk estimate, from the plan's own counters (leviathan.workflow.plan)."""
-    from leviathan.workflow.disk import study_disk
+    """The study's disk estimate, from the plan's own counters (leviathan.cost.plan)."""
+    from leviathan.cost.disk import study_disk
 
     return study_disk(config).line()
 
@@ -535,7 +536,7 @@ def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str
                 None,
                 rss_mb=gpu.total / 2**20,
                 mem_limit_mb=gpu.gpu.memory / 2**20,
-                note="its step traced on FakeTensors + allowances (leviathan.model.memory)",
+                note="its step traced on FakeTensors + allowances (leviathan.cost.memory)",
             )
     ck = m["checkpoint"]
     big = s["scales"].get("1.2b") or max(s["scales"].values(), key=lambda p: p.params)
@@ -554,7 +555,7 @@ def _train_rows(t: Table, m: dict[str, Any], s: dict[str, Any], step_s: dict[str
 def _eval_rows(t: Table, m: dict[str, Any], s: dict[str, Any], config: dict[str, Any]) -> None:
     """The plan's own validation job of each scale: the configured sample, one GPU of
     eval_resources.<scale>, its time limit."""
-    from leviathan.workflow import plan_eval
+    from leviathan.cost import plan_eval
 
     ev = m["eval"]
     val_share = m["fetch"]["val_bytes"] / m["fetch"]["bytes"]
@@ -623,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
         "--measured", type=Path, help="print the table of an earlier run's measurements (--json)"
     )
     args = ap.parse_args(argv)
-    from leviathan.workflow.config import resolve
+    from leviathan.study.config import resolve
 
     config = resolve([args.config], root=ROOT)
     if args.measured:

@@ -1,7 +1,7 @@
 """The GPU models the project knows: dense bf16 peak, HBM bandwidth and memory, from the
 vendors' data sheets (SXM parts unless named). One table for the MFU counter
-(`leviathan.device`), the roofline (`leviathan.model.roofline`), the memory per job
-and the plan (`leviathan.workflow.plan`). Torch-free: the plan reads it at parse time."""
+(`leviathan.device`), the roofline (`leviathan.cost.roofline`), the memory per job
+and the plan (`leviathan.cost.plan`). Torch-free: the plan reads it at parse time."""
 
 from __future__ import annotations
 

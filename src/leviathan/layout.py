@@ -82,7 +82,7 @@ STUDY_RECORD = "study.json"
 
 def study_record(results: str) -> Path:
     """What a study's results folder belongs to (its config file, corpus and cells), written by
-    its first run and compared by every later one (leviathan.workflow.study)."""
+    its first run and compared by every later one (leviathan.study.claim)."""
     return Path(RUNS_ROOT) / results / STUDY_RECORD
 
 

@@ -242,8 +242,8 @@ def test_the_micro_batches_are_the_plans(monkeypatch: pytest.MonkeyPatch) -> Non
     """What the check reads from config/paper.yaml with PyYAML is each cell's micro-batch as
     the plan resolves it (Snakemake's config loading and the training config)."""
     from leviathan.cells import config_cells
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.resolve import cell_train_config
+    from leviathan.study.config import resolve
+    from leviathan.study.resolve import cell_train_config
 
     steps = _sibling("gpu_check_steps")
     root = SCRIPT.parents[1]

@@ -150,8 +150,8 @@ def test_data_batch_refuses_an_unknown_cell_and_a_step_past_the_last(
 ) -> None:
     """Both refused in one line before any shard is read (none is needed to say so)."""
     from leviathan.cells import config_cells
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.resolve import cell_train_config
+    from leviathan.study.config import resolve
+    from leviathan.study.resolve import cell_train_config
 
     config = resolve([])
     cell = config_cells(config)[0]

@@ -168,7 +168,7 @@ def test_the_plan_states_what_the_data_step_fetches() -> None:
     """`leviathan config show`: one line per dataset the paper's evaluations read from the Hub,
     the total their sum; the default config (stand-ins) fetches none."""
     from leviathan.data.eval_data import plan_lines
-    from leviathan.workflow.config import resolve
+    from leviathan.study.config import resolve
 
     paper = resolve([ROOT / "config" / "paper.yaml"], root=ROOT)
     wanted = needs(paper)
@@ -184,9 +184,9 @@ def test_the_plan_states_what_the_data_step_fetches() -> None:
 
 @pytest.mark.slow
 def test_the_plan_shows_the_evaluation_datasets() -> None:
+    from leviathan.cost.plan import render_plan
     from leviathan.data.eval_data import plan_lines
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.plan import render_plan
+    from leviathan.study.config import resolve
 
     paper = resolve([ROOT / "config" / "paper.yaml"], root=ROOT)
     shown = render_plan(paper, memory=False).splitlines()

@@ -155,7 +155,7 @@ def test_a_damaged_partial_file_is_set_aside_and_the_pass_starts_over(
 CHILD = """
 import sys, time
 from leviathan.eval.checkpoint import EvalModel
-from leviathan.workflow.actions import evaluate
+from leviathan.study.actions import evaluate
 slow = float(sys.argv[5])
 if slow:
     fast = EvalModel.token_losses
@@ -282,7 +282,7 @@ def test_lm_eval_cli_without_device_falls_back_to_the_cpu(runs) -> None:
 def test_a_gpu_evaluation_job_without_cuda_fails_before_reading_weights(
     runs, gpt2_shards: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    from leviathan.workflow.actions import evaluate
+    from leviathan.study.actions import evaluate
 
     def no_read(*args: Any, **kwargs: Any) -> None:
         pytest.fail("the weights were read before the device was checked")

@@ -21,7 +21,7 @@ from leviathan.eval.config import PAPER_TASKS
 from leviathan.eval.lm_eval_tasks import write_local_tasks
 from leviathan.eval.run import eval_config
 from leviathan.layout import repo_root
-from leviathan.workflow.config import resolve
+from leviathan.study.config import resolve
 
 # our backend: lm-eval's own command line with the `leviathan` model registered
 OURS = str(Path(sys.executable).with_name("leviathan-lm-eval"))

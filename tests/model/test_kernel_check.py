@@ -225,8 +225,8 @@ def test_runtime_kernel_check_is_warn_or_error_and_reaches_the_training_job() ->
     import shlex
 
     from leviathan.cells import Cell
+    from leviathan.study.launch import train_command
     from leviathan.train.config import RuntimeConfig
-    from leviathan.workflow.launch import train_command
 
     assert RuntimeConfig().kernel_check == "warn"
     assert RuntimeConfig.from_dict({"kernel_check": "error"}).kernel_check == "error"

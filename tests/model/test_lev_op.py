@@ -17,13 +17,13 @@ from test_lev import random_inputs
 from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from leviathan.cost.roofline import roofline
+from leviathan.cost.traffic import TrafficCounter
 from leviathan.device import forced_policy
 from leviathan.model import lev as lev_module
 from leviathan.model import lev_triton, model_config
 from leviathan.model.config import LEVConfig, ModelConfig, digit_base
 from leviathan.model.lev import LEV, spline_product
-from leviathan.model.roofline import roofline
-from leviathan.model.traffic import TrafficCounter
 
 CFG = LEVConfig(d_seed=16, n_heads=2, n_knots=5, rank=8)
 

@@ -8,7 +8,7 @@ import math
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from leviathan.model.traffic import TrafficCounter
+from leviathan.cost.traffic import TrafficCounter
 from leviathan.model.transformer import RMSNorm, apply_rope, rope_tables
 
 

@@ -21,10 +21,10 @@ from workflow_helpers import ROOT, audit, snakemake, workflow_copy
 from leviathan.cells import Cell
 from leviathan.model import build_model, model_config
 from leviathan.report import drawing
-from leviathan.report.basis import SmokePolicy
 from leviathan.report.build import report_inputs, write_report
+from leviathan.report.evidence import SmokePolicy
 from leviathan.report.registry import table_names
-from leviathan.workflow.config import check_config
+from leviathan.study.config import check_config
 
 SMOKE_TOKENS = 30_720
 # the named variants of config/recon.yaml: name -> its LEV overrides

@@ -19,10 +19,10 @@ from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.io import read_json
 from leviathan.report.build import write_report
+from leviathan.study.actions import evaluate
+from leviathan.study.config import resolve
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
 from leviathan.train.trainer import train
-from leviathan.workflow.actions import evaluate
-from leviathan.workflow.config import resolve
 
 pytestmark = pytest.mark.slow
 SEEDS = [0, 1, 2]

@@ -18,8 +18,8 @@ from workflow_helpers import BIN
 from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.report import drawing, figures
-from leviathan.report.basis import SmokePolicy
 from leviathan.report.build import write_report
+from leviathan.report.evidence import SmokePolicy
 
 SMOKE_TOKENS = 20_480  # the default config's micro runs: 40 steps of 8 x 64 tokens
 STUDY = {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"], "seeds": [0]}

@@ -14,8 +14,8 @@ from report_cells import RESULTS, write_cell
 
 from leviathan import layout
 from leviathan.cells import Cell
-from leviathan.model.memory import train_memory
-from leviathan.model.roofline import roofline
+from leviathan.cost.memory import train_memory
+from leviathan.cost.roofline import roofline
 from leviathan.report.cellmap import DocumentCache, compute
 from leviathan.report.context import ReportInputs
 from leviathan.report.paper import reported_path

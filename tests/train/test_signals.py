@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from test_trainer import assert_bitwise_equal, cli, reference_run, wait_for_training, weights
 
+from leviathan.study.status import run_state
 from leviathan.train.exit_record import read_exit
 from leviathan.train.metrics_log import read_metrics
-from leviathan.workflow.status import run_state
 
 __all__ = ["reference_run"]  # the uninterrupted run, a fixture of this module too
 

@@ -16,7 +16,7 @@ from workflow_helpers import ROOT, audit, snakemake, workflow_copy
 from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.eval.run import along_enabled
-from leviathan.workflow.along import along_points
+from leviathan.study.along import along_points
 
 KEEP_AT = "log2:2:20"  # 0, 1, 2, 20, 40: the final step (40) among them
 STEPS = [0, 1, 2, 20, 40]

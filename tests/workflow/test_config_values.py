@@ -14,9 +14,9 @@ from snakemake.common.configfile import load_configfile
 from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan.cells import Cell
-from leviathan.workflow.config import resolve
-from leviathan.workflow.launch import cell_args
-from leviathan.workflow.resolve import cell_train_config
+from leviathan.study.config import resolve
+from leviathan.study.launch import cell_args
+from leviathan.study.resolve import cell_train_config
 
 STUDY = {"main": {"scales": ["micro"], "vocabs": ["gpt2"], "variants": ["tied", "leviathan"]}}
 CELL = "micro/gpt2/leviathan/seed0"
@@ -121,14 +121,14 @@ def test_snakemake_refuses_a_bad_value_before_any_job(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["..", ".", ".hidden", "a/b", "../x", ""])
 def test_corpus_name_is_a_plain_name_in_code_too(name: str) -> None:
     """The code refuses what the schema's pattern refuses (a config checked without it)."""
-    from leviathan.workflow.config import check_names
+    from leviathan.study.config import check_names
 
     with pytest.raises(ValueError, match=r"config corpus.name .*: not a plain directory name"):
         check_names({"corpus": {"name": name}})
 
 
 def test_runtime_ranges_are_checked_in_code_too() -> None:
-    from leviathan.workflow.config import check_config
+    from leviathan.study.config import check_config
 
     config = {"studies": STUDY, "runtime": {"dist_timeout_s": 0}}
     with pytest.raises(ValueError, match=r"^config runtime: runtime dist_timeout_s=0 must be >= 1"):

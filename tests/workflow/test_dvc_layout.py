@@ -9,7 +9,7 @@ import yaml
 
 from leviathan import layout
 from leviathan.cells import Cell
-from leviathan.workflow.config import resolve
+from leviathan.study.config import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,14 +7,14 @@ import yaml
 from leviathan import layout
 from leviathan.cells import Cell, cells, wildcard_pattern
 from leviathan.cli import build_parser
-from leviathan.values import parse_assignments
-from leviathan.workflow.cluster import (
+from leviathan.study.cluster import (
     default_resource,
     resources,
     rule_resources,
     train_slurm_keys,
 )
-from leviathan.workflow.launch import train_command
+from leviathan.study.launch import train_command
+from leviathan.values import parse_assignments
 
 STUDIES = {
     "main": {
@@ -105,7 +105,7 @@ def test_train_command_uses_torchrun_only_for_several_gpus() -> None:
 
 
 def test_cell_overrides_apply_after_scale_overrides() -> None:
-    from leviathan.workflow.resolve import train_overrides
+    from leviathan.study.resolve import train_overrides
 
     cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
     config = {
@@ -125,13 +125,13 @@ def test_runtime_and_resource_defaults_have_one_home() -> None:
     """The schema names the keys; their defaults live in the code (no second copy to drift)."""
     from dataclasses import fields
 
+    from leviathan.study.cluster import RESOURCE_DEFAULTS, SLURM_KEYS
     from leviathan.train.config import (
         CheckpointConfig,
         RuntimeConfig,
         ValidationConfig,
         WandbConfig,
     )
-    from leviathan.workflow.cluster import RESOURCE_DEFAULTS, SLURM_KEYS
 
     schema = yaml.safe_load(
         (Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml").read_text()
@@ -206,8 +206,8 @@ def test_micro_batch_stays_out_of_the_train_rules_params() -> None:
     """The train rule's params (its rerun trigger) are `launcher_args` and `cell_args`: a
     change of train.<scale>.micro_batch leaves both as they were, and reaches the job's
     command (`memory_args`) with the same training fingerprint."""
-    from leviathan.workflow.launch import cell_args, launcher_args, memory_args
-    from leviathan.workflow.resolve import cell_train_config
+    from leviathan.study.launch import cell_args, launcher_args, memory_args
+    from leviathan.study.resolve import cell_train_config
 
     cell = Cell("micro", "gpt2", "leviathan", 0, "embedded")
     before = {"train": {"micro": {"lr": 1e-3, "micro_batch": 8}}}

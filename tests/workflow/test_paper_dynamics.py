@@ -12,10 +12,10 @@ import pytest
 from workflow_helpers import ROOT
 
 from leviathan.cells import Cell, config_cells
-from leviathan.workflow.config import check_names, resolve
-from leviathan.workflow.disk import study_disk
-from leviathan.workflow.plan import plan_cell, render_plan
-from leviathan.workflow.plan_eval import plan_evals
+from leviathan.cost.disk import study_disk
+from leviathan.cost.plan import plan_cell, render_plan
+from leviathan.cost.plan_eval import plan_evals
+from leviathan.study.config import check_names, resolve
 
 PAPER = ROOT / "config" / "paper.yaml"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leviathan.workflow import preflight as pf
-from leviathan.workflow.config import resolve
+from leviathan.study import preflight as pf
+from leviathan.study.config import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 SINFO_P = "debug*\ngpu\nlong\n"

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from workflow_helpers import snakemake, workflow_copy
 
-from leviathan.workflow.placeholders import placeholder_error, placeholders
+from leviathan.study.placeholders import placeholder_error, placeholders
 
 
 def test_placeholders_in_default_and_set_resources() -> None:

@@ -1,6 +1,6 @@
-"""Every rule script sends its output to the rule's log (leviathan.workflow.logs), so a failed
+"""Every rule script sends its output to the rule's log (leviathan.study.logs), so a failed
 cluster job leaves its error in the file Snakemake names; the train script execs the same
-command `leviathan config show --cell` prints (leviathan.workflow.launch.train_command)."""
+command `leviathan config show --cell` prints (leviathan.study.launch.train_command)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
 from leviathan.cells import Cell
-from leviathan.workflow.launch import cell_args, launcher_args, train_command
+from leviathan.study.launch import cell_args, launcher_args, train_command
 
 SCRIPTS = sorted((ROOT / "workflow" / "scripts").glob("*.py"))
 
@@ -39,7 +39,7 @@ def test_the_log_gets_stdout_stderr_logging_child_output_and_the_traceback(tmp_p
     out = _run_python(
         f"""
         import logging, subprocess, sys
-        from leviathan.workflow.logs import send_output_to_log
+        from leviathan.study.logs import send_output_to_log
         print("before the log")
         send_output_to_log({str(log)!r})
         print("from print")
@@ -68,7 +68,7 @@ def test_rule_log_sends_every_rules_output_to_its_log(tmp_path: Path, rule: str)
     out = _run_python(
         f"""
         from types import SimpleNamespace
-        from leviathan.workflow.logs import rule_log
+        from leviathan.study.logs import rule_log
         rule_log(SimpleNamespace(log=[{str(log)!r}], rule={rule!r}, wildcards={{}}))
         print("from print")
         raise RuntimeError("the job failed here")
@@ -240,14 +240,14 @@ def test_each_attempt_of_a_train_job_is_appended_to_the_log_snakemake_names(
     log = tmp_path / "logs" / "train" / "seed0.log"
     code = f"""
         import os, sys, types
-        from leviathan.workflow.logs import rule_log
+        from leviathan.study.logs import rule_log
         sm = types.SimpleNamespace(
             log=[{str(log)!r}], rule="train", wildcards={{"seed": "0"}}
         )
         rule_log(sm)
         print("training output")
         step = sys.argv[1]
-        program = "from pathlib import Path; from leviathan.workflow.logs import start_line; "
+        program = "from pathlib import Path; from leviathan.study.logs import start_line; "
         program += f"print(start_line({{step}}, Path('ckpt') if {{step}} else None))"
         os.execvp(sys.executable, [sys.executable, "-c", program])
         """

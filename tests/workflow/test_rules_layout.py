@@ -18,9 +18,9 @@ from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.plots import plot_paths
 from leviathan.report.registry import table_names, table_paths
 from leviathan.report.resources import RESOURCES_TABLE
-from leviathan.workflow import actions
-from leviathan.workflow.actions import sample_efficiency_groups
-from leviathan.workflow.config import resolve
+from leviathan.study import actions
+from leviathan.study.actions import sample_efficiency_groups
+from leviathan.study.config import resolve
 
 
 def _layout_paths(config: dict) -> set[str]:

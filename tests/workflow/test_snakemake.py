@@ -328,8 +328,8 @@ def test_scale_config_plans_multi_node_fsdp_jobs(tmp_path: Path) -> None:
     jobs = _job_resources(out.stdout + out.stderr)["train"]
     assert sorted(int(re.search(r"--nodes=(\d+)", r).group(1)) for r in jobs) == [4, 4, 8, 8]
     from leviathan.cells import Cell
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.launch import train_command
+    from leviathan.study.config import resolve
+    from leviathan.study.launch import train_command
 
     config = resolve([ROOT / "config" / "scale.yaml"], root=ROOT)
     command = train_command(Cell("7b", "o200k_base", "leviathan", 0, "pile"), config, "t", "r")

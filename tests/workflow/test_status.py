@@ -19,13 +19,13 @@ import pytest
 
 from leviathan import layout
 from leviathan.cells import Cell, config_cells
+from leviathan.study.resolve import cell_train_config
+from leviathan.study.status import cell_status, render_status, run_state
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig
 from leviathan.train.exit_record import read_exit, record_exit
 from leviathan.train.metrics_log import read_metrics, rewind_metrics
 from leviathan.train.preemption import Preempted
 from leviathan.train.trainer import train
-from leviathan.workflow.resolve import cell_train_config
-from leviathan.workflow.status import cell_status, render_status, run_state
 
 VARIANTS = ["albert", "factored_mlp", "flat_mlp", "leviathan", "tied", "untied"]
 CONFIG = {
@@ -333,7 +333,7 @@ def test_will_rerun_where_snakemakes_dry_run_plans_the_train_job(
 ATTEMPT = """
 import sys
 from types import SimpleNamespace
-from leviathan.workflow.logs import rule_log
+from leviathan.study.logs import rule_log
 rule_log(SimpleNamespace(log=[sys.argv[1]], rule="train", wildcards={"scale": "micro"}))
 print(sys.argv[2], flush=True)
 """
@@ -342,7 +342,7 @@ print(sys.argv[2], flush=True)
 def test_only_the_newest_attempt_of_a_job_log_tells_a_failure(tmp_path: Path) -> None:
     """A job log keeps every attempt (workflow/logs.py): an attempt killed outright, with no
     last word, is not failed because the attempt before it was."""
-    from leviathan.workflow.status import _job_failed
+    from leviathan.study.status import _job_failed
 
     log = tmp_path / "seed0.log"
 

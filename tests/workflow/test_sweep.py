@@ -20,12 +20,12 @@ from leviathan.cells import Cell, config_cells
 from leviathan.model import build_model
 from leviathan.model.config import model_config
 from leviathan.scales import get_scale
+from leviathan.study.config import check_config
+from leviathan.study.launch import cell_args
+from leviathan.study.resolve import cell_recipe, cell_train_config
+from leviathan.study.sweep import deep_merge
 from leviathan.train.config import train_config
 from leviathan.train.recipe import format_number, recipe_differences, recipe_text
-from leviathan.workflow.config import check_config
-from leviathan.workflow.launch import cell_args
-from leviathan.workflow.resolve import cell_recipe, cell_train_config
-from leviathan.workflow.variants import deep_merge
 
 H4 = {"base": "leviathan", "model": {"lev": {"n_heads": 4}}}
 SWEEP = {

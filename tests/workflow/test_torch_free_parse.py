@@ -4,7 +4,7 @@ Every Snakemake invocation parses the Snakefile, and so does every job it submit
 job re-runs Snakemake on its node): the modules the parse imports stay torch-free, their torch
 imports inside the functions that need them, so that planning costs no torch start-up. A GPU
 study imports torch while planning, on purpose: its jobs' preemption grace follows from the
-size of each checkpoint, counted on the model (leviathan.workflow.cluster).
+size of each checkpoint, counted on the model (leviathan.study.cluster).
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ import yaml
 
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.study.cluster import GRACE_MARGIN_S, preempt_grace_s, resources, train_slurm_value
+from leviathan.study.launch import launch_argv, launch_env, launcher_args
 from leviathan.train.config import train_config
 from leviathan.train.trainer import build_cell_model
-from leviathan.workflow.cluster import GRACE_MARGIN_S, preempt_grace_s, resources, train_slurm_value
-from leviathan.workflow.launch import launch_argv, launch_env, launcher_args
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO_NODES = {"1.2b": {"gpus": 8, "gpu_model": "h100", "nodes": 2, "cpus_per_gpu": 8}}

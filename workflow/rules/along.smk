@@ -1,7 +1,7 @@
 # Evaluation along training (config.evaluate.along, with runtime.checkpoint.keep_at): the val evaluation of
 # every kept checkpoint of every cell, then each (scale, vocab, seed) group against tied
-# (leviathan.workflow.along, leviathan.eval.along). Off by default: nothing here runs.
-from leviathan.workflow import along as along_plan
+# (leviathan.study.along, leviathan.eval.along). Off by default: nothing here runs.
+from leviathan.study import along as along_plan
 
 ALONG = eval_run.along_enabled(config)  # on without runtime.checkpoint.keep_at fails here, before any job
 ALONG_STEPS = {c: along_plan.along_steps(config, c) for c in CELLS} if ALONG else {}

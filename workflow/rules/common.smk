@@ -1,14 +1,14 @@
-# Shared definitions: the cells of the configured studies (logic in leviathan.workflow,
+# Shared definitions: the cells of the configured studies (logic in leviathan.study,
 # unit-tested there); every path and file name comes from leviathan.layout.
 from leviathan import layout
 from leviathan.layout import WILDCARDS, benchmark_path, log_file
 from leviathan.cells import Cell, config_cells, wildcard_pattern
-from leviathan.workflow import actions, cluster, launch
+from leviathan.study import actions, cluster, launch
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.plots import plot_paths
 from leviathan.report.resources import RESOURCES_TABLE
 from leviathan.report.registry import table_names, table_paths
-from leviathan.workflow.placeholders import placeholder_error
+from leviathan.study.placeholders import placeholder_error
 
 # a profile's `<your-account>` left as shipped: refused as the workflow loads (dry runs too)
 if (placeholder := placeholder_error(workflow.resource_settings)) is not None:

@@ -1,4 +1,4 @@
-# Evaluation of each trained cell (leviathan.eval through leviathan.eval.run; resources: leviathan.workflow.cluster).
+# Evaluation of each trained cell (leviathan.eval through leviathan.eval.run; resources: leviathan.study.cluster).
 from leviathan.eval import run as eval_run
 
 EVAL_CFG = eval_run.eval_config(config)  # a bad evaluate: key fails here, before any job

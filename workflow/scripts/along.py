@@ -2,7 +2,7 @@
 
 from leviathan.eval.along import along_training
 from leviathan.eval.results import write_result
-from leviathan.workflow.logs import rule_log
+from leviathan.study.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

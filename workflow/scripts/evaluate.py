@@ -1,7 +1,7 @@
 """Rules eval_val / eval_wikitext / eval_lm_eval / eval_val_along: one evaluation (params.kind)."""
 
-from leviathan.workflow.actions import evaluate
-from leviathan.workflow.logs import rule_log
+from leviathan.study.actions import evaluate
+from leviathan.study.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

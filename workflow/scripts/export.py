@@ -1,7 +1,7 @@
 """Rule export: one trained cell as a transformers checkpoint (`leviathan export`)."""
 
 from leviathan.export.write import export_run
-from leviathan.workflow.logs import rule_log
+from leviathan.study.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

@@ -1,7 +1,7 @@
-"""Rule fetch_corpus: write the configured corpus (logic: leviathan.workflow.actions)."""
+"""Rule fetch_corpus: write the configured corpus (logic: leviathan.study.actions)."""
 
-from leviathan.workflow.actions import fetch_corpus
-from leviathan.workflow.logs import rule_log
+from leviathan.study.actions import fetch_corpus
+from leviathan.study.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

@@ -2,7 +2,7 @@
 
 from leviathan.data.eval_data import Need
 from leviathan.data.eval_fetch import fetch_need
-from leviathan.workflow.logs import rule_log
+from leviathan.study.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

@@ -4,7 +4,7 @@ from leviathan.cells import config_cells
 from leviathan.report.build import write_report
 from leviathan.report.plots import write_plot_data
 from leviathan.report.resources import write_resources
-from leviathan.workflow.logs import rule_log
+from leviathan.study.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

@@ -2,7 +2,7 @@
 
 from leviathan.eval.results import write_result
 from leviathan.eval.sample_efficiency import sample_efficiency
-from leviathan.workflow.logs import rule_log
+from leviathan.study.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

@@ -1,7 +1,7 @@
-"""Rule tokenize: token shards + counts for one vocabulary (logic: leviathan.workflow.actions)."""
+"""Rule tokenize: token shards + counts for one vocabulary (logic: leviathan.study.actions)."""
 
-from leviathan.workflow.actions import tokenize
-from leviathan.workflow.logs import rule_log
+from leviathan.study.actions import tokenize
+from leviathan.study.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

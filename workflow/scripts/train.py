@@ -14,9 +14,9 @@ import sys
 
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.study.launch import known_out_of_memory, launch_env, memory_args, train_argv
+from leviathan.study.logs import rule_log
 from leviathan.train.errors import OUT_OF_MEMORY_EXIT
-from leviathan.workflow.launch import known_out_of_memory, launch_env, memory_args, train_argv
-from leviathan.workflow.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

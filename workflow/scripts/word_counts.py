@@ -1,7 +1,7 @@
-"""Rule word_counts (logic: leviathan.workflow.actions / leviathan.eval.val)."""
+"""Rule word_counts (logic: leviathan.study.actions / leviathan.eval.val)."""
 
-from leviathan.workflow.actions import word_counts
-from leviathan.workflow.logs import rule_log
+from leviathan.study.actions import word_counts
+from leviathan.study.logs import rule_log
 
 sm = snakemake  # type: ignore[name-defined]  # noqa: F821
 rule_log(sm)

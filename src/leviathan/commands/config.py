@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=None,
         metavar="MB_S",
         help="the corpus download's bandwidth the budget assumes, in MB/s (default: "
-        "leviathan.workflow.budget.DOWNLOAD_MB_S)",
+        "leviathan.cost.budget.DOWNLOAD_MB_S)",
     )
     show.add_argument(
         "--json", action="store_true", help="the resolved config (or cell) as JSON, no plan"
@@ -84,8 +84,8 @@ def configured_cell(config: dict, key: str) -> Cell:  # type: ignore[type-arg]
 def run_show(args: argparse.Namespace) -> int:
     import yaml
 
-    from leviathan.workflow.config import resolve, stand_in_files
-    from leviathan.workflow.plan import render_plan, study_plans
+    from leviathan.cost.plan import render_plan, study_plans
+    from leviathan.study.config import resolve, stand_in_files
 
     config = resolve(args.configfile)
     mfu = args.mfu
@@ -120,12 +120,12 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def budget_section(config: dict, plans: list, download_mb_s: float | None) -> str:  # type: ignore[type-arg]
-    """The study's budget (leviathan.workflow.budget) from the plan's rows, and where any cell
-    has run, the plan recalibrated from its measured pace (leviathan.workflow.recalibrate)."""
-    from leviathan.workflow.budget import DOWNLOAD_MB_S, render_budget, study_budget
-    from leviathan.workflow.disk import study_disk
-    from leviathan.workflow.plan_eval import plan_evals
-    from leviathan.workflow.recalibrate import recalibrate, render_recalibration
+    """The study's budget (leviathan.cost.budget) from the plan's rows, and where any cell
+    has run, the plan recalibrated from its measured pace (leviathan.cost.recalibrate)."""
+    from leviathan.cost.budget import DOWNLOAD_MB_S, render_budget, study_budget
+    from leviathan.cost.disk import study_disk
+    from leviathan.cost.plan_eval import plan_evals
+    from leviathan.cost.recalibrate import recalibrate, render_recalibration
 
     if download_mb_s is not None and not download_mb_s > 0:
         raise ValueError(f"--download-mb-s {download_mb_s}: give a positive bandwidth in MB/s")
@@ -138,10 +138,10 @@ def budget_section(config: dict, plans: list, download_mb_s: float | None) -> st
 
 def cells_section(config: dict) -> str:  # type: ignore[type-arg]
     """Each configured scale/vocab/variant: the built-in variant its model is built from and
-    its recipe's differences from the scale's default (leviathan.workflow.variants)."""
+    its recipe's differences from the scale's default (leviathan.study.sweep)."""
     from leviathan.cells import config_cells
-    from leviathan.workflow.resolve import cell_recipe
-    from leviathan.workflow.variants import cell_variant
+    from leviathan.study.resolve import cell_recipe
+    from leviathan.study.sweep import cell_variant
 
     lines = [
         "cells: variant (the built-in its model is built from) and recipe (its differences "
@@ -159,12 +159,12 @@ def cells_section(config: dict) -> str:  # type: ignore[type-arg]
 
 
 def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
-    """The roofline (`leviathan.model.roofline`) of each scale/vocab/variant of the studies,
+    """The roofline (`leviathan.cost.roofline`) of each scale/vocab/variant of the studies,
     with the optimizer step spread over one GPU's micro-batches."""
     from leviathan.cells import config_cells
-    from leviathan.model.roofline import render
-    from leviathan.workflow.cluster import scale_resources
-    from leviathan.workflow.resolve import cell_train_config
+    from leviathan.cost.roofline import render
+    from leviathan.study.cluster import scale_resources
+    from leviathan.study.resolve import cell_train_config
 
     rows = {}
     for cell in config_cells(config):
@@ -179,7 +179,7 @@ def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
 
 def _cell_memory(config: dict, cell: Cell) -> dict:  # type: ignore[type-arg]
     """The cell's training and evaluation jobs' GPU memory (bytes; the GPU's beside)."""
-    from leviathan.workflow.plan import cell_memory
+    from leviathan.cost.plan import cell_memory
 
     out = {}
     for name, job in zip(("train", "eval"), cell_memory(config, cell), strict=True):
@@ -191,12 +191,12 @@ def _cell_memory(config: dict, cell: Cell) -> dict:  # type: ignore[type-arg]
 
 def cell_settings(config: dict, cell: Cell, mfu: float | None, memory: bool = True) -> dict:  # type: ignore[type-arg]
     """One cell as the workflow trains it: train config, runtime, resources, command, plan."""
+    from leviathan.cost.plan import plan_cell
+    from leviathan.study.cluster import resources
+    from leviathan.study.launch import launch_env, train_command
+    from leviathan.study.resolve import cell_recipe, cell_train_config
+    from leviathan.study.sweep import cell_variant
     from leviathan.train.config import workflow_runtime
-    from leviathan.workflow.cluster import resources
-    from leviathan.workflow.launch import launch_env, train_command
-    from leviathan.workflow.plan import plan_cell
-    from leviathan.workflow.resolve import cell_recipe, cell_train_config
-    from leviathan.workflow.variants import cell_variant
 
     tc = cell_train_config(config, cell)
     plan = plan_cell(config, cell, mfu)

@@ -291,8 +291,8 @@ def _source(args: argparse.Namespace) -> dict[str, Any]:
         }
     from leviathan import layout
     from leviathan.commands.config import configured_cell
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.resolve import cell_train_config
+    from leviathan.study.config import resolve
+    from leviathan.study.resolve import cell_train_config
 
     config = resolve(args.configfile)
     cell = configured_cell(config, args.cell)

@@ -1,5 +1,5 @@
 """`leviathan preflight`: a SLURM cluster checked against the profile and the study before the
-queue (leviathan.workflow.preflight): one line per check, exit status 1 on any failure."""
+queue (leviathan.study.preflight): one line per check, exit status 1 on any failure."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.preflight import preflight
+    from leviathan.study.config import resolve
+    from leviathan.study.preflight import preflight
 
     checks = preflight(
         args.profile, resolve(args.configfile), python=sys.executable, config_files=args.configfile

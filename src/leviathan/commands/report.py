@@ -70,8 +70,8 @@ def run_tables(args: argparse.Namespace) -> int:
     from leviathan.cells import config_cells
     from leviathan.layout import repo_root
     from leviathan.report.build import write_report
-    from leviathan.workflow.actions import sample_efficiency_groups
-    from leviathan.workflow.config import resolve
+    from leviathan.study.actions import sample_efficiency_groups
+    from leviathan.study.config import resolve
 
     config = resolve([args.config], root=repo_root())  # as the workflow does: defaults filled
     results = layout.config_results_key(config)
@@ -90,7 +90,7 @@ def run_html(args: argparse.Namespace) -> int:
     import subprocess
     import sys
 
-    from leviathan.workflow.config import resolve
+    from leviathan.study.config import resolve
 
     out = args.out or layout.html_report(layout.config_results_key(resolve(args.configfile)))
     files = ["--configfile", *args.configfile] if args.configfile else []

@@ -1,6 +1,6 @@
 """`leviathan status`: where every cell of the configured studies stands (state, step, last
 loss, ETA), read from the run directories' locks, exit records and logs
-(leviathan.workflow.status); with --rerun, also Snakemake's dry run (leviathan.workflow.rerun)."""
+(leviathan.study.status); with --rerun, also Snakemake's dry run (leviathan.study.rerun)."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     from leviathan.cells import config_cells
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.rerun import planned_retraining
-    from leviathan.workflow.status import STALE_S, cell_status, check_stale_s, render_status
+    from leviathan.study.config import resolve
+    from leviathan.study.rerun import planned_retraining
+    from leviathan.study.status import STALE_S, cell_status, check_stale_s, render_status
 
     stale = args.stale_after if args.stale_after is not None else STALE_S
     check_stale_s(stale)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         cell_status(config, cell, stale_s=stale, reruns=reruns) for cell in config_cells(config)
     ]
     print(render_status(rows))
-    from leviathan.workflow.recalibrate import status_lines
+    from leviathan.cost.recalibrate import status_lines
 
     for line in status_lines(config):
         print(line)

@@ -49,7 +49,7 @@ def cell_arguments(p: argparse.ArgumentParser) -> None:
 def config_cell(args: argparse.Namespace) -> tuple[dict[str, Any], Cell]:
     """The resolved config and the cell the options name; a cell of no study is refused."""
     from leviathan.cells import config_cells
-    from leviathan.workflow.config import resolve
+    from leviathan.study.config import resolve
 
     config = resolve(args.configfile)
     results = layout.config_results_key(config)

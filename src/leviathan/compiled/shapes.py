@@ -23,9 +23,9 @@ def study_shapes(configfile: str | Path, root: str | Path = ".") -> list[Shape]:
     """Every (cell, job) shape of one study: training at its micro-batch, evaluation at
     the study's largest evaluation batch (full-context windows: an upper bound)."""
     from leviathan.cells import config_cells
-    from leviathan.workflow.config import resolve
-    from leviathan.workflow.plan import eval_batch
-    from leviathan.workflow.resolve import cell_train_config
+    from leviathan.cost.plan import eval_batch
+    from leviathan.study.config import resolve
+    from leviathan.study.resolve import cell_train_config
 
     config = resolve([configfile], root=root)
     shapes = []

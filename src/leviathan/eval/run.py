@@ -1,6 +1,6 @@
 """The evaluations of one trained checkpoint: which kinds there are (CHECKPOINT_EVALS), which
 the config runs and with what settings, and the one dispatcher the workflow's rules
-(`leviathan.workflow.actions.evaluate`) and `leviathan eval` run them through
+(`leviathan.study.actions.evaluate`) and `leviathan eval` run them through
 (`run_evaluation`)."""
 
 from __future__ import annotations

@@ -76,10 +76,10 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.autograd.function import once_differentiable
 
+from leviathan.cost.traffic import TrafficCounter
 from leviathan.device import chunk_elems as device_chunk_elems
 from leviathan.device import forced_policy, uses_gpu_policy
 from leviathan.model import kernel_use
-from leviathan.model.traffic import TrafficCounter
 from leviathan.model.transformer import activation_dtype
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

@@ -1,7 +1,7 @@
 """Triton kernels of the GPU rule's loss: the head's logits formed tile by tile in registers.
 
 Two custom ops (`torch.library.custom_op`, each one node to torch.compile and one record to a
-dispatch mode such as `leviathan.model.traffic.TrafficCounter`, with a fake implementation for
+dispatch mode such as `leviathan.cost.traffic.TrafficCounter`, with a fake implementation for
 FakeTensors and meta tensors):
 
   * `leviathan::lse_and_pick(h, w, targets, n_classes) -> (lse, picked)`: for the logits

@@ -19,7 +19,7 @@ from leviathan.eval.results import FREQUENCY_KEYS
 from leviathan.io import read_json
 from leviathan.layout import along_group
 from leviathan.report import drawing
-from leviathan.report.basis import SmokePolicy, caption
+from leviathan.report.evidence import SmokePolicy, caption
 
 LEVELS = dict(zip(FREQUENCY_KEYS, ("token", "word"), strict=True))
 

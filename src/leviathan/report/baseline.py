@@ -19,7 +19,7 @@ def tied_baseline(
     groups: Mapping[tuple[str, str, str], Any], scale: str, vocab: str, variant: str
 ) -> tuple[str | None, str]:
     """(the tied configuration `variant`'s gains are against, None: none; its `baseline` label)."""
-    from leviathan.workflow.variants import TAG_SEP, split_name
+    from leviathan.study.sweep import TAG_SEP, split_name
 
     _, tag = split_name(variant)
     same = "tied" + (f"{TAG_SEP}{tag}" if tag else "")
@@ -35,7 +35,7 @@ def tied_baseline(
 def baseline_label(variant: str, compared_with: str = "tied") -> str:
     """The `baseline` label of a row compared with `compared_with` whatever its tag (sample
     efficiency: the workflow's baseline is the untagged tied of each seed)."""
-    from leviathan.workflow.variants import split_name
+    from leviathan.study.sweep import split_name
 
     if variant == compared_with:
         return ""

@@ -35,7 +35,7 @@ def report_inputs(
 ) -> ReportInputs:
     """What the report reads, from the workflow config (studies, enabled evaluations)."""
     from leviathan.eval.run import along_enabled, enabled_evals
-    from leviathan.report.basis import SmokePolicy
+    from leviathan.report.evidence import SmokePolicy
     from leviathan.report.paper import reported_path
     from leviathan.report.throughput import plan_devices
 
@@ -206,7 +206,7 @@ def write_report(
     csvs[PAPER_CHECK] = paper_check[0]
     written.append(_write_status(inp, cells, csvs, docs, tables_dir, status_file))
     if figures_dir is not None:
-        from leviathan.report.basis import recipe_label
+        from leviathan.report.evidence import recipe_label
         from leviathan.report.figures import write_figures
 
         written.extend(

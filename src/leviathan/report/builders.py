@@ -20,7 +20,6 @@ from leviathan.eval.results import (
     group_run_field,
 )
 from leviathan.report.baseline import BASELINE, baseline_label, tied_baseline
-from leviathan.report.basis import BASIS_COLUMNS, GAIN_CONVENTION, RECIPE
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.columns import (
     EvalColumns,
@@ -38,6 +37,7 @@ from leviathan.report.context import (
     seeded,
     tied_and_leviathan,
 )
+from leviathan.report.evidence import BASIS_COLUMNS, GAIN_CONVENTION, RECIPE
 from leviathan.report.formatting import ROW_FORMAT
 from leviathan.report.paper import MAIN_PAPER_NUMBERS, PAPER_TASKS, QUANTITY_FORMATS, paper_value
 from leviathan.report.table import Table

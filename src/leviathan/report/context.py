@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leviathan.cells import Cell, study_cells
-from leviathan.report.basis import SmokePolicy, basis_labels, recipe_label
 from leviathan.report.cellmap import DocumentCache
+from leviathan.report.evidence import SmokePolicy, basis_labels, recipe_label
 from leviathan.report.paper import Paper, PaperNumber
 from leviathan.report.table import Table
 

@@ -20,8 +20,8 @@ import seaborn as sns  # noqa: E402
 from leviathan.io import atomic_path  # noqa: E402
 from leviathan.layout import figure_files  # noqa: E402
 from leviathan.manifest import input_record, write_manifest  # noqa: E402
-from leviathan.report.basis import SMOKE, SmokePolicy  # noqa: E402
 from leviathan.report.context import variant_order  # noqa: E402
+from leviathan.report.evidence import SMOKE, SmokePolicy  # noqa: E402
 
 
 def empty_panel(ax: Any, message: str) -> None:

@@ -45,8 +45,8 @@ from leviathan.report import (
     lev_figures,  # noqa: E402
 )
 from leviathan.report.along_figure import along_figure  # noqa: E402
-from leviathan.report.basis import SmokePolicy, caption  # noqa: E402
 from leviathan.report.context import variant_order  # noqa: E402
+from leviathan.report.evidence import SmokePolicy, caption  # noqa: E402
 from leviathan.report.paper import Paper  # noqa: E402
 from leviathan.train.metrics_log import read_metrics  # noqa: E402
 

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from leviathan.report.baseline import BASELINE
-from leviathan.report.basis import RECIPE
+from leviathan.report.evidence import RECIPE
 from leviathan.report.table import STAND_IN_COLUMN, Table, missing, smoke_rows, stand_in_rows
 
 # column -> how it is shown in Markdown/LaTeX: "loss" 4 decimals ("dloss" signed), "pct" a fraction in %,

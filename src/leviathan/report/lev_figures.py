@@ -27,7 +27,7 @@ from leviathan.cells import Cell
 from leviathan.eval.sample_efficiency import metrics_path
 from leviathan.layout import run_dir
 from leviathan.report import drawing
-from leviathan.report.basis import SmokePolicy, caption
+from leviathan.report.evidence import SmokePolicy, caption
 from leviathan.train.metrics_log import read_metrics
 
 CI = "_ci95"

@@ -21,8 +21,8 @@ from leviathan.cells import Cell
 from leviathan.io import atomic_path
 from leviathan.manifest import input_record, write_manifest
 from leviathan.model import kernel_use
-from leviathan.report.basis import FULL, SmokePolicy, tokens_label
 from leviathan.report.cellmap import DocumentCache
+from leviathan.report.evidence import FULL, SmokePolicy, tokens_label
 from leviathan.report.table import STAND_IN_COLUMN
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from leviathan.report.basis import FULL, SMOKE
 from leviathan.report.cellmap import CI_SUFFIX, DocumentCache, ValueSpec, compute, value_stand_ins
+from leviathan.report.evidence import FULL, SMOKE
 
 # The label column naming, per row, the numeric columns computed on offline stand-in data.
 STAND_IN_COLUMN = "stand_in_data"
@@ -86,7 +86,7 @@ def missing(value: Any) -> bool:
 
 
 def smoke_rows(frame: pd.DataFrame) -> list[bool]:
-    """Per row: whether it rests on a smoke test (its `evidence` label; see leviathan.report.basis)."""
+    """Per row: whether it rests on a smoke test (its `evidence` label; see leviathan.report.evidence)."""
     col = frame["evidence"] if "evidence" in frame else [FULL] * len(frame)
     return [v == SMOKE for v in col]
 

@@ -4,7 +4,7 @@ One row per trained cell, read from the run's own metrics log (`metrics.jsonl`):
 device count of its last start record, and from its train records tokens/s, step time, MFU
 (the median of the last `STEADY_RECORDS` records of a process, each process's first record left
 out: it holds the compile and warm-up), the peak allocated memory and the compile seconds.
-Beside each, the roofline's prediction (leviathan.model.roofline, the plan's model of a step)
+Beside each, the roofline's prediction (leviathan.cost.roofline, the plan's model of a step)
 for the device the run ran on, and measured/predicted; the roofline predicts known GPUs only,
 so a CPU run's row says that nothing was predicted for it. Last, each variant's step time over
 the tied and the untied cell's of the same scale, vocabulary and seed on the same device (LEV's
@@ -25,9 +25,9 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell
-from leviathan.report.basis import BASIS_COLUMNS
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import Context
+from leviathan.report.evidence import BASIS_COLUMNS
 from leviathan.report.table import Table
 
 THROUGHPUT = "throughput"
@@ -125,8 +125,8 @@ def throughput_table(ctx: Context, name: str) -> Table:
         "Throughput per cell from its run's metrics log (the median of its last "
         f"{STEADY_RECORDS} train records, each process's first left out; peak_memory: the most "
         "bytes allocated in tensors, GPU only; compile_s: seconds spent compiling) beside the "
-        "roofline's prediction for the device it ran on (leviathan.model.roofline; memory: the "
-        "traced live tensors of leviathan.model.memory, without the CUDA context) and "
+        "roofline's prediction for the device it ran on (leviathan.cost.roofline; memory: the "
+        "traced live tensors of leviathan.cost.memory, without the CUDA context) and "
         "measured/predicted (*_ratio); step_s_vs_tied/untied: its step time over that cell's of "
         "the same scale, vocabulary and seed on the same device (> 1 = slower). plan_device: "
         "the device the plan assumes for the scale (config.resources)",
@@ -233,16 +233,16 @@ def predicted(what: str, a: Sequence[Any], b: Sequence[Any]) -> float:
 
 @functools.cache
 def _roofline(cfg: Any, micro: int, per_rank: int, compiled: bool) -> Any:
-    from leviathan.model.roofline import roofline
+    from leviathan.cost.roofline import roofline
 
     return roofline(cfg, micro, per_rank, fused=compiled)
 
 
 @functools.cache
 def _allocated(cfg: Any, micro: int, gpus: int, gpu: str) -> int:
-    """The training job's predicted allocated bytes per GPU (leviathan.model.memory: the traced
+    """The training job's predicted allocated bytes per GPU (leviathan.cost.memory: the traced
     tensors and allowances, without fragmentation and the CUDA context a tensor count omits)."""
-    from leviathan.model.memory import train_memory
+    from leviathan.cost.memory import train_memory
 
     job = train_memory(cfg, micro, gpus, gpu)
     return int(job.traced + job.logsumexp + job.ddp_buckets)
@@ -252,7 +252,7 @@ def plan_devices(config: Mapping[str, Any], scales: Sequence[str]) -> dict[str, 
     """The device the plan assumes for each scale's training job (config.resources):
     `H100 x8`, or `cpu`."""
     from leviathan.gpus import gpu_model
-    from leviathan.workflow.cluster import scale_resources
+    from leviathan.study.cluster import scale_resources
 
     out = {}
     for scale in scales:

@@ -67,7 +67,7 @@ class TrainConfig:
     vocab_size: int | None = None  # model V; None: the tokenizer's n_vocab
     model_overrides: dict[str, Any] = field(default_factory=dict)
     # the cell's name in its study where it is not `variant` itself: a named variant (`lev_h4`)
-    # or a tagged cell (`leviathan@lr1e-3`) of the workflow config (leviathan.workflow.variants)
+    # or a tagged cell (`leviathan@lr1e-3`) of the workflow config (leviathan.study.sweep)
     variant_name: str | None = None
 
     @property

@@ -47,12 +47,12 @@ def fitting_micro_batch(
     model_cfg: Any, device: Any, batches: tuple[int, int, int], parallel: str
 ) -> int | None:
     """The largest micro-batch below the current one that the memory model predicts to fit
-    this GPU (`leviathan.model.memory`), for `batches` = (per-rank batch, micro-batch, ranks)
+    this GPU (`leviathan.cost.memory`), for `batches` = (per-rank batch, micro-batch, ranks)
     and `parallel` (ddp or fsdp); None off a GPU the model table knows."""
     import torch
 
+    from leviathan.cost.memory import largest_fitting
     from leviathan.gpus import gpu_model
-    from leviathan.model.memory import largest_fitting
 
     if getattr(device, "type", None) != "cuda":
         return None

@@ -16,12 +16,12 @@ import torch
 
 from leviathan.device import device_name, mfu, peak_flops
 from leviathan.provenance import code_version
+from leviathan.study.logs import start_line
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import DistInfo
 from leviathan.train.metrics_log import MetricsLog
 from leviathan.train.regions import compile_seconds
 from leviathan.train.validation import val_sample
-from leviathan.workflow.logs import start_line
 
 log = logging.getLogger("leviathan.train")
 

@@ -1,1 +1,0 @@
-"""The experiment grid and artifact paths the Snakemake workflow is built from."""
