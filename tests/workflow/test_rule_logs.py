@@ -1,10 +1,9 @@
-"""Every rule script sends its output to the rule's log (leviathan.study.logs), so a failed
-cluster job leaves its error in the file Snakemake names; the train script execs the same
-command `leviathan config show --cell` prints (leviathan.study.launch.train_command)."""
+"""Every rule's job sends its output to the rule's log (leviathan.study.logs) before its work,
+so a failed cluster job leaves its error in the file Snakemake names; the train rule execs the
+same command `leviathan config show --cell` prints (leviathan.study.launch.train_command)."""
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import shlex
@@ -19,9 +18,10 @@ from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.study import rules
 from leviathan.study.launch import cell_args, launcher_args, train_command
 
-SCRIPTS = sorted((ROOT / "workflow" / "scripts").glob("*.py"))
+RULE_SCRIPT = ROOT / "workflow" / "scripts" / "rule.py"
 
 
 def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -62,8 +62,8 @@ def test_the_log_gets_stdout_stderr_logging_child_output_and_the_traceback(tmp_p
 
 @pytest.mark.parametrize("rule", ["report", "train"])
 def test_rule_log_sends_every_rules_output_to_its_log(tmp_path: Path, rule: str) -> None:
-    """A rule's script calls rule_log first: its output and its traceback go to the job's log,
-    whether the log keeps every attempt (train) or only this one (every other rule)."""
+    """rule_log: a job's output and its traceback go to the job's log, whether the log keeps
+    every attempt (train) or only this one (every other rule)."""
     log = tmp_path / "logs" / rule / "job.log"
     out = _run_python(
         f"""
@@ -82,15 +82,42 @@ def test_rule_log_sends_every_rules_output_to_its_log(tmp_path: Path, rule: str)
     assert "the job failed here" not in out.stdout + out.stderr
 
 
-def test_every_rule_script_sends_its_output_to_the_log_before_its_work() -> None:
-    assert len(SCRIPTS) >= 8
-    for script in SCRIPTS:
-        body = ast.parse(script.read_text()).body
-        code = [s for s in body if not isinstance(s, ast.Import | ast.ImportFrom)]
-        code = code[1:] if ast.get_docstring(ast.Module(body, [])) else code
-        first, second = code[0], code[1]
-        assert isinstance(first, ast.Assign), script.name  # sm = snakemake
-        assert ast.unparse(second) == "rule_log(sm)", script.name
+def test_the_rule_script_logs_before_the_rules_action_runs(tmp_path: Path) -> None:
+    """The one rule script, run as Snakemake runs it: the report action fails on a job with no
+    params, and that failure is in the job's log, after the line naming the job."""
+    log = tmp_path / "logs" / "report" / "job.log"
+    out = _run_python(
+        f"""
+        import runpy, types
+        sm = types.SimpleNamespace(log=[{str(log)!r}], rule="report", wildcards={{}}, config={{}})
+        runpy.run_path({str(RULE_SCRIPT)!r}, init_globals={{"snakemake": sm}})
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 1
+    text = log.read_text()
+    assert text.index("rule report on ") < text.index("AttributeError")
+    assert "'params'" in text
+
+
+def test_every_rule_runs_the_one_rule_script_and_has_an_action() -> None:
+    """Each rule's `script:` is workflow/scripts/rule.py, and leviathan.study.rules knows the
+    rule; an unknown rule is refused in one line that names the module to extend."""
+    named = 0
+    for smk in sorted((ROOT / "workflow" / "scripts").parent.joinpath("rules").glob("*.smk")):
+        for rule in re.split(r"^ *rule\b", smk.read_text(), flags=re.M)[1:]:
+            if "script:" not in rule:
+                continue
+            script = re.search(r"script:\s*\n\s*\"([^\"]+)\"", rule)
+            assert script and script.group(1) == "../scripts/rule.py", smk.name
+            name = re.match(r" *(\w+):", rule) or re.search(r'name:\s*\n\s*f?"(\w+)', rule)
+            assert name, f"{smk.name}: a rule without a name"
+            assert callable(rules.action(name.group(1)))
+            named += 1
+    assert named >= 10
+    assert [p.name for p in RULE_SCRIPT.parent.iterdir() if p.suffix == ".py"] == ["rule.py"]
+    with pytest.raises(SystemExit, match="leviathan.study.rules"):
+        rules.action("no_such_rule")
 
 
 def test_every_rule_with_a_script_declares_a_log() -> None:
@@ -131,7 +158,7 @@ def _run_train_script(
             rule="train",
             wildcards=wildcards,
         )
-        runpy.run_path({str(ROOT / "workflow/scripts/train.py")!r}, init_globals={{"snakemake": sm}})
+        runpy.run_path({str(RULE_SCRIPT)!r}, init_globals={{"snakemake": sm}})
         """,
         tmp_path,
     )

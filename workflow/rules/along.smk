@@ -17,7 +17,7 @@ rule eval_val_along:
     output:
         layout.along_output(WILDCARDS, "{step}"),
     params:
-        kind="val",  # the evaluation, as workflow/scripts/evaluate.py reads it
+        kind="val",  # the evaluation, as leviathan.study.rules.evaluate reads it
         settings=eval_run.result_settings(EVAL_CFG, "val"),  # its rerun trigger
         run_dir=lambda wc: layout.kept_checkpoint(cell_of(wc), wc.step),
     wildcard_constraints:
@@ -32,7 +32,7 @@ rule eval_val_along:
     resources:
         **EVAL_RESOURCES,
     script:
-        "../scripts/evaluate.py"
+        "../scripts/rule.py"
 
 
 rule along_training:
@@ -52,7 +52,7 @@ rule along_training:
     resources:
         **cluster.rule_resources(config, "sample_efficiency"),
     script:
-        "../scripts/along.py"
+        "../scripts/rule.py"
 
 
 ALONG_TARGETS = [layout.along_output(c, s) for c, steps in ALONG_STEPS.items() for s in steps] + [

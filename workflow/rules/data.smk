@@ -14,7 +14,7 @@ rule fetch_corpus:
     resources:
         **cluster.rule_resources(config, "fetch_corpus"),
     script:
-        "../scripts/fetch_corpus.py"
+        "../scripts/rule.py"
 
 
 # The datasets the enabled evaluations read from the Hub (none where the config gives
@@ -49,4 +49,4 @@ if EVAL_DATA_NEEDS:
             # a download, as the corpus's (config.rule_resources.fetch_corpus)
             **cluster.rule_resources(config, "fetch_corpus"),
         script:
-            "../scripts/fetch_eval_data.py"
+            "../scripts/rule.py"

@@ -28,7 +28,7 @@ rule word_counts:
     resources:
         **cluster.rule_resources(config, "word_counts"),
     script:
-        "../scripts/word_counts.py"
+        "../scripts/rule.py"
 
 
 # The evaluation rules of a trained cell, eval_<evaluation> for each of eval_run.CHECKPOINT_EVALS:
@@ -65,8 +65,7 @@ for _evaluation in eval_run.CHECKPOINT_EVALS:
             layout.eval_output(WILDCARDS, _evaluation),
             **EVAL_EXTRA_OUTPUTS.get(_evaluation, {}),
         params:
-            # named `kind` as workflow/scripts/evaluate.py reads it: a change to that script
-            # would rerun every finished evaluation of every study (Snakemake's mtime trigger)
+            # the evaluation, named `kind` as leviathan.study.rules.evaluate reads it
             kind=_evaluation,
             settings=eval_run.result_settings(EVAL_CFG, _evaluation),  # its rerun trigger
             run_dir=lambda wc, input: layout.run_of(input.final),
@@ -80,7 +79,7 @@ for _evaluation in eval_run.CHECKPOINT_EVALS:
         resources:
             **EVAL_RESOURCES,
         script:
-            "../scripts/evaluate.py"
+            "../scripts/rule.py"
 
     # a rule's docstring is a literal in its body: one per evaluation is set here
     workflow.get_rule(f"eval_{_evaluation}").docstring = EVAL_DOCS[_evaluation]
@@ -104,7 +103,7 @@ rule sample_efficiency:
     resources:
         **cluster.rule_resources(config, "sample_efficiency"),
     script:
-        "../scripts/sample_efficiency.py"
+        "../scripts/rule.py"
 
 
 EVAL_TARGETS = [layout.eval_output(c, evaluation) for c in CELLS for evaluation in EVALS] + [

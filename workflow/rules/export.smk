@@ -18,7 +18,7 @@ rule export:
     resources:
         **cluster.rule_resources(config, "export"),
     script:
-        "../scripts/export.py"
+        "../scripts/rule.py"
 
 
 EXPORT_TARGETS = [layout.export_dir(c) for c in CELLS]

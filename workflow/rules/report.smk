@@ -54,4 +54,4 @@ rule report:
     resources:
         **cluster.rule_resources(config, "report"),
     script:
-        "../scripts/report.py"
+        "../scripts/rule.py"

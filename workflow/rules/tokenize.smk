@@ -23,4 +23,4 @@ rule tokenize:
     resources:
         **cluster.rule_resources(config, "tokenize"),
     script:
-        "../scripts/tokenize.py"
+        "../scripts/rule.py"

@@ -28,4 +28,4 @@ rule train:
         runtime=res("runtime"),
         **TRAIN_SLURM,
     script:
-        "../scripts/train.py"
+        "../scripts/rule.py"

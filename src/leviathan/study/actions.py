@@ -1,5 +1,5 @@
 """What each workflow rule does, as plain functions of the validated config (unit-tested;
-the rule scripts only unpack `snakemake` and call these): fetch the corpus, tokenize it, count
+leviathan.study.rules unpacks `snakemake` and calls these): fetch the corpus, tokenize it, count
 the validation text's words, evaluate a trained cell (through leviathan.eval.run's dispatcher,
 on the device its job was given), group cells for sample efficiency. What a job asks of the
 cluster is in leviathan.study.cluster, the training command in leviathan.study.launch."""

@@ -24,7 +24,8 @@ from leviathan import layout
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 ATTEMPTED_RULES = ("train",)  # rules whose log keeps every attempt (their jobs resume)
 ATTEMPT_ENV = "LEVIATHAN_ATTEMPT"  # the attempt number, for the program the job runs
-_ATTEMPT_LINE = re.compile(r"leviathan\.workflow: attempt (\d+) of rule ")
+LOGGER = "leviathan.study"  # the name on a job's first line
+_ATTEMPT_LINE = re.compile(re.escape(LOGGER) + r": attempt (\d+) of rule ")
 
 
 def is_attempt_line(line: str) -> bool:
@@ -64,7 +65,7 @@ def rule_log(sm: Any) -> None:
         send_output_to_log(sm.log[0])
     wildcards = ", ".join(f"{k}={v}" for k, v in sm.wildcards.items())
     job = os.environ.get("SLURM_JOB_ID")
-    logging.getLogger("leviathan.study").info(
+    logging.getLogger(LOGGER).info(
         "%srule %s%s on %s%s",
         f"attempt {attempt} of " if attempt else "",
         sm.rule,
