@@ -12,7 +12,7 @@ from snakemake.utils import min_version, validate
 from leviathan import layout
 from leviathan.provenance import package_checkout_error
 from leviathan.study import claim
-from leviathan.study.config import check_config, check_moved
+from leviathan.study.config import check_config
 
 min_version("9.0")
 
@@ -46,7 +46,6 @@ if TARGET_WRITTEN_LAST not in STAGE_TARGETS:
     raise WorkflowError(f"target_written_last: {TARGET_WRITTEN_LAST!r} is none of {STAGE_TARGETS}")
 
 DVC_NAMES = claim.pop_dvc_names(config)  # what a DVC stage names the study's outputs (params.yaml)
-check_moved(config)  # a key of an earlier layout: its new place, before the schema's error
 validate(config, layout.CONFIG_SCHEMA)
 check_config(config)  # names, value types and each cell's recipe: the code's own, not the schema's
 

@@ -206,10 +206,8 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
     state = json.loads((final / "state.json").read_text())
     assert m["config"] == state["train_config"] == c.to_dict()
     assert m["config_sha256"] == config_sha256(c.to_dict())  # the whole config as run
-    # the run's identity: the config but micro_batch (a memory knob, recorded, not hashed) and
-    # variant_name while unset (a built-in variant's runs keep the fingerprint they had)
-    assert c.to_dict()["variant_name"] is None
-    identity = {k: v for k, v in c.to_dict().items() if k not in ("micro_batch", "variant_name")}
+    # the run's identity: the config but micro_batch (a memory knob, recorded, not hashed)
+    identity = {k: v for k, v in c.to_dict().items() if k != "micro_batch"}
     assert config_sha256(identity) == state["train_fingerprint"] == m["train_fingerprint"]
     assert m["state_sha256"] == sha256_file(final / "state.json")
     assert (m["step"], m["tokens"], m["model_config"]) == (

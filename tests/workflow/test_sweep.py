@@ -121,7 +121,7 @@ def test_fingerprints_differ_between_cells_and_stay_put_for_plain_cells() -> Non
     check_config(config)
     prints = {c.variant: cell_train_config(config, c).fingerprint() for c in config_cells(config)}
     assert len(set(prints.values())) == len(prints) == 5  # a no-op tag is its own cell too
-    # a plain cell's fingerprint is that of its recipe alone: unchanged by the new field
+    # a plain cell's fingerprint is that of its recipe alone (no variant_name)
     plain = train_config("micro", "gpt2", "leviathan", total_tokens=2048)
     assert prints["leviathan"] == plain.fingerprint()
     assert "variant_name" not in json.dumps({k: v for k, v in plain.to_dict().items() if v})

@@ -14,7 +14,6 @@ will use.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields
@@ -28,7 +27,6 @@ from leviathan.values import load_yaml
 __all__ = [
     "STAND_IN_DIR",
     "check_config",
-    "check_moved",
     "check_names",
     "resolve",
     "stand_in_files",
@@ -62,7 +60,6 @@ def resolve(
             raise ValueError(f"{path}: {str(exc).splitlines()[0]}") from None
     if overrides:
         update_config(config, dict(overrides))
-    check_moved(config)
     try:
         validate(config, str(schema.resolve()))
     except WorkflowError as exc:
@@ -101,28 +98,6 @@ def schema_error(exc: Exception, configfiles: Sequence[str | Path]) -> str:
     )
 
 
-def check_moved(config: Mapping[str, Any]) -> None:
-    """Keys of an earlier config layout, refused in one line naming their new place before the
-    schema's generic "additional properties" error: the runtime's flat checkpoint, validation
-    and W&B keys and its W&B switch (leviathan.train.config.moved_to) and the top-level `wandb:`
-    section, now each a block of `runtime:` that one component takes whole."""
-    from leviathan.train.config import moved_to
-
-    runtime = config.get("runtime") or {}
-    for key, value in runtime.items() if isinstance(runtime, Mapping) else ():
-        if (new := moved_to(key, value)) is not None:
-            block, sub = new.split(".")
-            raise ValueError(
-                f"config runtime.{key} is now runtime.{new}: write "
-                f"runtime: {{{block}: {{{sub}: {json.dumps(value)}}}}}"
-            )
-    if "wandb" in config:
-        raise ValueError(
-            "config wandb: (project, entity, mode) is now the block runtime.wandb, with its "
-            "switch: write runtime: {wandb: {enabled: true, project: ..., entity: ..., mode: ...}}"
-        )
-
-
 def check_config(config: dict[str, Any]) -> None:
     """Everything about the config the schema cannot say, before any job starts; the Snakefile
     calls it right after the schema's `validate`. The names (`check_names`); config.train's and
@@ -145,6 +120,11 @@ def check_config(config: dict[str, Any]) -> None:
                 train[key]["model_overrides"], f"config train.{key}.model_overrides"
             )
     runtime = {k: v for k, v in (config.get("runtime") or {}).items() if v is not None}
+    if runtime.get("parallel", "ddp") != "ddp":
+        raise ValueError(
+            f"config runtime.parallel={runtime['parallel']!r}: set per scale, not here: write "
+            f"resources: {{<scale>: {{parallel: {runtime['parallel']}}}}}"
+        )
     config.get("runtime", {}).update(RuntimeConfig.coerce(runtime, "config runtime"))
     RuntimeConfig.from_dict(runtime, "config runtime")  # the values' ranges
     study_cells = cells(config.get("studies") or {}, "")  # keys and recipes here, no paths

@@ -26,7 +26,7 @@ from leviathan.model.kernel_use import CHECK_MODES
 from leviathan.provenance import config_sha256
 from leviathan.scales import get_scale
 from leviathan.train.schedule import keep_steps
-from leviathan.values import coerce, format_assignment
+from leviathan.values import coerce
 
 if TYPE_CHECKING:
     from leviathan.model import ModelConfig
@@ -40,9 +40,6 @@ MAX_TOTAL_TOKENS = 10**15
 NOT_IDENTITY = ("micro_batch",)
 # Fields no recipe block (config.train, a tag) sets: the cell's own identity
 TRAIN_IDENTITY = ("scale", "vocab", "variant", "seed", "variant_name")
-# Fields added after runs were recorded: left out of the fingerprint while unset, so a run
-# trained before they existed keeps its fingerprint (and resumes).
-UNSET_NOT_HASHED = ("variant_name",)
 
 
 @dataclass(frozen=True)
@@ -168,15 +165,9 @@ class TrainConfig:
         return cls(**coerce(cls, d, where))
 
     def fingerprint(self) -> str:
-        """sha256 of the canonical JSON of the config without its NOT_IDENTITY fields (nor the
-        UNSET_NOT_HASHED ones while unset): what
+        """sha256 of the canonical JSON of the config without its NOT_IDENTITY fields: what
         a resume must match, and what names the run (a change of micro_batch continues it)."""
-        identity = {
-            k: v
-            for k, v in self.to_dict().items()
-            if k not in NOT_IDENTITY and not (k in UNSET_NOT_HASHED and v is None)
-        }
-        return config_sha256(identity)
+        return config_sha256({k: v for k, v in self.to_dict().items() if k not in NOT_IDENTITY})
 
     def with_(self, **changes: Any) -> TrainConfig:
         return replace(self, **changes)
@@ -313,18 +304,12 @@ class RuntimeConfig:
     @classmethod
     def coerce(cls, d: Mapping[str, Any], where: str = "runtime") -> dict[str, Any]:
         """The values given, converted to their fields' types (ranges unchecked), each block's
-        as a mapping of its own (dotted keys gathered); a key of the earlier flat layout is
-        refused in one line naming its new place (MOVED_RUNTIME_KEYS)."""
+        as a mapping of its own (dotted keys gathered); an unknown key is refused in one line
+        naming the valid ones."""
         values: dict[str, Any] = {}
         blocks: dict[str, dict[str, Any]] = {}
         for key, value in d.items():
             name, dotted, sub = key.partition(".")
-            if (new := moved_to(key, value)) is not None:
-                block, sub = new.split(".")
-                raise ValueError(
-                    f"{where}: {key} is now {new}: write {block}: {{{sub}: {json.dumps(value)}}} "
-                    f"(or --runtime {format_assignment(new, value)})"
-                )
             if name not in _BLOCKS:
                 values[key] = value
             elif dotted:
@@ -359,31 +344,6 @@ _BLOCKS: dict[str, type] = {
     "validation": ValidationConfig,
     "wandb": WandbConfig,
 }
-
-
-# Flat runtime keys of an earlier layout and the block key each now is: a config that still
-# writes one gets a one-line error naming its new place
-MOVED_RUNTIME_KEYS: dict[str, str] = {
-    "ckpt_every": "checkpoint.every",
-    "keep_last": "checkpoint.keep_last",
-    "async_checkpoint": "checkpoint.background",
-    "drop_steps_at_final": "checkpoint.drop_steps_at_final",
-    "keep_at": "checkpoint.keep_at",
-    "val_every": "validation.every",
-    "val_windows": "validation.windows",
-    "val_batch": "validation.batch",
-    "wandb_project": "wandb.project",
-    "wandb_entity": "wandb.entity",
-    "wandb_mode": "wandb.mode",
-}
-
-
-def moved_to(key: str, value: Any) -> str | None:
-    """Where a runtime key of the earlier flat layout now lives (`ckpt_every` ->
-    `checkpoint.every`; the `wandb` switch -> `wandb.enabled`); None for a key of today's."""
-    if key == "wandb" and isinstance(value, bool):
-        return "wandb.enabled"
-    return MOVED_RUNTIME_KEYS.get(key)
 
 
 # Numeric keys: the least value each may take, and what it counts (block, key)
