@@ -67,7 +67,10 @@ def test_exponent_numbers_are_floats_in_the_resolved_config(tmp_path: Path) -> N
             "config (top level): Additional properties are not allowed ('speed' was unexpected)",
         ),
         # the runtime's keys, types and ranges are RuntimeConfig's (the schema holds no copy)
-        ({"runtime": {"device": "bogus"}}, "config runtime: runtime device='bogus' is not a device"),
+        (
+            {"runtime": {"device": "bogus"}},
+            "config runtime: runtime device='bogus' is not a device",
+        ),
         (
             {"runtime": {"checkpoint": {"keep_last": 0}}},
             "config runtime: runtime checkpoint.keep_last=0 must be >= 1",

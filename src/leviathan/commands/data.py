@@ -27,21 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.data.encode import DEFAULT_BATCH_BYTES
-from leviathan.data.fetch import (
-    DEFAULT_VAL_FRACTION,
-    Limits,
-    fetch_embedded,
-    fetch_hf,
-    fetch_pile,
-    fetch_text,
-)
+from leviathan.data.fetch import DEFAULT_VAL_FRACTION
+from leviathan.data.fetch_dispatch import fetch_corpus
 from leviathan.data.sources import (
     PILE_DATASET,
     PILE_LOCAL_TRAIN_GLOB,
     PILE_LOCAL_VAL_GLOB,
     PILE_TRAIN_SPLIT,
     PILE_VAL_SPLIT,
-    HFSpec,
 )
 from leviathan.values import split_assignment
 from leviathan.vocab import VOCABS
@@ -75,10 +68,6 @@ def _add_limits(p: argparse.ArgumentParser, prefix: str = "", what: str = "") ->
     )
 
 
-def _limits(args: argparse.Namespace, prefix: str = "") -> Limits:
-    return getattr(args, f"{prefix}max_docs"), getattr(args, f"{prefix}max_bytes")
-
-
 def _report_corpus(out: str, manifests: dict[str, dict[str, Any]]) -> int:
     for m in manifests.values():
         print(
@@ -89,15 +78,14 @@ def _report_corpus(out: str, manifests: dict[str, dict[str, Any]]) -> int:
     return 0
 
 
-def _cmd_fetch_embedded(args: argparse.Namespace) -> int:
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    """`leviathan data fetch SOURCE`: its arguments are the corpus settings the workflow's
+    `corpus:` block gives (leviathan.data.fetch_dispatch), under the same names."""
     _log_warnings()
-    return _report_corpus(args.out, fetch_embedded(args.out, args.val_fraction, args.workers))
-
-
-def _cmd_fetch_text(args: argparse.Namespace) -> int:
-    _log_warnings()
-    manifests = fetch_text(args.out, args.paths, args.val_fraction, args.text_field, _limits(args))
-    return _report_corpus(args.out, manifests)
+    corpus = {**vars(args), "kind": args.source}
+    if args.source == "hf":
+        corpus["splits"] = dict(args.split or [("train", "train")])
+    return _report_corpus(args.out, fetch_corpus(corpus, args.out))
 
 
 def _parse_split(text: str) -> tuple[str, str]:
@@ -108,42 +96,6 @@ def _parse_split(text: str) -> tuple[str, str]:
         return split_assignment(text, repr(text), "OUT=DATASET_SPLIT or SPLIT", need_value=True)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _cmd_fetch_hf(args: argparse.Namespace) -> int:
-    _log_warnings()
-    splits = args.split or [("train", "train")]
-    specs = {
-        out: HFSpec(
-            dataset=args.dataset,
-            split=src,
-            config=args.config,
-            revision=args.revision,
-            data_files=tuple(args.data_files) if args.data_files else None,
-            text_field=args.text_field,
-        )
-        for out, src in splits
-    }
-    manifests = fetch_hf(args.out, specs, args.val_fraction, _limits(args))
-    return _report_corpus(args.out, manifests)
-
-
-def _cmd_fetch_pile(args: argparse.Namespace) -> int:
-    _log_warnings()
-    manifests = fetch_pile(
-        args.out,
-        dataset=args.dataset,
-        config=args.config,
-        revision=args.revision,
-        train_split=args.train_split,
-        val_split=args.val_split,
-        local_dir=args.local_dir,
-        train_glob=args.train_glob,
-        val_glob=args.val_glob,
-        train_limits=_limits(args),
-        val_limits=_limits(args, "val_"),
-    )
-    return _report_corpus(args.out, manifests)
 
 
 def _cmd_vocab(args: argparse.Namespace) -> int:
@@ -204,7 +156,7 @@ def _add_fetch(sub: Any) -> None:
     common(emb)
     emb.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION)
     emb.add_argument("--workers", type=int, default=None, help="parser processes (default 2)")
-    emb.set_defaults(func=_cmd_fetch_embedded)
+    emb.set_defaults(func=_cmd_fetch)
 
     txt = sources.add_parser("text", help="local files/globs (JSONL[.zst]: one document per line)")
     common(txt)
@@ -212,7 +164,7 @@ def _add_fetch(sub: Any) -> None:
     txt.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION)
     txt.add_argument("--text-field", default="text", help="JSONL field holding the text")
     _add_limits(txt)
-    txt.set_defaults(func=_cmd_fetch_text)
+    txt.set_defaults(func=_cmd_fetch)
 
     hf = sources.add_parser("hf", help="any text dataset through HF `datasets` streaming")
     common(hf)
@@ -234,7 +186,7 @@ def _add_fetch(sub: Any) -> None:
         help="hash-split the single --split into train/val",
     )
     _add_limits(hf, what=" (per split)")
-    hf.set_defaults(func=_cmd_fetch_hf)
+    hf.set_defaults(func=_cmd_fetch)
 
     pile = sources.add_parser("pile", help="The Pile: a Hub mirror, or --local-dir of its files")
     common(pile)
@@ -248,7 +200,7 @@ def _add_fetch(sub: Any) -> None:
     pile.add_argument("--val-glob", default=PILE_LOCAL_VAL_GLOB)
     _add_limits(pile, what=" (train)")
     _add_limits(pile, "val-", " (val)")
-    pile.set_defaults(func=_cmd_fetch_pile)
+    pile.set_defaults(func=_cmd_fetch)
 
 
 def _add_batch(sub: Any) -> None:

@@ -22,34 +22,3 @@ Modules, one job each:
                        token; lm-eval's own command line with our model registered
 The command line: `leviathan eval ...` (leviathan.commands.eval).
 """
-
-from __future__ import annotations
-
-from importlib import import_module
-from typing import Any
-
-# Lazy re-exports (PEP 562): importing `leviathan.eval.config` (as the Snakefile does to
-# validate the config) must not import torch through this package's __init__.
-_EXPORTS = {
-    "Checkpoint": "checkpoint",
-    "EvalModel": "checkpoint",
-    "open_checkpoint": "checkpoint",
-    "read_checkpoint": "checkpoint",
-    "EvalConfig": "config",
-    "LmEvalConfig": "config",
-    "LocalTaskData": "config",
-    "ValConfig": "config",
-    "WikitextConfig": "config",
-    "EvalInputError": "errors",
-    "HubUnreachable": "errors",
-    "read_result": "results",
-    "write_result": "results",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'leviathan.eval' has no attribute {name!r}")
-    return getattr(import_module(f"leviathan.eval.{_EXPORTS[name]}"), name)

@@ -11,32 +11,25 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from leviathan.model.config import LEVConfig, ModelConfig, digit_base, model_config
+    from leviathan.model.config import LEVConfig, ModelConfig, model_config
     from leviathan.model.language_model import LanguageModel, build_model
-    from leviathan.model.lev import LEV
-    from leviathan.model.variants import VARIANTS, InputOutput
+    from leviathan.model.variants import VARIANTS
 
 _HOMES = {
-    "LEV": "lev",
     "LEVConfig": "config",
     "LanguageModel": "language_model",
-    "InputOutput": "variants",
     "ModelConfig": "config",
     "VARIANTS": "variants",
     "build_model": "language_model",
-    "digit_base": "config",
     "model_config": "config",
 }
 
 __all__ = [
-    "LEV",
     "LEVConfig",
-    "InputOutput",
     "LanguageModel",
     "ModelConfig",
     "VARIANTS",
     "build_model",
-    "digit_base",
     "model_config",
 ]
 

@@ -1,6 +1,6 @@
 """What each workflow rule does, as plain functions of the validated config (unit-tested;
-leviathan.study.rules unpacks `snakemake` and calls these): fetch the corpus, tokenize it, count
-the validation text's words, evaluate a trained cell (through leviathan.eval.run's dispatcher,
+leviathan.study.rules unpacks `snakemake` and calls these): size the corpus to fetch (the fetch
+is leviathan.data.fetch_dispatch's), tokenize it, count the validation text's words, evaluate a trained cell (through leviathan.eval.run's dispatcher,
 on the device its job was given), group cells for sample efficiency. What a job asks of the
 cluster is in leviathan.study.cluster, the training command in leviathan.study.launch."""
 
@@ -29,63 +29,6 @@ def corpus_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     from leviathan.cost.plan import fetch_max_bytes
 
     return {**config["corpus"], "max_bytes": fetch_max_bytes(config)}
-
-
-def fetch_corpus(corpus: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
-    """Write the configured corpus to `out` (<split>.jsonl.zst + manifests)."""
-    from leviathan.data import fetch
-    from leviathan.data.sources import HFSpec
-
-    source = corpus["kind"]
-    limits = (corpus.get("max_docs"), corpus.get("max_bytes"))
-    parts = {"part_bytes": corpus["part_bytes"]} if corpus.get("part_bytes") else {}
-    if source == "embedded":
-        return fetch.fetch_embedded(out, val_fraction=corpus["val_fraction"], **parts)
-    if source == "text":
-        if not corpus.get("paths"):
-            raise ValueError("corpus.kind=text needs corpus.paths (files, directories or globs)")
-        return fetch.fetch_text(
-            out,
-            corpus["paths"],
-            val_fraction=corpus["val_fraction"],
-            text_field=corpus["text_field"],
-            limits=limits,
-            **parts,
-        )
-    if source == "hf":
-        if not corpus.get("dataset"):
-            raise ValueError("corpus.kind=hf needs corpus.dataset (a Hub id or json/text/parquet)")
-
-        def spec(split: str) -> HFSpec:
-            files = tuple(corpus["data_files"]) if corpus.get("data_files") else None
-            return HFSpec(
-                dataset=corpus["dataset"],
-                split=split,
-                config=corpus.get("config"),
-                revision=corpus.get("revision"),
-                data_files=files,
-                text_field=corpus["text_field"],
-            )
-
-        train_split = corpus.get("train_split") or "train"
-        if corpus.get("val_split"):
-            specs = {"train": spec(train_split), "val": spec(corpus["val_split"])}
-            return fetch.fetch_hf(out, specs, limits=limits, **parts)
-        return fetch.fetch_hf(
-            out,
-            {"train": spec(train_split)},
-            val_fraction=corpus["val_fraction"],
-            limits=limits,
-            **parts,
-        )
-    if source == "pile":
-        options = {
-            k: corpus[k]
-            for k in ("dataset", "config", "revision", "train_split", "val_split", "local_dir")
-            if corpus.get(k)
-        }
-        return fetch.fetch_pile(out, train_limits=limits, val_limits=limits, **options, **parts)
-    raise ValueError(f"corpus.kind={source!r}: use embedded, text, hf or pile")
 
 
 def tokenize_options(config: Mapping[str, Any], vocab: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ EVAL_PREFIX = "eval_"
 
 def fetch_corpus(sm: Any) -> None:
     """Rule fetch_corpus: write the configured corpus."""
-    from leviathan.study.actions import fetch_corpus as fetch
+    from leviathan.data.fetch_dispatch import fetch_corpus as fetch
 
     fetch(sm.params.corpus, sm.params.out_dir)
 
