@@ -26,9 +26,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from leviathan import layout
+from leviathan.commands.config import configfile_arg, configured_cell
+from leviathan.data.counts import counts_from_shard
 from leviathan.data.encode import DEFAULT_BATCH_BYTES
 from leviathan.data.fetch import DEFAULT_VAL_FRACTION
 from leviathan.data.fetch_dispatch import fetch_corpus
+from leviathan.data.inspect import inspect_path
+from leviathan.data.prepare import tokenize_corpus
+from leviathan.data.shards import open_shard
 from leviathan.data.sources import (
     PILE_DATASET,
     PILE_LOCAL_TRAIN_GLOB,
@@ -36,6 +42,9 @@ from leviathan.data.sources import (
     PILE_TRAIN_SPLIT,
     PILE_VAL_SPLIT,
 )
+from leviathan.data.tokenizers import load_tokenizer
+from leviathan.study.config import resolve
+from leviathan.study.resolve import cell_train_config
 from leviathan.values import split_assignment
 from leviathan.vocab import VOCABS
 
@@ -99,8 +108,6 @@ def _parse_split(text: str) -> tuple[str, str]:
 
 
 def _cmd_vocab(args: argparse.Namespace) -> int:
-    from leviathan.data.tokenizers import load_tokenizer
-
     for name in args.names or sorted(VOCABS):
         tok = load_tokenizer(name)
         print(
@@ -113,8 +120,6 @@ def _cmd_vocab(args: argparse.Namespace) -> int:
 
 def _cmd_tokenize(args: argparse.Namespace) -> int:
     _log_warnings()
-    from leviathan.data.prepare import tokenize_corpus
-
     summary = tokenize_corpus(
         args.corpus,
         args.vocab,
@@ -131,16 +136,12 @@ def _cmd_tokenize(args: argparse.Namespace) -> int:
 
 
 def _cmd_counts(args: argparse.Namespace) -> int:
-    from leviathan.data.counts import counts_from_shard
-
     m = counts_from_shard(args.bin, args.out)
     print(f"{args.out}: {m['length']} ids, {m['total']} tokens, {m['nonzero_ids']} seen")
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from leviathan.data.inspect import inspect_path
-
     print(inspect_path(args.path, verify=args.verify, decode=args.decode))
     return 0
 
@@ -205,8 +206,6 @@ def _add_fetch(sub: Any) -> None:
 
 def _add_batch(sub: Any) -> None:
     """`leviathan data batch`: the exact batch of a training step (leviathan.data.batch_view)."""
-    from leviathan.commands.config import configfile_arg
-
     p = sub.add_parser(
         "batch",
         help="the windows, shard offsets (and text) of a training step's batch",
@@ -241,11 +240,6 @@ def _source(args: argparse.Namespace) -> dict[str, Any]:
             "global_batch": args.global_batch,
             "seed": args.seed,
         }
-    from leviathan import layout
-    from leviathan.commands.config import configured_cell
-    from leviathan.study.config import resolve
-    from leviathan.study.resolve import cell_train_config
-
     config = resolve(args.configfile)
     cell = configured_cell(config, args.cell)
     tc = cell_train_config(config, cell)
@@ -265,7 +259,7 @@ def _source(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from leviathan.data.batch_view import step_rows
+    from leviathan.data.batch_view import step_rows  # here: its loader imports torch
 
     source = _source(args)
     batch = step_rows(**source, step=args.step)
@@ -273,9 +267,6 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     rows = batch.rows if rank is None else batch.of_rank(rank, args.world_size)
     texts: list[str | None] = [None] * len(rows)
     if args.decode:
-        from leviathan.data.shards import open_shard
-        from leviathan.data.tokenizers import load_tokenizer
-
         vocab = open_shard(rows[0].shard).manifest["vocab"]["name"]
         tok = load_tokenizer(vocab)
         texts = [tok.decode(r.tokens[:-1].tolist()) for r in rows]

@@ -375,7 +375,7 @@ class HubSplit:
 
 
 def _load_stream(spec: HFSpec) -> Any:
-    import datasets
+    import datasets  # here: seconds to import, and only a Hub fetch needs it
 
     return datasets.load_dataset(
         spec.dataset,
@@ -397,7 +397,7 @@ def hub_commit(spec: HFSpec) -> str | None:
     if spec.data_files or "/" not in spec.dataset or os.path.exists(spec.dataset):
         return None  # a local builder ("json", "text", ...) or a local folder
     try:
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi  # here, as `datasets` above
 
         info = HfApi().dataset_info(spec.dataset, revision=spec.revision, timeout=30)
         return info.sha

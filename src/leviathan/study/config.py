@@ -20,9 +20,21 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from jsonschema.exceptions import ValidationError
+from snakemake.common.configfile import load_configfile
+from snakemake.utils import update_config, validate
+from snakemake_interface_common.exceptions import WorkflowError
+
+from leviathan.cells import cells
 from leviathan.eval.standin import STAND_IN_DIR, is_stand_in
 from leviathan.layout import CONFIG_SCHEMA, DEFAULT_CONFIG
-from leviathan.values import load_yaml
+from leviathan.scales import SCALES
+from leviathan.study.cluster import resources
+from leviathan.study.resolve import cell_train_config
+from leviathan.study.sweep import check_definitions, check_model_overrides, check_variant_name
+from leviathan.train.config import TRAIN_IDENTITY, RuntimeConfig, TrainConfig
+from leviathan.values import coerce, load_yaml
+from leviathan.vocab import VOCABS
 
 __all__ = [
     "STAND_IN_DIR",
@@ -39,10 +51,6 @@ def resolve(
     root: str | Path = ".",
 ) -> dict[str, Any]:
     """The config a `snakemake [--configfile F ...] [--config k=v ...]` run in `root` uses."""
-    from snakemake.common.configfile import load_configfile
-    from snakemake.utils import update_config, validate
-    from snakemake_interface_common.exceptions import WorkflowError
-
     root = Path(root)
     schema = root / CONFIG_SCHEMA
     if not schema.is_file():
@@ -86,8 +94,6 @@ _YAML_KINDS = {list: "list", str: "string", int: "number", float: "number", bool
 def schema_error(exc: Exception, configfiles: Sequence[str | Path]) -> str:
     """Snakemake's schema failure (a WorkflowError wrapping jsonschema's, dozens of lines) as
     one line: the config file(s), the key's path, what is wrong, where the keys are described."""
-    from jsonschema.exceptions import ValidationError
-
     cause = exc.__context__  # Snakemake raises its error while handling jsonschema's
     files = ", ".join(str(f) for f in configfiles)
     if not isinstance(cause, ValidationError):
@@ -106,11 +112,6 @@ def check_config(config: dict[str, Any]) -> None:
     the float 0.0003; `lr: fast` is an error); a per-cell key for a cell in no study; and every
     cell's whole training config (e.g. a micro_batch that does not divide the per-GPU batch).
     Raise a one-line ValueError naming the value and the fix."""
-    from leviathan.cells import cells
-    from leviathan.study.sweep import check_model_overrides
-    from leviathan.train.config import RuntimeConfig, TrainConfig
-    from leviathan.values import coerce
-
     check_names(config)
     train = config.get("train") or {}
     for key, values in train.items():
@@ -142,9 +143,6 @@ def check_config(config: dict[str, Any]) -> None:
 def _check_cells(config: Mapping[str, Any], study_cells: Sequence[Any]) -> None:
     """Each cell's training config and the model it trains (a named variant's merged model
     config among them: e.g. lev.n_heads that does not divide D)."""
-    from leviathan.study.cluster import resources
-    from leviathan.study.resolve import cell_train_config
-
     for cell in study_cells:
         try:
             tc = cell_train_config(config, cell)
@@ -179,11 +177,6 @@ def check_names(config: Mapping[str, Any]) -> None:
     `@<tag>`), config.train's keys (a scale or a cell key <scale>/<vocab>/<variant>/seed<k>)
     and their recipe fields (leviathan.train.config.TrainConfig, the cell's identity apart),
     and config.resources' scales. Raise ValueError naming the value and the valid ones."""
-    from leviathan.scales import SCALES
-    from leviathan.study.sweep import check_definitions, check_variant_name
-    from leviathan.train.config import TRAIN_IDENTITY, TrainConfig
-    from leviathan.vocab import VOCABS
-
     check_definitions(config)  # converts their values in place
     registries = {"scale": list(SCALES), "vocabulary": list(VOCABS)}
     for study, spec in (config.get("studies") or {}).items():

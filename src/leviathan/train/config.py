@@ -20,16 +20,14 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from leviathan.model.config import ModelConfig, model_config
 from leviathan.model.kernel_use import CHECK_MODES
 from leviathan.provenance import config_sha256
 from leviathan.scales import get_scale
 from leviathan.train.schedule import keep_steps
 from leviathan.values import coerce
-
-if TYPE_CHECKING:
-    from leviathan.model import ModelConfig
 
 # More tokens than any run trains (60 times the 15T of the largest published ones): a budget
 # above it is a slip of the exponent (`1e30`), refused before steps and schedules are sized by it
@@ -88,9 +86,6 @@ class TrainConfig:
 
     def model_config(self) -> ModelConfig:
         """The model a training config trains (its scale preset, the context, its overrides)."""
-        # lazy: the model package imports torch, and the workflow reads this module at parse time
-        from leviathan.model import model_config
-
         overrides = {"max_seq_len": self.context, **self.model_overrides}
         return model_config(
             self.scale, self.vocab, self.variant, vocab_size=self.vocab_size, overrides=overrides
@@ -284,6 +279,8 @@ class RuntimeConfig:
                 f"runtime device={self.device!r} is not a device: use auto, cpu, cuda, cuda:N or mps"
             )
         if self.threads == 0:
+            # here, not at the top: the workflow's parse reads this module, and data.encode
+            # imports the tokenizers
             from leviathan.data.encode import usable_cpus
 
             object.__setattr__(self, "threads", usable_cpus())
