@@ -8,6 +8,7 @@ Modules, one job each:
     embedded    the embedded default corpus (CPython stdlib prose)
     sources     local text, any HF dataset (streaming), The Pile (Hub mirror or local)
     fetch       source -> corpus directory
+    fetch_dispatch  a corpus's settings (config `corpus:`, `leviathan data fetch`) -> its fetch
     tokenizers  offline-first tiktoken vocabularies with sha256-checked BPE files
     encode      corpus lines -> packed token ids, on threads and worker processes
     workers     worker processes that die with the process that started them
