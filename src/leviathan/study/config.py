@@ -109,8 +109,9 @@ def check_config(config: dict[str, Any]) -> None:
     calls it right after the schema's `validate`. The names (`check_names`); config.train's and
     config.runtime's values, checked against TrainConfig's and RuntimeConfig's own field types
     and converted in place (`lr: 3e-4`, which Snakemake's YAML 1.1 reader leaves a string, is
-    the float 0.0003; `lr: fast` is an error); a per-cell key for a cell in no study; and every
-    cell's whole training config (e.g. a micro_batch that does not divide the per-GPU batch).
+    the float 0.0003; `lr: fast` is an error); config.runtime's keys and ranges (RuntimeConfig
+    is their one declaration: the schema only says it is a mapping); a per-cell key for a cell
+    in no study; and every cell's whole training config (e.g. a micro_batch that does not divide the per-GPU batch).
     Raise a one-line ValueError naming the value and the fix."""
     check_names(config)
     train = config.get("train") or {}
