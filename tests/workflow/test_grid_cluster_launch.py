@@ -122,31 +122,19 @@ def test_cell_overrides_apply_after_scale_overrides() -> None:
 
 
 def test_runtime_and_resource_defaults_have_one_home() -> None:
-    """The schema names the keys; their defaults live in the code (no second copy to drift)."""
-    from dataclasses import fields
-
+    """The schema names the resources' keys, their defaults live in the code; the runtime's keys,
+    types and ranges are RuntimeConfig's alone (the schema says only that it is a mapping)."""
     from leviathan.study.cluster import RESOURCE_DEFAULTS, SLURM_KEYS
-    from leviathan.train.config import (
-        CheckpointConfig,
-        RuntimeConfig,
-        ValidationConfig,
-        WandbConfig,
-    )
 
     schema = yaml.safe_load(
         (Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml").read_text()
     )
-    runtime = schema["properties"]["runtime"]["properties"]
+    runtime = schema["properties"]["runtime"]
+    assert runtime["type"] == "object" and runtime["default"] == {}
+    assert not {"properties", "additionalProperties", "patternProperties"} & set(runtime)
     res = schema["properties"]["resources"]["additionalProperties"]["properties"]
-    assert set(runtime) == {f.name for f in fields(RuntimeConfig)}
     assert set(res) == set(RESOURCE_DEFAULTS) | set(SLURM_KEYS)
-    assert [k for k, v in {**runtime, **res}.items() if "default" in v] == []
-    # each runtime block's keys are its component config's fields, with no defaults either
-    blocks = {"checkpoint": CheckpointConfig, "validation": ValidationConfig, "wandb": WandbConfig}
-    for name, block in blocks.items():
-        keys = runtime[name]["properties"]
-        assert set(keys) == {f.name for f in fields(block)}, name
-        assert [k for k, v in keys.items() if "default" in v] == [], name
+    assert [k for k, v in res.items() if "default" in v] == []
 
 
 def test_workflow_runtime_defaults_reach_the_training_job() -> None:
