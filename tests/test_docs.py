@@ -3,6 +3,7 @@ commands of README.md, config/README.md and docs/*.md work as written."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
@@ -105,16 +106,91 @@ EXAMPLE_FILES = {"my_study.yaml": ROOT / "README.md"}
 
 
 def doc_commands() -> list[tuple[str, str]]:
-    """(document, command) for each command line of the documents' bash blocks, continuation
-    lines joined and comments dropped."""
-    out = []
+    """(document, command) for each command of the README's table of goals and each command
+    line of the documents' bash blocks, continuation lines joined, comments dropped, each once."""
+    out = [("README.md", command) for command in goal_commands()]
     for doc in DOCS:
         for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", doc.read_text(), re.S):
             for line in re.sub(r"\\\n\s*", " ", block).splitlines():
                 line = line.split(" #")[0].strip() if not line.lstrip().startswith("#") else ""
                 if line:
                     out.append((str(doc.relative_to(ROOT)), " ".join(line.split())))
-    return out
+    return list(dict.fromkeys(out))
+
+
+# ----------------------------------------------------------------------- the README's first screen
+FIRST_SCREEN = 40  # lines: what the README shows before its reader scrolls
+
+
+def goal_commands() -> list[str]:
+    """The commands of the table of goals on the README's first screen (its `command` column)."""
+    first_screen = (ROOT / "README.md").read_text().splitlines()[:FIRST_SCREEN]
+    table = [line.strip().strip("|") for line in first_screen if line.startswith("|")]
+    rows = [[cell.strip() for cell in line.split("|")] for line in table]
+    if not rows or "command" not in rows[0]:
+        return []
+    column = rows[0].index("command")
+    return [command for row in rows[2:] for command in re.findall(r"`([^`]+)`", row[column])]
+
+
+def _snakemake_args(command: str) -> argparse.Namespace:
+    from snakemake.cli import get_argument_parser
+
+    return get_argument_parser().parse_args(shlex.split(command)[1:])
+
+
+def test_the_first_screen_shows_the_set_up_and_the_paper_s_commands() -> None:
+    """The README's first 40 lines hold the two set-up commands (`make run`, the main job on the
+    default config; `make test`, what CI runs) and the paper's study on a cluster."""
+    commands = goal_commands()
+    assert {"make run", "make test"} <= set(commands), commands
+    assert "make test" in (ROOT / ".ci" / "run").read_text().splitlines()
+    run = re.search(r"^run:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    main_job = _snakemake_args("snakemake" + run.splitlines()[0].split("/snakemake", 1)[1])
+    assert not main_job.configfile and main_job.targets == ["all"]  # the default config
+    paper = [
+        args
+        for args in (
+            _snakemake_args(c) for c in commands if c.startswith("snakemake ") and "paper" in c
+        )
+        if [str(f) for f in args.configfile or []] == ["config/paper.yaml"]
+        and args.targets == ["all"]
+        and not args.dryrun
+    ]
+    assert paper and paper[0].profile, "the first screen needs the paper's study on its profile"
+
+
+def prose_sentences(markdown: str) -> list[str]:
+    """A Markdown text's sentences: its lines outside code blocks, tables and headings, joined
+    per paragraph or list item, split after '. ', '? ' and '! ' (not after 'e.g.' or 'i.e.')."""
+    paragraphs: list[list[str]] = []
+    fenced, joined = False, False
+    for line in markdown.splitlines():
+        text = line.strip()
+        fenced ^= text.startswith("```")
+        if fenced or not text or text.startswith(("```", "|", "#")):
+            joined = False
+            continue
+        if not joined or re.match(r"([*-]|\d+\.) ", text):
+            paragraphs.append([])
+        paragraphs[-1].append(text)
+        joined = True
+    split = re.compile(r"(?<=[.?!])(?<!e\.g\.)(?<!i\.e\.) +")
+    return [s for p in paragraphs for s in split.split(" ".join(p)) if s.strip()]
+
+
+def test_prose_sentences_is_the_stated_split() -> None:
+    text = "A b. C, e.g. d?\n\n```\nx. y\n```\n| a. b |\n# H. I\n* E\nf! G\n- H"
+    assert prose_sentences(text) == ["A b.", "C, e.g. d?", "* E f!", "G", "- H"]
+
+
+def test_readme_prose_reads_in_short_sentences() -> None:
+    """Its prose averages at most 25 words a sentence, none over 50 (inline code counts its
+    words)."""
+    words = [len(s.split()) for s in prose_sentences((ROOT / "README.md").read_text())]
+    assert len(words) > 50
+    assert sum(words) / len(words) <= 25, f"{sum(words) / len(words):.1f} words a sentence"
+    assert max(words) <= 50, f"a sentence of {max(words)} words"
 
 
 def example_file(name: str) -> str:
@@ -199,7 +275,7 @@ def test_cheap_leviathan_commands_run(
     from leviathan.cli import main
 
     monkeypatch.chdir(ROOT)
-    runs = [c for _, c in _leviathan_commands() if _leviathan_argv(c)[0] == command]
+    runs = dict.fromkeys(c for _, c in _leviathan_commands() if _leviathan_argv(c)[0] == command)
     assert runs
     for line in runs:
         assert main(_leviathan_argv(line) + extra) == 0, line
