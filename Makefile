@@ -50,10 +50,12 @@ run-paper: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## format and fix lint with ruff (its configuration: pyproject.toml; tests/test_style.py checks it)
+## format and fix lint with ruff, and format the Snakefile and its rules with snakefmt (their
+## configuration: pyproject.toml; tests/test_style.py and tests/workflow/test_snakemake_style.py check them)
 fmt: $(STAMP)
 	$(BIN)/python -m ruff format .
 	$(BIN)/python -m ruff check --fix .
+	$(BIN)/snakefmt Snakefile workflow/rules
 
 ## unit tests only
 test-fast: $(STAMP)

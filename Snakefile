@@ -51,7 +51,6 @@ onstart:
     claim.record_claim(STUDY_CLAIM)
 
 
-
 report: "workflow/report/workflow.rst"
 
 
