@@ -51,7 +51,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 ## format and fix lint with ruff, and format the Snakefile and its rules with snakefmt (their
-## configuration: pyproject.toml; tests/test_style.py and tests/workflow/test_snakemake_style.py check them)
+## configuration: pyproject.toml; tests/test_style.py and tests/workflow/test_snakemake.py check them)
 fmt: $(STAMP)
 	$(BIN)/python -m ruff format .
 	$(BIN)/python -m ruff check --fix .

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import ROOT, job_counts, small_config, snakemake, workflow_copy
+from workflow_helpers import BIN, ROOT, job_counts, small_config, snakemake, workflow_copy
 
 from leviathan.train.schedule import keep_steps
 
+SNAKEFMT = shutil.which("snakefmt", path=str(BIN))  # the formatter of the Snakefile and its rules
 # a dry run on the shipped SLURM profile, its placeholders filled in as docs/slurm.md does
 DRY_RUN = ("-n", "--default-resources", "slurm_account=a", "slurm_partition=p", "mem_mb=8000")
 
@@ -81,7 +84,7 @@ def test_a_target_after_configfile_with_equals_plans_what_it_names(
         work, "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml", target
     )
     assert spaced.returncode != 0
-    assert f"No such file or directory: '{target}'" in spaced.stderr
+    assert f"No such file or directory: '{target}'" in spaced.stdout + spaced.stderr
 
 
 def test_no_file_at_the_root_is_named_after_a_rule() -> None:
@@ -119,6 +122,17 @@ def test_workflow_lints_clean() -> None:
     out = snakemake(ROOT, "--lint", "--nolock")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Congratulations" in out.stdout + out.stderr
+
+
+@pytest.mark.skipif(SNAKEFMT is None, reason="snakefmt is not installed (the `test` extra has it)")
+def test_snakefmt_leaves_the_workflow_unchanged() -> None:
+    out = subprocess.run(
+        [str(SNAKEFMT), "--check", "Snakefile", "workflow/rules"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, f"run `make fmt` (snakefmt):\n{out.stdout}{out.stderr}"
 
 
 @pytest.mark.slow
