@@ -11,7 +11,7 @@ GPU_TRITON := $(VENV)/triton-gpu
 TORCH           := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' constraints-cpu.txt)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: venv run test test-fast fmt bench rehearse gpu-check gpu-test clean-venv repro push pull env-pins
+.PHONY: venv run plan-paper run-paper test test-fast fmt bench rehearse gpu-check gpu-test clean-venv repro push pull env-pins
 
 # torch: first a wheel pip already has on this machine (its configured --find-links; no
 # network), else the PyTorch CPU index (one retry, short timeout), then its dependencies.
@@ -33,14 +33,29 @@ run: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --profile profiles/local all
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/leviathan report html
 
+## the paper's study (config/paper.yaml), planned without running anything: the resolved config and
+## its plan (GPU-hours, memory and disk per job), then Snakemake's dry run of every job
+PAPER := config/paper.yaml
+plan-paper: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/leviathan config show --configfile $(PAPER)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake all --dry-run --profile profiles/local --configfile $(PAPER)
+
+## the paper's study on SLURM, with the Snakemake profile SLURM_PROFILE (default: `slurm`, the
+## installed copy of profiles/slurm that docs/slurm.md sets up with your account and partition)
+SLURM_PROFILE ?= slurm
+run-paper: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake all --profile $(SLURM_PROFILE) --configfile $(PAPER)
+
 ## the whole test suite (fast unit tests and the slower end-to-end ones)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## format and fix lint with ruff (its configuration: pyproject.toml; tests/test_style.py checks it)
+## format and fix lint with ruff, and format the Snakefile and its rules with snakefmt (their
+## configuration: pyproject.toml; tests/test_style.py and tests/workflow/test_snakemake.py check them)
 fmt: $(STAMP)
 	$(BIN)/python -m ruff format .
 	$(BIN)/python -m ruff check --fix .
+	$(BIN)/snakefmt Snakefile workflow/rules
 
 ## unit tests only
 test-fast: $(STAMP)

@@ -1,10 +1,9 @@
 # Leviathan reproduction workflow (arXiv 2601.22040).
 #   snakemake --profile profiles/local all                       # default: embedded corpus, CPU
 #   snakemake all --profile profiles/slurm --configfile config/paper.yaml
-# A stage target may also come last (`... --configfile config/paper.yaml all_train`): see the
-# root file of its name. Any other target goes first: --configfile takes every word after it.
+# The target goes first: --configfile takes every word after it. Or write `--configfile=FILE`
+# (one file), after which a target may follow.
 import os
-from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
@@ -30,20 +29,11 @@ os.environ.update(LEVIATHAN_ROOT=workflow.basedir)  # set here, not read: no env
 # instead of extending it (Snakemake would otherwise keep every key of the default that the
 # paper's file does not set: its offline stand-ins among them). `--config k=v` alone still
 # extends the default. Keys a file leaves out get the schema's defaults, nothing else.
-# The stage targets' root files (all, all_train, ...) are not studies: with only those given, the
-# default config is the study.
-STAGE_TARGETS = ("all", "all_data", "all_train", "all_eval", "all_report", "all_export")
-CONFIG_FILES = [f for f in workflow.overwrite_configfiles if Path(f).name not in STAGE_TARGETS]
+CONFIG_FILES = list(workflow.overwrite_configfiles)
 if not CONFIG_FILES:
 
     configfile: layout.DEFAULT_CONFIG
 
-
-# `--configfile F all_train`: Snakemake read the root file `all_train`, which names the target, and
-# no target is left on the command line: that rule is the default target (`all` when none is named)
-TARGET_WRITTEN_LAST = config.pop("target_written_last", "all")
-if TARGET_WRITTEN_LAST not in STAGE_TARGETS:
-    raise WorkflowError(f"target_written_last: {TARGET_WRITTEN_LAST!r} is none of {STAGE_TARGETS}")
 
 DVC_NAMES = claim.pop_dvc_names(config)  # what a DVC stage names the study's outputs (params.yaml)
 validate(config, layout.CONFIG_SCHEMA)
@@ -60,7 +50,6 @@ onstart:
     claim.record_claim(STUDY_CLAIM)
 
 
-
 report: "workflow/report/workflow.rst"
 
 
@@ -75,7 +64,7 @@ include: "workflow/rules/export.smk"
 
 
 rule all:
-    default_target: TARGET_WRITTEN_LAST == "all"
+    default_target: True
     input:
         [layout.final_marker(c) for c in CELLS],
         EVAL_TARGETS,
@@ -95,28 +84,24 @@ DATA_TARGETS = [
 rule all_data:
     """Raw corpus, token shards and counts for every vocabulary of the configured studies, and
     the datasets of the enabled evaluations."""
-    default_target: TARGET_WRITTEN_LAST == "all_data"
     input:
         DATA_TARGETS,
 
 
 rule all_train:
     """The final checkpoint of every cell."""
-    default_target: TARGET_WRITTEN_LAST == "all_train"
     input:
         [layout.final_marker(c) for c in CELLS],
 
 
 rule all_eval:
     """Every evaluation output."""
-    default_target: TARGET_WRITTEN_LAST == "all_eval"
     input:
         EVAL_TARGETS,
 
 
 rule all_report:
     """Tables and figures."""
-    default_target: TARGET_WRITTEN_LAST == "all_report"
     input:
         REPORT_TARGETS,
 
@@ -126,6 +111,5 @@ rule all_export:
     it adds a job per cell (10 on the default config), each importing transformers and
     rebuilding its vocabulary's tokenizer (5-20 s of CPU each), and nothing downstream reads
     the exports: ask for them when you ship a model or evaluate it with outside tools."""
-    default_target: TARGET_WRITTEN_LAST == "all_export"
     input:
         EXPORT_TARGETS,

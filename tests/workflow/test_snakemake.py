@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from workflow_helpers import ROOT, job_counts, small_config, snakemake, workflow_copy
+from workflow_helpers import BIN, ROOT, job_counts, small_config, snakemake, workflow_copy
 
 from leviathan.train.schedule import keep_steps
 
+SNAKEFMT = shutil.which("snakefmt", path=str(BIN))  # the formatter of the Snakefile and its rules
 # a dry run on the shipped SLURM profile, its placeholders filled in as docs/slurm.md does
 DRY_RUN = ("-n", "--default-resources", "slurm_account=a", "slurm_partition=p", "mem_mb=8000")
 
@@ -57,14 +60,15 @@ def test_paper_config_plans_the_whole_study_offline(tmp_path: Path) -> None:
     assert counts["all"] == 1
 
 
-@pytest.mark.parametrize("target", ["all", "all_train", "all_data"])
-def test_the_target_written_last_plans_what_it_names(tmp_path: Path, target: str) -> None:
-    """`snakemake ... --configfile F all_train`: --configfile takes every word after it, so Snakemake
-    reads `all_train` as a config file (the repository's root file of that name, which names the
-    target) and no target is left: the same jobs as with the target first."""
+@pytest.mark.parametrize("target", ["all", "all_data"])
+def test_a_target_after_configfile_with_equals_plans_what_it_names(
+    tmp_path: Path, target: str
+) -> None:
+    """`--configfile=FILE` takes one file, so a target may follow it: the same jobs as with the
+    target first. Without `=`, --configfile takes every word after it, the target too."""
     work = workflow_copy(tmp_path)
     last = snakemake(
-        work, "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml", target
+        work, "-n", "--profile", "profiles/local", "--configfile=config/tiny.yaml", target
     )
     first = snakemake(
         work, target, "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml"
@@ -76,33 +80,19 @@ def test_the_target_written_last_plans_what_it_names(tmp_path: Path, target: str
     # tiny.yaml's two cells, not the default's; all_data trains nothing
     assert counts.get("train", 0) == (0 if target == "all_data" else 2)
     assert counts.get("report", 0) == (1 if target == "all" else 0)
+    spaced = snakemake(
+        work, "-n", "--profile", "profiles/local", "--configfile", "config/tiny.yaml", target
+    )
+    assert spaced.returncode != 0
+    assert f"No such file or directory: '{target}'" in spaced.stdout + spaced.stderr
 
 
-def test_a_stage_target_alone_after_configfile_runs_the_default_study(tmp_path: Path) -> None:
-    """`--configfile all_train` (no study file): the root file is not a study, so the default
-    config is, as with `snakemake all_train`."""
-    work = workflow_copy(tmp_path)
-    out = snakemake(work, "-n", "--profile", "profiles/local", "--configfile", "all_train")
-    assert out.returncode == 0, out.stderr[-2000:]
-    default = yaml.safe_load((work / "config" / "config.yaml").read_text())
-    cells = {
-        (v, vocab)
-        for s in default["studies"].values()
-        for v in s["variants"]
-        for vocab in s["vocabs"]
-    }
-    assert job_counts(out.stdout + out.stderr)["train"] == len(cells)
-
-
-def test_every_stage_target_has_its_root_file() -> None:
-    """Each `all*` rule of the Snakefile can be written last: a root file of its name names it."""
-    rules = re.findall(r"^rule (all\w*):", (ROOT / "Snakefile").read_text(), flags=re.M)
-    assert len(rules) >= 6
-    for rule in rules:
-        assert yaml.safe_load((ROOT / rule).read_text()) == {"target_written_last": rule}
-        assert (
-            f'default_target: TARGET_WRITTEN_LAST == "{rule}"' in (ROOT / "Snakefile").read_text()
-        )
+def test_no_file_at_the_root_is_named_after_a_rule() -> None:
+    """A target is never read as a config file: no root file shadows a rule's name."""
+    files = [ROOT / "Snakefile", *(ROOT / "workflow" / "rules").glob("*.smk")]
+    rules = {r for f in files for r in re.findall(r"^rule (\w+):", f.read_text(), flags=re.M)}
+    assert {"all", "all_data", "all_train", "all_eval", "all_report", "all_export"} <= rules
+    assert not [r for r in rules if (ROOT / r).exists()]
 
 
 @pytest.mark.parametrize(
@@ -132,6 +122,17 @@ def test_workflow_lints_clean() -> None:
     out = snakemake(ROOT, "--lint", "--nolock")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Congratulations" in out.stdout + out.stderr
+
+
+@pytest.mark.skipif(SNAKEFMT is None, reason="snakefmt is not installed (the `test` extra has it)")
+def test_snakefmt_leaves_the_workflow_unchanged() -> None:
+    out = subprocess.run(
+        [str(SNAKEFMT), "--check", "Snakefile", "workflow/rules"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, f"run `make fmt` (snakefmt):\n{out.stdout}{out.stderr}"
 
 
 @pytest.mark.slow

@@ -18,8 +18,6 @@ import yaml
 from leviathan.provenance import ALLOW_FOREIGN_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
-# the root files that let a stage target be written after --configfile (see the file `all`)
-STAGE_TARGET_FILES = sorted(p.name for p in ROOT.glob("all*") if p.is_file())
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 
@@ -45,7 +43,7 @@ SMALL_EVAL_TASKS = ["piqa", "lambada_openai"]
 
 
 def workflow_copy(dest: Path) -> Path:
-    for name in ("Snakefile", *STAGE_TARGET_FILES, "workflow", "profiles", "config"):
+    for name in ("Snakefile", "workflow", "profiles", "config"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     return dest

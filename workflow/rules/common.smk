@@ -24,7 +24,9 @@ CORPUS_DIR = layout.corpus_dir(CORPUS)
 # the paths of a rule's pattern: a cell's, a tokens directory's, a raw corpus's
 RUN_DIR, EVAL_DIR = layout.run_dir(WILDCARDS), layout.eval_dir(WILDCARDS)
 TOKENS_DIR = layout.tokens_dir("{corpus}", "{vocab}")
-CORPUS_FILES = {split: str(layout.corpus_file(layout.corpus_dir("{corpus}"), split)) for split in layout.SPLITS}
+CORPUS_FILES = {
+    split: str(layout.corpus_file(layout.corpus_dir("{corpus}"), split)) for split in layout.SPLITS
+}
 # word-level frequency buckets: the word_counts rule runs (evaluate.word_counts not null)
 WORD_COUNTS = config.get("evaluate", {}).get("word_counts") is not None
 
@@ -76,17 +78,21 @@ def plain_table_paths(name):
     return layout.table_files(layout.tables_dir(RESULTS), name, layout.PLAIN_TABLE_FORMATS)
 
 
+def table_report(path, name, fmt):
+    """A table's file as the HTML report shows it, with its caption (workflow/report/tables/)."""
+    caption, labels = f"../report/tables/{name}.rst", {"table": name, "format": fmt}
+    return report(path, caption=caption, category="Tables", labels=labels)
+
+
 def table_outputs():
     out = []
     for name in REPORT_TABLES:
         paths = {fmt: str(p) for fmt, p in table_paths(layout.tables_dir(RESULTS), name).items()}
-        out.append(report(paths.pop("csv"), caption=f"../report/tables/{name}.rst",
-                          category="Tables", labels={"table": name, "format": "csv"}))
+        out.append(table_report(paths.pop("csv"), name, "csv"))
         out += list(paths.values())
     for name in (PAPER_CHECK, RESOURCES_TABLE):  # CSV + Markdown only
         paths = {fmt: str(p) for fmt, p in plain_table_paths(name).items()}
-        out.append(report(paths.pop("md"), caption=f"../report/tables/{name}.rst",
-                          category="Tables", labels={"table": name, "format": "md"}))
+        out.append(table_report(paths.pop("md"), name, "md"))
         out += list(paths.values())
     return out
 
@@ -94,8 +100,10 @@ def table_outputs():
 def figure_outputs():
     out = []
     for name in layout.report_figures(REPORT_TABLES):  # the figures of the study's tables
-        paths = {fmt: str(p) for fmt, p in layout.figure_files(layout.figures_dir(RESULTS), name).items()}
-        out.append(report(paths.pop("png"), caption=f"../report/figures/{name}.rst",
-                          category="Figures", labels={"figure": name}))
+        paths = {
+            fmt: str(p) for fmt, p in layout.figure_files(layout.figures_dir(RESULTS), name).items()
+        }
+        caption, labels = f"../report/figures/{name}.rst", {"figure": name}
+        out.append(report(paths.pop("png"), caption=caption, category="Figures", labels=labels))
         out += list(paths.values())
     return out

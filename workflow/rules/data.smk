@@ -2,17 +2,17 @@ rule fetch_corpus:
     """Raw text of the configured corpus, split into train/val (with manifests)."""
     output:
         **CORPUS_FILES,
-    params:
-        corpus=actions.corpus_settings(config),
-        out_dir=lambda wc, output: layout.dir_of(output.train),
-    conda:
-        "../envs/leviathan.yaml"
     log:
         log_file("fetch_corpus", "{corpus}"),
     benchmark:
         benchmark_path(layout.corpus_dir("{corpus}"), "fetch_corpus")
+    conda:
+        "../envs/leviathan.yaml"
     resources:
         **cluster.rule_resources(config, "fetch_corpus"),
+    params:
+        corpus=actions.corpus_settings(config),
+        out_dir=lambda wc, output: layout.dir_of(output.train),
     script:
         "../scripts/rule.py"
 
@@ -37,16 +37,16 @@ if EVAL_DATA_NEEDS:
         """One evaluation dataset (WikiText-103, an lm-eval task's) from the Hub into data/eval/."""
         output:
             str(layout.eval_data_source("{eval_data}")),
-        wildcard_constraints:
-            eval_data="wikitext|lm_eval/[^/]+",
-        params:
-            need=lambda wc: eval_data.need_record(EVAL_DATA_NEEDS[wc.eval_data]),
-        conda:
-            "../envs/leviathan.yaml"
         log:
             log_file("fetch_eval_data", "{eval_data}"),
+        wildcard_constraints:
+            eval_data="wikitext|lm_eval/[^/]+",
+        conda:
+            "../envs/leviathan.yaml"
         resources:
             # a download, as the corpus's (config.rule_resources.fetch_corpus)
             **cluster.rule_resources(config, "fetch_corpus"),
+        params:
+            need=lambda wc: eval_data.need_record(EVAL_DATA_NEEDS[wc.eval_data]),
         script:
             "../scripts/rule.py"

@@ -13,18 +13,19 @@ EVAL_RESOURCES = cluster.eval_rule_resources(
     config, getattr(workflow.resource_settings.default_resources, "args", None)
 )
 
+
 rule word_counts:
     """Training-corpus counts of the validation text's words (word-level frequency buckets)."""
     input:
         **layout.shards(TOKENS_DIR),
     output:
         layout.token_files(TOKENS_DIR, word_counts=True)["word_counts"],
-    conda:
-        "../envs/leviathan.yaml"
     log:
         log_file("word_counts", "{corpus}", "{vocab}"),
     benchmark:
         benchmark_path(TOKENS_DIR, "word_counts")
+    conda:
+        "../envs/leviathan.yaml"
     resources:
         **cluster.rule_resources(config, "word_counts"),
     script:
@@ -64,20 +65,20 @@ for _evaluation in eval_run.CHECKPOINT_EVALS:
         output:
             layout.eval_output(WILDCARDS, _evaluation),
             **EVAL_EXTRA_OUTPUTS.get(_evaluation, {}),
+        log:
+            layout.cell_log("eval", WILDCARDS, _evaluation),
+        benchmark:
+            benchmark_path(EVAL_DIR, f"eval_{_evaluation}")
+        conda:
+            "../envs/leviathan.yaml"
+        threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
+        resources:
+            **EVAL_RESOURCES,
         params:
             # the evaluation, named `kind` as leviathan.study.rules.evaluate reads it
             kind=_evaluation,
             settings=eval_run.result_settings(EVAL_CFG, _evaluation),  # its rerun trigger
             run_dir=lambda wc, input: layout.run_of(input.final),
-        conda:
-            "../envs/leviathan.yaml"
-        log:
-            layout.cell_log("eval", WILDCARDS, _evaluation),
-        benchmark:
-            benchmark_path(EVAL_DIR, f"eval_{_evaluation}")
-        threads: lambda wc: cluster.eval_resources(config, wc.scale)["threads"]
-        resources:
-            **EVAL_RESOURCES,
         script:
             "../scripts/rule.py"
 
@@ -91,17 +92,17 @@ rule sample_efficiency:
         lambda wc: [layout.final_marker(c) for c in SE_GROUPS[wc.scale, wc.vocab, int(wc.seed)]],
     output:
         layout.sample_efficiency_path("{results}", "{scale}", "{vocab}", "{seed}"),
-    params:
-        # the tied baseline first (see actions.sample_efficiency_groups)
-        runs=lambda wc, input: [layout.run_of(p) for p in input],
-    conda:
-        "../envs/leviathan.yaml"
     log:
         log_file("eval", "{results}", "{scale}", "{vocab}", layout.sample_efficiency_name("{seed}")),
     benchmark:
         benchmark_path(SE_DIR, "sample_efficiency", "seed{seed}")
+    conda:
+        "../envs/leviathan.yaml"
     resources:
         **cluster.rule_resources(config, "sample_efficiency"),
+    params:
+        # the tied baseline first (see actions.sample_efficiency_groups)
+        runs=lambda wc, input: [layout.run_of(p) for p in input],
     script:
         "../scripts/rule.py"
 

@@ -8,15 +8,15 @@ rule export:
         final=layout.final_marker(WILDCARDS),
     output:
         directory(layout.export_dir(WILDCARDS)),
+    log:
+        layout.cell_log("export", WILDCARDS),
+    conda:
+        "../envs/leviathan.yaml"
+    resources:
+        **cluster.rule_resources(config, "export"),
     params:
         dtype=config["export"]["dtype"],
         run_dir=lambda wc, input: layout.run_of(input.final),
-    conda:
-        "../envs/leviathan.yaml"
-    log:
-        layout.cell_log("export", WILDCARDS),
-    resources:
-        **cluster.rule_resources(config, "export"),
     script:
         "../scripts/rule.py"
 

@@ -4,6 +4,15 @@ rule tokenize:
         **CORPUS_FILES,
     output:
         **layout.token_files(TOKENS_DIR),
+    log:
+        log_file("tokenize", "{corpus}", "{vocab}"),
+    benchmark:
+        benchmark_path(TOKENS_DIR, "tokenize")
+    conda:
+        "../envs/leviathan.yaml"
+    threads: cluster.rule_threads(config, "tokenize")
+    resources:
+        **cluster.rule_resources(config, "tokenize"),
     params:
         # what the shards hold (tokenize.max_bytes, resolved): the rerun trigger
         shards=lambda wc: actions.tokenize_content(config, wc.vocab),
@@ -13,14 +22,5 @@ rule tokenize:
         options=lambda wc, threads: actions.tokenize_options(config, wc.vocab),
         corpus_dir=lambda wc, input: layout.dir_of(input.train),
         out_dir=lambda wc, output: layout.dir_of(output.train),
-    threads: cluster.rule_threads(config, "tokenize")
-    conda:
-        "../envs/leviathan.yaml"
-    log:
-        log_file("tokenize", "{corpus}", "{vocab}"),
-    benchmark:
-        benchmark_path(TOKENS_DIR, "tokenize")
-    resources:
-        **cluster.rule_resources(config, "tokenize"),
     script:
         "../scripts/rule.py"
