@@ -12,9 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.report.cellmap import DocumentCache
+from leviathan.train.recipe import recipe_differences, recipe_text, scale_default
 
 SMOKE = "smoke test"
 FULL = "full run"
@@ -51,11 +54,7 @@ class SmokePolicy:
     @classmethod
     def default(cls) -> SmokePolicy:
         """The schema's defaults (workflow/schemas/config.schema.yaml)."""
-        import yaml
-
-        from leviathan.layout import CONFIG_SCHEMA, repo_root
-
-        schema = yaml.safe_load((repo_root() / CONFIG_SCHEMA).read_text())
+        schema = yaml.safe_load((layout.repo_root() / layout.CONFIG_SCHEMA).read_text())
         props = schema["properties"]["report"]["properties"]["smoke_test"]["properties"]
         return cls(int(props["below_tokens"]["default"]), str(props["reason"]["default"]))
 
@@ -88,8 +87,6 @@ def recipe_label(
     (leviathan.train.recipe.recipe_differences): `lev.n_heads=4`, `lr=1e-3`; "" for the
     default. A row of several variants (tied beside leviathan) names each non-default one:
     `leviathan@lr1e-3: lr=1e-3`; seeds of different recipes are joined by ` | `."""
-    from leviathan.train.recipe import recipe_differences, recipe_text, scale_default
-
     by_variant: dict[str, list[str]] = {}
     for c in cells:
         record = docs.get(layout.final_marker(c))["train_config"]

@@ -47,8 +47,9 @@ from leviathan.report import (
 from leviathan.report.along_figure import along_figure  # noqa: E402
 from leviathan.report.context import variant_order  # noqa: E402
 from leviathan.report.evidence import SmokePolicy, caption  # noqa: E402
-from leviathan.report.paper import Paper  # noqa: E402
+from leviathan.report.paper import PAPER_MAIN_VOCAB, Paper  # noqa: E402
 from leviathan.train.metrics_log import read_metrics  # noqa: E402
+from leviathan.vocab import get_vocab  # noqa: E402
 
 
 def loss_curves(
@@ -164,8 +165,6 @@ def vocabulary(
     csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy
 ) -> list[Path]:
     """Ours (one line per scale) and, in its own panel, the paper's range (it states no scale)."""
-    from leviathan.vocab import get_vocab
-
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
     ours = frame[frame["source"] == "ours"] if len(frame) else frame
     paper = frame[frame["source"] == "paper"] if len(frame) else frame
@@ -211,8 +210,6 @@ def vocabulary(
 def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy) -> list[Path]:
     """Ours per (scale, vocab); the paper's figures in the same panel only at its scale and
     vocabulary, otherwise in a panel of their own."""
-    from leviathan.report.paper import PAPER_MAIN_VOCAB
-
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
     inputs = [csv] if csv else []
     panels: dict[str, list[dict[str, Any]]] = {}

@@ -13,10 +13,16 @@ from collections.abc import Sequence
 
 from leviathan.cells import Cell
 from leviathan.eval.results import VAL_LOSS
-from leviathan.report.builders import CONFIG_LABELS, config_row
 from leviathan.report.cellmap import ValueSpec
 from leviathan.report.columns import compared, eval_sources, state_sources
-from leviathan.report.context import Configurations, Context, ReportInputs, seeded
+from leviathan.report.context import (
+    CONFIG_LABELS,
+    Configurations,
+    Context,
+    ReportInputs,
+    config_row,
+    seeded,
+)
 from leviathan.report.table import Table
 
 RECON_STUDY = "recon"  # the study the table reads (config/recon.yaml)

@@ -26,12 +26,11 @@ from leviathan.report.builders import (
     main_table,
     metrics_table,
     paper_vs_ours,
-    sample_efficiency_table,
-    seed_paired_variants,
     vocabulary_table,
 )
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import Context, ReportInputs, tied_and_leviathan
+from leviathan.report.efficiency import sample_efficiency_table, seed_paired_variants
 from leviathan.report.paper import Paper, paper_numbers
 from leviathan.report.recon import recon_groups, recon_table
 from leviathan.report.table import Table

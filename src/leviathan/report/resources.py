@@ -5,6 +5,7 @@ from a real run. Written as CSV + Markdown with a manifest naming every benchmar
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,8 +74,6 @@ def resource_table(paths: Sequence[str | os.PathLike[str]]) -> pd.DataFrame:
 
 
 def _ceil(x: float) -> float:
-    import math
-
     return float(math.ceil(x)) if pd.notna(x) else math.nan
 
 
