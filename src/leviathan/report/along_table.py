@@ -69,7 +69,7 @@ def along_table(ctx: Context, name: str) -> Table:
             variant=variant,
             seeds=len(cells),
             baseline=baseline_label(variant),
-            **ctx.basis([*tied, *cells]),
+            **ctx.evidence([*tied, *cells]),
         )
         for col, (_, field) in COLUMNS.items():
             t.set(row, col, ValueSpec("mean", _sources(ctx.docs, cells, field)))

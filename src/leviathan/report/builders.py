@@ -37,7 +37,7 @@ from leviathan.report.context import (
     seeded,
     tied_and_leviathan,
 )
-from leviathan.report.evidence import BASIS_COLUMNS, GAIN_CONVENTION, RECIPE
+from leviathan.report.evidence import EVIDENCE_COLUMNS, GAIN_CONVENTION, RECIPE
 from leviathan.report.formatting import ROW_FORMAT
 from leviathan.report.paper import MAIN_PAPER_NUMBERS, PAPER_TASKS, QUANTITY_FORMATS, paper_value
 from leviathan.report.table import Table
@@ -186,7 +186,7 @@ def vocabulary_table(ctx: Context, name: str) -> Table:
         "Vocabulary study: relative loss gain of leviathan over tied (the evaluation's validation "
         f"loss); {GAIN_CONVENTION}. The paper's row (a range over its vocabularies, at a scale "
         "it does not state) is its own, not beside any of ours",
-        ["source", "scale", "vocab", "n_vocab", "seeds", *BASIS_COLUMNS],
+        ["source", "scale", "vocab", "n_vocab", "seeds", *EVIDENCE_COLUMNS],
         cols,
     )
     if seeded(groups):
@@ -200,7 +200,7 @@ def vocabulary_table(ctx: Context, name: str) -> Table:
             vocab=vocab,
             n_vocab=get_vocab(vocab).n_vocab,
             seeds=len(lev),
-            **ctx.basis([*tied, *lev]),
+            **ctx.evidence([*tied, *lev]),
         )
         t.set(row, "tied_loss", ValueSpec("mean", eval_sources(tied, "val", VAL_LOSS)))
         t.set(row, "leviathan_loss", ValueSpec("mean", eval_sources(lev, "val", VAL_LOSS)))
@@ -242,12 +242,12 @@ def frequency_table(ctx: Context, name: str) -> Table:
         "Validation loss (the evaluation's) by training-set frequency of the target token "
         "(level token) or word (level word), tied vs leviathan, every vocabulary of the "
         f"studies; targets: evaluated tokens (words) in the bucket; {GAIN_CONVENTION}",
-        ["scale", "vocab", "seeds", *BASIS_COLUMNS, "level", "bucket"],
+        ["scale", "vocab", "seeds", *EVIDENCE_COLUMNS, "level", "bucket"],
         cols,
     )
     for scale, vocab in tied_and_leviathan(groups):
         tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
-        basis = {"seeds": len(lev), **ctx.basis([*tied, *lev])}
+        evidence = {"seeds": len(lev), **ctx.evidence([*tied, *lev])}
         results = ctx.docs.get(eval_output(tied[0], "val"))["results"]
         for key, (level, part) in FREQUENCY_LEVELS.items():
             for i, bucket in enumerate(results.get(key, {}).get("log10", [])):
@@ -256,7 +256,7 @@ def frequency_table(ctx: Context, name: str) -> Table:
                     f"{scale}/{vocab}/{part}{label}",
                     scale=scale,
                     vocab=vocab,
-                    **basis,
+                    **evidence,
                     level=level,
                     bucket=label,
                 )
@@ -334,14 +334,16 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
         "without 5 of its 22 subsets (Books3, BookCorpus2, OpenSubtitles, YTSubtitles, OWT2), "
         "so our validation loss is not on the paper's validation set (README, RECON); "
         f"{GAIN_CONVENTION}",
-        ["table", "scale", "variant", "quantity", ROW_FORMAT, *BASIS_COLUMNS],
+        ["table", "scale", "variant", "quantity", ROW_FORMAT, *EVIDENCE_COLUMNS],
         {"paper": "num", "ours": "num", "difference": "num"},
     )
     for number in ctx.paper_numbers:
-        ours, basis = None, {}
+        ours, evidence = None, {}
         if number.table in ctx.tables and number.row in ctx.tables[number.table].rows:
             ours = ctx.tables[number.table].specs.get((number.row, number.quantity))
-            basis = {c: ctx.tables[number.table].rows[number.row].get(c) for c in BASIS_COLUMNS}
+            evidence = {
+                c: ctx.tables[number.table].rows[number.row].get(c) for c in EVIDENCE_COLUMNS
+            }
         row = t.add_row(
             f"{number.table}/{number.scale}/{number.key}/{number.quantity}",
             table=number.table,
@@ -349,7 +351,7 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
             variant=number.key,
             quantity=number.quantity,
             unit=QUANTITY_FORMATS[number.quantity],  # each row shown as its own table shows it
-            **(basis if ours is not None else {}),
+            **(evidence if ours is not None else {}),
         )
         t.set(row, "paper", number.spec)
         t.set(row, "ours", ours)
@@ -387,7 +389,7 @@ def metrics_table(ctx: Context, name: str) -> Table:
         name,
         "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
         f"scale, vocabulary and seed; {GAIN_CONVENTION}",
-        ["scale", "vocab", "variant", "seed", BASELINE, *BASIS_COLUMNS],
+        ["scale", "vocab", "variant", "seed", BASELINE, *EVIDENCE_COLUMNS],
         evals.formats(METRICS_COLUMNS),
     )
     groups = ctx.inp.all_cells()
@@ -402,7 +404,7 @@ def metrics_table(ctx: Context, name: str) -> Table:
                 variant=variant,
                 seed=cell.seed,
                 baseline=label,
-                **ctx.basis([cell]),
+                **ctx.evidence([cell]),
             )
             evals.set_values(t, row, [cell])
             tied = tied_by_seed.get(cell.seed)

@@ -12,7 +12,7 @@ from leviathan.cells import Cell, study_cells
 from leviathan.model.config import VARIANT_NAMES
 from leviathan.report.baseline import BASELINE
 from leviathan.report.cellmap import DocumentCache
-from leviathan.report.evidence import BASIS_COLUMNS, SmokePolicy, basis_labels, recipe_label
+from leviathan.report.evidence import EVIDENCE_COLUMNS, SmokePolicy, evidence_labels, recipe_label
 from leviathan.report.paper import Paper, PaperNumber
 from leviathan.report.table import Table
 from leviathan.scales import SCALES
@@ -20,7 +20,7 @@ from leviathan.scales import SCALES
 # (scale, vocab, variant) -> its cells, one per seed: a configuration, its seeds averaged
 Configurations = dict[tuple[str, str, str], list[Cell]]
 # the label columns of a row of one configuration (config_row)
-CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", BASELINE, *BASIS_COLUMNS]
+CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", BASELINE, *EVIDENCE_COLUMNS]
 
 
 def variant_order() -> list[str]:
@@ -96,12 +96,12 @@ class Context:
     paper_numbers: list[PaperNumber]
     tables: dict[str, Table] = field(default_factory=dict)
 
-    def basis(self, cells: Sequence[Cell]) -> dict[str, str]:
-        """The BASIS_COLUMNS labels of a row read from `cells`."""
-        return basis_labels(cells, self.docs, self.inp.smoke, self.inp.train)
+    def evidence(self, cells: Sequence[Cell]) -> dict[str, str]:
+        """The EVIDENCE_COLUMNS labels of a row read from `cells`."""
+        return evidence_labels(cells, self.docs, self.inp.smoke, self.inp.train)
 
     def recipe(self, cells: Sequence[Cell]) -> str:
-        """The `recipe` label of a row read from `cells` (basis.recipe_label)."""
+        """The `recipe` label of a row read from `cells` (evidence.recipe_label)."""
         return recipe_label(cells, self.docs, self.inp.train)
 
     def set_paper(self, t: Table, row: str) -> None:
@@ -130,5 +130,5 @@ def config_row(
         variant=variant,
         seeds=len(cells),
         baseline=baseline,
-        **ctx.basis(cells),
+        **ctx.evidence(cells),
     )

@@ -96,7 +96,7 @@ def sample_efficiency_table(ctx: Context, name: str) -> Table:
             variant=variant,
             seeds=len(cells),
             baseline=baseline_label(variant),
-            **ctx.basis([*tied, *cells]),
+            **ctx.evidence([*tied, *cells]),
         )
         for col, field_ in (
             ("tied_tokens", "baseline/tokens"),

@@ -24,7 +24,7 @@ FULL = "full run"
 # the recipe's differences from the scale's default (`lev.n_heads=4, lr=1e-3`; blank: the default)
 RECIPE = "recipe"
 # the label columns every table of trained cells carries (after its own labels)
-BASIS_COLUMNS = ("train_tokens", "evidence", RECIPE)
+EVIDENCE_COLUMNS = ("train_tokens", "evidence", RECIPE)
 # the sign convention of every gain column of the report (relative to tied, or in points/nats)
 GAIN_CONVENTION = (
     "every *_gain column: positive = better than tied (lower loss or perplexity, higher accuracy; "
@@ -103,13 +103,13 @@ def recipe_label(
     )
 
 
-def basis_labels(
+def evidence_labels(
     cells: Sequence[Cell],
     docs: DocumentCache,
     policy: SmokePolicy,
     train: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """The BASIS_COLUMNS labels of a row computed from `cells` (all the cells it reads);
+    """The EVIDENCE_COLUMNS labels of a row computed from `cells` (all the cells it reads);
     `train`: config.train, the scales' default recipes the `recipe` label is against."""
     tokens = trained_tokens(cells, docs)
     return {
@@ -120,7 +120,7 @@ def basis_labels(
 
 
 def caption(scale: str, tokens: Sequence[int], seeds: Sequence[int], policy: SmokePolicy) -> str:
-    """A figure panel's basis: `micro, 30,720 tokens, seed 0 (smoke test)`."""
+    """What a figure panel rests on: `micro, 30,720 tokens, seed 0 (smoke test)`."""
     seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {','.join(map(str, seeds))}"
     smoke = f" ({SMOKE.upper()})" if policy.is_smoke(tokens) else ""
     return f"{scale}, {tokens_label(tokens)} tokens, {seed_text}{smoke}"

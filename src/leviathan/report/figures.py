@@ -146,7 +146,7 @@ def frequency(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePo
             )
             long["variant"] = long["variant"].str.removesuffix("_loss")
             sns.barplot(long, x="bucket", y="loss", hue="variant", ax=top, palette="colorblind")
-            top.set_title(f"{level} level, {drawing.panel_basis(g)}", fontsize=9)
+            top.set_title(f"{level} level, {drawing.panel_evidence(g)}", fontsize=9)
             top.set_xlabel("")
             top.set_ylabel("mean val loss (nats)")
             sns.barplot(x=g["bucket"], y=100 * g["ppl_gain"], ax=bottom, color="C2")
@@ -174,12 +174,12 @@ def vocabulary(
         pax.set_axis_off()
     else:
         ours = ours.assign(
-            basis=[
+            evidence=[
                 f"{r['scale']}, {r['train_tokens']} tokens, {int(r['seeds'])} seed(s), {r['evidence']}"
                 for _, r in ours.iterrows()
             ]
         )
-        sns.lineplot(ours, x="n_vocab", y=100 * ours["gain"], hue="basis", marker="o", ax=ax)
+        sns.lineplot(ours, x="n_vocab", y=100 * ours["gain"], hue="evidence", marker="o", ax=ax)
         for _, r in ours.iterrows():
             ax.annotate(
                 r["vocab"],
@@ -217,7 +217,7 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePol
         paper = Paper.load()
         inputs.append(Path(paper.path))
         for _key, g in frame.groupby(["scale", "vocab"], sort=False):
-            panels[f"ours: {drawing.panel_basis(g)}"] = [
+            panels[f"ours: {drawing.panel_evidence(g)}"] = [
                 {"variant": r["variant"], "gain": 100 * r["gain"], "source": "ours"}
                 for _, r in g.iterrows()
             ]

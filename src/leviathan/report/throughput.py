@@ -29,7 +29,7 @@ from leviathan.cells import Cell
 from leviathan.gpus import gpu_model
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import Context
-from leviathan.report.evidence import BASIS_COLUMNS
+from leviathan.report.evidence import EVIDENCE_COLUMNS
 from leviathan.report.predicted import PREDICTED
 from leviathan.report.table import Table
 from leviathan.study.cluster import scale_resources
@@ -135,7 +135,7 @@ def throughput_table(ctx: Context, name: str) -> Table:
         "the same scale, vocabulary and seed on the same device (> 1 = slower). plan_device: "
         "the device the plan assumes for the scale (config.resources)",
         ["scale", "vocab", "variant", "seed", "device", "devices", "plan_device", "prediction"]
-        + list(BASIS_COLUMNS),
+        + list(EVIDENCE_COLUMNS),
         _columns(),
         source="each run's metrics log and final checkpoint, and the roofline on them",
     )
@@ -176,7 +176,7 @@ def _cell_row(
             if model and start
             else f"{NO_PREDICTION} (this run: {device})"
         ),
-        **ctx.basis([cell]),
+        **ctx.evidence([cell]),
     )
     measured = measured_specs(path, records)
     predicted = predicted_specs(cell, path, start) if model and start else {}
