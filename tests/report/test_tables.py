@@ -12,7 +12,7 @@ from report_cells import CORPUS, RESULTS, TOKENS, VAL_TARGETS, write_cell, write
 
 from leviathan.cells import Cell
 from leviathan.model import build_model, model_config
-from leviathan.report.build import write_report
+from leviathan.report.build import PAPER_CHECK, write_report
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import ReportInputs
 from leviathan.report.paper import Paper, reported_path
@@ -128,10 +128,44 @@ def test_write_report_renders_every_format(at_200m: ReportInputs, tmp_path: Path
     from leviathan.report.audit import Auditor
 
     for name in ("main", "metrics", "cost", "throughput", "paper_vs_ours"):
-        for fmt in ("md", "tex"):
+        for fmt in ("md", "tex", "rst"):
             auditor = Auditor(Path.cwd())
             auditor.audit_table(f"tables/{name}.{fmt}")
             assert not [f.detail for f in auditor.failures if "rendered" in f.detail], (name, fmt)
+
+
+def _as_the_html_report_shows(caption: Path) -> str:
+    """A caption file's text as Snakemake's report() shows it: its Jinja template rendered, then
+    the reStructuredText (docutils), tags stripped."""
+    import html
+    import re
+
+    from docutils.core import publish_parts
+    from jinja2 import Environment
+
+    body = publish_parts(
+        Environment().from_string(caption.read_text()).render(), writer_name="html"
+    )
+    assert "system-message" not in body["body"], body["body"]  # docutils found no markup error
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body["body"])).split())
+
+
+def test_each_tables_caption_is_its_description(at_200m: ReportInputs) -> None:
+    """The HTML report's caption of a table is the description its code gives it (the title its
+    Markdown opens with), written with the table: there is no second copy to keep in step."""
+    from leviathan.manifest import read_manifest
+    from leviathan.report.build import PAPER_CHECK_TITLE
+
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
+    write_report(config, "tables", None)
+    for name in table_names(at_200m):
+        title = read_manifest(Path(f"tables/{name}.csv"))["config"]["title"]
+        shown = _as_the_html_report_shows(Path(f"tables/{name}.rst"))
+        assert " ".join(title.split()) in shown, name
+        assert Path(f"tables/{name}.md").read_text().startswith(f"# {title}\n"), name
+    assert "*_ci95" not in Path("tables/main.rst").read_text()  # one seed: no CI note
+    paper_check = _as_the_html_report_shows(Path(f"tables/{PAPER_CHECK}.rst"))
+    assert PAPER_CHECK_TITLE in paper_check and "*_gain" in paper_check  # markup kept as text
 
 
 def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(

@@ -7,7 +7,7 @@ from leviathan.study import actions, cluster, launch
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.plots import plot_paths
 from leviathan.report.resources import RESOURCES_TABLE
-from leviathan.report.registry import table_names, table_paths
+from leviathan.report.registry import table_caption, table_names, table_paths
 from leviathan.study.placeholders import placeholder_error
 
 # a profile's `<your-account>` left as shipped: refused as the workflow loads (dry runs too)
@@ -80,12 +80,12 @@ def table_outputs():
     out = []
     for name in REPORT_TABLES:
         paths = {fmt: str(p) for fmt, p in table_paths(layout.tables_dir(RESULTS), name).items()}
-        out.append(report(paths.pop("csv"), caption=f"../report/tables/{name}.rst",
+        out.append(report(paths.pop("csv"), caption=table_caption(paths),
                           category="Tables", labels={"table": name, "format": "csv"}))
         out += list(paths.values())
     for name in (PAPER_CHECK, RESOURCES_TABLE):  # CSV + Markdown only
         paths = {fmt: str(p) for fmt, p in plain_table_paths(name).items()}
-        out.append(report(paths.pop("md"), caption=f"../report/tables/{name}.rst",
+        out.append(report(paths.pop("md"), caption=table_caption(paths),
                           category="Tables", labels={"table": name, "format": "md"}))
         out += list(paths.values())
     return out

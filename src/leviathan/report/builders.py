@@ -72,8 +72,11 @@ def main_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "Main results: validation loss (the evaluation's, over its configured sample of the "
-        "held-out split: val_targets tokens) and perplexity, zero-shot perplexity gains over "
-        f"tied; {GAIN_CONVENTION}",
+        "held-out split: val_targets tokens) and perplexity (exp of the loss: the paper's own "
+        "1.2B row, whose PPL is not exp of its loss, would differ here), zero-shot WikiText-103 "
+        "perplexity per word (as lm-eval reports it) and LAMBADA perplexity, and their gains over "
+        "tied; paper_*: the paper's figure for the same scale and variant (o200k), empty where it "
+        f"has none; {GAIN_CONVENTION}",
         CONFIG_LABELS,
         cols,
     )
@@ -240,8 +243,10 @@ def frequency_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "Validation loss (the evaluation's) by training-set frequency of the target token "
-        "(level token) or word (level word), tied vs leviathan, every vocabulary of the "
-        f"studies; targets: evaluated tokens (words) in the bucket; {GAIN_CONVENTION}",
+        "(level token) or word (level word, where word counts ran: the word's loss summed over "
+        "its tokens), decade buckets of the training count, tied vs leviathan, every vocabulary "
+        "of the studies; targets: evaluated tokens (words) in the bucket; paper_*: the paper's "
+        f"figures, on rows of its scale only; {GAIN_CONVENTION}",
         ["scale", "vocab", "seeds", *EVIDENCE_COLUMNS, "level", "bucket"],
         cols,
     )
@@ -298,7 +303,8 @@ def cost_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "Cost by the model's own counter (from the model config alone, no training): parameters, "
-        "forward FLOPs per token, overhead vs tied (positive = more than tied)",
+        "forward FLOPs per token (matmuls, attention at the training context, LEV's generator per "
+        "position), overhead vs tied (positive = more than tied)",
         ["scale", "vocab", "variant", RECIPE],
         cols,
         source="each final checkpoint's recorded model config, by the model's own counter",
@@ -329,7 +335,8 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "The paper's reported figures beside ours at the same scale (ours empty where that scale "
-        "was not trained); train_tokens and evidence: what ours rests on. Ours are on the "
+        "was not trained) and the difference, ours minus the paper's; train_tokens and "
+        "evidence: what ours rests on. Ours are on the "
         "configured corpus: the default Hub source, monology/pile-uncopyrighted, is the Pile "
         "without 5 of its 22 subsets (Books3, BookCorpus2, OpenSubtitles, YTSubtitles, OWT2), "
         "so our validation loss is not on the paper's validation set (README, RECON); "
@@ -387,8 +394,10 @@ def metrics_table(ctx: Context, name: str) -> Table:
     evals = EvalColumns(ctx.inp, ctx.docs)
     t = Table(
         name,
-        "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
-        f"scale, vocabulary and seed; {GAIN_CONVENTION}",
+        "Per-cell metrics (DVC metrics; seeds not averaged): evaluation results and gains over "
+        "the tied cell of the same scale, vocabulary and seed; the same numbers as metrics.json "
+        "and, one file per cell, as `dvc metrics show` reads them; "
+        f"{GAIN_CONVENTION}",
         ["scale", "vocab", "variant", "seed", BASELINE, *EVIDENCE_COLUMNS],
         evals.formats(METRICS_COLUMNS),
     )

@@ -49,7 +49,7 @@ def recon_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "Does the result depend on the reconstruction? Validation loss (the evaluation's) of "
-        "leviathan under each single change of LEV's reconstruction defaults (lev.seed_bias, "
+        "leviathan (the study named recon, config/recon.yaml) under each single change of LEV's reconstruction defaults (lev.seed_bias, "
         "lev.basis, lev.knot_scale; the row's recipe names it), beside default leviathan and "
         "tied, same seeds; diff_vs_leviathan, diff_vs_tied: the row's val loss minus the "
         "reference's, paired by seed (nats; negative = lower loss, better)",

@@ -132,7 +132,8 @@ def throughput_table(ctx: Context, name: str) -> Table:
         "roofline's prediction for the device it ran on (leviathan.cost.roofline; memory: the "
         "traced live tensors of leviathan.cost.memory, without the CUDA context) and "
         "measured/predicted (*_ratio); step_s_vs_tied/untied: its step time over that cell's of "
-        "the same scale, vocabulary and seed on the same device (> 1 = slower). plan_device: "
+        "the same scale, vocabulary and seed on the same device (> 1 = slower; LEV's cost as "
+        "the paper's v1 reported it, 23-51% slower, its v2 none). plan_device: "
         "the device the plan assumes for the scale (config.resources)",
         ["scale", "vocab", "variant", "seed", "device", "devices", "plan_device", "prediction"]
         + list(EVIDENCE_COLUMNS),
