@@ -173,13 +173,12 @@ def vocabulary(
         drawing.empty_panel(ax, "no vocabulary study in this config")
         pax.set_axis_off()
     else:
-        ours = ours.assign(
-            evidence=[
-                f"{r['scale']}, {r['train_tokens']} tokens, {int(r['seeds'])} seed(s), {r['evidence']}"
-                for _, r in ours.iterrows()
-            ]
-        )
-        sns.lineplot(ours, x="n_vocab", y=100 * ours["gain"], hue="evidence", marker="o", ax=ax)
+        rests_on = [  # the legend's title: what each line rests on (its `evidence` labels)
+            f"{r['scale']}, {r['train_tokens']} tokens, {int(r['seeds'])} seed(s), {r['evidence']}"
+            for _, r in ours.iterrows()
+        ]
+        lines = ours.assign(**{"rests on": rests_on})
+        sns.lineplot(lines, x="n_vocab", y=100 * lines["gain"], hue="rests on", marker="o", ax=ax)
         for _, r in ours.iterrows():
             ax.annotate(
                 r["vocab"],
