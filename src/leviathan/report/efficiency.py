@@ -84,7 +84,8 @@ def sample_efficiency_table(ctx: Context, name: str) -> Table:
         "Sample efficiency: training tokens to reach tied's final periodic validation loss (the "
         "in-training evaluation on a fixed subset of validation windows, not the evaluation's "
         "val_loss); reached: fraction of seeds that reach it; tokens_ratio: tied's tokens over "
-        "the variant's (> 1 = fewer tokens than tied, better)",
+        "the variant's (> 1 = fewer tokens than tied, better); paper_tokens_ratio: the paper's, "
+        "on rows of its scale only",
         CONFIG_LABELS,
         cols,
     )
