@@ -494,8 +494,11 @@ def dvc_metrics_dir_of(results: str) -> str:
     return f"{DVC_METRICS_DIR}/{results}"
 
 
-TABLE_FORMATS = ("csv", "md", "tex")
-PLAIN_TABLE_FORMATS = ("csv", "md")  # tables without a LaTeX rendering (paper_check, resources)
+# a table's caption in the HTML report (Snakemake's report() reads it): written with the table
+CAPTION_FORMAT = "rst"
+TABLE_FORMATS = ("csv", "md", "tex", CAPTION_FORMAT)
+# tables without a LaTeX rendering (paper_check, resources)
+PLAIN_TABLE_FORMATS = ("csv", "md", CAPTION_FORMAT)
 FIGURE_FORMATS = ("png", "pdf")
 # The report's figures, each `<figures_dir>/<name>.<format>`: drawn by leviathan.report.figures
 # (recon and lev_health by report.lev_figures, along by report.along_figure). Named here, not

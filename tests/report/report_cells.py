@@ -11,6 +11,7 @@ from typing import Any
 from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.eval.results import write_result
+from leviathan.eval.sample_efficiency import sample_efficiency
 from leviathan.io import write_json
 from leviathan.model import model_config
 from leviathan.train.config import train_config
@@ -112,9 +113,6 @@ def write_cell(
 
 def write_sample_efficiency(scale: str, vocab: str, seed: int = 0) -> None:
     """The sample-efficiency evaluation of the cells' curves (its own code)."""
-    from leviathan.eval.results import write_result
-    from leviathan.eval.sample_efficiency import sample_efficiency
-
     tied, lev = (
         layout.run_dir(Cell(scale, vocab, v, seed, RESULTS)) for v in ("tied", "leviathan")
     )

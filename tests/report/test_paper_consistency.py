@@ -1,8 +1,10 @@
 import copy
+import json
 import math
 
 import pytest
 
+from leviathan.cli import main
 from leviathan.report.paper import Paper
 from leviathan.report.paper_consistency import consistency_checks
 
@@ -44,10 +46,6 @@ def test_other_inconsistencies_of_the_reported_numbers_are_flagged() -> None:
 
 
 def test_paper_check_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
-    from leviathan.cli import main
-
     assert main(["report", "paper-check"]) == 0
     out = capsys.readouterr().out
     assert "[DIFF] 1.2b leviathan: val PPL = exp(val loss 2.402)" in out

@@ -96,8 +96,9 @@ def test_resource_table_per_rule_from_benchmark_files(tmp_path: Path) -> None:
     assert table.loc["train", "suggested_mem_mb"] == 700
     assert table.loc["train", "suggested_runtime_min"] == 1
     assert math.isnan(table.loc["eval_val", "max_rss_mb_max"])  # not measured: no number made up
-    csv, md = write_resources(paths, tmp_path / "tables")
+    csv, md, caption = write_resources(paths, tmp_path / "tables")
     assert "| train" in md.read_text()
+    assert "suggested\\_\\*" in caption.read_text()  # the Markdown's note, escaped for the report
     assert len(read_json(f"{csv}.json")["inputs"]) == 3
     with pytest.raises(ValueError, match="not a benchmark file"):
         benchmark_rule("results/x.tsv")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from workflow_helpers import ROOT, audit, snakemake, workflow_copy
 
 from leviathan.cells import Cell
 from leviathan.model import build_model, model_config
-from leviathan.report import drawing
+from leviathan.model.config import LEVConfig
+from leviathan.report import drawing, lev_figures
 from leviathan.report.build import report_inputs, write_report
 from leviathan.report.evidence import SmokePolicy
 from leviathan.report.registry import table_names
@@ -68,10 +70,6 @@ def written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_the_recon_config_is_each_single_change_of_the_defaults() -> None:
-    from dataclasses import fields
-
-    from leviathan.model.config import LEVConfig
-
     check_config(copy.deepcopy(RECON))
     defaults = {f.name: f.default for f in fields(LEVConfig)}
     changed = {key for lev in NAMED.values() for key in lev}
@@ -150,8 +148,6 @@ def _drawn(monkeypatch: pytest.MonkeyPatch, csv: Path | None) -> Any:
     monkeypatch.setattr(
         drawing, "save_figure", lambda fig, out, name, inputs: drawn.update({name: fig})
     )
-    from leviathan.report import lev_figures
-
     lev_figures.recon(csv, "figures", SmokePolicy.default())
     return drawn["recon"]
 

@@ -130,6 +130,8 @@ def test_the_html_report_opens_with_the_study_status(work: Path) -> None:
     assert "Study status" in html and "no number of the paper is reproduced by this run" in html
     assert f"{trained} cells of study" in html
     assert "loss_curves.png" in html and "main.csv" in html
+    # a table's caption: its description in the code, written with the table
+    assert "Main results: validation loss" in html
 
 
 def test_audit_passes_on_the_clean_run(work: Path) -> None:

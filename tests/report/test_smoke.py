@@ -73,7 +73,7 @@ def test_every_table_labels_a_small_run_a_smoke_test(micro: Path) -> None:
     pvo = pd.read_csv("tables/paper_vs_ours.csv")
     assert pvo["ours"].isna().all()
     assert pvo["evidence"].isna().all()
-    # DVC metrics: one file per cell, its basis first
+    # DVC metrics: one file per cell, its evidence first
     lev = json.loads(Path("metrics/micro/gpt2/leviathan/seed0.json").read_text())
     assert lev["evidence"] == "smoke test"
     assert lev["train_tokens"] == SMOKE_TOKENS

@@ -3,16 +3,26 @@ written here)."""
 
 from __future__ import annotations
 
+import html
+import json
 import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from docutils.core import publish_parts
+from jinja2 import Environment
 from report_cells import CORPUS, RESULTS, TOKENS, VAL_TARGETS, write_cell, write_sample_efficiency
 
+from leviathan import layout
+from leviathan.anchor import ChangedArtifact
 from leviathan.cells import Cell
+from leviathan.manifest import read_manifest
 from leviathan.model import build_model, model_config
-from leviathan.report.build import write_report
+from leviathan.report.audit import Auditor
+from leviathan.report.build import PAPER_CHECK, PAPER_CHECK_TITLE, write_report
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import ReportInputs
 from leviathan.report.paper import Paper, reported_path
@@ -98,8 +108,6 @@ def test_our_rows_meet_the_papers_numbers(at_200m: ReportInputs) -> None:
 
     # ours: tied's final periodic loss 3.1 is reached between leviathan's 3.4 (1/3 of the
     # tokens) and 3.05 (2/3), linearly: np.interp on the decreasing curve, reversed
-    import numpy as np
-
     se = tables["sample_efficiency"].frame(DocumentCache()).set_index("row")
     row = se.loc["200m/o200k_base/leviathan"]
     xs = [TOKENS / 3, 2 * TOKENS / 3]
@@ -125,20 +133,41 @@ def test_write_report_renders_every_format(at_200m: ReportInputs, tmp_path: Path
     assert "\\%" in tex
     assert pd.read_csv("tables/main.csv")["val_loss"].tolist() == [3.1, 3.0]  # full precision
     # each rendering is its CSV rendered, as the audit re-renders it (empty labels included)
-    from leviathan.report.audit import Auditor
-
     for name in ("main", "metrics", "cost", "throughput", "paper_vs_ours"):
-        for fmt in ("md", "tex"):
+        for fmt in ("md", "tex", "rst"):
             auditor = Auditor(Path.cwd())
             auditor.audit_table(f"tables/{name}.{fmt}")
             assert not [f.detail for f in auditor.failures if "rendered" in f.detail], (name, fmt)
 
 
+def _as_the_html_report_shows(caption: Path) -> str:
+    """A caption file's text as Snakemake's report() shows it: its Jinja template rendered, then
+    the reStructuredText (docutils), tags stripped."""
+    body = publish_parts(
+        Environment().from_string(caption.read_text()).render(), writer_name="html"
+    )
+    assert "system-message" not in body["body"], body["body"]  # docutils found no markup error
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body["body"])).split())
+
+
+def test_each_tables_caption_is_its_description(at_200m: ReportInputs) -> None:
+    """The HTML report's caption of a table is the description its code gives it (the title its
+    Markdown opens with), written with the table: there is no second copy to keep in step."""
+    config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
+    write_report(config, "tables", None)
+    for name in table_names(at_200m):
+        title = read_manifest(Path(f"tables/{name}.csv"))["config"]["title"]
+        shown = _as_the_html_report_shows(Path(f"tables/{name}.rst"))
+        assert " ".join(title.split()) in shown, name
+        assert Path(f"tables/{name}.md").read_text().startswith(f"# {title}\n"), name
+    assert "*_ci95" not in Path("tables/main.rst").read_text()  # one seed: no CI note
+    paper_check = _as_the_html_report_shows(Path(f"tables/{PAPER_CHECK}.rst"))
+    assert PAPER_CHECK_TITLE in paper_check and "*_gain" in paper_check  # markup kept as text
+
+
 def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(
     at_200m: ReportInputs,
 ) -> None:
-    import json
-
     metrics = build_tables(at_200m, DocumentCache())["metrics"]
     frame = metrics.frame(DocumentCache()).set_index("row")
     assert list(frame.index) == ["200m/o200k_base/tied/seed0", "200m/o200k_base/leviathan/seed0"]
@@ -163,9 +192,8 @@ def test_metrics_table_is_per_cell_with_gains_over_tied_and_renders_flat_json(
     assert (
         "val_loss_gain" not in doc["200m/o200k_base/tied/seed0"]
     )  # no number for tied's gain over itself
-    # the audit holds the JSON to its CSV, as it holds Markdown and LaTeX renderings
-    from leviathan.report.audit import Auditor
 
+    # the audit holds the JSON to its CSV, as it holds Markdown and LaTeX renderings
     def json_findings() -> list[str]:
         auditor = Auditor(Path.cwd())
         auditor.audit_table("tables/metrics.json")
@@ -195,8 +223,6 @@ def test_paper_vs_ours_lists_the_tables_paper_cells_and_the_audit_checks_every_t
     assert compared == 7  # main at 200m: 2 numbers of tied, 5 of leviathan
     assert "ablation/400m/untied/params" in pvo.rows  # every scale the paper reports
 
-    from leviathan.report.audit import Auditor
-
     config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
     write_report(config, "tables", None)
     # every number recomputed from its sources (the fixture's checkpoints have no manifests: the
@@ -212,9 +238,6 @@ def test_paper_vs_ours_lists_the_tables_paper_cells_and_the_audit_checks_every_t
 def test_swapped_or_edited_evaluations_are_refused_by_the_report(at_200m: ReportInputs) -> None:
     """The report builds on an evaluation only as its evaluation wrote it, and only in the row of
     the cell whose checkpoint it evaluated."""
-    from leviathan import layout
-    from leviathan.anchor import ChangedArtifact
-
     config = {"studies": dict(at_200m.studies), "evaluate": {"val": {}}, "corpus": CORPUS}
     tied, lev = (
         Path(layout.eval_output(Cell("200m", "o200k_base", v, 0, RESULTS), "val"))

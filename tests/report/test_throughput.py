@@ -16,6 +16,7 @@ from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.cost.memory import train_memory
 from leviathan.cost.roofline import roofline
+from leviathan.report.build import write_table
 from leviathan.report.cellmap import DocumentCache, compute
 from leviathan.report.context import ReportInputs
 from leviathan.report.paper import reported_path
@@ -123,8 +124,6 @@ def test_throughput_rows_are_the_logs_beside_the_roofline_for_their_device(
 
 
 def test_measured_on_the_plans_device_is_counted(runs: ReportInputs, tmp_path: Path) -> None:
-    from leviathan.report.build import write_table
-
     docs = DocumentCache()
     table = build_tables(runs, docs)["throughput"]
     csv = write_table(table, docs, tmp_path / "tables")["csv"]

@@ -7,7 +7,7 @@ from leviathan.study import actions, cluster, launch
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.plots import plot_paths
 from leviathan.report.resources import RESOURCES_TABLE
-from leviathan.report.registry import table_names, table_paths
+from leviathan.report.registry import table_caption, table_names, table_paths
 from leviathan.study.placeholders import placeholder_error
 
 # a profile's `<your-account>` left as shipped: refused as the workflow loads (dry runs too)
@@ -78,9 +78,10 @@ def plain_table_paths(name):
     return layout.table_files(layout.tables_dir(RESULTS), name, layout.PLAIN_TABLE_FORMATS)
 
 
-def table_report(path, name, fmt):
-    """A table's file as the HTML report shows it, with its caption (workflow/report/tables/)."""
-    caption, labels = f"../report/tables/{name}.rst", {"table": name, "format": fmt}
+def table_report(path, name, fmt, caption):
+    """A table's file as the HTML report shows it, with its caption (written with the table:
+    leviathan.report.registry.table_caption)."""
+    labels = {"table": name, "format": fmt}
     return report(path, caption=caption, category="Tables", labels=labels)
 
 
@@ -88,11 +89,11 @@ def table_outputs():
     out = []
     for name in REPORT_TABLES:
         paths = {fmt: str(p) for fmt, p in table_paths(layout.tables_dir(RESULTS), name).items()}
-        out.append(table_report(paths.pop("csv"), name, "csv"))
+        out.append(table_report(paths.pop("csv"), name, "csv", table_caption(paths)))
         out += list(paths.values())
     for name in (PAPER_CHECK, RESOURCES_TABLE):  # CSV + Markdown only
         paths = {fmt: str(p) for fmt, p in plain_table_paths(name).items()}
-        out.append(table_report(paths.pop("md"), name, "md"))
+        out.append(table_report(paths.pop("md"), name, "md", table_caption(paths)))
         out += list(paths.values())
     return out
 

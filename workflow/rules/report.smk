@@ -1,5 +1,6 @@
 # Report: the paper's tables (CSV, Markdown, LaTeX) and figures (PNG, PDF), each with a
-# manifest, from the evaluation outputs (leviathan.report). Captions: workflow/report/.
+# manifest, from the evaluation outputs (leviathan.report). A table's caption is written with it
+# (from its description in the code); the figures' and the first page's: workflow/report/.
 from leviathan.report.paper import reported_path
 
 REPORT_TARGETS = (

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.report.baseline import baseline_label
-from leviathan.report.builders import CONFIG_LABELS, group_run_source, seed_paired_variants
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
-from leviathan.report.context import Context, ReportInputs
+from leviathan.report.context import CONFIG_LABELS, Context, ReportInputs
+from leviathan.report.efficiency import group_run_source, seed_paired_variants
 from leviathan.report.table import Table
 
 ALONG_TABLE = "sample_efficiency_along"
@@ -69,7 +69,7 @@ def along_table(ctx: Context, name: str) -> Table:
             variant=variant,
             seeds=len(cells),
             baseline=baseline_label(variant),
-            **ctx.basis([*tied, *cells]),
+            **ctx.evidence([*tied, *cells]),
         )
         for col, (_, field) in COLUMNS.items():
             t.set(row, col, ValueSpec("mean", _sources(ctx.docs, cells, field)))

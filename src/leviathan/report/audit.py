@@ -27,8 +27,11 @@ import pandas as pd
 from leviathan import layout
 from leviathan.io import read_json_object
 from leviathan.layout import manifest_path
+from leviathan.report.build import table_from_csv
 from leviathan.report.cellmap import ValueSpec, compute, same_number, value_stand_ins
 from leviathan.report.chain import ChainWalker, Finding, Status
+from leviathan.report.formatting import render
+from leviathan.report.table import STAND_IN_COLUMN, stand_in_rows
 
 TABLE_ARTIFACT_TYPES = {"table", "table_rendering"}  # the manifest kinds of a table, its renderings
 
@@ -187,8 +190,6 @@ class Auditor(ChainWalker):
         self, path: Path, frame: pd.DataFrame, mapped: list[MappedValue]
     ) -> None:
         """Every number computed on offline stand-in data must be labelled so in its row."""
-        from leviathan.report.table import STAND_IN_COLUMN, stand_in_rows
-
         expected: dict[str, set[str]] = {row: set() for row in frame.index}
         unread: set[str] = set()  # rows with a missing source: failed above, not judged here
         for m in mapped:
@@ -212,9 +213,6 @@ class Auditor(ChainWalker):
 
     def check_rendering(self, rendering: Path, csv: Path, manifest: Mapping[str, Any]) -> None:
         """A Markdown/LaTeX table must be exactly its CSV rendered (numbers edited there show here)."""
-        from leviathan.report.build import table_from_csv
-        from leviathan.report.formatting import render
-
         table, frame = table_from_csv(csv, manifest)
         if rendering.read_text() != render(table, frame, rendering.suffix.lstrip(".")):
             self.failed(0, self.show(rendering), f"is not {self.show(csv)} rendered: it was edited")

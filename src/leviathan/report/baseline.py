@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from leviathan.study.sweep import TAG_SEP, split_name
+
 BASELINE = "baseline"  # the label column: the tied configuration a row's gains are against
 OTHER_RECIPE = "other recipe"
 
@@ -19,8 +21,6 @@ def tied_baseline(
     groups: Mapping[tuple[str, str, str], Any], scale: str, vocab: str, variant: str
 ) -> tuple[str | None, str]:
     """(the tied configuration `variant`'s gains are against, None: none; its `baseline` label)."""
-    from leviathan.study.sweep import TAG_SEP, split_name
-
     _, tag = split_name(variant)
     same = "tied" + (f"{TAG_SEP}{tag}" if tag else "")
     if variant == same:
@@ -35,8 +35,6 @@ def tied_baseline(
 def baseline_label(variant: str, compared_with: str = "tied") -> str:
     """The `baseline` label of a row compared with `compared_with` whatever its tag (sample
     efficiency: the workflow's baseline is the untagged tied of each seed)."""
-    from leviathan.study.sweep import split_name
-
     if variant == compared_with:
         return ""
     _, tag = split_name(variant)

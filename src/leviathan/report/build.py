@@ -18,27 +18,34 @@ import pandas as pd
 
 from leviathan import layout
 from leviathan.anchor import check_report_input
+from leviathan.eval.run import along_enabled, enabled_evals
 from leviathan.io import atomic_path
-from leviathan.layout import PLAIN_TABLE_FORMATS, dvc_metrics_file, table_files
+from leviathan.layout import CAPTION_FORMAT, PLAIN_TABLE_FORMATS, dvc_metrics_file, table_files
 from leviathan.manifest import display_path, input_record, read_manifest, write_manifest
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import ReportInputs
-from leviathan.report.formatting import dvc_metrics, render
+from leviathan.report.evidence import SmokePolicy, recipe_label
+from leviathan.report.formatting import caption_rst, dvc_metrics, render
+from leviathan.report.paper import reported_path
+from leviathan.report.paper_consistency import CHANGE_SIGN, PERCENT, consistency_checks
 from leviathan.report.registry import build_tables, table_paths
+from leviathan.report.status import ReportCsvs, study_status, write_status
 from leviathan.report.table import STAND_IN_COLUMN, Table
+from leviathan.report.throughput import plan_devices
 
-PAPER_CHECK = "paper_check"  # the paper's own consistency (CSV + Markdown)
+PAPER_CHECK = "paper_check"  # the paper's own consistency (CSV + Markdown + caption)
+PAPER_CHECK_TITLE = "The paper's figures checked against each other"
+PAPER_CHECK_NOTE = (
+    "Each derived figure (PPL = exp(loss), relative changes and gains, the mean downstream gain) "
+    "is recomputed from the figures it comes from; those that differ beyond their rounding are "
+    "flagged (`leviathan report paper-check` prints the same)."
+)
 
 
 def report_inputs(
     config: Mapping[str, Any], paper_path: str | os.PathLike[str] | None = None
 ) -> ReportInputs:
     """What the report reads, from the workflow config (studies, enabled evaluations)."""
-    from leviathan.eval.run import along_enabled, enabled_evals
-    from leviathan.report.evidence import SmokePolicy
-    from leviathan.report.paper import reported_path
-    from leviathan.report.throughput import plan_devices
-
     scales = {str(s) for study in config["studies"].values() for s in study["scales"]}
     return ReportInputs(
         studies=config["studies"],
@@ -124,13 +131,11 @@ def write_dvc_metrics(table: Table, csv: Path, out_dir: str | os.PathLike[str]) 
 def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[Path]:
     """The paper's own consistency (leviathan.report.paper_consistency) as CSV + Markdown: what
     does not add up (relative changes as fractions in the CSV, in % in the Markdown)."""
-    from leviathan.report.paper_consistency import CHANGE_SIGN, PERCENT, consistency_checks
-
     frame = pd.DataFrame([c.to_dict() for c in consistency_checks()])
     numbers = ["reported", "recomputed", "difference", "tolerance"]
     frame = frame[["what", *numbers, "unit", "ok"]]
-    csv, md = table_files(out_dir, PAPER_CHECK, PLAIN_TABLE_FORMATS).values()
-    with atomic_path(csv) as tmp:
+    files = table_files(out_dir, PAPER_CHECK, PLAIN_TABLE_FORMATS)
+    with atomic_path(files["csv"]) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.17g")
     shown = frame.copy()
     shown.loc[shown["unit"] == PERCENT, numbers] *= 100.0
@@ -139,7 +144,7 @@ def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[
         columns=["ok"]
     )
     text = (
-        f"# The paper's figures checked against each other\n\n{CHANGE_SIGN}\n\n{len(bad)} of "
+        f"# {PAPER_CHECK_TITLE}\n\n{PAPER_CHECK_NOTE} {CHANGE_SIGN}\n\n{len(bad)} of "
         f"{len(frame)} reported figures do not follow from the others (beyond their rounding):\n\n"
         + "".join(
             f"- {w}: reported {r:g}{u if u == PERCENT else ''}, recomputed {c:.4g}"
@@ -150,11 +155,13 @@ def write_paper_check(out_dir: str | os.PathLike[str], paper_path: str) -> list[
         )
         + f"\n{shown.to_markdown(index=False, floatfmt='.4g')}\n"
     )
-    with atomic_path(md) as tmp:
-        tmp.write_text(text)
-    for path in (csv, md):
+    caption = caption_rst([f"{PAPER_CHECK_TITLE}.", PAPER_CHECK_NOTE, CHANGE_SIGN])
+    for fmt, content in (("md", text), (CAPTION_FORMAT, caption)):
+        with atomic_path(files[fmt]) as tmp:
+            tmp.write_text(content)
+    for path in files.values():
         write_manifest(path, artifact_type=PAPER_CHECK, inputs=[input_record(paper_path)])
-    return [csv, md]
+    return list(files.values())
 
 
 def _write_status(
@@ -165,8 +172,6 @@ def _write_status(
     tables_dir: str | os.PathLike[str],
     out: str | os.PathLike[str] | None,
 ) -> Path:
-    from leviathan.report.status import ReportCsvs, study_status, write_status
-
     tables = ReportCsvs(
         csvs["metrics"], csvs["paper_vs_ours"], csvs[PAPER_CHECK], csvs.get("throughput")
     )
@@ -206,7 +211,8 @@ def write_report(
     csvs[PAPER_CHECK] = paper_check[0]
     written.append(_write_status(inp, cells, csvs, docs, tables_dir, status_file))
     if figures_dir is not None:
-        from leviathan.report.evidence import recipe_label
+        # imported here: the figures import matplotlib, and the workflow's parse imports this
+        # module
         from leviathan.report.figures import write_figures
 
         written.extend(

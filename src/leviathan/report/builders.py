@@ -2,7 +2,9 @@
 value of each cell (a `ValueSpec`), never computing a number itself.
 
 A builder is called as `build(ctx, name)` by the registry (leviathan.report.registry), in the
-registry's order, so paper_vs_ours can read the tables built before it.
+registry's order, so paper_vs_ours can read the tables built before it. The builders of
+tables with a module of their own: sample efficiency (leviathan.report.efficiency), along
+training (along_table), reconstruction (recon), throughput.
 """
 
 from __future__ import annotations
@@ -10,17 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.eval.results import (
     FREQUENCY_KEYS,
     VAL_LOSS,
     frequency_bucket,
-    group_field,
-    group_run_field,
 )
-from leviathan.report.baseline import BASELINE, baseline_label, tied_baseline
-from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
+from leviathan.report.baseline import BASELINE, tied_baseline
+from leviathan.report.cellmap import ValueSpec
 from leviathan.report.columns import (
     EvalColumns,
     accuracy_sources,
@@ -32,41 +31,17 @@ from leviathan.report.columns import (
     state_sources,
 )
 from leviathan.report.context import (
+    CONFIG_LABELS,
     Context,
-    ReportInputs,
+    config_row,
     seeded,
     tied_and_leviathan,
 )
-from leviathan.report.evidence import BASIS_COLUMNS, GAIN_CONVENTION, RECIPE
+from leviathan.report.evidence import EVIDENCE_COLUMNS, GAIN_CONVENTION, RECIPE
 from leviathan.report.formatting import ROW_FORMAT
 from leviathan.report.paper import MAIN_PAPER_NUMBERS, PAPER_TASKS, QUANTITY_FORMATS, paper_value
 from leviathan.report.table import Table
-
-CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", BASELINE, *BASIS_COLUMNS]
-
-
-def config_row(
-    ctx: Context,
-    t: Table,
-    scale: str,
-    vocab: str,
-    variant: str,
-    cells: Sequence[Cell],
-    baseline: str = "",
-) -> str:
-    """The row of one configuration, its seeds averaged: `<scale>/<vocab>/<variant>`, with
-    the tied configuration its gains are against (leviathan.report.baseline) and what its
-    numbers rest on (training tokens, smoke test or not)."""
-    return t.add_row(
-        f"{scale}/{vocab}/{variant}",
-        scale=scale,
-        vocab=vocab,
-        variant=variant,
-        seeds=len(cells),
-        baseline=baseline,
-        **ctx.basis(cells),
-    )
-
+from leviathan.vocab import get_vocab
 
 # the evaluation columns of the main table (one row per configuration, seeds averaged)
 MAIN_COLUMNS = (
@@ -97,8 +72,11 @@ def main_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "Main results: validation loss (the evaluation's, over its configured sample of the "
-        "held-out split: val_targets tokens) and perplexity, zero-shot perplexity gains over "
-        f"tied; {GAIN_CONVENTION}",
+        "held-out split: val_targets tokens) and perplexity (exp of the loss: the paper's own "
+        "1.2B row, whose PPL is not exp of its loss, would differ here), zero-shot WikiText-103 "
+        "perplexity per word (as lm-eval reports it) and LAMBADA perplexity, and their gains over "
+        "tied; paper_*: the paper's figure for the same scale and variant (o200k), empty where it "
+        f"has none; {GAIN_CONVENTION}",
         CONFIG_LABELS,
         cols,
     )
@@ -197,8 +175,6 @@ def ablation_table(ctx: Context, name: str) -> Table:
 
 
 def vocabulary_table(ctx: Context, name: str) -> Table:
-    from leviathan.vocab import get_vocab
-
     groups = ctx.inp.study("vocabulary")
     pairs = sorted(tied_and_leviathan(groups), key=lambda sv: (sv[0], get_vocab(sv[1]).n_vocab))
     cols = {
@@ -213,7 +189,7 @@ def vocabulary_table(ctx: Context, name: str) -> Table:
         "Vocabulary study: relative loss gain of leviathan over tied (the evaluation's validation "
         f"loss); {GAIN_CONVENTION}. The paper's row (a range over its vocabularies, at a scale "
         "it does not state) is its own, not beside any of ours",
-        ["source", "scale", "vocab", "n_vocab", "seeds", *BASIS_COLUMNS],
+        ["source", "scale", "vocab", "n_vocab", "seeds", *EVIDENCE_COLUMNS],
         cols,
     )
     if seeded(groups):
@@ -227,7 +203,7 @@ def vocabulary_table(ctx: Context, name: str) -> Table:
             vocab=vocab,
             n_vocab=get_vocab(vocab).n_vocab,
             seeds=len(lev),
-            **ctx.basis([*tied, *lev]),
+            **ctx.evidence([*tied, *lev]),
         )
         t.set(row, "tied_loss", ValueSpec("mean", eval_sources(tied, "val", VAL_LOSS)))
         t.set(row, "leviathan_loss", ValueSpec("mean", eval_sources(lev, "val", VAL_LOSS)))
@@ -267,14 +243,16 @@ def frequency_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "Validation loss (the evaluation's) by training-set frequency of the target token "
-        "(level token) or word (level word), tied vs leviathan, every vocabulary of the "
-        f"studies; targets: evaluated tokens (words) in the bucket; {GAIN_CONVENTION}",
-        ["scale", "vocab", "seeds", *BASIS_COLUMNS, "level", "bucket"],
+        "(level token) or word (level word, where word counts ran: the word's loss summed over "
+        "its tokens), decade buckets of the training count, tied vs leviathan, every vocabulary "
+        "of the studies; targets: evaluated tokens (words) in the bucket; paper_*: the paper's "
+        f"figures, on rows of its scale only; {GAIN_CONVENTION}",
+        ["scale", "vocab", "seeds", *EVIDENCE_COLUMNS, "level", "bucket"],
         cols,
     )
     for scale, vocab in tied_and_leviathan(groups):
         tied, lev = groups[scale, vocab, "tied"], groups[scale, vocab, "leviathan"]
-        basis = {"seeds": len(lev), **ctx.basis([*tied, *lev])}
+        evidence = {"seeds": len(lev), **ctx.evidence([*tied, *lev])}
         results = ctx.docs.get(eval_output(tied[0], "val"))["results"]
         for key, (level, part) in FREQUENCY_LEVELS.items():
             for i, bucket in enumerate(results.get(key, {}).get("log10", [])):
@@ -283,7 +261,7 @@ def frequency_table(ctx: Context, name: str) -> Table:
                     f"{scale}/{vocab}/{part}{label}",
                     scale=scale,
                     vocab=vocab,
-                    **basis,
+                    **evidence,
                     level=level,
                     bucket=label,
                 )
@@ -325,7 +303,8 @@ def cost_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "Cost by the model's own counter (from the model config alone, no training): parameters, "
-        "forward FLOPs per token, overhead vs tied (positive = more than tied)",
+        "forward FLOPs per token (matmuls, attention at the training context, LEV's generator per "
+        "position), overhead vs tied (positive = more than tied)",
         ["scale", "vocab", "variant", RECIPE],
         cols,
         source="each final checkpoint's recorded model config, by the model's own counter",
@@ -350,119 +329,28 @@ def cost_table(ctx: Context, name: str) -> Table:
     return t
 
 
-def seed_paired_variants(
-    inp: ReportInputs,
-) -> list[tuple[str, str, str, list[Cell], list[Cell]]]:
-    """(scale, vocab, variant, its cells, tied's cells of the same seeds) for every variant other
-    than tied with a tied baseline: the groups the sample-efficiency evaluation compares."""
-    groups = inp.all_cells()
-    out = []
-    for (scale, vocab, variant), cells in groups.items():
-        tied = {c.seed: c for c in groups.get((scale, vocab, "tied"), [])}
-        paired = [c for c in cells if c.seed in tied]
-        if variant != "tied" and paired:
-            out.append((scale, vocab, variant, paired, [tied[c.seed] for c in paired]))
-    return out
-
-
-def group_run_source(
-    docs: DocumentCache, path: Any, variant: str, field_: str, rule: str
-) -> tuple[Source, Mapping[str, Any] | None]:
-    """A field of one variant's run record in a per-(scale, vocab, seed) comparison output
-    (sample efficiency, along training): its Source, and the run record (None for the tied
-    baseline's fields, `baseline/...`). A variant missing from the file names `rule` to rerun."""
-    if field_.startswith("baseline/"):
-        return Source(path, group_field(field_)), None
-    runs = docs.get(path)["results"]["runs"]
-    i = next((i for i, r in enumerate(runs) if r.get("variant") == variant), None)
-    if i is None:
-        raise ValueError(
-            f"{path}: has no {variant} run: rerun its {rule} rule "
-            f"(`snakemake --forcerun {rule} all`)"
-        )
-    return Source(path, group_run_field(i, field_)), runs[i]
-
-
-def _sample_efficiency_sources(
-    docs: DocumentCache, cells: Sequence[Cell], field_: str
-) -> tuple[Source, ...]:
-    """A field of each seed's run record in its sample-efficiency output (`baseline/...` for the
-    tied baseline's); none where that output was not made (the workflow always makes it; a report
-    built by hand from runs without periodic validation has none: its cells stay empty)."""
-    out = []
-    for c in cells:
-        path = layout.sample_efficiency_path(c.results, c.scale, c.vocab, c.seed)
-        if not docs.path(path).is_file():
-            return ()
-        out.append(group_run_source(docs, path, c.variant, field_, "sample_efficiency")[0])
-    return tuple(out)
-
-
-def sample_efficiency_table(ctx: Context, name: str) -> Table:
-    """Ours: per variant, the training tokens at which its periodic in-training validation loss
-    first reaches tied's final one (interpolated between evaluations), and tied's tokens over
-    those (the paper's "2.1x fewer tokens"); empty where it never does (reached < 1: not in
-    every seed)."""
-    cols = {
-        "tied_tokens": "int",
-        "target_periodic_loss": "loss",
-        "final_periodic_loss": "loss",
-        "reached": "num",
-        "tokens_to_target": "int",
-        "tokens_ratio": "num",
-        "paper_tokens_ratio": "num",
-    }
-    t = Table(
-        name,
-        "Sample efficiency: training tokens to reach tied's final periodic validation loss (the "
-        "in-training evaluation on a fixed subset of validation windows, not the evaluation's "
-        "val_loss); reached: fraction of seeds that reach it; tokens_ratio: tied's tokens over "
-        "the variant's (> 1 = fewer tokens than tied, better)",
-        CONFIG_LABELS,
-        cols,
-    )
-    for scale, vocab, variant, cells, tied in seed_paired_variants(ctx.inp):
-        row = t.add_row(
-            f"{scale}/{vocab}/{variant}",
-            scale=scale,
-            vocab=vocab,
-            variant=variant,
-            seeds=len(cells),
-            baseline=baseline_label(variant),
-            **ctx.basis([*tied, *cells]),
-        )
-        for col, field_ in (
-            ("tied_tokens", "baseline/tokens"),
-            ("target_periodic_loss", "baseline/target_val_loss"),
-            ("final_periodic_loss", "final_val_loss"),
-            ("reached", "reached"),
-            ("tokens_to_target", "tokens_interpolated"),
-            ("tokens_ratio", "ratio_interpolated"),
-        ):
-            t.set(row, col, ValueSpec("mean", _sample_efficiency_sources(ctx.docs, cells, field_)))
-        ctx.set_paper(t, row)
-    return t
-
-
 def paper_vs_ours(ctx: Context, name: str) -> Table:
     """The paper's reported point numbers (the tables' `paper_*` cells, for every scale it
     reports) beside ours: the same table's cell, empty where that scale was not run."""
     t = Table(
         name,
         "The paper's reported figures beside ours at the same scale (ours empty where that scale "
-        "was not trained); train_tokens and evidence: what ours rests on. Ours are on the "
+        "was not trained) and the difference, ours minus the paper's; train_tokens and "
+        "evidence: what ours rests on. Ours are on the "
         "configured corpus: the default Hub source, monology/pile-uncopyrighted, is the Pile "
         "without 5 of its 22 subsets (Books3, BookCorpus2, OpenSubtitles, YTSubtitles, OWT2), "
         "so our validation loss is not on the paper's validation set (README, RECON); "
         f"{GAIN_CONVENTION}",
-        ["table", "scale", "variant", "quantity", ROW_FORMAT, *BASIS_COLUMNS],
+        ["table", "scale", "variant", "quantity", ROW_FORMAT, *EVIDENCE_COLUMNS],
         {"paper": "num", "ours": "num", "difference": "num"},
     )
     for number in ctx.paper_numbers:
-        ours, basis = None, {}
+        ours, evidence = None, {}
         if number.table in ctx.tables and number.row in ctx.tables[number.table].rows:
             ours = ctx.tables[number.table].specs.get((number.row, number.quantity))
-            basis = {c: ctx.tables[number.table].rows[number.row].get(c) for c in BASIS_COLUMNS}
+            evidence = {
+                c: ctx.tables[number.table].rows[number.row].get(c) for c in EVIDENCE_COLUMNS
+            }
         row = t.add_row(
             f"{number.table}/{number.scale}/{number.key}/{number.quantity}",
             table=number.table,
@@ -470,7 +358,7 @@ def paper_vs_ours(ctx: Context, name: str) -> Table:
             variant=number.key,
             quantity=number.quantity,
             unit=QUANTITY_FORMATS[number.quantity],  # each row shown as its own table shows it
-            **(basis if ours is not None else {}),
+            **(evidence if ours is not None else {}),
         )
         t.set(row, "paper", number.spec)
         t.set(row, "ours", ours)
@@ -506,9 +394,11 @@ def metrics_table(ctx: Context, name: str) -> Table:
     evals = EvalColumns(ctx.inp, ctx.docs)
     t = Table(
         name,
-        "Per-cell metrics (DVC metrics): evaluation results and gains over the tied cell of the same "
-        f"scale, vocabulary and seed; {GAIN_CONVENTION}",
-        ["scale", "vocab", "variant", "seed", BASELINE, *BASIS_COLUMNS],
+        "Per-cell metrics (DVC metrics; seeds not averaged): evaluation results and gains over "
+        "the tied cell of the same scale, vocabulary and seed; the same numbers as metrics.json "
+        "and, one file per cell, as `dvc metrics show` reads them; "
+        f"{GAIN_CONVENTION}",
+        ["scale", "vocab", "variant", "seed", BASELINE, *EVIDENCE_COLUMNS],
         evals.formats(METRICS_COLUMNS),
     )
     groups = ctx.inp.all_cells()
@@ -523,7 +413,7 @@ def metrics_table(ctx: Context, name: str) -> Table:
                 variant=variant,
                 seed=cell.seed,
                 baseline=label,
-                **ctx.basis([cell]),
+                **ctx.evidence([cell]),
             )
             evals.set_values(t, row, [cell])
             tied = tied_by_seed.get(cell.seed)

@@ -24,6 +24,9 @@ from typing import Any
 import yaml
 
 from leviathan.io import read_json
+from leviathan.model.config import ModelConfig
+from leviathan.report.predicted import PREDICTED, predicted
+from leviathan.train.metrics_log import read_metrics
 
 
 @dataclass(frozen=True)
@@ -109,8 +112,6 @@ class DocumentCache:
         if path not in self._docs:
             p = self.path(path)
             if p.suffix == ".jsonl":  # a run's metrics log: its records, in order
-                from leviathan.train.metrics_log import read_metrics
-
                 doc: Any = read_metrics(p)
             else:
                 doc = (
@@ -131,8 +132,8 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _accounting(model_config: Mapping[str, Any]) -> Any:
+    # imported here: the counter imports torch, and the workflow's parse imports this module
     from leviathan.model.accounting import account
-    from leviathan.model.config import ModelConfig
 
     return account(ModelConfig.from_dict(dict(model_config)).validate())
 
@@ -165,11 +166,9 @@ def _flops(configs: list[Any]) -> float:
 
 
 def _predicted(what: str) -> Callable[[list[Any], list[Any]], float]:
-    """The roofline's prediction of `what` for a run (leviathan.report.throughput.predicted)."""
+    """The roofline's prediction of `what` for a run (leviathan.report.predicted)."""
 
     def op(a: list[Any], b: list[Any]) -> float:
-        from leviathan.report.throughput import predicted
-
         return predicted(what, a, b)
 
     return op
@@ -194,6 +193,7 @@ CI_SUFFIX = "_ci95"
 
 def t_half_width(values: Sequence[float], level: float = 0.95) -> float:
     """Half-width of the Student-t confidence interval of the mean of `values` (NaN if n < 2)."""
+    # imported here: scipy is slow to import, and the workflow's parse imports this module
     from scipy.stats import t
 
     vals = [float(v) for v in values]
@@ -232,7 +232,7 @@ OPS: dict[str, Callable[[list[Any], list[Any]], float]] = {
     "median": lambda a, b: statistics.median(map(float, a)),
     "max": lambda a, b: max(map(float, a)),
     "sum": lambda a, b: math.fsum(map(float, a)),
-    **{f"predicted_{w}": _predicted(w) for w in ("tokens_per_s", "step_s", "mfu", "peak_memory")},
+    **{f"predicted_{w}": _predicted(w) for w in PREDICTED},
 }
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from leviathan.eval.sample_efficiency import curve_from_log, results_of
+
 LN2 = math.log(2.0)
 EXACT = 1e-12  # one float operation apart at most
 SUMMED = 1e-9  # sums of the same floats in another order
@@ -148,8 +150,6 @@ def differences(expected: Any, actual: Any, where: str = "results") -> list[str]
 def sample_efficiency_problems(doc: Mapping[str, Any], resolve: Callable[[str], Path]) -> list[str]:
     """A sample-efficiency output against its results recomputed from the logs it names
     (`resolve`: a recorded path as the audit finds it)."""
-    from leviathan.eval.sample_efficiency import curve_from_log, results_of
-
     logs = [resolve(str(i["path"])) for i in doc.get("inputs", [])]
     if not logs or not all(p.is_file() for p in logs):
         return []  # a missing log is the hash check's failure, named there

@@ -9,25 +9,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leviathan.cells import Cell, study_cells
+from leviathan.model.config import VARIANT_NAMES
+from leviathan.report.baseline import BASELINE
 from leviathan.report.cellmap import DocumentCache
-from leviathan.report.evidence import SmokePolicy, basis_labels, recipe_label
+from leviathan.report.evidence import EVIDENCE_COLUMNS, SmokePolicy, evidence_labels, recipe_label
 from leviathan.report.paper import Paper, PaperNumber
 from leviathan.report.table import Table
+from leviathan.scales import SCALES
 
 # (scale, vocab, variant) -> its cells, one per seed: a configuration, its seeds averaged
 Configurations = dict[tuple[str, str, str], list[Cell]]
+# the label columns of a row of one configuration (config_row)
+CONFIG_LABELS = ["scale", "vocab", "variant", "seeds", BASELINE, *EVIDENCE_COLUMNS]
 
 
 def variant_order() -> list[str]:
     """The built-in variants in the registry's order (tied first)."""
-    from leviathan.model.config import VARIANT_NAMES
-
     return list(VARIANT_NAMES)
 
 
 def _report_order(c: Cell) -> tuple[Any, ...]:
-    from leviathan.scales import SCALES
-
     scales, variants = list(SCALES), variant_order()
     return (
         scales.index(c.scale) if c.scale in scales else len(scales),
@@ -95,12 +96,12 @@ class Context:
     paper_numbers: list[PaperNumber]
     tables: dict[str, Table] = field(default_factory=dict)
 
-    def basis(self, cells: Sequence[Cell]) -> dict[str, str]:
-        """The BASIS_COLUMNS labels of a row read from `cells`."""
-        return basis_labels(cells, self.docs, self.inp.smoke, self.inp.train)
+    def evidence(self, cells: Sequence[Cell]) -> dict[str, str]:
+        """The EVIDENCE_COLUMNS labels of a row read from `cells`."""
+        return evidence_labels(cells, self.docs, self.inp.smoke, self.inp.train)
 
     def recipe(self, cells: Sequence[Cell]) -> str:
-        """The `recipe` label of a row read from `cells` (basis.recipe_label)."""
+        """The `recipe` label of a row read from `cells` (evidence.recipe_label)."""
         return recipe_label(cells, self.docs, self.inp.train)
 
     def set_paper(self, t: Table, row: str) -> None:
@@ -108,3 +109,26 @@ class Context:
         for number in self.paper_numbers:
             if (number.table, number.row) == (t.name, row):
                 t.set(row, f"paper_{number.quantity}", number.spec)
+
+
+def config_row(
+    ctx: Context,
+    t: Table,
+    scale: str,
+    vocab: str,
+    variant: str,
+    cells: Sequence[Cell],
+    baseline: str = "",
+) -> str:
+    """The row of one configuration, its seeds averaged: `<scale>/<vocab>/<variant>`, with
+    the tied configuration its gains are against (leviathan.report.baseline) and what its
+    numbers rest on (training tokens, smoke test or not)."""
+    return t.add_row(
+        f"{scale}/{vocab}/{variant}",
+        scale=scale,
+        vocab=vocab,
+        variant=variant,
+        seeds=len(cells),
+        baseline=baseline,
+        **ctx.evidence(cells),
+    )

@@ -1,5 +1,5 @@
 """What the report's figures share: a panel's message when it has nothing to show, a figure's
-title (a second line for smoke-test numbers), a panel's basis, a colour per variant, a grid of
+title (a second line for smoke-test numbers), what a panel rests on, a colour per variant, a grid of
 panels, and saving a figure as PNG and PDF, each with a manifest naming its inputs."""
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def figure_title(fig: Any, title: str, smoke: bool, policy: SmokePolicy) -> None
     fig.tight_layout()  # room for the title's lines above the panels' own titles
 
 
-def panel_basis(rows: pd.DataFrame) -> str:
-    """A panel's basis from its table rows: `micro / gpt2: 30,720 tokens, 1 seed(s), smoke test`."""
+def panel_evidence(rows: pd.DataFrame) -> str:
+    """What a panel rests on, from its table rows: `micro / gpt2: 30,720 tokens, 1 seed(s), smoke test`."""
     first = rows.iloc[0]
     return (
         f"{first['scale']} / {first['vocab']}: {first['train_tokens']} tokens, "
@@ -68,7 +68,7 @@ def panel_basis(rows: pd.DataFrame) -> str:
 
 def legend_label(variant: str, recipe: Any = "") -> str:
     """A line's legend: the cell's variant and, where it is not its scale's default, its recipe
-    (`leviathan@lr1e-3 (lr=1e-3)`; report.basis.recipe_label)."""
+    (`leviathan@lr1e-3 (lr=1e-3)`; report.evidence.recipe_label)."""
     return f"{variant} ({recipe})" if isinstance(recipe, str) and recipe else str(variant)
 
 

@@ -12,16 +12,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.report.cellmap import DocumentCache
+from leviathan.train.recipe import recipe_differences, recipe_text, scale_default
 
 SMOKE = "smoke test"
 FULL = "full run"
 # the recipe's differences from the scale's default (`lev.n_heads=4, lr=1e-3`; blank: the default)
 RECIPE = "recipe"
 # the label columns every table of trained cells carries (after its own labels)
-BASIS_COLUMNS = ("train_tokens", "evidence", RECIPE)
+EVIDENCE_COLUMNS = ("train_tokens", "evidence", RECIPE)
 # the sign convention of every gain column of the report (relative to tied, or in points/nats)
 GAIN_CONVENTION = (
     "every *_gain column: positive = better than tied (lower loss or perplexity, higher accuracy; "
@@ -51,11 +54,7 @@ class SmokePolicy:
     @classmethod
     def default(cls) -> SmokePolicy:
         """The schema's defaults (workflow/schemas/config.schema.yaml)."""
-        import yaml
-
-        from leviathan.layout import CONFIG_SCHEMA, repo_root
-
-        schema = yaml.safe_load((repo_root() / CONFIG_SCHEMA).read_text())
+        schema = yaml.safe_load((layout.repo_root() / layout.CONFIG_SCHEMA).read_text())
         props = schema["properties"]["report"]["properties"]["smoke_test"]["properties"]
         return cls(int(props["below_tokens"]["default"]), str(props["reason"]["default"]))
 
@@ -88,8 +87,6 @@ def recipe_label(
     (leviathan.train.recipe.recipe_differences): `lev.n_heads=4`, `lr=1e-3`; "" for the
     default. A row of several variants (tied beside leviathan) names each non-default one:
     `leviathan@lr1e-3: lr=1e-3`; seeds of different recipes are joined by ` | `."""
-    from leviathan.train.recipe import recipe_differences, recipe_text, scale_default
-
     by_variant: dict[str, list[str]] = {}
     for c in cells:
         record = docs.get(layout.final_marker(c))["train_config"]
@@ -106,13 +103,13 @@ def recipe_label(
     )
 
 
-def basis_labels(
+def evidence_labels(
     cells: Sequence[Cell],
     docs: DocumentCache,
     policy: SmokePolicy,
     train: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """The BASIS_COLUMNS labels of a row computed from `cells` (all the cells it reads);
+    """The EVIDENCE_COLUMNS labels of a row computed from `cells` (all the cells it reads);
     `train`: config.train, the scales' default recipes the `recipe` label is against."""
     tokens = trained_tokens(cells, docs)
     return {
@@ -123,7 +120,7 @@ def basis_labels(
 
 
 def caption(scale: str, tokens: Sequence[int], seeds: Sequence[int], policy: SmokePolicy) -> str:
-    """A figure panel's basis: `micro, 30,720 tokens, seed 0 (smoke test)`."""
+    """What a figure panel rests on: `micro, 30,720 tokens, seed 0 (smoke test)`."""
     seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {','.join(map(str, seeds))}"
     smoke = f" ({SMOKE.upper()})" if policy.is_smoke(tokens) else ""
     return f"{scale}, {tokens_label(tokens)} tokens, {seed_text}{smoke}"

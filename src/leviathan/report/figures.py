@@ -47,8 +47,9 @@ from leviathan.report import (
 from leviathan.report.along_figure import along_figure  # noqa: E402
 from leviathan.report.context import variant_order  # noqa: E402
 from leviathan.report.evidence import SmokePolicy, caption  # noqa: E402
-from leviathan.report.paper import Paper  # noqa: E402
+from leviathan.report.paper import PAPER_MAIN_VOCAB, Paper  # noqa: E402
 from leviathan.train.metrics_log import read_metrics  # noqa: E402
+from leviathan.vocab import get_vocab  # noqa: E402
 
 
 def loss_curves(
@@ -145,7 +146,7 @@ def frequency(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePo
             )
             long["variant"] = long["variant"].str.removesuffix("_loss")
             sns.barplot(long, x="bucket", y="loss", hue="variant", ax=top, palette="colorblind")
-            top.set_title(f"{level} level, {drawing.panel_basis(g)}", fontsize=9)
+            top.set_title(f"{level} level, {drawing.panel_evidence(g)}", fontsize=9)
             top.set_xlabel("")
             top.set_ylabel("mean val loss (nats)")
             sns.barplot(x=g["bucket"], y=100 * g["ppl_gain"], ax=bottom, color="C2")
@@ -164,8 +165,6 @@ def vocabulary(
     csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy
 ) -> list[Path]:
     """Ours (one line per scale) and, in its own panel, the paper's range (it states no scale)."""
-    from leviathan.vocab import get_vocab
-
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
     ours = frame[frame["source"] == "ours"] if len(frame) else frame
     paper = frame[frame["source"] == "paper"] if len(frame) else frame
@@ -174,13 +173,12 @@ def vocabulary(
         drawing.empty_panel(ax, "no vocabulary study in this config")
         pax.set_axis_off()
     else:
-        ours = ours.assign(
-            basis=[
-                f"{r['scale']}, {r['train_tokens']} tokens, {int(r['seeds'])} seed(s), {r['evidence']}"
-                for _, r in ours.iterrows()
-            ]
-        )
-        sns.lineplot(ours, x="n_vocab", y=100 * ours["gain"], hue="basis", marker="o", ax=ax)
+        rests_on = [  # the legend's title: what each line rests on (its `evidence` labels)
+            f"{r['scale']}, {r['train_tokens']} tokens, {int(r['seeds'])} seed(s), {r['evidence']}"
+            for _, r in ours.iterrows()
+        ]
+        lines = ours.assign(**{"rests on": rests_on})
+        sns.lineplot(lines, x="n_vocab", y=100 * lines["gain"], hue="rests on", marker="o", ax=ax)
         for _, r in ours.iterrows():
             ax.annotate(
                 r["vocab"],
@@ -211,8 +209,6 @@ def vocabulary(
 def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy) -> list[Path]:
     """Ours per (scale, vocab); the paper's figures in the same panel only at its scale and
     vocabulary, otherwise in a panel of their own."""
-    from leviathan.report.paper import PAPER_MAIN_VOCAB
-
     frame = pd.read_csv(csv) if csv else pd.DataFrame()
     inputs = [csv] if csv else []
     panels: dict[str, list[dict[str, Any]]] = {}
@@ -220,7 +216,7 @@ def ablation(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePol
         paper = Paper.load()
         inputs.append(Path(paper.path))
         for _key, g in frame.groupby(["scale", "vocab"], sort=False):
-            panels[f"ours: {drawing.panel_basis(g)}"] = [
+            panels[f"ours: {drawing.panel_evidence(g)}"] = [
                 {"variant": r["variant"], "gain": 100 * r["gain"], "source": "ours"}
                 for _, r in g.iterrows()
             ]

@@ -1,17 +1,22 @@
-"""How a table is shown: its numbers as text, its Markdown, LaTeX and (metrics table) JSON.
+"""How a table is shown: its numbers as text, its Markdown, LaTeX, caption and (metrics table) JSON.
 
 The CSV keeps full precision; every rendering here is a function of the CSV's frame alone, so
-`leviathan audit` can re-render a table and compare it with the file.
+`leviathan audit` can re-render a table and compare it with the file. The caption (`rst`) is
+what the HTML report shows above the table: the same title and notes as the Markdown, so a
+table's description is written once, in its `Table`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
+from leviathan.layout import CAPTION_FORMAT
 from leviathan.report.baseline import BASELINE
+from leviathan.report.cellmap import CI_SUFFIX
 from leviathan.report.evidence import RECIPE
 from leviathan.report.table import STAND_IN_COLUMN, Table, missing, smoke_rows, stand_in_rows
 
@@ -72,6 +77,12 @@ STAND_IN_NOTE = (
     f"{STAND_IN_MARK} computed on the offline stand-in data (workflow/resources/smoke/, a few "
     "hand-written examples that check the pipeline runs): not the benchmark, not comparable "
     "to the paper's figures."
+)
+# characters reStructuredText reads as markup inline (emphasis, literals, references, substitutions)
+RST_MARKUP = "\\*`_|"
+CI_NOTE = (
+    f"`*{CI_SUFFIX}` columns: the 95% confidence half-width over seeds (Student t; paired by seed "
+    "for a gain over tied)."
 )
 STAND_IN_KEY = "stand_in"  # DVC metrics computed on offline stand-in data sit under this key
 
@@ -178,6 +189,27 @@ def _markdown(table: Table, text: pd.DataFrame, stand_in: bool, smoke: str) -> s
     return f"{head}{text.to_markdown(index=False, disable_numparse=True)}\n\n{note}\n"
 
 
+def caption_rst(paragraphs: Sequence[str]) -> str:
+    """A caption for Snakemake's report(): the paragraphs as plain reStructuredText (markup
+    characters escaped), kept from Snakemake's Jinja templating (which reads `{{`, `{%`)."""
+    text = "\n\n".join(
+        "".join(f"\\{c}" if c in RST_MARKUP else c for c in p) for p in paragraphs if p
+    )
+    return f"{{% raw %}}\n{text}\n{{% endraw %}}\n"
+
+
+def _caption(table: Table, stand_in: bool, smoke: str) -> str:
+    return caption_rst(
+        [
+            smoke,
+            table.title,
+            STAND_IN_NOTE if stand_in else "",
+            CI_NOTE if any(c.endswith(CI_SUFFIX) for c in table.columns) else "",
+            f"Values from {table.source}; full precision: the CSV.",
+        ]
+    )
+
+
 def dvc_metrics(table: Table, frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """The metrics table as one document per cell (row id -> document), each one row of
     `dvc metrics show`: what it rests on (`evidence`: smoke test or full run, `train_tokens`), then
@@ -206,11 +238,13 @@ def _json(table: Table, frame: pd.DataFrame) -> str:
 
 
 def render(table: Table, frame: pd.DataFrame, fmt: str) -> str:
-    """The Markdown ("md"), LaTeX ("tex") or, for the metrics table, JSON ("json") text of a
-    table's frame (as read from its CSV)."""
+    """The Markdown ("md"), LaTeX ("tex"), caption ("rst") or, for the metrics table, JSON
+    ("json") text of a table's frame (as read from its CSV)."""
     if fmt == "json":
         return _json(table, frame)
-    text = rendered(table, frame)
     stand_in = any(stand_in_rows(frame))
     smoke = _smoke_banner(table, frame)
+    if fmt == CAPTION_FORMAT:
+        return _caption(table, stand_in, smoke)
+    text = rendered(table, frame)
     return (_markdown if fmt == "md" else _latex)(table, text, stand_in, smoke)

@@ -64,7 +64,7 @@ def recon(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy
                 left.axhline(at["val_loss"].iloc[0], ls=style, lw=1, color=palette[ref], label=ref)
         left.set_xticks(xs, g["variant"], rotation=20)
         left.set_ylabel("val loss (nats/token; 95% CI over seeds)")
-        left.set_title(drawing.panel_basis(g), fontsize=9)
+        left.set_title(drawing.panel_evidence(g), fontsize=9)
         left.legend(fontsize=7)
         changed = g[g["diff_vs_leviathan"].notna()].reset_index(drop=True)
         for x, (_, r), err in zip(

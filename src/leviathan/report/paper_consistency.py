@@ -18,7 +18,7 @@ from leviathan.report.paper import Paper
 PERCENT = (
     "%"  # a relative change, stored as a fraction and shown in percent, as every table shows gains
 )
-# how the paper's own change is signed, beside the report's convention (basis.GAIN_CONVENTION)
+# how the paper's own change is signed, beside the report's convention (evidence.GAIN_CONVENTION)
 CHANGE_SIGN = (
     "A PPL change is the paper's own quantity, leviathan's perplexity over tied's minus 1: "
     "negative = better, the opposite sign of the report's *_gain columns (positive = better); "

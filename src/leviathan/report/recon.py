@@ -13,10 +13,16 @@ from collections.abc import Sequence
 
 from leviathan.cells import Cell
 from leviathan.eval.results import VAL_LOSS
-from leviathan.report.builders import CONFIG_LABELS, config_row
 from leviathan.report.cellmap import ValueSpec
 from leviathan.report.columns import compared, eval_sources, state_sources
-from leviathan.report.context import Configurations, Context, ReportInputs, seeded
+from leviathan.report.context import (
+    CONFIG_LABELS,
+    Configurations,
+    Context,
+    ReportInputs,
+    config_row,
+    seeded,
+)
 from leviathan.report.table import Table
 
 RECON_STUDY = "recon"  # the study the table reads (config/recon.yaml)
@@ -43,7 +49,7 @@ def recon_table(ctx: Context, name: str) -> Table:
     t = Table(
         name,
         "Does the result depend on the reconstruction? Validation loss (the evaluation's) of "
-        "leviathan under each single change of LEV's reconstruction defaults (lev.seed_bias, "
+        "leviathan (the study named recon, config/recon.yaml) under each single change of LEV's reconstruction defaults (lev.seed_bias, "
         "lev.basis, lev.knot_scale; the row's recipe names it), beside default leviathan and "
         "tied, same seeds; diff_vs_leviathan, diff_vs_tied: the row's val loss minus the "
         "reference's, paired by seed (nats; negative = lower loss, better)",

@@ -12,7 +12,7 @@ where the config has a study named `recon`: leviathan.report.recon).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,12 +26,11 @@ from leviathan.report.builders import (
     main_table,
     metrics_table,
     paper_vs_ours,
-    sample_efficiency_table,
-    seed_paired_variants,
     vocabulary_table,
 )
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.context import Context, ReportInputs, tied_and_leviathan
+from leviathan.report.efficiency import sample_efficiency_table, seed_paired_variants
 from leviathan.report.paper import Paper, paper_numbers
 from leviathan.report.recon import recon_groups, recon_table
 from leviathan.report.table import Table
@@ -107,3 +106,10 @@ def table_paths(out_dir: str | os.PathLike[str], name: str) -> dict[str, Path]:
     """A table's files: the CSV and its renderings (its TableDef's formats)."""
     formats = TABLES[name].formats if name in TABLES else TableDef.formats
     return layout.table_files(out_dir, name, formats)
+
+
+def table_caption(paths: Mapping[str, str | os.PathLike[str]]) -> str:
+    """Where Snakemake's report() reads a table's caption: the caption the report writes with
+    the table (of its files by format, `table_paths`), as an absolute path (report() reads a
+    relative one beside the rule file)."""
+    return os.path.abspath(paths[layout.CAPTION_FORMAT])

@@ -5,6 +5,7 @@ from a real run. Written as CSV + Markdown with a manifest naming every benchmar
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,10 +13,18 @@ from pathlib import Path
 import pandas as pd
 
 from leviathan.io import atomic_path
-from leviathan.layout import PLAIN_TABLE_FORMATS, benchmark_rule, table_files
+from leviathan.layout import CAPTION_FORMAT, PLAIN_TABLE_FORMATS, benchmark_rule, table_files
 from leviathan.manifest import input_record, write_manifest
+from leviathan.report.formatting import caption_rst
 
 RESOURCES_TABLE = "resources"
+TITLE = "Resources used per rule (Snakemake benchmark files)"
+NOTE = (
+    "Wall time and CPU time in seconds, peak resident memory in MB, per job (the largest of its "
+    "repeats); `suggested_*`: the largest job plus 50% headroom, for `mem_mb` and `runtime` "
+    "(minutes), to size a cluster profile or the config's `rule_resources`. The report rule's "
+    "own job is not in it (its benchmark is written after it)."
+)
 COLUMNS = [
     "rule",
     "jobs",
@@ -73,8 +82,6 @@ def resource_table(paths: Sequence[str | os.PathLike[str]]) -> pd.DataFrame:
 
 
 def _ceil(x: float) -> float:
-    import math
-
     return float(math.ceil(x)) if pd.notna(x) else math.nan
 
 
@@ -82,18 +89,16 @@ def write_resources(
     paths: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]
 ) -> list[Path]:
     frame = resource_table(paths)
-    csv, md = table_files(out_dir, RESOURCES_TABLE, PLAIN_TABLE_FORMATS).values()
-    with atomic_path(csv) as tmp:
+    files = table_files(out_dir, RESOURCES_TABLE, PLAIN_TABLE_FORMATS)
+    with atomic_path(files["csv"]) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.6g")
-    text = (
-        "# Resources used per rule (Snakemake benchmark files)\n\n"
-        f"{frame.to_markdown(index=False, floatfmt='.4g')}\n\n"
-        "Wall time and CPU time in seconds, peak resident memory in MB, per job (the largest of its "
-        "repeats); `suggested_*`: the largest job plus 50% headroom, for `mem_mb` and `runtime` "
-        "(minutes). The report rule's own job is not in it (its benchmark is written after it).\n"
-    )
-    with atomic_path(md) as tmp:
-        tmp.write_text(text)
-    for path in (csv, md):
+    texts = {
+        "md": f"# {TITLE}\n\n{frame.to_markdown(index=False, floatfmt='.4g')}\n\n{NOTE}\n",
+        CAPTION_FORMAT: caption_rst([f"{TITLE}.", NOTE]),
+    }
+    for fmt, text in texts.items():
+        with atomic_path(files[fmt]) as tmp:
+            tmp.write_text(text)
+    for path in files.values():
         write_manifest(path, artifact_type=RESOURCES_TABLE, inputs=[input_record(p) for p in paths])
-    return [csv, md]
+    return list(files.values())

@@ -8,6 +8,7 @@ what was done, not what the config asked for. Written as reStructuredText
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from leviathan.model import kernel_use
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.evidence import FULL, SmokePolicy, tokens_label
 from leviathan.report.table import STAND_IN_COLUMN
+from leviathan.report.throughput import measured_rows
 
 
 @dataclass(frozen=True)
@@ -236,10 +238,6 @@ def _throughput_counts(csv: str | os.PathLike[str] | None) -> tuple[int, int] | 
     """(rows with a measured step time, of those measured on the plan's device)."""
     if csv is None:
         return None
-    import math
-
-    from leviathan.report.throughput import measured_rows
-
     frame = pd.read_csv(csv)
     measured = int(sum(isinstance(v, float) and math.isfinite(v) for v in frame["step_s"]))
     return measured, sum(measured_rows(csv))

@@ -11,24 +11,29 @@ the tied and the untied cell's of the same scale, vocabulary and seed on the sam
 cost as the paper's v1 reported it), measured and predicted.
 
 Every value is a declared `ValueSpec` (leviathan.report.cellmap): the predictions are computed by
-the `predicted_*` ops from the final checkpoint's recorded model and training config and the
+the `predicted_*` ops (leviathan.report.predicted) from the final checkpoint's recorded model and training config and the
 start record's device, so `leviathan audit` recomputes them as it recomputes the rest.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.gpus import gpu_model
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import Context
-from leviathan.report.evidence import BASIS_COLUMNS
+from leviathan.report.evidence import EVIDENCE_COLUMNS
+from leviathan.report.predicted import PREDICTED
 from leviathan.report.table import Table
+from leviathan.study.cluster import scale_resources
+from leviathan.train.log_anchor import verify_log
 
 THROUGHPUT = "throughput"
 STEADY_RECORDS = 32  # of a run's steady train records, the last this many are its pace
@@ -41,7 +46,6 @@ MEASURED = {
     "peak_memory": ("max", "gb"),
     "compile_s": ("sum", "num"),
 }
-PREDICTED = ("tokens_per_s", "step_s", "mfu", "peak_memory")  # what the roofline predicts
 # the step-time ratios of every other variant over these baselines (same scale, vocab, seed)
 RATIO_BASELINES = ("tied", "untied")
 
@@ -128,10 +132,11 @@ def throughput_table(ctx: Context, name: str) -> Table:
         "roofline's prediction for the device it ran on (leviathan.cost.roofline; memory: the "
         "traced live tensors of leviathan.cost.memory, without the CUDA context) and "
         "measured/predicted (*_ratio); step_s_vs_tied/untied: its step time over that cell's of "
-        "the same scale, vocabulary and seed on the same device (> 1 = slower). plan_device: "
+        "the same scale, vocabulary and seed on the same device (> 1 = slower; LEV's cost as "
+        "the paper's v1 reported it, 23-51% slower, its v2 none). plan_device: "
         "the device the plan assumes for the scale (config.resources)",
         ["scale", "vocab", "variant", "seed", "device", "devices", "plan_device", "prediction"]
-        + list(BASIS_COLUMNS),
+        + list(EVIDENCE_COLUMNS),
         _columns(),
         source="each run's metrics log and final checkpoint, and the roofline on them",
     )
@@ -150,8 +155,6 @@ def throughput_table(ctx: Context, name: str) -> Table:
 def _cell_row(
     ctx: Context, t: Table, cell: Cell
 ) -> tuple[str, str, dict[str, ValueSpec], dict[str, ValueSpec]]:
-    from leviathan.gpus import gpu_model
-
     path = log_path(cell)
     records = ctx.docs.get(path) if ctx.docs.path(path).is_file() else []
     start = _start(records)
@@ -174,7 +177,7 @@ def _cell_row(
             if model and start
             else f"{NO_PREDICTION} (this run: {device})"
         ),
-        **ctx.basis([cell]),
+        **ctx.evidence([cell]),
     )
     measured = measured_specs(path, records)
     predicted = predicted_specs(cell, path, start) if model and start else {}
@@ -203,57 +206,9 @@ def _ratios(t: Table, steps: Mapping[tuple[str, str, int, str], tuple[str, str, 
                 )
 
 
-# ---- the roofline's predictions (the `predicted_*` ops of leviathan.report.cellmap) ----------
-
-
-def predicted(what: str, a: Sequence[Any], b: Sequence[Any]) -> float:
-    """The roofline's `what` for a run: a = [model config, training config] (as the final
-    checkpoint records them), b = [device name, device count, compile flag (absent: eager)]."""
-    from leviathan.gpus import gpu_model
-    from leviathan.model.config import ModelConfig
-    from leviathan.train.config import TrainConfig
-
-    model = gpu_model(str(b[0]))
-    if model is None:
-        return math.nan
-    cfg = ModelConfig.from_dict(dict(a[0]))
-    tc = TrainConfig.from_dict(dict(a[1]))
-    gpus, compiled = int(b[1]), bool(b[2]) if len(b) > 2 else False
-    per_rank = tc.global_batch // gpus
-    if what == "peak_memory":
-        return float(_allocated(cfg, tc.micro_batch, gpus, model.name))
-    step = _roofline(cfg, tc.micro_batch, per_rank, compiled)
-    step_s = step.seconds(model.name) * max(1, per_rank // tc.micro_batch)
-    return {
-        "step_s": step_s,
-        "tokens_per_s": tc.tokens_per_step / step_s,
-        "mfu": step.mfu(model.name),
-    }[what]
-
-
-@functools.cache
-def _roofline(cfg: Any, micro: int, per_rank: int, compiled: bool) -> Any:
-    from leviathan.cost.roofline import roofline
-
-    return roofline(cfg, micro, per_rank, fused=compiled)
-
-
-@functools.cache
-def _allocated(cfg: Any, micro: int, gpus: int, gpu: str) -> int:
-    """The training job's predicted allocated bytes per GPU (leviathan.cost.memory: the traced
-    tensors and allowances, without fragmentation and the CUDA context a tensor count omits)."""
-    from leviathan.cost.memory import train_memory
-
-    job = train_memory(cfg, micro, gpus, gpu)
-    return int(job.traced + job.logsumexp + job.ddp_buckets)
-
-
 def plan_devices(config: Mapping[str, Any], scales: Sequence[str]) -> dict[str, str]:
     """The device the plan assumes for each scale's training job (config.resources):
     `H100 x8`, or `cpu`."""
-    from leviathan.gpus import gpu_model
-    from leviathan.study.cluster import scale_resources
-
     out = {}
     for scale in scales:
         res = scale_resources(config, scale)
@@ -267,8 +222,6 @@ def plan_devices(config: Mapping[str, Any], scales: Sequence[str]) -> dict[str, 
 
 def on_plan_device(device: str, count: Any, plan: str) -> bool:
     """Whether a row's measured device and count are those the plan assumed (its `plan_device`)."""
-    from leviathan.gpus import gpu_model
-
     if plan == "cpu" or not plan:
         return device == "cpu" and plan == "cpu"
     name, _, n = plan.rpartition(" x")
@@ -278,8 +231,6 @@ def on_plan_device(device: str, count: Any, plan: str) -> bool:
 
 def measured_rows(csv: str | Path) -> list[bool]:
     """Per row of a throughput CSV: whether it was measured on the device the plan assumed."""
-    import pandas as pd
-
     frame = pd.read_csv(csv, dtype={"device": str, "plan_device": str})
     return [
         on_plan_device(str(d), c, str(p) if isinstance(p, str) else "") and _number(s)
@@ -291,8 +242,6 @@ def measured_rows(csv: str | Path) -> list[bool]:
 
 def check_logs(cells: Sequence[Cell], docs: DocumentCache) -> None:
     """Refuse a run's log that is not as training wrote it (leviathan.train.log_anchor)."""
-    from leviathan.train.log_anchor import verify_log
-
     for cell in cells:
         if docs.path(log_path(cell)).is_file():
             verify_log(Path(layout.run_dir(cell)))
