@@ -146,7 +146,7 @@ class _Batch:
         pad V to the GPU rule's multiple) in the loss's dtype, drawn on the device (a head of
         200k rows in a few milliseconds), targets with every 7th ignored, and the float64
         logits of h and w as the kernels read them (padding columns -inf)."""
-        from leviathan.model.loss import HEAD_ROWS_MULTIPLE, IGNORE_INDEX
+        from leviathan.model.loss_head import HEAD_ROWS_MULTIPLE, IGNORE_INDEX
 
         assert self.shapes.head is not None
         (V, D), dtype, device = self.shapes.head, self.shapes.loss_dtype, self.device
