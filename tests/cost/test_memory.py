@@ -12,7 +12,8 @@ import pytest
 
 from leviathan.cells import Cell
 from leviathan.cost.memory import FRAGMENTATION, fitting_micro_batch, train_memory
-from leviathan.cost.plan import cell_memory, render_plan
+from leviathan.cost.plan import cell_memory
+from leviathan.cost.plan_text import render_plan
 from leviathan.gpus import GIB
 from leviathan.study.config import resolve
 from leviathan.study.resolve import cell_train_config

@@ -84,7 +84,8 @@ def configured_cell(config: dict, key: str) -> Cell:  # type: ignore[type-arg]
 def run_show(args: argparse.Namespace) -> int:
     import yaml
 
-    from leviathan.cost.plan import render_plan, study_plans
+    from leviathan.cost.plan import study_plans
+    from leviathan.cost.plan_text import render_plan
     from leviathan.study.config import resolve, stand_in_files
 
     config = resolve(args.configfile)

@@ -21,6 +21,7 @@ from leviathan.cost.disk import StudyDisk
 from leviathan.cost.plan import CellPlan
 from leviathan.cost.plan_eval import EvalPlan
 from leviathan.cost.units import size_text
+from leviathan.study.corpus_size import corpus_bytes
 
 # No GPU has run this code: the GPU figures are the roofline's predictions. The compile-level
 # reading of the kernels (docs/gpu.md, "Compiled for the GPU" and LEV's "Uncertainty"; the
@@ -102,7 +103,6 @@ def data_step(config: Mapping[str, Any], bandwidth_mb_s: float) -> tuple[float, 
     """(CPU-hours, wall hours, training-text bytes fetched) of the data step: the corpus text
     fetched once (at `bandwidth_mb_s` from the Hub), then each vocabulary's text tokenized at
     TOKENIZE_MB_S_PER_CPU on the tokenize job's CPUs (its vocabularies at once)."""
-    from leviathan.cost.plan import corpus_bytes
     from leviathan.study.cluster import rule_threads
 
     need = corpus_bytes(config)

@@ -12,8 +12,9 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import config_cells
-from leviathan.cost.plan import CellPlan, corpus_bytes, plan_cell, vocab_budgets
+from leviathan.cost.plan import CellPlan, plan_cell
 from leviathan.cost.units import size_text
+from leviathan.study.corpus_size import corpus_bytes, vocab_budgets
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ class Need:
 
 def needs(config: Mapping[str, Any]) -> list[Need]:
     """The datasets the config's enabled evaluations read from the Hub, in order."""
-    from leviathan.eval.run import enabled_evals, eval_config
+    from leviathan.eval.config import enabled_evals, eval_config
 
     cfg = eval_config(config)
     enabled = enabled_evals(config)

@@ -1,5 +1,5 @@
-"""The evaluations of one trained checkpoint: which kinds there are (CHECKPOINT_EVALS), which
-the config runs and with what settings, and the one dispatcher the workflow's rules
+"""The evaluations of one trained checkpoint (which the config runs: leviathan.eval.config's
+enabled_evals): their settings as a rule's params, and the one dispatcher the workflow's rules
 (`leviathan.study.actions.evaluate`) and `leviathan eval` run them through
 (`run_evaluation`)."""
 
@@ -10,23 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-# The evaluations of one trained checkpoint: each is a rule (eval_<evaluation>), a section of
-# config.evaluate (<evaluation>) and a leviathan.eval config (EvalConfig.<evaluation>).
-CHECKPOINT_EVALS = ("val", "wikitext", "lm_eval")
-
-
-def eval_sections(config: Mapping[str, Any]) -> dict[str, Any]:
-    """config.evaluate: which evaluations run (a null section is off) and their settings."""
-    return dict(config.get("evaluate") or {})
-
-
-def eval_config(config: Mapping[str, Any]) -> Any:
-    """The `leviathan.eval` config of the workflow (raises on a bad key, before any job)."""
-    from leviathan.eval.config import EvalConfig
-
-    sections = eval_sections(config)
-    return EvalConfig.from_dict({k: sections.get(k) or {} for k in CHECKPOINT_EVALS})
-
+from leviathan.eval.config import CHECKPOINT_EVALS
 
 # settings of an evaluation that say how it runs, not what it computes
 NOT_RESULT_SETTINGS = ("persist_seconds",)
@@ -38,12 +22,6 @@ def result_settings(cfg: Any, evaluation: str) -> dict[str, Any]:
     skipped, and a changed setting would rerun nothing); NOT_RESULT_SETTINGS left out."""
     settings = asdict(getattr(cfg, evaluation))
     return {k: v for k, v in settings.items() if k not in NOT_RESULT_SETTINGS}
-
-
-def enabled_evals(config: Mapping[str, Any]) -> list[str]:
-    """The checkpoint evaluations the config runs: `val` always, the others unless null."""
-    sections = eval_sections(config)
-    return [k for k in CHECKPOINT_EVALS if k == "val" or sections.get(k) is not None]
 
 
 def along_enabled(config: Mapping[str, Any]) -> bool:

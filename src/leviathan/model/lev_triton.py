@@ -58,7 +58,7 @@ TARGET_PROGRAMS = 256  # backward programs wanted: about two per SM of an H100 o
 SPLIT_IDS = 1024  # ids per range of the backward's walk, at least
 MAX_SPLITS = 8
 MIN_DOT = 16  # tl.dot's smallest block side
-COORDINATES_PER_PROGRAM = 4  # the backward's (the kernels' constexpr of that name)
+COORDINATES_PER_PROGRAM = 4  # the backward's (its kernel's constexpr COORDINATES)
 
 # a kernel launch: grid, positional arguments, keyword arguments (constexprs and options)
 Launch = tuple[tuple[int, ...], tuple[Any, ...], dict[str, Any]]
@@ -217,6 +217,7 @@ def backward_launch(
     block_r, block_k = _blocks(r, n_knots)
     args = (t, coef, M, grad_M, grad_t, partial, N, h, P, eps, split_ids)
     blocks = {"BLOCK_N": block, "BLOCK_R": block_r, "BLOCK_K": block_k}
+    blocks |= {"COORDINATES": COORDINATES_PER_PROGRAM}
     grid = (math.ceil(P / COORDINATES_PER_PROGRAM), h, splits)
     return grid, args, {**_shape(n_knots, r), **blocks}
 

@@ -34,7 +34,8 @@ def report_inputs(
     config: Mapping[str, Any], paper_path: str | os.PathLike[str] | None = None
 ) -> ReportInputs:
     """What the report reads, from the workflow config (studies, enabled evaluations)."""
-    from leviathan.eval.run import along_enabled, enabled_evals
+    from leviathan.eval.config import enabled_evals
+    from leviathan.eval.run import along_enabled
     from leviathan.report.evidence import SmokePolicy
     from leviathan.report.paper import reported_path
     from leviathan.report.throughput import plan_devices

@@ -7,7 +7,8 @@ commands, whose outputs the parsers here turn into facts (tested on the outputs 
                  default-resources slurm_account (a `<placeholder>` is refused before asking)
     partition    `sinfo -h -o %P` has its slurm_partition
     gpu models   `sinfo -h -o %G` (gres such as gpu:h100:4) spells every resources.<scale>.gpu_model
-    disk         free space in the working directory against the plan's peak (disk.study_disk)
+    disk         free space in the working directory against the study's peak (the caller's figure:
+                 `leviathan preflight` passes leviathan.cost.disk.study_disk's)
     compute node one `srun` of NODE_PROBE on the profile's account and partition: the Hub reachable
                  or the evaluation datasets fetched into data/eval/ (else the data-transfer-node
                  recipe of docs/slurm.md), one line per dataset the node cannot see, and torch /
@@ -333,21 +334,20 @@ def cluster_checks(
 def preflight(
     profile: str | Path,
     config: Mapping[str, Any],
+    disk_need: int,
     run: Runner = run_command,
     python: str = "python",
     config_files: list[str] | None = None,
 ) -> list[Check]:
     """Every check, in order; the compute-node probe only once account and partition pass
-    (`config_files`: the study's, named in the fix of missing evaluation data)."""
-    from leviathan.cost.disk import study_disk
+    (`disk_need`: the bytes the study needs on disk at its peak; `config_files`: the study's,
+    named in the fix of missing evaluation data)."""
     from leviathan.data.eval_data import needs
     from leviathan.layout import repo_root
 
     resources = profile_resources(profile)
     checks = cluster_checks(resources, config, run)
-    checks.append(
-        check_disk(study_disk(config).total, shutil.disk_usage(Path.cwd()).free, str(Path.cwd()))
-    )
+    checks.append(check_disk(disk_need, shutil.disk_usage(Path.cwd()).free, str(Path.cwd())))
     if all(c.ok for c in checks[:2]):
         wanted = needs(config)
         paths = [str(Path(n.source).resolve()) for n in wanted]
