@@ -20,10 +20,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from leviathan.cost.roofline import roofline
 from leviathan.cost.traffic import TrafficCounter
 from leviathan.device import forced_policy
-from leviathan.model import lev as lev_module
 from leviathan.model import lev_triton, model_config
+from leviathan.model import spline_product as product_module
 from leviathan.model.config import LEVConfig, ModelConfig, digit_base
-from leviathan.model.lev import LEV, spline_product
+from leviathan.model.lev import LEV
+from leviathan.model.spline_product import spline_product
 
 CFG = LEVConfig(d_seed=16, n_heads=2, n_knots=5, rank=8)
 
@@ -147,14 +148,14 @@ def test_eager_code_skips_the_op_with_its_sums_and_no_dynamo_import(
     a fresh process never imports torch._dynamo (what the op's dispatch costs: ~2 s)."""
     torch.manual_seed(2)
     t, S = random_inputs(N=30, h=2, P=6, kappa=5, r=3, dtype=torch.float32)
-    assert lev_module._skips_the_op(t, S)
+    assert product_module._skips_the_op(t, S)
 
     def product_and_grads() -> tuple[torch.Tensor, ...]:
         M = spline_product(t, S, 1e-30, 1 << 20)
         return (M, *torch.autograd.grad((M * M).sum(), (t, S)))
 
     direct = product_and_grads()
-    monkeypatch.setattr(lev_module, "_skips_the_op", lambda *tensors: False)
+    monkeypatch.setattr(product_module, "_skips_the_op", lambda *tensors: False)
     for a, b in zip(direct, product_and_grads(), strict=True):
         assert torch.equal(a, b)
     monkeypatch.undo()

@@ -103,7 +103,7 @@ HEAD_MATMULS = 4
 # by the dense backward (4); per table element: the dense gradient written (4) and, tied, its
 # sum with the head's gradient (read 8, write 4)
 TABLE_ROW_BYTES, TABLE_GRAD_BYTES, TIED_GRAD_SUM_BYTES = 12, 4, 12
-# LEV (per distinct id): its spline product is one custom op (lev.py), whose kernels move
+# LEV (per distinct id): its spline product is one custom op (model/spline_product.py), whose kernels move
 # `lev_triton.cost_per_id` (t, M and their gradients; the coefficient table, L2-resident, once
 # per step), eager and compiled alike. Around it, steps 1-3 and the out-projection in torch
 # ops: eager, 23 fp32 passes over the h x d_seed coordinates (the codebook rows' sum, the

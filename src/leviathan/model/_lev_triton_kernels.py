@@ -1,7 +1,7 @@
 """The Triton kernels of `lev_triton` (imported only there, on first use: Triton is optional).
 
 Layouts (fp32, contiguous): t [N, h, P]; coef [h, P, K, 3, r] (the per-interval table of
-`lev.knot_interval_coefficients`, row (l, p, c) holding A0, A1, A2); M, grad_M [N, h, r].
+`spline_product.knot_interval_coefficients`, row (l, p, c) holding A0, A1, A2); M, grad_M [N, h, r].
 Arithmetic per factor as `lev_native`'s C source, operation for operation.
 """
 

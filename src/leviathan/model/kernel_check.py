@@ -17,7 +17,7 @@ checks any of them on any device it runs on: the Triton ones on a CPU under the 
 The reference is the plain torch code in float64 on the same device: LEV's `_plain_forward`
 and `_plain_backward`; for the loss, the logits h @ w.T, their logsumexp, the target's logit
 and G = a softmax + b onehot. The kernels are launched through the code the run launches them
-with (`lev._fused_forward` and `_fused_backward`, `loss_kernel`'s ops). `TOLERANCES` states
+with (`spline_product._fused_forward` and `_fused_backward`, `loss_kernel`'s ops). `TOLERANCES` states
 the bounds: those the GPU tests hold the kernels to against float64 (tests/gpu/test_cuda.py),
 and for bf16 operands those of the interpreter tests (tests/model/test_loss_kernel.py).
 
@@ -116,7 +116,7 @@ class _Batch:
         """float64 t [n, h, P] (random, rows on the ends 0 and 1 and on knots), the
         coefficients [h P kappa, 3, r] of S = 1 + spline_init_std N(0, 1), grad_M [n, h, r]
         and the plain path's M."""
-        from leviathan.model.lev import _plain_forward, knot_interval_coefficients
+        from leviathan.model.spline_product import _plain_forward, knot_interval_coefficients
 
         lev, n = _lev(self.shapes), LEV_IDS[self.device.type]
         h, P, K, r = lev.n_heads, lev.d_seed, lev.n_knots, lev.rank
@@ -134,7 +134,7 @@ class _Batch:
     @functools.cached_property
     def lev_grads(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The plain path's float64 (grad_t, grad_coef)."""
-        from leviathan.model.lev import _plain_backward
+        from leviathan.model.spline_product import _plain_backward
 
         lev = _lev(self.shapes)
         t, coef, grad_M, M = self.lev
@@ -167,7 +167,7 @@ class _Batch:
 
 
 def _lev_forward(batch: _Batch, path: str) -> str | None:
-    from leviathan.model.lev import _fused_forward
+    from leviathan.model.spline_product import _fused_forward
 
     lev = _lev(batch.shapes)
     t, coef, _, M = batch.lev
@@ -177,7 +177,7 @@ def _lev_forward(batch: _Batch, path: str) -> str | None:
 
 def _lev_backward(batch: _Batch, path: str) -> str | None:
     """The kernel's gradients given the plain path's M (its forward plays no part)."""
-    from leviathan.model.lev import _fused_backward
+    from leviathan.model.spline_product import _fused_backward
 
     lev = _lev(batch.shapes)
     t, coef, grad_M, M = (x.float() for x in batch.lev)

@@ -14,7 +14,7 @@ beyond 2^+-125 (each |phi| ~ 2^15 or 2^-15 on average: far outside what phi take
 bounded by max |S|). A zero factor gives an exact 0.
 
 Backward (given gMM = grad_M * M, the same formula as the plain path): d M / d phi_p =
-M / phi_p with |phi_p| clamped to eps exactly as `lev._plain_backward` does. A thread owns a
+M / phi_p with |phi_p| clamped to eps exactly as `spline_product._plain_backward` does. A thread owns a
 (head, block of coordinates) and its coefficient rows, and adds its ids' gradients into them
 in id order: deterministic and free of atomics (no index_add_). The per-id lane pass is
 vectorised; the lane sums of grad_t are taken several ids at a time, each in lane order.
