@@ -37,10 +37,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from leviathan.cost import lev_kernels
 from leviathan.cost.loss_bytes import FUSED_BYTES_PER_HEAD, fused_loss_bytes
 from leviathan.cost.step_count import OPTIMIZER_IMPL, distinct_ids
 from leviathan.gpus import require_gpu_model
-from leviathan.model import lev_triton
 from leviathan.model.accounting import Accounting, account_model
 from leviathan.model.config import ModelConfig
 from leviathan.model.language_model import build_model
@@ -104,7 +104,7 @@ HEAD_MATMULS = 4
 # sum with the head's gradient (read 8, write 4)
 TABLE_ROW_BYTES, TABLE_GRAD_BYTES, TIED_GRAD_SUM_BYTES = 12, 4, 12
 # LEV (per distinct id): its spline product is one custom op (model/spline_product.py), whose kernels move
-# `lev_triton.cost_per_id` (t, M and their gradients; the coefficient table, L2-resident, once
+# `lev_kernels.cost_per_id` (t, M and their gradients; the coefficient table, L2-resident, once
 # per step), eager and compiled alike. Around it, steps 1-3 and the out-projection in torch
 # ops: eager, 23 fp32 passes over the h x d_seed coordinates (the codebook rows' sum, the
 # heads' projection, LayerNorm, its gain, bias and 1/2 as one multiply-add with the sigmoid
@@ -251,7 +251,7 @@ def _input_part(cfg: ModelConfig, acc: Accounting, N: int) -> Part:
     ids = distinct_ids(cfg, N)
     per_id, per_step = 4 * 2 * D, 0  # an MLP's output and its gradient, fp32
     if cfg.variant == "leviathan":
-        lev, cost = cfg.lev, lev_triton.cost_per_id(cfg.lev)
+        lev, cost = cfg.lev, lev_kernels.cost_per_id(cfg.lev)
         per_id = (
             cost.bytes_per_id + 4 * LEV_COORD_PASSES * lev.n_heads * lev.d_seed + LEV_ROW_BYTES * D
         )
