@@ -24,7 +24,15 @@ from typing import Any
 from leviathan.cells import Cell, config_cells
 from leviathan.cost.eval_memory import eval_memory
 from leviathan.cost.memory import JobMemory, largest_fitting, refusal, train_memory
+from leviathan.cost.roofline import roofline
+from leviathan.device import peak_flops
+from leviathan.eval.config import LmEvalConfig, ValConfig, WikitextConfig
+from leviathan.gpus import gpu_model
+from leviathan.model.accounting import account
+from leviathan.study.cluster import eval_resources, scale_resources
 from leviathan.study.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
+from leviathan.train.config import workflow_runtime
+from leviathan.train.schedule import keep_steps
 
 DEFAULT_MFU = 0.40  # the best mature stacks publish for ~1B models on H100s: `--mfu 0.4`
 
@@ -68,9 +76,6 @@ class CellMFU:
 def cell_mfu(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -> CellMFU:
     """`mfu` where stated; else the roofline's prediction for one GPU of the training job's
     `gpu_model` at the cell's micro-batch, compiled where runtime.compile is on."""
-    from leviathan.gpus import gpu_model
-    from leviathan.study.cluster import scale_resources
-    from leviathan.train.config import workflow_runtime
 
     tc = cell_train_config(config, cell)
     res = scale_resources(config, cell.scale)
@@ -90,17 +95,12 @@ def cell_mfu(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) ->
 
 @cache
 def _roofline_mfu(cfg: Any, micro: int, per_rank: int, gpu: str) -> tuple[float, float]:
-    from leviathan.cost.roofline import roofline
 
     return tuple(roofline(cfg, micro, per_rank, fused=f).mfu(gpu) for f in (False, True))  # type: ignore[return-value]
 
 
 def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -> CellPlan:
     """A cell's plan; GPU-hours at `mfu` where stated, else at the roofline's (`cell_mfu`)."""
-    from leviathan.device import peak_flops
-    from leviathan.model.accounting import account
-    from leviathan.study.cluster import scale_resources
-    from leviathan.train.config import workflow_runtime
 
     tc = cell_train_config(config, cell)
     acc = account(tc.model_config(), tc.context)
@@ -112,7 +112,6 @@ def plan_cell(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) -
     util = cell_mfu(config, cell, mfu)
     hours = flops / (peak * util.mfu) / 3600 if peak and util.mfu else None
     runtime = workflow_runtime(config.get("runtime"))
-    from leviathan.train.schedule import keep_steps
 
     return CellPlan(
         cell=cell,
@@ -146,7 +145,6 @@ def study_plans(config: Mapping[str, Any], mfu: float | None = None) -> list[Cel
 def eval_batch(config: Any) -> int:
     """The largest batch of the configured evaluations (windows of the full context: an
     upper bound for lm-eval's shorter requests); each section's default where unset."""
-    from leviathan.eval.config import LmEvalConfig, ValConfig, WikitextConfig
 
     defaults = {"val": ValConfig, "wikitext": WikitextConfig, "lm_eval": LmEvalConfig}
     sections = config.get("evaluate") or {}
@@ -160,7 +158,6 @@ def eval_batch(config: Any) -> int:
 
 def cell_memory(config: Any, cell: Any) -> tuple[JobMemory | None, JobMemory | None]:
     """(the training job's, the evaluation job's) peak per GPU; None for a CPU job."""
-    from leviathan.study.cluster import eval_resources, scale_resources
 
     tc = cell_train_config(config, cell)
     cfg = tc.model_config()
@@ -177,7 +174,6 @@ def check_fits(config: Any, cell: Any, train: JobMemory | None) -> None:
     """Refuse (ValueError, one line) a training micro-batch that does not fit its GPU."""
     if train is None or train.fits is not False:
         return
-    from leviathan.study.cluster import scale_resources
 
     tc = cell_train_config(config, cell)
     res = scale_resources(config, cell.scale)

@@ -7,14 +7,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.cost.disk import study_disk
 from leviathan.cost.plan import DEFAULT_MFU, CellPlan, cell_mfu, memory_text
 from leviathan.cost.units import count_text
+from leviathan.device import peak_flops
+from leviathan.eval.config import PAPER_TASKS
 from leviathan.eval.run import along_enabled
+from leviathan.manifest import read_manifest
+from leviathan.model.accounting import account
 from leviathan.study.along import along_steps
+from leviathan.study.cluster import eval_resources
 from leviathan.study.resolve import cell_train_config
 from leviathan.train.config import workflow_runtime
 
@@ -63,8 +70,6 @@ class EvalPlan:
 def val_tokens(config: Mapping[str, Any], cell: Cell, context: int) -> int | None:
     """Targets of the `val` evaluation: max_windows x context, or the tokenized split's size
     where it exists (None for the whole split of data not yet tokenized)."""
-    from leviathan import layout
-    from leviathan.manifest import read_manifest
 
     windows = ((config.get("evaluate") or {}).get("val") or {}).get("max_windows")
     val = layout.shards(layout.tokens_dir(config["corpus"]["name"], cell.vocab))["val"]
@@ -82,7 +87,6 @@ def lm_eval_tokens(config: Mapping[str, Any]) -> int | None:
     section = (config.get("evaluate") or {}).get("lm_eval")
     if section is None:
         return 0
-    from leviathan.eval.config import PAPER_TASKS
 
     limit = section.get("limit")
     data = section.get("data") or {}
@@ -99,7 +103,6 @@ def lm_eval_tokens(config: Mapping[str, Any]) -> int | None:
 
 def _jsonl_rows(data_files: Mapping[str, Any] | None) -> int | None:
     """Documents of local JSONL task files (the largest split; None: not local JSONL)."""
-    from pathlib import Path
 
     if not data_files:
         return None
@@ -115,7 +118,6 @@ def _jsonl_rows(data_files: Mapping[str, Any] | None) -> int | None:
 def wikitext_tokens(config: Mapping[str, Any]) -> int:
     """Tokens of the WikiText evaluation: WIKITEXT_TOKENS, or for local files their UTF-8
     bytes / corpus.bytes_per_token, scored twice."""
-    from pathlib import Path
 
     section = (config.get("evaluate") or {}).get("wikitext")
     if section is None:
@@ -135,9 +137,6 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) 
     """The cell's evaluation jobs: forward FLOPs per token (the code's counter, the input
     table materialised: no per-token input cost) x tokens, on one GPU of the job's model, at
     EVAL_MFU_SHARE of the training MFU (`mfu` where stated, else the cell's roofline's)."""
-    from leviathan.device import peak_flops
-    from leviathan.model.accounting import account
-    from leviathan.study.cluster import eval_resources
 
     tc = cell_train_config(config, cell)
     acc = account(tc.model_config(), tc.context)

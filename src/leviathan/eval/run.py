@@ -5,12 +5,16 @@ enabled_evals): their settings as a rule's params, and the one dispatcher the wo
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
 from leviathan.eval.config import CHECKPOINT_EVALS
+from leviathan.eval.fetched import use_fetched
+from leviathan.train.config import workflow_runtime
 
 # settings of an evaluation that say how it runs, not what it computes
 NOT_RESULT_SETTINGS = ("persist_seconds",)
@@ -28,7 +32,6 @@ def along_enabled(config: Mapping[str, Any]) -> bool:
     """Whether the config evaluates along training; on without runtime.checkpoint.keep_at is an error."""
     if not (config.get("evaluate") or {}).get("along"):
         return False
-    from leviathan.train.config import workflow_runtime
 
     if not workflow_runtime(config.get("runtime")).checkpoint.keep_at:
         raise ValueError(
@@ -60,7 +63,6 @@ def run_evaluation(
     and `leviathan eval` both run their evaluations through this. WikiText and lm-eval read the
     datasets the data step fetched into data/eval/ where the config gives no data_files of its
     own (leviathan.eval.fetched), else the Hub."""
-    from leviathan.eval.fetched import use_fetched
 
     settings = use_fetched(evaluation, settings)
     if evaluation == "val":
@@ -99,9 +101,6 @@ def run_evaluation(
 
 def settings_key(*parts: Any) -> str:
     """A hash naming what an evaluation computes (checkpoint, precision, settings)."""
-    import hashlib
-    import json
-    from dataclasses import asdict, is_dataclass
 
     plain = [asdict(p) if is_dataclass(p) and not isinstance(p, type) else p for p in parts]
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()

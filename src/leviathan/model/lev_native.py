@@ -33,6 +33,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -40,6 +41,8 @@ from functools import cache
 from pathlib import Path
 
 import torch
+
+from leviathan.io import read_json, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 RESCALE = 8
@@ -180,7 +183,6 @@ def _cpu_id() -> str:
     """What `-march=native` compiles for: the machine and its CPU's model and feature flags, so a
     cache shared between kinds of nodes (a cluster's home directory) never hands one node a
     library built for another's instruction set."""
-    import platform
 
     info = ""
     try:
@@ -232,7 +234,6 @@ def _verified(lib: Path, key: str) -> bool:
     """Whether `lib` is the library its build recorded for `key` (else it is rebuilt)."""
     if not lib.exists():
         return False
-    from leviathan.io import read_json, sha256_file
 
     try:
         record = read_json(_record(lib))
@@ -248,7 +249,6 @@ def _build(cc: str, lib: Path, key: str) -> bool:
     """Compile the kernel into `lib` and record its key and sha256 beside it (each renamed
     into place whole: concurrent processes see a whole library or none); False if the
     compiler fails."""
-    from leviathan.io import sha256_file, write_json
 
     lib.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:

@@ -17,6 +17,7 @@ commands, whose outputs the parsers here turn into facts (tested on the outputs 
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 import shutil
@@ -26,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leviathan.cells import config_cells
+from leviathan.data.eval_data import fill_command, needs
+from leviathan.layout import repo_root
+from leviathan.study.cluster import scale_resources
 from leviathan.values import load_yaml, split_assignment
 
 PLACEHOLDER = re.compile(r"^<[^>]*>$")
@@ -151,8 +156,6 @@ def check_named(what: str, key: str, value: Any, known: set[str] | None, tool: s
 
 def check_gpu_models(config: Mapping[str, Any], models: set[str] | None) -> list[Check]:
     """Every resources.<scale>.gpu_model the studies ask for, as the site's gres spells it."""
-    from leviathan.cells import config_cells
-    from leviathan.study.cluster import scale_resources
 
     wanted = {c.scale: scale_resources(config, c.scale)["gpu_model"] for c in config_cells(config)}
     checks = []
@@ -259,7 +262,6 @@ def check_eval_data(
     """Each evaluation dataset (leviathan.data.eval_data.Need) the compute node cannot see:
     one line each, naming the command that fetches it (a FAIL where the node has no internet;
     with internet the workflow's fetch_eval_data job downloads it there)."""
-    from leviathan.data.eval_data import fill_command
 
     if report is None or not needs:
         return []
@@ -297,7 +299,6 @@ def cluster_checks(
     resources: Mapping[str, Any], config: Mapping[str, Any], run: Runner
 ) -> list[Check]:
     """Account, partition and GPU models, each from the cluster's own command."""
-    import getpass
 
     accounts = run(
         [
@@ -342,8 +343,6 @@ def preflight(
     """Every check, in order; the compute-node probe only once account and partition pass
     (`disk_need`: the bytes the study needs on disk at its peak; `config_files`: the study's,
     named in the fix of missing evaluation data)."""
-    from leviathan.data.eval_data import needs
-    from leviathan.layout import repo_root
 
     resources = profile_resources(profile)
     checks = cluster_checks(resources, config, run)
