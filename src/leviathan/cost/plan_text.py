@@ -37,7 +37,7 @@ def _job_memory(config: Mapping[str, Any], plans: list[CellPlan]) -> dict[Cell, 
 def _memory_note() -> str:
     return (
         "GPU memory per job: peak per GPU of its step traced on FakeTensors (cost/step_count.py) "
-        f"+ logsumexp's hidden chunk temporary + DDP's gradient buckets or FSDP's gathered groups (several GPUs; leviathan/memory.py), "
+        f"+ logsumexp's hidden chunk temporary + DDP's gradient buckets or FSDP's gathered groups (several GPUs; cost/memory.py), "
         f"x {1 + m.FRAGMENTATION:.2f} (allocator fragmentation) + {m.CUDA_CONTEXT_BYTES / 2**30:.0f} GB "
         f"CUDA context (+ {m.NCCL_BYTES / 2**30:.0f} GB NCCL on several GPUs); of the GPU model's memory"
     )
@@ -89,13 +89,23 @@ def render_plan(
     # the checkpoints' disk is part of the study's disk line (study_disk), printed below
     lines.append(f"total training GPU-hours {total_hours:,.1f}")
     lines += training_time_warnings(config, plans, profile_retries())
+    lines += _corpus_lines(config)
+    lines += eval_data.plan_lines(config)  # the evaluations' datasets the data step fetches
+    lines += render_evaluation(
+        config, plans, {c: j[1] for c, j in jobs.items()} if memory else None
+    )
+    return "\n".join(lines)
+
+
+def _corpus_lines(config: Mapping[str, Any]) -> list[str]:
+    """The corpus the study fetches: each vocabulary's training text and shard, the fetch limit."""
     corpus = config.get("corpus") or {}
     budgets = vocab_budgets(config)
     need = corpus_bytes(config, budgets)
-    lines.append(
+    lines = [
         f"corpus {corpus.get('name')} ({corpus.get('kind')}): training text needed per vocabulary = largest "
         f"budget x {corpus['bytes_per_token']} bytes/token x (1 + {corpus['size_margin']})"
-    )
+    ]
     for vocab, n in need.items():
         itemsize = token_dtype(get_vocab(vocab).n_vocab).itemsize
         shard = budgets[vocab] * (1 + float(corpus["size_margin"])) * itemsize
@@ -108,8 +118,4 @@ def render_plan(
         f"  fetch limit (corpus.max_bytes={corpus.get('max_bytes')!r}): "
         + (f"{size_text(limit)} per split" if limit else "none: the whole corpus is streamed")
     )
-    lines += eval_data.plan_lines(config)  # the evaluations' datasets the data step fetches
-    lines += render_evaluation(
-        config, plans, {c: j[1] for c, j in jobs.items()} if memory else None
-    )
-    return "\n".join(lines)
+    return lines
