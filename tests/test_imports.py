@@ -9,20 +9,10 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 COST = "leviathan.cost"
-# what trains, evaluates and lays out a study: none of it imports the cost predictions
-BELOW_COST = (
-    "leviathan.model",
-    "leviathan.data",
-    "leviathan.train",
-    "leviathan.eval",
-    "leviathan.gpus",
-    "leviathan.layout",
-    "leviathan.scales",
-    "leviathan.io",
-    "leviathan.values",
-    "leviathan.vocab",
-    "leviathan.study",
-)
+# The rooms above the cost predictions, which print them beside what they predict: only they
+# import leviathan.cost. Everything else (model, data, train, eval, the study's rules, gpus,
+# layout, scales, io, values, vocab, ...) is what the predictions are about.
+ABOVE_COST = ("leviathan.commands", "leviathan.report", "leviathan.compiled")
 # Circles still to remove, each by the change that owns its modules; empty this set as they go.
 ALLOWED_CIRCLES: set[frozenset[str]] = {
     # the checkpoint's writers: removed with the module that owns a checkpoint on disk
@@ -143,13 +133,17 @@ def test_the_reader_counts_imports_in_functions_and_resolves_relative_ones(
     assert path_through(graph, ["pkg.a", "pkg.b", "pkg.c"]) == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]
 
 
+def _in(name: str, *packages: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
 def test_nothing_that_trains_or_evaluates_imports_the_cost_predictions() -> None:
     reaching = sorted(
         f"{name} imports {target}"
         for name, targets in GRAPH.items()
-        if name.startswith(BELOW_COST)
+        if not _in(name, COST, *ABOVE_COST)
         for target in targets
-        if target == COST or target.startswith(COST + ".")
+        if _in(target, COST)
     )
     assert not reaching, (
         "leviathan.cost predicts; the code it predicts must not import it (a caller above, "
