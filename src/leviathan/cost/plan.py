@@ -1,7 +1,7 @@
 """A study's plan before it runs: cells, tokens, disk per artifact, GPU-hours and GPU memory
 per job. Its evaluation jobs are planned in `plan_eval`, the study's disk in `disk`, and the
-budget summed from all of them in `budget`; `recalibrate` replaces the predicted step times
-by measured ones once cells have run.
+budget summed from all of them in `budget`; `plan_text` prints them all; `recalibrate`
+replaces the predicted step times by measured ones once cells have run.
 
 Every figure comes from the code's own counters: the cell's resolved training config
 (tokens, steps), the parameter and FLOP counter of the model it trains (on the meta device,
