@@ -15,7 +15,6 @@ from leviathan import layout
 from leviathan.cells import config_cells
 from leviathan.cost.plan import CellPlan, plan_cell
 from leviathan.cost.units import size_text
-from leviathan.data.tokenizers import token_dtype
 from leviathan.study.corpus_size import corpus_bytes, vocab_budgets
 from leviathan.train.config import workflow_runtime
 from leviathan.vocab import get_vocab
@@ -96,6 +95,7 @@ def study_disk(
     """The disk a study needs, from the same counters as its plan (`plans`: plan_cell of
     every cell, where the caller has them). Callable by any script that checks a machine
     before a study runs (e.g. a rehearsal)."""
+    from leviathan.data.tokenizers import token_dtype  # the data layer: off the GPU image's path
 
     plans = (
         plans if plans is not None else [plan_cell(config, c, mfu) for c in config_cells(config)]

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
 from leviathan.eval.config import CHECKPOINT_EVALS
-from leviathan.eval.fetched import use_fetched
 from leviathan.train.config import workflow_runtime
 
 # settings of an evaluation that say how it runs, not what it computes
@@ -63,6 +62,7 @@ def run_evaluation(
     and `leviathan eval` both run their evaluations through this. WikiText and lm-eval read the
     datasets the data step fetched into data/eval/ where the config gives no data_files of its
     own (leviathan.eval.fetched), else the Hub."""
+    from leviathan.eval.fetched import use_fetched  # the data layer: off the GPU image's path
 
     settings = use_fetched(evaluation, settings)
     if evaluation == "val":
