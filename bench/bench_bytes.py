@@ -7,7 +7,7 @@ kernel's reads and writes of one micro-batch's forward and backward at a scale's
   * loss: bytes per logit (N tokens x V padded classes) of the chunked loss (the CPU rule's
     code, run under the GPU rule) and of the GPU path (the Triton kernels' custom ops), both
     on fake CPU tensors under bf16 CPU autocast, beside
-    `leviathan.model.loss.fused_loss_bytes`, the model the roofline uses;
+    `leviathan.cost.loss_bytes.fused_loss_bytes`, the model the roofline uses;
   * backbone: bytes per token, layer and unit of D of the blocks' forward and backward (fp32
     residual stream, bf16 autocast as on a GPU), and the ops that move the most.
 
@@ -25,16 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from leviathan.cost.loss_bytes import counted_loss_bytes, fused_loss_bytes
 from leviathan.cost.step_count import rms_norm_as_on_cuda
 from leviathan.cost.traffic import TrafficCounter
 from leviathan.model import model_config
-from leviathan.model.loss import (
-    HEAD_ROWS_MULTIPLE,
-    counted_loss_bytes,
-    fused_linear_cross_entropy,
-    fused_loss_bytes,
-    linear_cross_entropy,
-)
+from leviathan.model.loss import fused_linear_cross_entropy, linear_cross_entropy
+from leviathan.model.loss_head import HEAD_ROWS_MULTIPLE
 from leviathan.model.transformer import Backbone
 
 

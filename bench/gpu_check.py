@@ -209,7 +209,7 @@ def lev_kernels_ms(setup: Setup) -> dict[str, Any]:
     forward over every id of o200k (materialize's share); and the plain torch path's
     forward + backward once."""
     from leviathan.model import lev_triton
-    from leviathan.model.lev import knot_interval_coefficients, spline_product
+    from leviathan.model.spline_product import knot_interval_coefficients, spline_product
 
     lev = setup.cfg(setup.scale).lev
     (n, n_every), gen = _kernel_ids(setup), torch.Generator().manual_seed(0)

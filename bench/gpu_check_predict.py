@@ -21,10 +21,10 @@ from typing import Any
 
 import lev_predict
 
+from leviathan.cost import lev_kernels as kernel_cost
 from leviathan.cost.memory import train_memory
 from leviathan.cost.plan_eval import EVAL_MFU_SHARE
 from leviathan.gpus import GIB, gpu_model, require_gpu_model
-from leviathan.model import lev_triton
 from leviathan.model.accounting import account
 from leviathan.model.config import ModelConfig
 
@@ -43,9 +43,9 @@ NO_PREDICTION = {
 
 def predicted_gpu(device: str) -> str:
     """The GPU the predictions are for: the device's model where LEV's kernel model has its
-    rates (`lev_triton.GPU_RATES`), else FALLBACK_GPU."""
+    rates (`cost.lev_kernels.GPU_RATES`), else FALLBACK_GPU."""
     model = gpu_model(device)
-    return model.name if model and model.name in lev_triton.GPU_RATES else FALLBACK_GPU
+    return model.name if model and model.name in kernel_cost.GPU_RATES else FALLBACK_GPU
 
 
 def guarded(predict: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -128,16 +128,16 @@ def materialize(cfg: ModelConfig, d_model: int, gpu: str) -> dict[str, Any]:
 
 def lev_kernels(cfg: ModelConfig, ids: int, every: int, gpu: str) -> dict[str, Any]:
     """LEV's Triton kernels at `ids` distinct ids, and the forward over `every` ids
-    (`lev_triton.cost_per_id`, `kernel_seconds`)."""
-    cost = lev_triton.cost_per_id(cfg.lev)
+    (`cost.lev_kernels.cost_per_id`, `kernel_seconds`)."""
+    cost = kernel_cost.cost_per_id(cfg.lev)
     seconds = {
-        "forward_ms": lev_triton.kernel_seconds(cost.forward, ids, gpu),
-        "backward_ms": lev_triton.kernel_seconds(cost.backward, ids, gpu),
-        "materialize_forward_ms": lev_triton.kernel_seconds(cost.forward, every, gpu),
+        "forward_ms": kernel_cost.kernel_seconds(cost.forward, ids, gpu),
+        "backward_ms": kernel_cost.kernel_seconds(cost.backward, ids, gpu),
+        "materialize_forward_ms": kernel_cost.kernel_seconds(cost.forward, every, gpu),
     }
     return {
         "gpu": gpu,
-        "basis": "lev_triton.cost_per_id, kernel_seconds",
+        "basis": "cost.lev_kernels.cost_per_id, kernel_seconds",
         **{k: 1e3 * s for k, s in seconds.items()},
         **none("plain_forward_backward_ms"),
     }

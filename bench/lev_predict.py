@@ -2,11 +2,11 @@
 
     python bench/lev_predict.py [--gpu H200] [--micro-batch 16] [--ids 8192] [--compiled]
 
-Per figure, on the stated GPU (`lev_triton.GPU_RATES`, efficiencies as the roofline's), by
+Per figure, on the stated GPU (`lev_kernels.GPU_RATES`, efficiencies as the roofline's), by
 default at 400m's micro-batch of 16 sequences with 8,192 distinct ids (`make gpu-check` asks
 the same functions at the shapes it measures: `step_ratio`, `materialize_seconds`):
   kernels      the Triton forward and backward at the step's distinct ids
-               (`lev_triton.cost_per_id`, `kernel_seconds`: each kernel's slowest unit);
+               (`lev_kernels.cost_per_id`, `kernel_seconds`: each kernel's slowest unit);
   materialize  LEV materialize() of o200k at D = 2048 (fp32, as gpu-check times it): the
                forward kernel over every id, plus every other op's HBM bytes (counted by the
                dispatch mode, `model.traffic`, on FakeTensors for one 8,192-id chunk: steps
@@ -32,6 +32,7 @@ from functools import cache
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from leviathan.cost import lev_kernels
 from leviathan.cost.roofline import (
     BANDWIDTH_EFFICIENCY,
     GENERATED_TOKEN_BYTES,
@@ -40,7 +41,7 @@ from leviathan.cost.roofline import (
 )
 from leviathan.cost.traffic import TrafficCounter
 from leviathan.device import forced_policy
-from leviathan.model import lev_triton, model_config
+from leviathan.model import model_config
 from leviathan.model.config import ModelConfig
 from leviathan.model.lev import LEV
 
@@ -84,7 +85,7 @@ def step_roofline(cfg: ModelConfig, micro_batch: int, fused: bool = False) -> Ro
 
 
 def _hbm(gpu: str) -> float:
-    return lev_triton.GPU_RATES[gpu].hbm * BANDWIDTH_EFFICIENCY
+    return lev_kernels.GPU_RATES[gpu].hbm * BANDWIDTH_EFFICIENCY
 
 
 def lev_extra(cfg: ModelConfig, micro_batch: int, ids: int, gpu: str) -> dict[str, float]:
@@ -92,12 +93,12 @@ def lev_extra(cfg: ModelConfig, micro_batch: int, ids: int, gpu: str) -> dict[st
     ids: its two kernels, its other ops' counted bytes (fp32: an upper bound under bf16
     autocast) and its parameters' optimizer traffic (the roofline's leviathan optimizer part
     less the tied one's, one micro-batch per optimizer step)."""
-    cost = lev_triton.cost_per_id(cfg.lev)
+    cost = lev_kernels.cost_per_id(cfg.lev)
     tied = step_roofline(replace(cfg, variant="tied"), micro_batch)
     leviathan = step_roofline(cfg, micro_batch)
     parts = {
-        "forward": lev_triton.kernel_seconds(cost.forward, ids, gpu),
-        "backward": lev_triton.kernel_seconds(cost.backward, ids, gpu),
+        "forward": lev_kernels.kernel_seconds(cost.forward, ids, gpu),
+        "backward": lev_kernels.kernel_seconds(cost.backward, ids, gpu),
         "other": ids * _other_bytes(cfg, cfg.d_model, True) / _hbm(gpu),
         "optimizer": leviathan.part("optimizer").seconds(gpu) - tied.part("optimizer").seconds(gpu),
     }
@@ -129,10 +130,10 @@ def materialize_seconds(cfg: ModelConfig, d_model: int, gpu: str) -> float:
     """LEV materialize() of cfg's vocabulary at width `d_model` (fp32): the forward kernel over
     every id, the other ops' counted bytes and the fp32 GEMMs at the fp32 cores' rate."""
     lev, V = cfg.lev, cfg.vocab_size
-    fp32 = 2 * lev_triton.GPU_RATES[gpu].simt * lev_triton.COMPUTE_EFFICIENCY  # multiply-add: 2
+    fp32 = 2 * lev_kernels.GPU_RATES[gpu].simt * lev_kernels.COMPUTE_EFFICIENCY  # multiply-add: 2
     gemm = 2 * (lev.d_seed * lev.n_heads * lev.d_seed + lev.n_heads * lev.rank * d_model)
     return (
-        lev_triton.kernel_seconds(lev_triton.cost_per_id(lev).forward, V, gpu)
+        lev_kernels.kernel_seconds(lev_kernels.cost_per_id(lev).forward, V, gpu)
         + V * _other_bytes(cfg, d_model, False) / _hbm(gpu)
         + V * gemm / fp32
     )
@@ -154,14 +155,14 @@ def predict(
         "step_ratio": ratio["step_ratio"],
         "tied_input_ms": 1e3 * ratio["tied_input"],
         "step_ratio_net": ratio["step_ratio_net"],
-        "kernel_bytes_per_id": lev_triton.cost_per_id(cfg.lev).bytes_per_id,
+        "kernel_bytes_per_id": lev_kernels.cost_per_id(cfg.lev).bytes_per_id,
         "other_train_bytes_per_id": _other_bytes(cfg, cfg.d_model, True),
     }
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--gpu", default="H200", choices=sorted(lev_triton.GPU_RATES))
+    ap.add_argument("--gpu", default="H200", choices=sorted(lev_kernels.GPU_RATES))
     ap.add_argument("--micro-batch", type=int, default=MICRO_BATCH, help="400m sequences per step")
     ap.add_argument("--ids", type=int, default=IDS, help="distinct ids of the step")
     ap.add_argument("--compiled", action="store_true", help="the tied step compiled")

@@ -297,10 +297,11 @@ def study(config: dict[str, Any]) -> dict[str, Any]:
     from leviathan.data.encode import usable_cpus
     from leviathan.data.tokenizers import token_dtype
     from leviathan.study import actions, cluster
+    from leviathan.study.corpus_size import fetch_max_bytes, vocab_budgets
     from leviathan.train.config import workflow_runtime
     from leviathan.vocab import get_vocab
 
-    budgets = plan.vocab_budgets(config)
+    budgets = vocab_budgets(config)
     margin = 1 + float(config["corpus"]["size_margin"])
     cell_plans = [plan.plan_cell(config, c) for c in config_cells(config)]
     per_scale: dict[str, Any] = {}
@@ -309,7 +310,7 @@ def study(config: dict[str, Any]) -> dict[str, Any]:
         if best is None or (p.gpu_hours or 0) > (best.gpu_hours or 0):
             per_scale[p.cell.scale] = p
     return {
-        "fetch_bytes": plan.fetch_max_bytes(config),
+        "fetch_bytes": fetch_max_bytes(config),
         "tokenize_bytes": {v: actions.tokenize_options(config, v)["max_bytes"] for v in VOCABS},
         "tokens": {v: int(budgets[v] * margin) for v in VOCABS},
         "shard_bytes": {

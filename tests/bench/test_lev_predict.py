@@ -33,14 +33,15 @@ def test_kernel_bytes_meet_the_target(figures: dict[str, float]) -> None:
 def test_the_kernels_are_charged_their_compiled_instructions(figures: dict[str, float]) -> None:
     """Each kernel's predicted time is at least its SASS instructions per factor (read from
     the compiled hot loops, tests/compiled) at the stated share of the fp32 cores' rate."""
-    from leviathan.model import lev_triton, model_config
+    from leviathan.cost import lev_kernels
+    from leviathan.model import model_config
 
     lev = model_config("400m", "o200k_base", "leviathan").lev
     factors = lev.n_heads * lev.d_seed * lev.rank * 8192
-    rates = lev_triton.GPU_RATES["H200"]
-    floor = factors / (rates.simt * lev_triton.COMPUTE_EFFICIENCY) * 1e3
-    assert figures["forward_ms"] >= floor * lev_triton.FORWARD_OPS_PER_FACTOR * 0.999
-    assert figures["backward_ms"] >= floor * lev_triton.BACKWARD_OPS_PER_FACTOR * 0.999
+    rates = lev_kernels.GPU_RATES["H200"]
+    floor = factors / (rates.simt * lev_kernels.COMPUTE_EFFICIENCY) * 1e3
+    assert figures["forward_ms"] >= floor * lev_kernels.FORWARD_OPS_PER_FACTOR * 0.999
+    assert figures["backward_ms"] >= floor * lev_kernels.BACKWARD_OPS_PER_FACTOR * 0.999
 
 
 def test_the_ratios_are_built_from_the_tied_step_and_levs_extra(figures: dict[str, float]) -> None:

@@ -19,10 +19,12 @@ from leviathan.cost.budget import (
     study_budget,
 )
 from leviathan.cost.disk import study_disk
-from leviathan.cost.plan import CellPlan, corpus_bytes, render_plan, study_plans
+from leviathan.cost.plan import CellPlan, study_plans
 from leviathan.cost.plan_eval import EvalPlan, plan_evals
+from leviathan.cost.plan_text import render_plan
 from leviathan.study.cluster import rule_threads, scale_resources
 from leviathan.study.config import resolve
+from leviathan.study.corpus_size import corpus_bytes
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,14 @@ from workflow_helpers import ROOT
 
 from leviathan.cells import Cell, config_cells
 from leviathan.cost.disk import study_disk
-from leviathan.cost.plan import cell_mfu, plan_cell, render_plan
+from leviathan.cost.plan import cell_mfu, plan_cell
 from leviathan.cost.plan_eval import (
     EVAL_MFU_SHARE,
     LM_EVAL_TASK_SIZES,
     WIKITEXT_TOKENS,
     plan_evals,
 )
+from leviathan.cost.plan_text import render_plan
 from leviathan.study.actions import eval_device
 from leviathan.study.cluster import eval_resources
 from leviathan.study.config import resolve

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from leviathan.cells import Cell
-from leviathan.cost.memory import FRAGMENTATION, train_memory
-from leviathan.cost.plan import cell_memory, render_plan
+from leviathan.cost.memory import FRAGMENTATION, fitting_micro_batch, train_memory
+from leviathan.cost.plan import cell_memory
+from leviathan.cost.plan_text import render_plan
 from leviathan.gpus import GIB
 from leviathan.study.config import resolve
 from leviathan.study.resolve import cell_train_config
@@ -73,6 +74,29 @@ def test_a_micro_batch_that_does_not_fit_is_refused_naming_the_largest_that_does
     fixed = copy.deepcopy(config)
     fixed["train"]["200m"]["micro_batch"] = largest
     assert "200m/o200k_base/tied/seed0" in render_plan(fixed)
+
+
+def test_an_out_of_memory_refusal_names_the_largest_micro_batch_that_fits() -> None:
+    """What `leviathan train` adds to the trainer's refusal on a GPU the memory model knows:
+    the largest micro-batch below the one that ran out that fits (the next divisor does not);
+    none on a CPU or an unknown GPU, where the trainer's halving stands."""
+    from leviathan.train.errors import out_of_memory
+
+    config = _one_cell("200m", "tied", gpu_model="a10g")
+    cfg = cell_train_config(config, Cell("200m", "o200k_base", "tied", 0, "pile")).model_config()
+    fitting = fitting_micro_batch(cfg, "NVIDIA A10G", (512, 64, 1))
+    assert fitting is not None and 512 % fitting == 0
+    assert train_memory(cfg, fitting, 1, "a10g").fits
+    assert not train_memory(cfg, 2 * fitting, 1, "a10g").fits
+    assert fitting_micro_batch(cfg, None, (512, 64, 1)) is None  # a CPU
+    assert fitting_micro_batch(cfg, "Some Future GPU", (512, 64, 1)) is None
+    kw = {"step": 3, "device": "cuda:0", "last_good": "run/checkpoints/step_00000002"}
+    halved = out_of_memory("200m", 64, 512, model_cfg=cfg, **kw)
+    assert "micro_batch: 32 " in str(halved)
+    named = halved.with_fitting(fitting)
+    assert f"set train.200m.micro_batch: {fitting} " in str(named)
+    assert named.record["message"] == str(named) and named.record["micro_batch"] == 64
+    assert named.at == halved.at
 
 
 def test_sharded_trace_counts_the_state_at_one_over_world() -> None:

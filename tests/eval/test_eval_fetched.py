@@ -16,9 +16,10 @@ import pytest
 from leviathan import layout
 from leviathan.data.eval_data import Need, need_bytes, needs, read_source
 from leviathan.data.eval_fetch import EvalDataError, fetch_need
+from leviathan.eval.config import eval_config
 from leviathan.eval.errors import EvalInputError, HubUnreachable
 from leviathan.eval.fetched import fetched_files
-from leviathan.eval.run import EvalFiles, eval_config, run_evaluation
+from leviathan.eval.run import EvalFiles, run_evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 WIKITEXT_STAND_IN = ROOT / "workflow/resources/smoke/wikitext_document_level_test.jsonl"
@@ -184,7 +185,7 @@ def test_the_plan_states_what_the_data_step_fetches() -> None:
 
 @pytest.mark.slow
 def test_the_plan_shows_the_evaluation_datasets() -> None:
-    from leviathan.cost.plan import render_plan
+    from leviathan.cost.plan_text import render_plan
     from leviathan.data.eval_data import plan_lines
     from leviathan.study.config import resolve
 

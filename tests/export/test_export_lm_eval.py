@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from leviathan.cli import main
-from leviathan.eval.config import PAPER_TASKS
+from leviathan.eval.config import PAPER_TASKS, eval_config
 from leviathan.eval.lm_eval_tasks import write_local_tasks
-from leviathan.eval.run import eval_config
 from leviathan.layout import repo_root
 from leviathan.study.config import resolve
 

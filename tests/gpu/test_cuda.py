@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from leviathan.device import set_deterministic
 from leviathan.model import build_model, model_config
 from leviathan.model.language_model import LanguageModel
-from leviathan.model.lev import reference_product, spline_product
 from leviathan.model.loss import linear_cross_entropy, uses_fused_kernels
+from leviathan.model.spline_product import reference_product, spline_product
 from leviathan.train.regions import compile_regions
 
 pytestmark = pytest.mark.gpu

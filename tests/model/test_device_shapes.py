@@ -12,8 +12,9 @@ import torch
 import leviathan.device as device_module
 from leviathan.device import REFERENCE_GPU_BYTES, chunk_elems, forced_policy
 from leviathan.model import LEVConfig, model_config
-from leviathan.model.lev import LEV, _chunks
+from leviathan.model.lev import LEV
 from leviathan.model.loss import DEFAULT_CHUNK_ELEMS
+from leviathan.model.spline_product import _chunks
 
 CPU = torch.device("cpu")
 IDS_400M = 8192  # distinct ids of a 400m micro-batch of 16 x 512 tokens: at most this many

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from leviathan.model import build_model, kernel_use, lev, lev_native, lev_triton, loss
+from leviathan.model import build_model, kernel_use, lev_native, lev_triton, loss, spline_product
 from leviathan.model.config import LEVConfig, model_config
 from leviathan.model.kernel_check import (
     CheckShapes,
@@ -141,12 +141,14 @@ def test_lev_takes_the_plain_path_in_the_direction_whose_kernel_failed() -> None
     the native kernel likewise. Each direction is chosen alone: the other keeps its kernel."""
     gpu, cpu = _fake_cuda(4, 2, 10), torch.rand(4, 2, 10)
     cpu_path = "native" if lev_native.available() else "plain"
-    assert [lev._resolve("auto", gpu, d) for d in ("forward", "backward")] == ["triton"] * 2
+    assert [spline_product._resolve("auto", gpu, d) for d in ("forward", "backward")] == [
+        "triton"
+    ] * 2
     _off(kernel_use.LEV_TRITON_FORWARD, kernel_use.LEV_NATIVE_BACKWARD)
-    assert lev._resolve("auto", gpu, "forward") == "plain"
-    assert lev._resolve("auto", gpu, "backward") == "triton"
-    assert lev._resolve("auto", cpu, "forward") == cpu_path
-    assert lev._resolve("auto", cpu, "backward") == "plain"
+    assert spline_product._resolve("auto", gpu, "forward") == "plain"
+    assert spline_product._resolve("auto", gpu, "backward") == "triton"
+    assert spline_product._resolve("auto", cpu, "forward") == cpu_path
+    assert spline_product._resolve("auto", cpu, "backward") == "plain"
 
 
 @native
@@ -163,7 +165,7 @@ def test_lev_with_a_switched_off_kernel_computes_the_plain_paths_numbers(
     S = (1 + 0.1 * torch.randn(2, 10, 5, 3)).requires_grad_()
     results = []
     for kernel in ("auto", "plain"):
-        M = lev.spline_product(t, S, 1e-30, 1 << 20, kernel)
+        M = spline_product.spline_product(t, S, 1e-30, 1 << 20, kernel)
         results.append((M, *torch.autograd.grad(M.square().sum(), (t, S))))
     assert calls == [1]
     assert torch.equal(results[0][0], results[1][0])

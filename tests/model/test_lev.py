@@ -5,7 +5,8 @@ from torch.func import functional_call
 from leviathan.model import lev_native
 from leviathan.model.bspline import basis_dense
 from leviathan.model.config import LEVConfig
-from leviathan.model.lev import LEV, reference_product, spline_product
+from leviathan.model.lev import LEV
+from leviathan.model.spline_product import reference_product, spline_product
 
 SMALL = LEVConfig(d_seed=6, n_heads=2, n_knots=5, rank=3, chunk_elems=40)
 

@@ -8,7 +8,11 @@ import torch
 from test_lev import naive_product, random_inputs
 
 from leviathan.model import lev_native
-from leviathan.model.lev import knot_interval_coefficients, segment_add_, spline_product
+from leviathan.model.spline_product import (
+    knot_interval_coefficients,
+    segment_add_,
+    spline_product,
+)
 
 needs_native = pytest.mark.skipif(
     not lev_native.available(), reason="no C compiler for the native kernel"
@@ -148,7 +152,7 @@ LOAD_KERNEL = """
 import logging, torch
 logging.basicConfig(level=logging.WARNING)
 from leviathan.model import lev_native
-from leviathan.model.lev import spline_product
+from leviathan.model.spline_product import spline_product
 assert lev_native.available()
 torch.manual_seed(0)
 t = torch.rand(5, 2, 3).clamp(0.02, 0.98)  # t [N, h, P] in (0, 1), as test_lev's inputs

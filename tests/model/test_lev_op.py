@@ -17,13 +17,15 @@ from test_lev import random_inputs
 from torch._dynamo.backends.common import aot_autograd
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from leviathan.cost import lev_kernels
 from leviathan.cost.roofline import roofline
 from leviathan.cost.traffic import TrafficCounter
 from leviathan.device import forced_policy
-from leviathan.model import lev as lev_module
-from leviathan.model import lev_triton, model_config
+from leviathan.model import model_config
+from leviathan.model import spline_product as product_module
 from leviathan.model.config import LEVConfig, ModelConfig, digit_base
-from leviathan.model.lev import LEV, spline_product
+from leviathan.model.lev import LEV
+from leviathan.model.spline_product import spline_product
 
 CFG = LEVConfig(d_seed=16, n_heads=2, n_knots=5, rank=8)
 
@@ -118,7 +120,7 @@ def test_the_roofline_lev_bytes_are_the_counted_traffic_of_the_op(
     counted_per_id = (big - small) / 4096
     counted_table = big - 8192 * counted_per_id
     cfg = model_config("400m", "o200k_base", "leviathan")
-    cost = lev_triton.cost_per_id(cfg.lev)
+    cost = lev_kernels.cost_per_id(cfg.lev)
     assert 1 / 1.5 <= cost.bytes_per_id / counted_per_id <= 1.5
     assert cost.bytes_per_id <= 20 * 1024
     assert 1 / 1.5 <= cost.table_bytes_per_step / counted_table <= 1.5
@@ -130,7 +132,7 @@ def test_the_roofline_lev_bytes_are_the_counted_traffic_of_the_op(
         backward=dataclasses.replace(cost.backward, hbm_bytes=2 * cost.backward.hbm_bytes),
         table_bytes_per_step=2 * cost.table_bytes_per_step,
     )
-    monkeypatch.setattr(lev_triton, "cost_per_id", lambda lev_cfg: doubled)
+    monkeypatch.setattr(lev_kernels, "cost_per_id", lambda lev_cfg: doubled)
     added = _input_bytes(cfg) - before
     assert added == 8192 * cost.bytes_per_id + cost.table_bytes_per_step
 
@@ -147,14 +149,14 @@ def test_eager_code_skips_the_op_with_its_sums_and_no_dynamo_import(
     a fresh process never imports torch._dynamo (what the op's dispatch costs: ~2 s)."""
     torch.manual_seed(2)
     t, S = random_inputs(N=30, h=2, P=6, kappa=5, r=3, dtype=torch.float32)
-    assert lev_module._skips_the_op(t, S)
+    assert product_module._skips_the_op(t, S)
 
     def product_and_grads() -> tuple[torch.Tensor, ...]:
         M = spline_product(t, S, 1e-30, 1 << 20)
         return (M, *torch.autograd.grad((M * M).sum(), (t, S)))
 
     direct = product_and_grads()
-    monkeypatch.setattr(lev_module, "_skips_the_op", lambda *tensors: False)
+    monkeypatch.setattr(product_module, "_skips_the_op", lambda *tensors: False)
     for a, b in zip(direct, product_and_grads(), strict=True):
         assert torch.equal(a, b)
     monkeypatch.undo()

@@ -25,7 +25,8 @@ import torch
 
 from leviathan.model import lev_native, lev_triton
 from leviathan.model.config import LEVConfig
-from leviathan.model.lev import LEV, spline_product
+from leviathan.model.lev import LEV
+from leviathan.model.spline_product import spline_product
 
 COMBOS = list(
     itertools.product((True, False), ("unnormalised", "normalised"), ("fixed", "learned"))

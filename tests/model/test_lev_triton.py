@@ -11,7 +11,7 @@ import torch
 from test_lev import naive_product, random_inputs
 
 from leviathan.model import lev_native, lev_triton
-from leviathan.model.lev import (
+from leviathan.model.spline_product import (
     _plain_backward,
     _plain_forward,
     knot_interval_coefficients,

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from leviathan.device import forced_policy
-from leviathan.model import build_model, model_config
+from leviathan.model import build_model, loss_cpu, model_config
 from leviathan.model import loss as loss_module
 from leviathan.model.loss import (
     linear_cross_entropy,
@@ -107,8 +107,8 @@ def test_cpu_tiles_over_tokens_and_classes_match_float64(monkeypatch: pytest.Mon
     tokens x 46 classes: 4 row blocks, the last of 8 tokens; 7 class tiles, the last of 24),
     fp32 as training runs them: the loss, both gradients, the per-token losses and the argmax
     of the float64 cross-entropy of all logits at once."""
-    monkeypatch.setattr(loss_module, "TILE_ROWS", 64)
-    assert loss_module._tile_shape(200, 300, 3000) == (64, 46)
+    monkeypatch.setattr(loss_cpu, "TILE_ROWS", 64)
+    assert loss_cpu._tile_shape(200, 300, 3000) == (64, 46)
     gen = torch.Generator().manual_seed(5)
     h64 = torch.randn(200, 16, dtype=torch.float64, generator=gen)
     w64 = torch.randn(300, 16, dtype=torch.float64, generator=gen) * 0.5
@@ -138,7 +138,7 @@ def test_cpu_tiles_over_tokens_and_classes_match_float64(monkeypatch: pytest.Mon
 def test_compiled_cpu_loss_is_one_node_with_the_eager_sums(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under torch.compile the CPU rule's loss is one opaque op (no graph break, no tile loop
     unrolled into the graph) that gives the eager loss and gradients bit for bit."""
-    monkeypatch.setattr(loss_module, "TILE_ROWS", 64)
+    monkeypatch.setattr(loss_cpu, "TILE_ROWS", 64)
     gen = torch.Generator().manual_seed(6)
     h = torch.randn(150, 16, generator=gen)
     w = torch.randn(300, 16, generator=gen) * 0.5

@@ -20,15 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from leviathan.cost.loss_bytes import counted_loss_bytes, fused_loss_bytes
 from leviathan.device import forced_policy
 from leviathan.model.loss import (
-    HEAD_ROWS_MULTIPLE,
-    counted_loss_bytes,
     fused_linear_cross_entropy,
-    fused_loss_bytes,
     linear_cross_entropy,
     uses_fused_kernels,
 )
+from leviathan.model.loss_head import HEAD_ROWS_MULTIPLE
 
 pytest.importorskip("triton", reason="the GPU path's kernels are Triton's")
 

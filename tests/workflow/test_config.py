@@ -16,9 +16,9 @@ import yaml
 from snakemake.utils import validate
 from workflow_helpers import BIN, ROOT, snakemake, tool_env, workflow_copy
 
-from leviathan.cost.plan import corpus_bytes, fetch_max_bytes
 from leviathan.study.actions import tokenize_options
 from leviathan.study.config import STAND_IN_DIR, resolve, stand_in_files
+from leviathan.study.corpus_size import corpus_bytes, fetch_max_bytes
 
 PAPER = ROOT / "config" / "paper.yaml"
 DEFAULT = ROOT / "config" / "config.yaml"

@@ -13,8 +13,9 @@ from workflow_helpers import ROOT
 
 from leviathan.cells import Cell, config_cells
 from leviathan.cost.disk import study_disk
-from leviathan.cost.plan import plan_cell, render_plan
+from leviathan.cost.plan import plan_cell
 from leviathan.cost.plan_eval import plan_evals
+from leviathan.cost.plan_text import render_plan
 from leviathan.study.config import check_names, resolve
 
 PAPER = ROOT / "config" / "paper.yaml"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from leviathan.cost.disk import study_disk
 from leviathan.study import preflight as pf
 from leviathan.study.config import resolve
 
@@ -89,7 +90,8 @@ def test_preflight_runs_every_check_on_given_outputs(tmp_path: Path) -> None:
         asked.append(cmd)
         return next(v for k, v in answers.items() if " ".join(cmd).startswith(k))
 
-    checks = pf.preflight(tmp_path, resolve(root=ROOT), run)
+    config = resolve(root=ROOT)
+    checks = pf.preflight(tmp_path, config, study_disk(config).total, run)
     lines = [c.line() for c in checks]
     assert lines[0].startswith("ok   account proj1") and lines[1].startswith("ok   partition gpu")
     assert any(line.startswith("ok   hub on a compute node") for line in lines)

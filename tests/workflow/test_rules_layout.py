@@ -13,7 +13,7 @@ from workflow_helpers import ROOT, snakemake, workflow_copy
 
 from leviathan import layout
 from leviathan.cells import config_cells
-from leviathan.eval.run import enabled_evals
+from leviathan.eval.config import enabled_evals
 from leviathan.report.build import PAPER_CHECK, report_inputs
 from leviathan.report.plots import plot_paths
 from leviathan.report.registry import table_names, table_paths

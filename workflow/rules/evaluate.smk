@@ -1,8 +1,9 @@
 # Evaluation of each trained cell (leviathan.eval through leviathan.eval.run; resources: leviathan.study.cluster).
+from leviathan.eval import config as eval_settings
 from leviathan.eval import run as eval_run
 
-EVAL_CFG = eval_run.eval_config(config)  # a bad evaluate: key fails here, before any job
-EVALS = eval_run.enabled_evals(config)
+EVAL_CFG = eval_settings.eval_config(config)  # a bad evaluate: key fails here, before any job
+EVALS = eval_settings.enabled_evals(config)
 SE_GROUPS = actions.sample_efficiency_groups(CELLS)
 SE_DIR = layout.sample_efficiency_dir("{results}", "{scale}", "{vocab}")
 LM_EVAL_OUT = layout.eval_output(WILDCARDS, "lm_eval")
@@ -32,7 +33,7 @@ rule word_counts:
         "../scripts/rule.py"
 
 
-# The evaluation rules of a trained cell, eval_<evaluation> for each of eval_run.CHECKPOINT_EVALS:
+# The evaluation rules of a trained cell, eval_<evaluation> for each of eval_settings.CHECKPOINT_EVALS:
 # each one's docstring, its inputs (positional, named: val's val_inputs, the others' final marker)
 # and its outputs beside the JSON (lm_eval's per-sample log and lm-eval's own layout)
 EVAL_DOCS = {
@@ -54,7 +55,7 @@ EVAL_EXTRA_OUTPUTS = {
     },
 }
 
-for _evaluation in eval_run.CHECKPOINT_EVALS:
+for _evaluation in eval_settings.CHECKPOINT_EVALS:
 
     rule:
         name:

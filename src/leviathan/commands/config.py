@@ -8,8 +8,16 @@ import json
 import shlex
 from dataclasses import asdict
 
+import yaml
+
 from leviathan import layout
-from leviathan.cells import Cell
+from leviathan.cells import Cell, config_cells
+from leviathan.study.cluster import resources, scale_resources
+from leviathan.study.config import resolve, stand_in_files
+from leviathan.study.launch import launch_env, train_command
+from leviathan.study.resolve import cell_recipe, cell_train_config
+from leviathan.study.sweep import cell_variant
+from leviathan.train.config import workflow_runtime
 from leviathan.vocab import get_vocab
 
 
@@ -67,7 +75,6 @@ def configfile_arg(p: argparse.ArgumentParser) -> None:
 
 def configured_cell(config: dict, key: str) -> Cell:  # type: ignore[type-arg]
     """The cell `--cell key` names, refused (one line) where no configured study has it."""
-    from leviathan.cells import config_cells
 
     try:
         scale, vocab, variant, seed = layout.parse_cell_key(key)
@@ -82,10 +89,9 @@ def configured_cell(config: dict, key: str) -> Cell:  # type: ignore[type-arg]
 
 
 def run_show(args: argparse.Namespace) -> int:
-    import yaml
 
-    from leviathan.cost.plan import render_plan, study_plans
-    from leviathan.study.config import resolve, stand_in_files
+    from leviathan.cost.plan import study_plans
+    from leviathan.cost.plan_text import render_plan
 
     config = resolve(args.configfile)
     mfu = args.mfu
@@ -139,9 +145,6 @@ def budget_section(config: dict, plans: list, download_mb_s: float | None) -> st
 def cells_section(config: dict) -> str:  # type: ignore[type-arg]
     """Each configured scale/vocab/variant: the built-in variant its model is built from and
     its recipe's differences from the scale's default (leviathan.study.sweep)."""
-    from leviathan.cells import config_cells
-    from leviathan.study.resolve import cell_recipe
-    from leviathan.study.sweep import cell_variant
 
     lines = [
         "cells: variant (the built-in its model is built from) and recipe (its differences "
@@ -161,10 +164,7 @@ def cells_section(config: dict) -> str:  # type: ignore[type-arg]
 def roofline_section(config: dict) -> str:  # type: ignore[type-arg]
     """The roofline (`leviathan.cost.roofline`) of each scale/vocab/variant of the studies,
     with the optimizer step spread over one GPU's micro-batches."""
-    from leviathan.cells import config_cells
     from leviathan.cost.roofline import render
-    from leviathan.study.cluster import scale_resources
-    from leviathan.study.resolve import cell_train_config
 
     rows = {}
     for cell in config_cells(config):
@@ -192,11 +192,6 @@ def _cell_memory(config: dict, cell: Cell) -> dict:  # type: ignore[type-arg]
 def cell_settings(config: dict, cell: Cell, mfu: float | None, memory: bool = True) -> dict:  # type: ignore[type-arg]
     """One cell as the workflow trains it: train config, runtime, resources, command, plan."""
     from leviathan.cost.plan import plan_cell
-    from leviathan.study.cluster import resources
-    from leviathan.study.launch import launch_env, train_command
-    from leviathan.study.resolve import cell_recipe, cell_train_config
-    from leviathan.study.sweep import cell_variant
-    from leviathan.train.config import workflow_runtime
 
     tc = cell_train_config(config, cell)
     plan = plan_cell(config, cell, mfu)

@@ -328,8 +328,8 @@ def _task_data(data: dict[str, LocalTaskData], items: list[str]) -> dict[str, Lo
 
 
 def run_lm_eval_tasks(args: argparse.Namespace) -> int:
+    from leviathan.eval.config import eval_config
     from leviathan.eval.lm_eval_tasks import write_local_tasks
-    from leviathan.eval.run import eval_config
     from leviathan.study.config import resolve
 
     cfg = eval_config(resolve(args.configfile)).lm_eval

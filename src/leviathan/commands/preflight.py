@@ -28,11 +28,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
+    from leviathan.cost.disk import study_disk
     from leviathan.study.config import resolve
     from leviathan.study.preflight import preflight
 
+    config = resolve(args.configfile)
     checks = preflight(
-        args.profile, resolve(args.configfile), python=sys.executable, config_files=args.configfile
+        args.profile,
+        config,
+        study_disk(config).total,
+        python=sys.executable,
+        config_files=args.configfile,
     )
     for check in checks:
         print(check.line())

@@ -70,7 +70,7 @@ def config_cell(args: argparse.Namespace) -> tuple[dict[str, Any], Cell]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leviathan.eval.run import enabled_evals
+    from leviathan.eval.config import enabled_evals
 
     config, cell = config_cell(args)
     if not args.eval:

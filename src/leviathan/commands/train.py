@@ -11,9 +11,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from leviathan.cost.memory import fitting_micro_batch
+from leviathan.io import write_json
+from leviathan.layout import checkpoints_dir, out_of_memory_file
 from leviathan.model.config import VARIANT_NAMES
 from leviathan.scales import SCALES
 from leviathan.train.config import RuntimeConfig, train_config
+from leviathan.train.errors import KERNEL_CHECK_EXIT, OUT_OF_MEMORY_EXIT, NonFiniteLoss, OutOfMemory
 from leviathan.values import flatten, load_yaml, parse_assignments
 
 
@@ -88,21 +92,33 @@ def runtime_config(
 
 
 def _resume_hint(run_dir: Path) -> str:
-    from leviathan.layout import checkpoints_dir
     from leviathan.train.checkpoint import latest_checkpoint
 
     ref = latest_checkpoint(checkpoints_dir(run_dir))
     return f"resume from {ref.path}" if ref else "no checkpoint yet: a rerun starts afresh"
 
 
+def _with_fitting_micro_batch(exc: OutOfMemory, run_dir: Path) -> OutOfMemory:
+    """The refusal naming the largest micro-batch the memory model (leviathan.cost.memory)
+    predicts to fit the GPU that ran out, where it knows that GPU; the run's out-of-memory
+    record rewritten with it."""
+    import torch
+
+    at = exc.at
+    device = torch.device(at.device)
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    fitting = fitting_micro_batch(
+        at.model_cfg, gpu, (at.per_rank, at.micro_batch, at.ranks), at.parallel
+    )
+    if fitting is None or fitting >= at.micro_batch:
+        return exc
+    refined = exc.with_fitting(fitting)
+    write_json(out_of_memory_file(run_dir), refined.record)
+    return refined
+
+
 def run(args: argparse.Namespace) -> int:
     from leviathan.model.kernel_check import KernelCheckFailed
-    from leviathan.train.errors import (
-        KERNEL_CHECK_EXIT,
-        OUT_OF_MEMORY_EXIT,
-        NonFiniteLoss,
-        OutOfMemory,
-    )
     from leviathan.train.preemption import Preempted
     from leviathan.train.trainer import train
 
@@ -132,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"leviathan train: error: {exc}", file=sys.stderr)
         return 3
     except OutOfMemory as exc:
+        exc = _with_fitting_micro_batch(exc, args.run_dir)
         print(f"leviathan train: error: {exc}", file=sys.stderr)
         return OUT_OF_MEMORY_EXIT
     except KernelCheckFailed as exc:

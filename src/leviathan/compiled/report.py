@@ -26,8 +26,8 @@ SHARED_BUDGET = {
 
 def _usage(kernel: str, shape: kernels.Shape, arch: int) -> dict[str, Any]:
     """Resources and hot loop; for LEV's kernels the SASS instructions per factor too (the
-    cost model's `lev_triton.FORWARD_OPS_PER_FACTOR`, `BACKWARD_OPS_PER_FACTOR`)."""
-    from leviathan.model.lev_triton import factors_per_step
+    cost model's `cost.lev_kernels.FORWARD_OPS_PER_FACTOR`, `BACKWARD_OPS_PER_FACTOR`)."""
+    from leviathan.cost.lev_kernels import factors_per_step
 
     compiled = kernels.compiled(kernel, shape, arch)
     loop = sass.hot_loop(compiled)

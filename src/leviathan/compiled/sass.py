@@ -5,7 +5,7 @@ shared memory), atomics (PTX), and the instructions its hot loop issues (the SAS
 The hot loop is the innermost loop (a backward branch with no other inside it) with the most
 instructions: the walk over coordinates in LEV's kernels, the walk over the width in the
 loss's. Its instruction count, divided by the work one iteration does per thread, is what
-the cost models charge (`leviathan.model.lev_triton.cost_per_id`).
+the cost models charge (`leviathan.cost.lev_kernels.cost_per_id`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ STUDIES = ("config/paper.yaml", "config/scale.yaml")  # the studies that run on 
 
 
 def _padded(vocab: int) -> int:
-    from leviathan.model.loss import HEAD_ROWS_MULTIPLE
+    from leviathan.model.loss_head import HEAD_ROWS_MULTIPLE
 
     return vocab + -vocab % HEAD_ROWS_MULTIPLE
 

@@ -16,11 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from leviathan import layout
 from leviathan.cost.disk import StudyDisk
 from leviathan.cost.plan import CellPlan
 from leviathan.cost.plan_eval import EvalPlan
 from leviathan.cost.units import size_text
+from leviathan.study.cluster import rule_threads, scale_resources
+from leviathan.study.corpus_size import corpus_bytes
 
 # No GPU has run this code: the GPU figures are the roofline's predictions. The compile-level
 # reading of the kernels (docs/gpu.md, "Compiled for the GPU" and LEV's "Uncertainty"; the
@@ -102,8 +106,6 @@ def data_step(config: Mapping[str, Any], bandwidth_mb_s: float) -> tuple[float, 
     """(CPU-hours, wall hours, training-text bytes fetched) of the data step: the corpus text
     fetched once (at `bandwidth_mb_s` from the Hub), then each vocabulary's text tokenized at
     TOKENIZE_MB_S_PER_CPU on the tokenize job's CPUs (its vocabularies at once)."""
-    from leviathan.cost.plan import corpus_bytes
-    from leviathan.study.cluster import rule_threads
 
     need = corpus_bytes(config)
     download = max(need.values(), default=0)
@@ -122,7 +124,6 @@ def spans(
     """Every GPU job on a timeline where each starts once its inputs exist: training after
     the data step (`start_h`), each evaluation (one GPU) after its cell's training. None
     where a training job has no GPU prediction (a CPU cell)."""
-    from leviathan.study.cluster import scale_resources
 
     out = []
     for p in plans:
@@ -238,7 +239,6 @@ def render_budget(budget: Budget) -> list[str]:
 def profile_retries(profile: Path | None = None) -> int:
     """The `retries` of a Snakemake profile (default: the shipped SLURM profile of this
     checkout); 0 where it has none."""
-    import yaml
 
     path = profile or layout.repo_root() / SLURM_PROFILE
     if not path.is_file():
@@ -248,7 +248,6 @@ def profile_retries(profile: Path | None = None) -> int:
 
 def job_limit_h(config: Mapping[str, Any], scale: str) -> float:
     """A training job's time limit in hours (config.resources.<scale>.runtime, minutes)."""
-    from leviathan.study.cluster import scale_resources
 
     return float(scale_resources(config, scale)["runtime"]) / 60
 

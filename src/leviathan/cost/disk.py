@@ -4,6 +4,7 @@ DVC's cache and what the run folders hold set aside, from the same counters as t
 
 from __future__ import annotations
 
+import configparser
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,8 +13,11 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import config_cells
-from leviathan.cost.plan import CellPlan, corpus_bytes, plan_cell, vocab_budgets
+from leviathan.cost.plan import CellPlan, plan_cell
 from leviathan.cost.units import size_text
+from leviathan.study.corpus_size import corpus_bytes, vocab_budgets
+from leviathan.train.config import workflow_runtime
+from leviathan.vocab import get_vocab
 
 
 @dataclass(frozen=True)
@@ -91,9 +95,7 @@ def study_disk(
     """The disk a study needs, from the same counters as its plan (`plans`: plan_cell of
     every cell, where the caller has them). Callable by any script that checks a machine
     before a study runs (e.g. a rehearsal)."""
-    from leviathan.data.tokenizers import token_dtype
-    from leviathan.train.config import workflow_runtime
-    from leviathan.vocab import get_vocab
+    from leviathan.data.tokenizers import token_dtype  # the data layer: off the GPU image's path
 
     plans = (
         plans if plans is not None else [plan_cell(config, c, mfu) for c in config_cells(config)]
@@ -134,7 +136,6 @@ def dvc_cache_copies(dvc_config: Path | None = None) -> bool:
     """Whether DVC may copy outputs into its cache (a second copy on disk): its `cache.type`
     (default the project's .dvc/config) is unset (DVC's default `reflink,copy`: a copy where
     the filesystem has no reflinks) or names `copy`. Links (hardlink, symlink) never copy."""
-    import configparser
 
     parser = configparser.ConfigParser()
     parser.read(dvc_config or layout.repo_root() / ".dvc" / "config")

@@ -137,6 +137,18 @@ def largest_fitting(
     return None
 
 
+def fitting_micro_batch(
+    cfg: Any, gpu: str | None, batches: tuple[int, int, int], parallel: str = "ddp"
+) -> int | None:
+    """The largest micro-batch below the one that ran out of memory that the memory model
+    predicts to fit the GPU named `gpu` (torch.cuda.get_device_name), for `batches` =
+    (per-rank batch, micro-batch, ranks); None for a GPU the model table does not know."""
+    if gpu is None or gpu_model(gpu) is None:
+        return None
+    per_rank, micro_batch, ranks = batches
+    return largest_fitting(cfg, per_rank, micro_batch, ranks, gpu, parallel)
+
+
 def refusal(scale: str, micro: int, memory: JobMemory, largest: int | None) -> str:
     """The one line that refuses a training micro-batch that does not fit its GPU."""
     fix = (

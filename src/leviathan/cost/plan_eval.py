@@ -5,15 +5,25 @@ below the training plan, `leviathan.cost.plan`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.cost.disk import study_disk
 from leviathan.cost.plan import DEFAULT_MFU, CellPlan, cell_mfu, memory_text
 from leviathan.cost.units import count_text
+from leviathan.device import peak_flops
+from leviathan.eval.config import PAPER_TASKS
+from leviathan.eval.run import along_enabled
+from leviathan.manifest import read_manifest
+from leviathan.model.accounting import account
+from leviathan.study.along import along_steps
+from leviathan.study.cluster import eval_resources
 from leviathan.study.resolve import cell_train_config
+from leviathan.train.config import workflow_runtime
 
 # Sizes of what the evaluation scores that no config states: lm-eval's official splits
 # (documents: facts of the datasets) x requests per document (answer choices) x tokens per
@@ -60,8 +70,6 @@ class EvalPlan:
 def val_tokens(config: Mapping[str, Any], cell: Cell, context: int) -> int | None:
     """Targets of the `val` evaluation: max_windows x context, or the tokenized split's size
     where it exists (None for the whole split of data not yet tokenized)."""
-    from leviathan import layout
-    from leviathan.manifest import read_manifest
 
     windows = ((config.get("evaluate") or {}).get("val") or {}).get("max_windows")
     val = layout.shards(layout.tokens_dir(config["corpus"]["name"], cell.vocab))["val"]
@@ -79,7 +87,6 @@ def lm_eval_tokens(config: Mapping[str, Any]) -> int | None:
     section = (config.get("evaluate") or {}).get("lm_eval")
     if section is None:
         return 0
-    from leviathan.eval.config import PAPER_TASKS
 
     limit = section.get("limit")
     data = section.get("data") or {}
@@ -96,7 +103,6 @@ def lm_eval_tokens(config: Mapping[str, Any]) -> int | None:
 
 def _jsonl_rows(data_files: Mapping[str, Any] | None) -> int | None:
     """Documents of local JSONL task files (the largest split; None: not local JSONL)."""
-    from pathlib import Path
 
     if not data_files:
         return None
@@ -112,7 +118,6 @@ def _jsonl_rows(data_files: Mapping[str, Any] | None) -> int | None:
 def wikitext_tokens(config: Mapping[str, Any]) -> int:
     """Tokens of the WikiText evaluation: WIKITEXT_TOKENS, or for local files their UTF-8
     bytes / corpus.bytes_per_token, scored twice."""
-    from pathlib import Path
 
     section = (config.get("evaluate") or {}).get("wikitext")
     if section is None:
@@ -132,9 +137,6 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) 
     """The cell's evaluation jobs: forward FLOPs per token (the code's counter, the input
     table materialised: no per-token input cost) x tokens, on one GPU of the job's model, at
     EVAL_MFU_SHARE of the training MFU (`mfu` where stated, else the cell's roofline's)."""
-    from leviathan.device import peak_flops
-    from leviathan.model.accounting import account
-    from leviathan.study.cluster import eval_resources
 
     tc = cell_train_config(config, cell)
     acc = account(tc.model_config(), tc.context)
@@ -155,8 +157,6 @@ def plan_evals(config: Mapping[str, Any], cell: Cell, mfu: float | None = None) 
         flops = None if n is None else float(per_token) * n
         hours = flops / (peak * train_mfu * EVAL_MFU_SHARE) / 3600 if peak and flops else None
         out.append(EvalPlan(evaluation, n, flops, hours, res["runtime"] / 60))
-    from leviathan.study.along import along_evals
-
     return out + along_evals(config, cell, out)
 
 
@@ -170,8 +170,6 @@ def render_evaluation(
         "evaluation: one job per cell and evaluation (config.eval_resources); GPU-hours at "
         f"{EVAL_MFU_SHARE:.0%} of the cell's training MFU (smaller, padded batches)"
     ]
-    from leviathan.study.along import along_note
-
     lines += along_note(config, plans)
     evaluations = (
         [e.evaluation for e in plan_evals(config, plans[0].cell, plans[0].mfu)] if plans else []
@@ -214,3 +212,41 @@ def render_evaluation(
     )
     lines.append(study_disk(config, plans).line())
     return lines
+
+
+def along_evals(config: Mapping[str, Any], cell: Cell, evals: Sequence[EvalPlan]) -> list[EvalPlan]:
+    """The cell's evaluations along training as one plan entry, `along`: its kept checkpoints'
+    val jobs (each the cell's `val` job among `evals`: the same sample, model and GPU), their
+    tokens, FLOPs and GPU-hours summed; none when off or where the cell has no val job."""
+    val = next((e for e in evals if e.evaluation == "val"), None)
+    if val is None or not along_enabled(config):
+        return []
+    n = len(along_steps(config, cell))
+
+    def times(x: float | None) -> float | None:
+        return None if x is None else x * n
+
+    tokens = None if val.tokens is None else val.tokens * n
+    return [
+        replace(
+            val,
+            evaluation="along",
+            tokens=tokens,
+            flops=times(val.flops),
+            gpu_hours=times(val.gpu_hours),
+            jobs=n,
+        )
+    ]
+
+
+def along_note(config: Mapping[str, Any], plans: Sequence[CellPlan]) -> list[str]:
+    """The plan's line on the evaluations along training: how many val jobs, on which steps."""
+    if not along_enabled(config) or not plans:
+        return []
+    spec = workflow_runtime(config.get("runtime")).checkpoint.keep_at
+    counts = {p.cell.key: len(along_steps(config, p.cell)) for p in plans}
+    return [
+        f"along (evaluate.along): the val job of each kept checkpoint (runtime.checkpoint.keep_at "
+        f"{spec!r}: {min(counts.values())}-{max(counts.values())} per cell, "
+        f"{sum(counts.values()):,} jobs); their weights are in the disk line's kept checkpoints"
+    ]

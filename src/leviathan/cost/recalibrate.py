@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from leviathan import layout
-from leviathan.cells import Cell
-from leviathan.cost.plan import CellPlan
+from leviathan.cells import Cell, config_cells
+from leviathan.cost.budget import attempts_needed, job_limit_h, profile_retries, train_wall_h
+from leviathan.cost.plan import CellPlan, study_plans
+from leviathan.gpus import gpu_model
+from leviathan.train.metrics_log import read_metrics
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,6 @@ class Recalibrated:
 
     @property
     def attempts(self) -> int | None:
-        from leviathan.cost.budget import attempts_needed
 
         return None if self.wall_h is None else attempts_needed(self.wall_h, self.limit_h)
 
@@ -101,7 +103,6 @@ class Recalibrated:
 def device_key(device: str | None) -> str:
     """The GPU model a device name or a config's gpu_model is (leviathan.gpus), else itself:
     "cpu" for a CPU run or a cell without GPUs."""
-    from leviathan.gpus import gpu_model
 
     if not device or device == "cpu":
         return "cpu"
@@ -113,7 +114,6 @@ def measured_pace(plan: CellPlan) -> Pace | None:
     """The cell's pace from its metrics log, read through train/metrics_log.py's reader (None:
     no log, no train record with its step time yet, or a log that cannot be read, which
     `leviathan status` shows with its error)."""
-    from leviathan.train.metrics_log import read_metrics
 
     path = layout.metrics_file(layout.run_dir(plan.cell))
     try:
@@ -160,7 +160,6 @@ def recalibrate(
 ) -> list[Recalibrated]:
     """Every cell's training job at the pace it takes (empty where no cell has run yet);
     `retries`: the shipped SLURM profile's where not given."""
-    from leviathan.cost.budget import job_limit_h, profile_retries, train_wall_h
 
     paces = {p.cell: pace for p in plans if (pace := measured_pace(p)) is not None}
     if not paces:
@@ -246,8 +245,6 @@ def status_lines(config: Mapping[str, Any], now: float | None = None) -> list[st
     """What `leviathan status` prints below its table once a cell has a measured step time
     (nothing before): the study's remaining hours and its expected finish (every unfinished
     job at once, at its pace or the prediction), then the recalibration's WARNING lines."""
-    from leviathan.cells import config_cells
-    from leviathan.cost.plan import study_plans
 
     cells = config_cells(config)
     if not any(layout.metrics_file(layout.run_dir(c)).is_file() for c in cells):

@@ -37,13 +37,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from leviathan.cost import lev_kernels
+from leviathan.cost.loss_bytes import FUSED_BYTES_PER_HEAD, fused_loss_bytes
 from leviathan.cost.step_count import OPTIMIZER_IMPL, distinct_ids
 from leviathan.gpus import require_gpu_model
-from leviathan.model import lev_triton
 from leviathan.model.accounting import Accounting, account_model
 from leviathan.model.config import ModelConfig
 from leviathan.model.language_model import build_model
-from leviathan.model.loss import FUSED_BYTES_PER_HEAD, HEAD_ROWS_MULTIPLE, fused_loss_bytes
+from leviathan.model.loss_head import HEAD_ROWS_MULTIPLE
 from leviathan.model.loss_tiles import tile_flops, tile_l2_bytes
 
 # stated, not measured: the share of peak that large bf16 GEMMs and streaming kernels reach
@@ -90,7 +91,7 @@ PARAM_BYTES = 6 + PARAM_MATMUL_BYTES + 6
 
 # ---- head + loss -----------------------------------------------------------------------
 # The GPU's loss is the fused linear cross-entropy (loss.py: two Triton kernels, custom ops,
-# the same eagerly and compiled): `loss.fused_loss_bytes`, 6 bytes per logit (G written once
+# the same eagerly and compiled): `loss_bytes.fused_loss_bytes`, 6 bytes per logit (G written once
 # in bf16, read by the two gradient GEMMs), 8 per hidden element, 28 per head element (its
 # casts and padding). The kernels form the logits tile by tile while they compute (streamed
 # like a matmul's operands); the head's casts are elementwise. Its FLOPs: the backward
@@ -102,8 +103,8 @@ HEAD_MATMULS = 4
 # by the dense backward (4); per table element: the dense gradient written (4) and, tied, its
 # sum with the head's gradient (read 8, write 4)
 TABLE_ROW_BYTES, TABLE_GRAD_BYTES, TIED_GRAD_SUM_BYTES = 12, 4, 12
-# LEV (per distinct id): its spline product is one custom op (lev.py), whose kernels move
-# `lev_triton.cost_per_id` (t, M and their gradients; the coefficient table, L2-resident, once
+# LEV (per distinct id): its spline product is one custom op (model/spline_product.py), whose kernels move
+# `lev_kernels.cost_per_id` (t, M and their gradients; the coefficient table, L2-resident, once
 # per step), eager and compiled alike. Around it, steps 1-3 and the out-projection in torch
 # ops: eager, 23 fp32 passes over the h x d_seed coordinates (the codebook rows' sum, the
 # heads' projection, LayerNorm, its gain, bias and 1/2 as one multiply-add with the sigmoid
@@ -226,7 +227,7 @@ def _backbone_part(cfg: ModelConfig, acc: Accounting, N: int, fused: bool) -> Pa
 
 
 def _head_part(cfg: ModelConfig, N: int) -> Part:
-    """The fused loss (`loss.fused_loss_bytes`): HEAD_MATMULS matmuls of N x V_pad x D, two
+    """The fused loss (`loss_bytes.fused_loss_bytes`): HEAD_MATMULS matmuls of N x V_pad x D, two
     of them the Triton kernels' tiles, paced by their L2 reads where those bind
     (`loss_tiles.tile_l2_bytes`)."""
     D, V_pad = cfg.d_model, padded_vocab(cfg)
@@ -250,7 +251,7 @@ def _input_part(cfg: ModelConfig, acc: Accounting, N: int) -> Part:
     ids = distinct_ids(cfg, N)
     per_id, per_step = 4 * 2 * D, 0  # an MLP's output and its gradient, fp32
     if cfg.variant == "leviathan":
-        lev, cost = cfg.lev, lev_triton.cost_per_id(cfg.lev)
+        lev, cost = cfg.lev, lev_kernels.cost_per_id(cfg.lev)
         per_id = (
             cost.bytes_per_id + 4 * LEV_COORD_PASSES * lev.n_heads * lev.d_seed + LEV_ROW_BYTES * D
         )

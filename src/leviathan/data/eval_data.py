@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from leviathan import layout
+from leviathan.eval.config import WikitextConfig, enabled_evals, eval_config
 
 WIKITEXT = "wikitext"
 
@@ -54,7 +55,6 @@ class Need:
 
 def needs(config: Mapping[str, Any]) -> list[Need]:
     """The datasets the config's enabled evaluations read from the Hub, in order."""
-    from leviathan.eval.run import enabled_evals, eval_config
 
     cfg = eval_config(config)
     enabled = enabled_evals(config)
@@ -85,7 +85,6 @@ def fill_command(config_files: list[str] | None = None) -> str:
 def task_config(need: Need) -> dict[str, Any]:
     """lm-eval's own config of the need's task, as the evaluation runs it (WikiText: its
     dataset changed to the configured one, as leviathan.eval.wikitext.task_overrides does)."""
-    from leviathan.eval.config import WikitextConfig
     from leviathan.eval.lm_eval_tasks import official_config, task_manager
 
     cfg = official_config(task_manager([need.task]), need.task)

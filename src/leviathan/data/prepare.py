@@ -37,7 +37,7 @@ def tokenize_corpus(
     """Tokenize every (or the given) split; write train counts. Returns a summary.
 
     `max_train_bytes`: tokenize only the train documents that start within that much text
-    (what this vocabulary's largest token budget needs, `leviathan.cost.plan`); the
+    (what this vocabulary's largest token budget needs, `leviathan.study.corpus_size`); the
     other splits are tokenized whole.
 
     `threads` encoder threads run in each of `processes` processes (defaults: one worker

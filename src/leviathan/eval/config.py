@@ -27,6 +27,7 @@ A config file (YAML) or the workflow's `eval:` section may hold three sections:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,25 @@ class EvalConfig:
         if "eval" in data and isinstance(data["eval"], dict) and set(data) == {"eval"}:
             data = data["eval"]
         return cls.from_dict(data)
+
+
+# The evaluations of one trained checkpoint: each is a rule (eval_<evaluation>), a section of
+# config.evaluate (<evaluation>) and a leviathan.eval config (EvalConfig.<evaluation>).
+CHECKPOINT_EVALS = ("val", "wikitext", "lm_eval")
+
+
+def eval_sections(config: Mapping[str, Any]) -> dict[str, Any]:
+    """config.evaluate: which evaluations run (a null section is off) and their settings."""
+    return dict(config.get("evaluate") or {})
+
+
+def eval_config(config: Mapping[str, Any]) -> EvalConfig:
+    """The `leviathan.eval` config of the workflow (raises on a bad key, before any job)."""
+    sections = eval_sections(config)
+    return EvalConfig.from_dict({k: sections.get(k) or {} for k in CHECKPOINT_EVALS})
+
+
+def enabled_evals(config: Mapping[str, Any]) -> list[str]:
+    """The checkpoint evaluations the config runs: `val` always, the others unless null."""
+    sections = eval_sections(config)
+    return [k for k in CHECKPOINT_EVALS if k == "val" or sections.get(k) is not None]

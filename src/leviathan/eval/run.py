@@ -1,32 +1,19 @@
-"""The evaluations of one trained checkpoint: which kinds there are (CHECKPOINT_EVALS), which
-the config runs and with what settings, and the one dispatcher the workflow's rules
+"""The evaluations of one trained checkpoint (which the config runs: leviathan.eval.config's
+enabled_evals): their settings as a rule's params, and the one dispatcher the workflow's rules
 (`leviathan.study.actions.evaluate`) and `leviathan eval` run them through
 (`run_evaluation`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
-# The evaluations of one trained checkpoint: each is a rule (eval_<evaluation>), a section of
-# config.evaluate (<evaluation>) and a leviathan.eval config (EvalConfig.<evaluation>).
-CHECKPOINT_EVALS = ("val", "wikitext", "lm_eval")
-
-
-def eval_sections(config: Mapping[str, Any]) -> dict[str, Any]:
-    """config.evaluate: which evaluations run (a null section is off) and their settings."""
-    return dict(config.get("evaluate") or {})
-
-
-def eval_config(config: Mapping[str, Any]) -> Any:
-    """The `leviathan.eval` config of the workflow (raises on a bad key, before any job)."""
-    from leviathan.eval.config import EvalConfig
-
-    sections = eval_sections(config)
-    return EvalConfig.from_dict({k: sections.get(k) or {} for k in CHECKPOINT_EVALS})
-
+from leviathan.eval.config import CHECKPOINT_EVALS
+from leviathan.train.config import workflow_runtime
 
 # settings of an evaluation that say how it runs, not what it computes
 NOT_RESULT_SETTINGS = ("persist_seconds",)
@@ -40,17 +27,10 @@ def result_settings(cfg: Any, evaluation: str) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k not in NOT_RESULT_SETTINGS}
 
 
-def enabled_evals(config: Mapping[str, Any]) -> list[str]:
-    """The checkpoint evaluations the config runs: `val` always, the others unless null."""
-    sections = eval_sections(config)
-    return [k for k in CHECKPOINT_EVALS if k == "val" or sections.get(k) is not None]
-
-
 def along_enabled(config: Mapping[str, Any]) -> bool:
     """Whether the config evaluates along training; on without runtime.checkpoint.keep_at is an error."""
     if not (config.get("evaluate") or {}).get("along"):
         return False
-    from leviathan.train.config import workflow_runtime
 
     if not workflow_runtime(config.get("runtime")).checkpoint.keep_at:
         raise ValueError(
@@ -82,7 +62,7 @@ def run_evaluation(
     and `leviathan eval` both run their evaluations through this. WikiText and lm-eval read the
     datasets the data step fetched into data/eval/ where the config gives no data_files of its
     own (leviathan.eval.fetched), else the Hub."""
-    from leviathan.eval.fetched import use_fetched
+    from leviathan.eval.fetched import use_fetched  # the data layer: off the GPU image's path
 
     settings = use_fetched(evaluation, settings)
     if evaluation == "val":
@@ -121,9 +101,6 @@ def run_evaluation(
 
 def settings_key(*parts: Any) -> str:
     """A hash naming what an evaluation computes (checkpoint, precision, settings)."""
-    import hashlib
-    import json
-    from dataclasses import asdict, is_dataclass
 
     plain = [asdict(p) if is_dataclass(p) and not isinstance(p, type) else p for p in parts]
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,7 +1,7 @@
 """The Triton kernels of `lev_triton` (imported only there, on first use: Triton is optional).
 
 Layouts (fp32, contiguous): t [N, h, P]; coef [h, P, K, 3, r] (the per-interval table of
-`lev.knot_interval_coefficients`, row (l, p, c) holding A0, A1, A2); M, grad_M [N, h, r].
+`spline_product.knot_interval_coefficients`, row (l, p, c) holding A0, A1, A2); M, grad_M [N, h, r].
 Arithmetic per factor as `lev_native`'s C source, operation for operation.
 """
 
@@ -10,14 +10,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from leviathan.model import lev_triton
-
 # globals a kernel reads must be constexpr
 SIGN_AND_MANTISSA = tl.constexpr(-2139095041)  # 0x807FFFFF as an int32: all but the exponent
 ONE_EXPONENT = tl.constexpr(0x3F800000)  # the exponent bits of 1.0
 TF32_BITS = tl.constexpr(-8192)  # 0xFFFFE000: sign, exponent, tf32's leading 10 mantissa bits
-# the backward's coordinates per program: grad_M * M formed once for them
-COORDINATES_PER_PROGRAM = tl.constexpr(lev_triton.COORDINATES_PER_PROGRAM)
 
 
 @triton.jit
@@ -196,12 +192,15 @@ def spline_backward_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    COORDINATES: tl.constexpr,
 ):
     """Program (4 coordinates p0..p0+3, head, split s): walks split s's ids in order, forming
     grad_M * M once per block of ids for the 4; writes their grad_t and owns their K x 3 x R
     gradient rows in split s's partial table, summed as one-hot (K x ids) @ (ids x R)
-    products in registers."""
-    p0 = tl.program_id(0) * COORDINATES_PER_PROGRAM
+    products in registers. COORDINATES: the launch's coordinates per program (4, unrolled
+    below)."""
+    tl.static_assert(COORDINATES == 4, "the backward kernel unrolls 4 coordinates per program")
+    p0 = tl.program_id(0) * COORDINATES
     head = tl.program_id(1)
     split = tl.program_id(2)
     gcoef_ptr += split.to(tl.int64) * (h * P * K * 3 * R)  # this split's partial table

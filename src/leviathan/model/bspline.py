@@ -11,7 +11,7 @@ which sum to 1 (partition of unity). Centres outside [0, kappa) get weight 0 (th
 basis is not a partition of unity: only the interior is). The basis is C^1, so the choice
 of c at f = +-0.5 does not matter for values or derivatives. The interval x in
 [c - 1/2, c + 1/2) is one knot interval of the spline (its knots are the half-integers);
-`lev.py` evaluates the 3 taps there as one quadratic in f (`knot_interval_coefficients`).
+`spline_product.py` evaluates the 3 taps there as one quadratic in f (`knot_interval_coefficients`).
 `basis_dense` is the formula itself, over all kappa centres: the reference path.
 
 The two RECON choices of the basis (docs/method.md §6, `LEVConfig.basis` and `knot_scale`):
@@ -40,7 +40,7 @@ def basis_dense(
     scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Dense basis t.shape + (kappa,) straight from the formula (the reference path
-    `lev.reference_product`, the learned-scale path and tests; not the fixed hot path).
+    `spline_product.reference_product`, the learned-scale path and tests; not the fixed hot path).
 
     scale: None (the fixed spacing, x = t (kappa - 1)) or the learned scales, broadcast
     against t (t [N, h, P], scale [h, P]): u_j = |t - j / (kappa - 1)| scale. normalised:

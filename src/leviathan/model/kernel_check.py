@@ -17,7 +17,7 @@ checks any of them on any device it runs on: the Triton ones on a CPU under the 
 The reference is the plain torch code in float64 on the same device: LEV's `_plain_forward`
 and `_plain_backward`; for the loss, the logits h @ w.T, their logsumexp, the target's logit
 and G = a softmax + b onehot. The kernels are launched through the code the run launches them
-with (`lev._fused_forward` and `_fused_backward`, `loss_kernel`'s ops). `TOLERANCES` states
+with (`spline_product._fused_forward` and `_fused_backward`, `loss_kernel`'s ops). `TOLERANCES` states
 the bounds: those the GPU tests hold the kernels to against float64 (tests/gpu/test_cuda.py),
 and for bf16 operands those of the interpreter tests (tests/model/test_loss_kernel.py).
 
@@ -40,8 +40,17 @@ import torch
 from torch import nn
 
 from leviathan.device import uses_gpu_policy
-from leviathan.model import kernel_use
+from leviathan.model import kernel_use, lev_native, lev_triton, loss
 from leviathan.model.config import LEVConfig
+from leviathan.model.lev import LEV
+from leviathan.model.loss_head import HEAD_ROWS_MULTIPLE, IGNORE_INDEX
+from leviathan.model.spline_product import (
+    _fused_backward,
+    _fused_forward,
+    _plain_backward,
+    _plain_forward,
+    knot_interval_coefficients,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +125,6 @@ class _Batch:
         """float64 t [n, h, P] (random, rows on the ends 0 and 1 and on knots), the
         coefficients [h P kappa, 3, r] of S = 1 + spline_init_std N(0, 1), grad_M [n, h, r]
         and the plain path's M."""
-        from leviathan.model.lev import _plain_forward, knot_interval_coefficients
 
         lev, n = _lev(self.shapes), LEV_IDS[self.device.type]
         h, P, K, r = lev.n_heads, lev.d_seed, lev.n_knots, lev.rank
@@ -134,7 +142,6 @@ class _Batch:
     @functools.cached_property
     def lev_grads(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The plain path's float64 (grad_t, grad_coef)."""
-        from leviathan.model.lev import _plain_backward
 
         lev = _lev(self.shapes)
         t, coef, grad_M, M = self.lev
@@ -146,7 +153,6 @@ class _Batch:
         pad V to the GPU rule's multiple) in the loss's dtype, drawn on the device (a head of
         200k rows in a few milliseconds), targets with every 7th ignored, and the float64
         logits of h and w as the kernels read them (padding columns -inf)."""
-        from leviathan.model.loss import HEAD_ROWS_MULTIPLE, IGNORE_INDEX
 
         assert self.shapes.head is not None
         (V, D), dtype, device = self.shapes.head, self.shapes.loss_dtype, self.device
@@ -167,7 +173,6 @@ class _Batch:
 
 
 def _lev_forward(batch: _Batch, path: str) -> str | None:
-    from leviathan.model.lev import _fused_forward
 
     lev = _lev(batch.shapes)
     t, coef, _, M = batch.lev
@@ -177,7 +182,6 @@ def _lev_forward(batch: _Batch, path: str) -> str | None:
 
 def _lev_backward(batch: _Batch, path: str) -> str | None:
     """The kernel's gradients given the plain path's M (its forward plays no part)."""
-    from leviathan.model.lev import _fused_backward
 
     lev = _lev(batch.shapes)
     t, coef, grad_M, M = (x.float() for x in batch.lev)
@@ -192,7 +196,6 @@ def _loss_tolerance(dtype: torch.dtype) -> Tolerance:
 
 def _loss_forward(batch: _Batch) -> str | None:
     """Each token's logsumexp and target logit (0 where ignored) from the kernel."""
-    from leviathan.model import loss
 
     h, w, t, z = batch.loss
     lse, picked = loss._kernels().lse_and_pick(h, w, t, _classes(batch.shapes))
@@ -206,7 +209,6 @@ def _loss_forward(batch: _Batch) -> str | None:
 
 def _loss_backward(batch: _Batch) -> str | None:
     """G = a softmax + b onehot from the kernel, given the float64 logsumexp."""
-    from leviathan.model import loss
 
     h, w, t, z = batch.loss
     lse = torch.logsumexp(z, 1)
@@ -245,7 +247,6 @@ def _classes(shapes: CheckShapes) -> int:
 def runnable(kernel: str, shapes: CheckShapes, device: torch.device) -> bool:
     """Whether `kernel` can run on `device` at all (a GPU for compiled Triton, the CPU for
     the native kernel or the interpreter), for a model with these shapes."""
-    from leviathan.model import lev_native, lev_triton
 
     if kernel.startswith("lev_") and shapes.lev is None:
         return False
@@ -324,7 +325,6 @@ def check_kernels(
 def model_shapes(model: nn.Module, bf16: bool) -> CheckShapes:
     """The shapes of `model` (a LanguageModel): its LEV's, where it runs the fused product
     (the fixed knot spacing), and its head's; `bf16`: the loss runs under bf16 autocast."""
-    from leviathan.model.lev import LEV
 
     levs = [m.cfg for m in model.modules() if isinstance(m, LEV) and m.knot_scale is None]
     cfg = model.cfg  # type: ignore[attr-defined]

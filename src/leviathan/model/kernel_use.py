@@ -3,7 +3,7 @@
 The self-check (`leviathan.model.kernel_check`) runs once per process, before training or
 evaluation starts. It hands its record to `adopt`: a kernel that failed is switched off here,
 and the code that would launch it takes the plain torch ops instead. Two places read the
-switches: LEV's path choice (`lev._resolve`, kernel "auto") and the loss
+switches: LEV's path choice (`spline_product._resolve`, kernel "auto") and the loss
 (`loss.uses_fused_kernels`, `loss.linear_cross_entropy`). `checked()` is the record that every
 manifest and evaluation output of the process carries (`env.kernel_check`,
 `leviathan.provenance.environment`), and that the report's status page reads.

@@ -14,7 +14,7 @@ beyond 2^+-125 (each |phi| ~ 2^15 or 2^-15 on average: far outside what phi take
 bounded by max |S|). A zero factor gives an exact 0.
 
 Backward (given gMM = grad_M * M, the same formula as the plain path): d M / d phi_p =
-M / phi_p with |phi_p| clamped to eps exactly as `lev._plain_backward` does. A thread owns a
+M / phi_p with |phi_p| clamped to eps exactly as `spline_product._plain_backward` does. A thread owns a
 (head, block of coordinates) and its coefficient rows, and adds its ids' gradients into them
 in id order: deterministic and free of atomics (no index_add_). The per-id lane pass is
 vectorised; the lane sums of grad_t are taken several ids at a time, each in lane order.
@@ -33,6 +33,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -40,6 +41,8 @@ from functools import cache
 from pathlib import Path
 
 import torch
+
+from leviathan.io import read_json, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 RESCALE = 8
@@ -180,7 +183,6 @@ def _cpu_id() -> str:
     """What `-march=native` compiles for: the machine and its CPU's model and feature flags, so a
     cache shared between kinds of nodes (a cluster's home directory) never hands one node a
     library built for another's instruction set."""
-    import platform
 
     info = ""
     try:
@@ -232,7 +234,6 @@ def _verified(lib: Path, key: str) -> bool:
     """Whether `lib` is the library its build recorded for `key` (else it is rebuilt)."""
     if not lib.exists():
         return False
-    from leviathan.io import read_json, sha256_file
 
     try:
         record = read_json(_record(lib))
@@ -248,7 +249,6 @@ def _build(cc: str, lib: Path, key: str) -> bool:
     """Compile the kernel into `lib` and record its key and sha256 beside it (each renamed
     into place whole: concurrent processes see a whole library or none); False if the
     compiler fails."""
-    from leviathan.io import sha256_file, write_json
 
     lib.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:

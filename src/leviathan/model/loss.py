@@ -16,8 +16,8 @@ The GPU path (the GPU rule on a CUDA device, `uses_fused_kernels`): the Triton k
 in registers (fp32 accumulators of the bf16 products), keeps an online logsumexp over the
 vocabulary and the target's logit, and writes two floats per token; the backward recomputes
 each tile and writes G = softmax - onehot (scaled by the upstream gradient) once, in bf16,
-which the two cuBLAS GEMMs (dh = G w, dw = G^T h) read. `FUSED_BYTES_PER_LOGIT` = 6 bytes per
-logit (`fused_loss_bytes` for the whole loss; counted 7.79 at the 400m micro-batch, against
+which the two cuBLAS GEMMs (dh = G w, dw = G^T h) read. 6 bytes per logit
+(`leviathan.cost.loss_bytes` models the whole loss; counted 7.79 at the 400m micro-batch, against
 70.7 for the chunked code below: BENCHMARKS.md, "Bytes per step"). Chosen over:
   * a maintained fused linear-cross-entropy (Liger Kernel, Cut Cross-Entropy): neither is in
     the GPU image (torch, NumPy, safetensors, tiktoken, PyYAML, tqdm and Triton only). Liger
@@ -38,18 +38,7 @@ groups of rows where it does not fit `HEAD_GRAD_SHARE` chunk buffers; the device
 is asked once per device (`leviathan.device.device_memory`, asked before anything compiles:
 `leviathan.train.regions`), read in the backward only.
 
-The CPU rule (`_TiledCrossEntropy`): the logits of up to `TILE_ROWS` tokens by `chunk_elems //
-rows` classes at a time (2 MiB in fp32 by default: the tile stays in the core's caches through
-its few passes), the CPU's version of the kernels' tiling. A first sweep over the classes keeps
-an online logsumexp and the target's logit per token; a second recomputes each tile and turns
-it into its share of G = softmax - onehot in place, scaled by 1 / the counted tokens (one pass:
-exp(logit - lse - log(1 / n)), a masked token's shift is +inf), then adds G w into d hidden and
-writes G^T h into the tile's rows of d weight. One more matmul than keeping the logits, but no
-[rows x V] logits in memory and no page faults: at the default run's o200k head on one core,
-forward and backward in 0.65x the time of 128 MiB chunks of all V, the forward alone in 0.30x
-(`bench/bench_loss.py`, BENCHMARKS.md "Loss on a CPU"). Under torch.compile the same sums are
-one custom op, `leviathan::tiled_cross_entropy` (one node: no tile loop unrolled into the graph,
-no graph break; the loss and gradients of the eager code bit for bit).
+The CPU rule: `leviathan.model.loss_cpu` (tiles that stay in the core's caches).
 
 The chunked loss (the GPU rule forced on a CPU): `chunk_elems` logits per chunk, each chunk of
 all V. Forced to the GPU rule (what a GPU ran before the kernels):
@@ -72,72 +61,26 @@ from types import ModuleType
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.autograd.function import once_differentiable
 
-from leviathan.cost.traffic import TrafficCounter
 from leviathan.device import chunk_elems as device_chunk_elems
-from leviathan.device import forced_policy, uses_gpu_policy
+from leviathan.device import uses_gpu_policy
 from leviathan.model import kernel_use
-from leviathan.model.transformer import activation_dtype
+from leviathan.model.loss_cpu import TiledCrossEntropy, tiled_losses, tiled_op
+from leviathan.model.loss_head import (
+    DEFAULT_CHUNK_ELEMS,
+    IGNORE_INDEX,
+    GradientsInForward,
+    chunk_logits,
+    matmul_weight,
+    rows_per_chunk,
+)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-IGNORE_INDEX = -100
-# logits held at once on a CPU (one tile: 2 MiB in fp32); the GPU rule's chunks take a share
-# of the device's memory instead (`leviathan.device.chunk_elems`)
-DEFAULT_CHUNK_ELEMS = 1 << 19
-TILE_ROWS = 512  # CPU rule: tokens per tile (each sweep reads the head once per TILE_ROWS tokens)
 HEAD_GRAD_SHARE = 8  # GPU rule: G may hold this many chunk buffers' bytes (1/8 of memory)
-HEAD_ROWS_MULTIPLE = 128  # GPU rule: the head's rows padded to a multiple of this
-# The GPU path's HBM bytes under bf16 autocast (see `fused_loss_bytes`): per logit, G in bf16
-# written once by its kernel and read by the two GEMMs of the backward; per element of the
-# hidden states [N, D] (bf16, as the backbone's final norm gives them) and of the head [V, D]
-# (an fp32 parameter), their reads by the kernels and GEMMs and the head's casts.
-FUSED_BYTES_PER_LOGIT = 6
-FUSED_BYTES_PER_HIDDEN = 8  # read by both kernels and d W's GEMM, dh written: 4 x 2
-FUSED_BYTES_PER_HEAD = 28  # cast 6, pad and its backward 4 + 4, three reads, dw 2, cast back 6
 
 
-def _rows_per_chunk(vocab: int, chunk_elems: int) -> int:
-    return max(1, chunk_elems // vocab)
-
-
-def matmul_weight(weight: torch.Tensor) -> torch.Tensor:
-    """`weight` as the loss's matmuls take it: in the matmul dtype, and under the GPU rule
-    with zero rows appended up to a multiple of HEAD_ROWS_MULTIPLE."""
-    w = weight.to(activation_dtype(weight))
-    pad = -weight.shape[0] % HEAD_ROWS_MULTIPLE
-    return F.pad(w, (0, 0, 0, pad)) if pad and uses_gpu_policy(weight.device) else w
-
-
-def _chunk_logits(h: torch.Tensor, w: torch.Tensor, n_classes: int) -> torch.Tensor:
-    logits = (h @ w.t()).float()
-    if n_classes < w.shape[0]:
-        logits[:, n_classes:] = float("-inf")  # padding rows: never a class
-    return logits
-
-
-class _GradientsInForward(torch.autograd.Function):
-    """A loss whose forward computes d hidden and d weight (fp32, for a unit upstream
-    gradient) and saves them: the backward scales them by the upstream gradient."""
-
-    @staticmethod
-    @once_differentiable
-    def backward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
-        grad_h, grad_w = ctx.saved_tensors  # type: ignore[attr-defined]
-        return (
-            grad_h * grad_out.to(grad_h.dtype) if ctx.needs_input_grad[0] else None,
-            (grad_w * grad_out).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None,  # type: ignore[attr-defined]
-            None,
-            None,
-        )
-
-
-class _LinearCrossEntropy(_GradientsInForward):
-    """The GPU rule's chunked loss, forced on a CPU (module docstring)."""
+class _LinearCrossEntropy(GradientsInForward):
+    """The GPU rule's chunked loss, forced on a CPU (the module docstring's last part)."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -153,7 +96,7 @@ class _LinearCrossEntropy(_GradientsInForward):
         denom = valid.sum().clamp_min(1)  # a tensor, so that no host sync waits on the GPU
         grad_h = torch.zeros_like(hidden)
         budget = chunk_elems  # the device's budget, resolved by the caller (no query here)
-        step = _rows_per_chunk(w.shape[0], budget)
+        step = rows_per_chunk(w.shape[0], budget)
         # d weight: G^T H over groups of `group` rows (one group, one product, where G fits)
         group = _head_grad_rows(hidden.device, budget, w, step, N)
         G = torch.empty(group, w.shape[0], dtype=w.dtype, device=w.device) if group > step else None
@@ -162,7 +105,7 @@ class _LinearCrossEntropy(_GradientsInForward):
         for start in range(0, N, step):
             rows = slice(start, start + step)
             h, t, v = hidden[rows], targets[rows], valid[rows]
-            logits = _chunk_logits(h, w, V)
+            logits = chunk_logits(h, w, V)
             lse = torch.logsumexp(logits, dim=-1)
             safe_t = torch.where(v, t, 0)
             picked = logits.gather(1, safe_t.unsqueeze(1)).squeeze(1)
@@ -187,178 +130,6 @@ class _LinearCrossEntropy(_GradientsInForward):
         return total / denom
 
 
-def _tile_shape(n_rows: int, n_classes: int, chunk_elems: int) -> tuple[int, int]:
-    """(tokens, classes) of the CPU rule's tiles: up to TILE_ROWS tokens, `chunk_elems` logits."""
-    rows = max(1, min(n_rows, TILE_ROWS, chunk_elems))
-    return rows, max(1, min(n_classes, chunk_elems // rows))
-
-
-def _tiling(
-    hidden: torch.Tensor, w: torch.Tensor, chunk_elems: int
-) -> tuple[int, int, torch.Tensor]:
-    """The tile's (tokens, classes) and the one fp32 buffer every tile of the call is written
-    into, for the head `w` as the matmuls take it (`matmul_weight`)."""
-    rows, cols = _tile_shape(hidden.shape[0], w.shape[0], chunk_elems)
-    return rows, cols, torch.empty(rows * cols, device=hidden.device)
-
-
-def _tile_logits(h: torch.Tensor, w: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
-    """fp32 logits h @ w.T of one tile: written into `buffer` (flat, reused tile after tile)
-    where the matmul is fp32, else (another matmul dtype) a new tile."""
-    if h.dtype == w.dtype == buffer.dtype:
-        return torch.mm(h, w.t(), out=buffer[: h.shape[0] * w.shape[0]].view(h.shape[0], -1))
-    return (h.to(w.dtype) @ w.t()).float()
-
-
-def _in_tile(t: torch.Tensor, start: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which targets fall in the tile's classes [start, start + width), and their column."""
-    return (t >= start) & (t < start + width), (t - start).clamp(0, width - 1)
-
-
-def _tiled_scores(
-    h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, cols: int, buffer: torch.Tensor, argmax: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """One sweep over the classes for the tokens `h`: their logsumexp (online: a running max
-    and the sum of exp(logit - max), rescaled when the max grows), the target's logit (0 where
-    ignored) and, if asked, the logits' argmax (the first of equal ones, as torch's)."""
-    n = h.shape[0]
-    top = torch.full((n,), float("-inf"), device=h.device)
-    total = torch.zeros(n, device=h.device)
-    picked = torch.zeros(n, device=h.device)
-    best = torch.zeros(n, dtype=torch.long, device=h.device) if argmax else None
-    for start in range(0, w.shape[0], cols):
-        logits = _tile_logits(h, w[start : start + cols], buffer)
-        inside, col = _in_tile(t, start, logits.shape[1])
-        picked = torch.where(inside, logits.gather(1, col.unsqueeze(1)).squeeze(1), picked)
-        if best is None:
-            tile_top = logits.amax(1)
-        else:
-            tile_top, where = logits.max(1)
-            best = torch.where(tile_top > top, where + start, best)
-        new_top = torch.maximum(top, tile_top)
-        total.mul_((top - new_top).exp_()).add_(logits.sub_(new_top.unsqueeze(1)).exp_().sum(1))
-        top = new_top
-    return top + total.log(), picked, best
-
-
-def _tiled_losses(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    chunk_elems: int,
-    argmax: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token losses [N] (0 where ignored) and, if asked, whether each target is the argmax:
-    the CPU rule's forward, tile by tile."""
-    w = matmul_weight(weight)
-    rows, cols, buffer = _tiling(hidden, w, chunk_elems)
-    n = hidden.shape[0]
-    out = torch.zeros(n, device=hidden.device)
-    greedy = torch.zeros(n, dtype=torch.bool, device=hidden.device) if argmax else None
-    for start in range(0, n, rows):
-        r = slice(start, start + rows)
-        t = targets[r]
-        lse, picked, best = _tiled_scores(hidden[r], w, t, cols, buffer, argmax)
-        out[r] = torch.where(t != IGNORE_INDEX, lse - picked, 0.0)
-        if greedy is not None and best is not None:
-            greedy[r] = best == t
-    return out, greedy
-
-
-def _tiled_loss_and_grads(
-    hidden: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, chunk_elems: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The CPU rule's mean loss, d hidden (hidden's dtype) and d w (fp32) for a unit upstream
-    gradient, tile by tile (module docstring); `w` is the head as the matmuls take it."""
-    rows, cols, buffer = _tiling(hidden, w, chunk_elems)
-    n = hidden.shape[0]
-    valid = targets != IGNORE_INDEX
-    counted = valid.sum().clamp_min(1)
-    # log of each token's weight in the mean: -log(counted), -inf where ignored
-    log_share = torch.where(valid, -counted.float().log(), float("-inf"))
-    fp32 = hidden.dtype == w.dtype == torch.float32
-    grad_h = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
-    grad_w = torch.empty(w.shape, dtype=torch.float32, device=w.device)
-    total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-    for first in range(0, n, rows):
-        r = slice(first, first + rows)
-        h, t = hidden[r], targets[r]
-        lse, picked, _ = _tiled_scores(h, w, t, cols, buffer, argmax=False)
-        total += torch.where(valid[r], lse - picked, 0.0).sum()
-        shift = (lse - log_share[r]).unsqueeze(1)
-        share = log_share[r].exp()
-        for start in range(0, w.shape[0], cols):
-            wc, dw = w[start : start + cols], grad_w[start : start + cols]
-            g = _tile_logits(h, wc, buffer).sub_(shift).exp_()  # softmax / counted
-            inside, col = _in_tile(t, start, g.shape[1])
-            g.scatter_add_(1, col.unsqueeze(1), torch.where(inside, -share, 0.0).unsqueeze(1))
-            if fp32:
-                grad_h[r].addmm_(g, wc)
-                if first:
-                    dw.addmm_(g.t(), h)
-                else:
-                    torch.mm(g.t(), h, out=dw)
-                continue
-            g = g.to(w.dtype)  # another matmul dtype (float64 in tests): fp32 sums
-            grad_h[r] += (g @ wc).float()
-            head = (g.t() @ h.to(w.dtype)).float()
-            if first:
-                dw.add_(head)
-            else:
-                dw.copy_(head)
-    if n == 0:
-        grad_w.zero_()
-    return total / counted, grad_h.to(hidden.dtype), grad_w
-
-
-class _TiledCrossEntropy(_GradientsInForward):
-    """The CPU rule's loss, tile by tile (module docstring), as autograd runs it eagerly."""
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx,
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        targets: torch.Tensor,
-        chunk_elems: int,
-    ) -> torch.Tensor:
-        loss, grad_h, grad_w = _tiled_loss_and_grads(
-            hidden, matmul_weight(weight), targets, chunk_elems
-        )
-        ctx.save_for_backward(grad_h, grad_w)
-        ctx.weight_dtype = weight.dtype  # type: ignore[attr-defined]
-        return loss
-
-
-@torch.library.custom_op("leviathan::tiled_cross_entropy", mutates_args=())
-def _tiled_op(
-    hidden: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, chunk_elems: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`_tiled_loss_and_grads` as one opaque op: what torch.compile traces on a CPU (one node,
-    the tile loops not unrolled into the graph; the same sums as the eager loss)."""
-    return _tiled_loss_and_grads(hidden, w, targets, chunk_elems)
-
-
-@_tiled_op.register_fake
-def _(hidden: torch.Tensor, w: torch.Tensor, *_: Any) -> tuple[torch.Tensor, ...]:
-    loss = hidden.new_empty((), dtype=torch.float32)
-    return loss, torch.empty_like(hidden), w.new_empty(w.shape, dtype=torch.float32)
-
-
-def _tiled_op_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
-    ctx.mark_non_differentiable(output[1], output[2])
-    ctx.save_for_backward(output[1], output[2])
-    ctx.weight_dtype = inputs[1].dtype
-
-
-def _tiled_op_backward(ctx: Any, grad_out: torch.Tensor, *_: Any) -> tuple[Any, ...]:
-    grad_h, grad_w = ctx.saved_tensors
-    return grad_h * grad_out.to(grad_h.dtype), (grad_w * grad_out).to(ctx.weight_dtype), None, None
-
-
-_tiled_op.register_autograd(_tiled_op_backward, setup_context=_tiled_op_setup)
-
-
 def _head_grad_rows(device: torch.device, budget: int, w: torch.Tensor, step: int, N: int) -> int:
     """Rows of G (softmax gradients, in w's dtype) per head-gradient product: one chunk under
     the CPU rule; under the GPU rule as many whole chunks as fit `HEAD_GRAD_SHARE` chunk
@@ -377,33 +148,6 @@ def _add_head_grad(grad_w: torch.Tensor | None, g: torch.Tensor, h: torch.Tensor
     if g.dtype == h.dtype == torch.float32:
         return grad_w.addmm_(g.t(), h)
     return grad_w.add_((g.t() @ h.to(g.dtype)).float())
-
-
-def fused_loss_bytes(n_tokens: int, vocab: int, d_model: int) -> int:
-    """HBM bytes of the GPU path's loss forward and backward for `n_tokens` hidden states of
-    width `d_model` and a head of `vocab` rows (padded to HEAD_ROWS_MULTIPLE): what
-    `TrafficCounter` counts for it (tests/model/test_loss_kernel.py), the roofline's model."""
-    padded = vocab + -vocab % HEAD_ROWS_MULTIPLE
-    return (
-        FUSED_BYTES_PER_LOGIT * n_tokens * padded
-        + FUSED_BYTES_PER_HIDDEN * n_tokens * d_model
-        + FUSED_BYTES_PER_HEAD * padded * d_model
-    )
-
-
-def counted_loss_bytes(n_tokens: int, vocab: int, d_model: int, loss: LossFn | None = None) -> int:
-    """Bytes `TrafficCounter` counts for one forward and backward of `loss` (default: the
-    GPU path's, `fused_linear_cross_entropy`) under the GPU rule and bf16 CPU autocast, as a
-    GPU runs it: bf16 hidden states (the backbone's final norm gives them so), an fp32 head,
-    on FakeTensors (no memory, any shape in seconds; CPU ones: a CPU build has no fake CUDA
-    autograd, and the kernels' custom ops count alike on any device)."""
-    with FakeTensorMode(), forced_policy("gpu"):
-        hidden = torch.empty(n_tokens, d_model, dtype=torch.bfloat16, requires_grad=True)
-        weight = torch.empty(vocab, d_model, requires_grad=True)
-        targets = torch.zeros(n_tokens, dtype=torch.long)
-        with TrafficCounter() as counter, torch.autocast("cpu", dtype=torch.bfloat16):
-            (loss or fused_linear_cross_entropy)(hidden, weight, targets).backward()
-    return counter.by_part()["all"]
 
 
 def uses_fused_kernels(device: torch.device) -> bool:
@@ -462,7 +206,7 @@ def _lse_and_pick_backward(
     a = torch.zeros_like(lse) if grad_lse is None else grad_lse
     b = torch.zeros_like(lse) if grad_picked is None else grad_picked
     budget = device_chunk_elems(h.device, DEFAULT_CHUNK_ELEMS)
-    group = _head_grad_rows(h.device, budget, w, _rows_per_chunk(w.shape[0], budget), max(N, 1))
+    group = _head_grad_rows(h.device, budget, w, rows_per_chunk(w.shape[0], budget), max(N, 1))
     grad_logits = torch.ops.leviathan.softmax_grad_logits
     if group >= N:  # one G, one product each (the study's micro-batches)
         G = grad_logits(h, w, targets, lse, a, b, ctx.n_classes)
@@ -513,8 +257,8 @@ def linear_cross_entropy(
         return token_losses(hidden, weight, targets, chunk_elems).sum() / n_valid
     if not uses_gpu_policy(hidden.device):
         if torch.compiler.is_compiling():  # one node, not the tile loops unrolled
-            return _tiled_op(hidden, matmul_weight(weight), targets, chunk_elems)[0]
-        return _TiledCrossEntropy.apply(hidden, weight, targets, chunk_elems)
+            return tiled_op(hidden, matmul_weight(weight), targets, chunk_elems)[0]
+        return TiledCrossEntropy.apply(hidden, weight, targets, chunk_elems)
     # the chunk budget is resolved here, outside the autograd Function that tracers enter
     budget = device_chunk_elems(hidden.device, chunk_elems)
     return _LinearCrossEntropy.apply(hidden, weight, targets, budget)
@@ -524,14 +268,14 @@ def _scored_chunks(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_elems: int
 ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
     """(rows, fp32 logits of those rows, their per-token losses) chunk by chunk under the GPU
-    rule (0 loss where the target is ignored); the CPU rule's are `_tiled_losses`."""
+    rule (0 loss where the target is ignored); the CPU rule's are `tiled_losses`."""
     V, w = weight.shape[0], matmul_weight(weight)
-    step = _rows_per_chunk(w.shape[0], device_chunk_elems(hidden.device, chunk_elems))
+    step = rows_per_chunk(w.shape[0], device_chunk_elems(hidden.device, chunk_elems))
     for start in range(0, hidden.shape[0], step):
         rows = slice(start, start + step)
         t = targets[rows]
         v = t != IGNORE_INDEX
-        logits = _chunk_logits(hidden[rows], w, V)
+        logits = chunk_logits(hidden[rows], w, V)
         picked = logits.gather(1, torch.where(v, t, 0).unsqueeze(1)).squeeze(1)
         yield rows, logits, torch.where(v, torch.logsumexp(logits, -1) - picked, 0.0)
 
@@ -549,7 +293,7 @@ def token_losses(
         lse, picked = _fused_lse_and_pick(hidden, weight, targets)
         return torch.where(targets != IGNORE_INDEX, lse - picked, 0.0)
     if not uses_gpu_policy(hidden.device):
-        return _tiled_losses(hidden, weight, targets, chunk_elems, argmax=False)[0]
+        return tiled_losses(hidden, weight, targets, chunk_elems, argmax=False)[0]
     out = torch.zeros(hidden.shape[0], dtype=torch.float32, device=hidden.device)
     for rows, _, losses in _scored_chunks(hidden, weight, targets, chunk_elems):
         out[rows] = losses
@@ -566,7 +310,7 @@ def token_losses_and_greedy(
     """`token_losses` and, per token, whether the target is the logits' argmax (bool [N]):
     what a log-likelihood request of lm-eval asks (its `is_greedy`)."""
     if not uses_gpu_policy(hidden.device):
-        losses, greedy = _tiled_losses(hidden, weight, targets, chunk_elems, argmax=True)
+        losses, greedy = tiled_losses(hidden, weight, targets, chunk_elems, argmax=True)
         assert greedy is not None
         return losses, greedy
     out = torch.zeros(hidden.shape[0], dtype=torch.float32, device=hidden.device)

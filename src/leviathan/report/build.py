@@ -18,7 +18,8 @@ import pandas as pd
 
 from leviathan import layout
 from leviathan.anchor import check_report_input
-from leviathan.eval.run import along_enabled, enabled_evals
+from leviathan.eval.config import enabled_evals
+from leviathan.eval.run import along_enabled
 from leviathan.io import atomic_path
 from leviathan.layout import CAPTION_FORMAT, PLAIN_TABLE_FORMATS, dvc_metrics_file, table_files
 from leviathan.manifest import display_path, input_record, read_manifest, write_manifest

@@ -12,31 +12,22 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell
-from leviathan.eval.run import (
-    CHECKPOINT_EVALS,
-    EvalFiles,
-    eval_config,
-    eval_sections,
-    run_evaluation,
-    settings_key,
-)
+from leviathan.eval.config import CHECKPOINT_EVALS, eval_config, eval_sections
+from leviathan.eval.run import EvalFiles, run_evaluation, settings_key
 from leviathan.study.cluster import eval_resources
+from leviathan.study.corpus_size import corpus_bytes, fetch_max_bytes
 
 
 def corpus_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """config.corpus as the fetch applies it: `max_bytes: auto` replaced by the size the
-    configured studies need (leviathan.cost.plan), so a larger budget refetches."""
-    from leviathan.cost.plan import fetch_max_bytes
-
+    configured studies need (leviathan.study.corpus_size), so a larger budget refetches."""
     return {**config["corpus"], "max_bytes": fetch_max_bytes(config)}
 
 
 def tokenize_options(config: Mapping[str, Any], vocab: str) -> dict[str, Any]:
     """config.tokenize for one vocabulary, `max_bytes: auto` replaced by the training text its
     largest budget needs (budget x corpus.bytes_per_token x (1 + corpus.size_margin),
-    leviathan.cost.plan.corpus_bytes), so a larger budget retokenizes."""
-    from leviathan.cost.plan import corpus_bytes
-
+    leviathan.study.corpus_size), so a larger budget retokenizes."""
     options = dict(config.get("tokenize") or {})
     if options.get("max_bytes") == "auto":
         options["max_bytes"] = corpus_bytes(config).get(vocab)

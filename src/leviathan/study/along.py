@@ -6,21 +6,17 @@ Each kept checkpoint gets the `val` evaluation (loss and the token- and word-fre
 the configured sample, the eval_val rule's code path); a cell's curve ends with its final
 evaluation (`val.json`) where the schedule does not keep the final step. Every (scale, vocab,
 seed) group with a tied baseline is then compared (leviathan.eval.along). The plan counts these
-jobs (along_evals: one val job per kept checkpoint) beside the cell's other evaluations."""
+jobs (leviathan.cost.plan_eval.along_evals: one val job per kept checkpoint) beside the cell's
+other evaluations."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell
 from leviathan.eval.run import along_enabled
-
-if TYPE_CHECKING:
-    from leviathan.cost.plan import CellPlan
-    from leviathan.cost.plan_eval import EvalPlan
 
 
 def along_steps(config: Mapping[str, Any], cell: Cell) -> list[int]:
@@ -52,43 +48,3 @@ def along_groups(
     if not along_enabled(config):
         return {}
     return {key: [along_points(config, c) for c in cells] for key, cells in groups.items()}
-
-
-def along_evals(config: Mapping[str, Any], cell: Cell, evals: Sequence[EvalPlan]) -> list[EvalPlan]:
-    """The cell's evaluations along training as one plan entry, `along`: its kept checkpoints'
-    val jobs (each the cell's `val` job among `evals`: the same sample, model and GPU), their
-    tokens, FLOPs and GPU-hours summed; none when off or where the cell has no val job."""
-    val = next((e for e in evals if e.evaluation == "val"), None)
-    if val is None or not along_enabled(config):
-        return []
-    n = len(along_steps(config, cell))
-
-    def times(x: float | None) -> float | None:
-        return None if x is None else x * n
-
-    tokens = None if val.tokens is None else val.tokens * n
-    return [
-        replace(
-            val,
-            evaluation="along",
-            tokens=tokens,
-            flops=times(val.flops),
-            gpu_hours=times(val.gpu_hours),
-            jobs=n,
-        )
-    ]
-
-
-def along_note(config: Mapping[str, Any], plans: Sequence[CellPlan]) -> list[str]:
-    """The plan's line on the evaluations along training: how many val jobs, on which steps."""
-    if not along_enabled(config) or not plans:
-        return []
-    from leviathan.train.config import workflow_runtime
-
-    spec = workflow_runtime(config.get("runtime")).checkpoint.keep_at
-    counts = {p.cell.key: len(along_steps(config, p.cell)) for p in plans}
-    return [
-        f"along (evaluate.along): the val job of each kept checkpoint (runtime.checkpoint.keep_at "
-        f"{spec!r}: {min(counts.values())}-{max(counts.values())} per cell, "
-        f"{sum(counts.values()):,} jobs); their weights are in the disk line's kept checkpoints"
-    ]

@@ -7,7 +7,8 @@ commands, whose outputs the parsers here turn into facts (tested on the outputs 
                  default-resources slurm_account (a `<placeholder>` is refused before asking)
     partition    `sinfo -h -o %P` has its slurm_partition
     gpu models   `sinfo -h -o %G` (gres such as gpu:h100:4) spells every resources.<scale>.gpu_model
-    disk         free space in the working directory against the plan's peak (disk.study_disk)
+    disk         free space in the working directory against the study's peak (the caller's figure:
+                 `leviathan preflight` passes leviathan.cost.disk.study_disk's)
     compute node one `srun` of NODE_PROBE on the profile's account and partition: the Hub reachable
                  or the evaluation datasets fetched into data/eval/ (else the data-transfer-node
                  recipe of docs/slurm.md), one line per dataset the node cannot see, and torch /
@@ -16,6 +17,7 @@ commands, whose outputs the parsers here turn into facts (tested on the outputs 
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 import shutil
@@ -25,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leviathan.cells import config_cells
+from leviathan.data.eval_data import fill_command, needs
+from leviathan.layout import repo_root
+from leviathan.study.cluster import scale_resources
 from leviathan.values import load_yaml, split_assignment
 
 PLACEHOLDER = re.compile(r"^<[^>]*>$")
@@ -150,8 +156,6 @@ def check_named(what: str, key: str, value: Any, known: set[str] | None, tool: s
 
 def check_gpu_models(config: Mapping[str, Any], models: set[str] | None) -> list[Check]:
     """Every resources.<scale>.gpu_model the studies ask for, as the site's gres spells it."""
-    from leviathan.cells import config_cells
-    from leviathan.study.cluster import scale_resources
 
     wanted = {c.scale: scale_resources(config, c.scale)["gpu_model"] for c in config_cells(config)}
     checks = []
@@ -258,7 +262,6 @@ def check_eval_data(
     """Each evaluation dataset (leviathan.data.eval_data.Need) the compute node cannot see:
     one line each, naming the command that fetches it (a FAIL where the node has no internet;
     with internet the workflow's fetch_eval_data job downloads it there)."""
-    from leviathan.data.eval_data import fill_command
 
     if report is None or not needs:
         return []
@@ -296,7 +299,6 @@ def cluster_checks(
     resources: Mapping[str, Any], config: Mapping[str, Any], run: Runner
 ) -> list[Check]:
     """Account, partition and GPU models, each from the cluster's own command."""
-    import getpass
 
     accounts = run(
         [
@@ -333,21 +335,18 @@ def cluster_checks(
 def preflight(
     profile: str | Path,
     config: Mapping[str, Any],
+    disk_need: int,
     run: Runner = run_command,
     python: str = "python",
     config_files: list[str] | None = None,
 ) -> list[Check]:
     """Every check, in order; the compute-node probe only once account and partition pass
-    (`config_files`: the study's, named in the fix of missing evaluation data)."""
-    from leviathan.cost.disk import study_disk
-    from leviathan.data.eval_data import needs
-    from leviathan.layout import repo_root
+    (`disk_need`: the bytes the study needs on disk at its peak; `config_files`: the study's,
+    named in the fix of missing evaluation data)."""
 
     resources = profile_resources(profile)
     checks = cluster_checks(resources, config, run)
-    checks.append(
-        check_disk(study_disk(config).total, shutil.disk_usage(Path.cwd()).free, str(Path.cwd()))
-    )
+    checks.append(check_disk(disk_need, shutil.disk_usage(Path.cwd()).free, str(Path.cwd())))
     if all(c.ok for c in checks[:2]):
         wanted = needs(config)
         paths = [str(Path(n.source).resolve()) for n in wanted]

@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from leviathan.cells import Cell, config_cells
+from leviathan.study.sweep import cell_overrides, cell_variant
+from leviathan.train.config import train_config
+from leviathan.train.recipe import recipe_differences, recipe_text, scale_default
 
 OPTIMIZER_SLOTS = 2  # AdamW keeps exp_avg and exp_avg_sq: two fp32 tensors per parameter
 WEIGHT_BYTES = 4  # checkpoints hold fp32 weights (model.safetensors)
@@ -23,15 +26,12 @@ LARGEST = ("o200k_base", "untied")  # the largest checkpoint of a scale outside 
 def train_overrides(config: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
     """config.train[<scale>], the cell's named variant and tag, then config.train[<cell key>]
     (one cell's own overrides): leviathan.study.sweep.cell_overrides."""
-    from leviathan.study.sweep import cell_overrides
 
     return cell_overrides(config, cell.scale, cell.variant, cell.key)
 
 
 def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
     """The training config a cell runs with (its base variant's, with train_overrides)."""
-    from leviathan.study.sweep import cell_variant
-    from leviathan.train.config import train_config
 
     base = cell_variant(config, cell.variant).base
     return train_config(
@@ -41,7 +41,6 @@ def cell_train_config(config: Mapping[str, Any], cell: Cell) -> Any:
 
 def cell_recipe(config: Mapping[str, Any], cell: Any) -> str:
     """The recipe text of a configured cell (what `leviathan config show` lists)."""
-    from leviathan.train.recipe import recipe_differences, recipe_text, scale_default
 
     record = cell_train_config(config, cell).to_dict()
     return recipe_text(recipe_differences(scale_default(config.get("train") or {}, record), record))

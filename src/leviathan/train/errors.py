@@ -7,6 +7,7 @@ data raises `leviathan.data.loader.DataMismatchError`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,36 @@ class NonFiniteLoss(RuntimeError):
     pass
 
 
-class OutOfMemory(RuntimeError):
-    """The device ran out of memory in a training step: the one-line refusal, and the facts a
-    retry reads back from the run's out-of-memory record (`record`)."""
+@dataclass(frozen=True)
+class OutOfMemoryAt:
+    """Where a training step ran out of memory: what its refusal names, and what a memory
+    model reads to name a micro-batch that fits (the model config, ranks, parallel)."""
 
-    def __init__(self, message: str, record: dict[str, Any]) -> None:
+    scale: str
+    micro_batch: int
+    per_rank: int
+    step: int
+    device: str
+    last_good: str
+    model_cfg: Any = None
+    ranks: int = 1
+    parallel: str = "ddp"
+
+
+class OutOfMemory(RuntimeError):
+    """The device ran out of memory in a training step: the one-line refusal, the facts a
+    retry reads back from the run's out-of-memory record (`record`), and where it happened
+    (`at`: a caller that knows the GPU's memory names a fitting micro-batch, `with_fitting`)."""
+
+    def __init__(self, message: str, record: dict[str, Any], at: OutOfMemoryAt) -> None:
         super().__init__(message)
         self.record = record
+        self.at = at
+
+    def with_fitting(self, fitting: int) -> OutOfMemory:
+        """The same refusal naming `fitting`, the largest micro-batch a memory model predicts
+        to fit the device (where it is smaller than the one that ran out)."""
+        return refusal(self.at, predicted=fitting)
 
 
 def smaller_micro_batch(micro_batch: int, per_rank: int) -> int | None:
@@ -43,26 +67,6 @@ def smaller_micro_batch(micro_batch: int, per_rank: int) -> int | None:
     return None
 
 
-def fitting_micro_batch(
-    model_cfg: Any, device: Any, batches: tuple[int, int, int], parallel: str
-) -> int | None:
-    """The largest micro-batch below the current one that the memory model predicts to fit
-    this GPU (`leviathan.cost.memory`), for `batches` = (per-rank batch, micro-batch, ranks)
-    and `parallel` (ddp or fsdp); None off a GPU the model table knows."""
-    import torch
-
-    from leviathan.cost.memory import largest_fitting
-    from leviathan.gpus import gpu_model
-
-    if getattr(device, "type", None) != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    if gpu_model(name) is None:
-        return None
-    per_rank, micro_batch, ranks = batches
-    return largest_fitting(model_cfg, per_rank, micro_batch, ranks, name, parallel)
-
-
 def out_of_memory(
     scale: str,
     micro_batch: int,
@@ -72,29 +76,45 @@ def out_of_memory(
     device: str,
     last_good: str,
     predicted: int | None = None,
+    model_cfg: Any = None,
+    ranks: int = 1,
+    parallel: str = "ddp",
 ) -> OutOfMemory:
-    """The refusal of an out-of-memory error at optimizer step `step`: one line naming the
+    """`refusal` of an out-of-memory error at `step` (the job's facts: `OutOfMemoryAt`)."""
+    at = OutOfMemoryAt(
+        scale, micro_batch, per_rank, step, device, last_good, model_cfg, ranks, parallel
+    )
+    return refusal(at, predicted)
+
+
+def refusal(at: OutOfMemoryAt, predicted: int | None = None) -> OutOfMemory:
+    """The refusal of an out-of-memory error at optimizer step `at.step`: one line naming the
     workflow key (train.<scale>.micro_batch) and a smaller value (`predicted`: the largest
-    the memory model says fits the device, where it knows it; else a halving), or what else
+    a memory model says fits the device, where one knows it; else a halving), or what else
     to do."""
-    key = f"train.{scale}.micro_batch"
-    fitting = predicted if predicted is not None and predicted < micro_batch else None
-    smaller = fitting or smaller_micro_batch(micro_batch, per_rank)
+    key = f"train.{at.scale}.micro_batch"
+    fitting = predicted if predicted is not None and predicted < at.micro_batch else None
+    smaller = fitting or smaller_micro_batch(at.micro_batch, at.per_rank)
     fix = (
         f"set {key}: {smaller} in the workflow config (leviathan train: --set "
         f"micro_batch={smaller}) and rerun; micro_batch is no part of the run's identity, so "
-        f"it resumes from {last_good}"
+        f"it resumes from {at.last_good}"
         if smaller
         else f"{key} is already 1: use a GPU with more memory or more GPUs per step "
-        f"(resources.{scale}.gpus)"
+        f"(resources.{at.scale}.gpus)"
     )
     basis = " (the largest the memory model predicts to fit)" if fitting else ""
     message = (
-        f"out of memory on {device} at step {step} with {key}={micro_batch} "
-        f"(per-device batch {per_rank}): {fix}{basis}"
+        f"out of memory on {at.device} at step {at.step} with {key}={at.micro_batch} "
+        f"(per-device batch {at.per_rank}): {fix}{basis}"
     )
-    record = {"step": step, "micro_batch": micro_batch, "device": device, "message": message}
-    return OutOfMemory(message, record)
+    record = {
+        "step": at.step,
+        "micro_batch": at.micro_batch,
+        "device": at.device,
+        "message": message,
+    }
+    return OutOfMemory(message, record, at)
 
 
 class ConfigMismatch(ValueError):

@@ -78,7 +78,6 @@ from leviathan.train.errors import (
     OutOfMemory,
     check_grad_norm,
     check_loss,
-    fitting_micro_batch,
     out_of_memory,
 )
 from leviathan.train.exit_record import record_exit
@@ -316,12 +315,9 @@ class Trainer:
             step=step,
             device=str(self.info.device),
             last_good=self.checkpoints.last_good,
-            predicted=fitting_micro_batch(
-                self.model.cfg,
-                self.info.device,
-                (self.loader.local_batch, self.cfg.micro_batch, self.info.world_size),
-                "fsdp" if self.sharded else "ddp",
-            ),
+            model_cfg=self.model.cfg,
+            ranks=self.info.world_size,
+            parallel="fsdp" if self.sharded else "ddp",
         )
         write_json(layout.out_of_memory_file(self.run_dir), exc.record)
         return exc
