@@ -61,7 +61,7 @@ fmt: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-## DVC versioning (README, "Versioning with DVC"). The stages of dvc.yaml run Snakemake with the
+## DVC versioning (docs/dvc.md). The stages of dvc.yaml run Snakemake with the
 ## profile $(PROFILE): `make repro PROFILE=profiles/slurm`, or export SNAKEMAKE_PROFILE.
 PROFILE   ?= $(or $(SNAKEMAKE_PROFILE),profiles/local)
 TOOLS_ENV := PATH="$(abspath $(BIN)):$$PATH" SNAKEMAKE_PROFILE="$(PROFILE)"

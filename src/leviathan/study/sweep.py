@@ -1,4 +1,5 @@
-"""Named variants and tagged cells: a sweep written as config, not code (README, "Extending").
+"""Named variants and tagged cells: a sweep written as config, not code (README: "Sweep a
+hyperparameter").
 
     variants:                       # a new variant name, usable wherever a built-in one is
       lev_h4: {base: leviathan, model: {lev: {n_heads: 4}}}

@@ -13,7 +13,7 @@ from typing import Any
 
 from leviathan.values import flatten
 
-# Exit status of `leviathan train` after an out-of-memory error (README: exit statuses). A
+# Exit status of `leviathan train` after an out-of-memory error (docs/usage.md: "Exit statuses"). A
 # workflow retry of the same micro_batch stops at once with the same line (leviathan.study.rules.train).
 OUT_OF_MEMORY_EXIT = 4
 # Exit status of `leviathan train` when a kernel fails its self-check under
