@@ -10,9 +10,8 @@ study writes its results under a name of its own, and shares only its corpus's d
     config/config.yaml, config/paper_reported.yaml   the default config, the paper's figures
     data/corpus/<corpus>/             raw text splits <split>.jsonl.zst (+ manifests)
     data/tokens/<corpus>/<vocab>/     train.bin, val.bin, counts.npy, word_counts.json (+ manifests)
-    results/runs/<study>/<cell>/      checkpoints/step_<N>/, checkpoints/final/,
-                                      checkpoints/kept/step_<N>/ (runtime.checkpoint.keep_at), metrics.jsonl,
-                                      out_of_memory.json (the last out-of-memory refusal)
+    results/runs/<study>/<cell>/      checkpoints/ (named by leviathan.checkpoint.files),
+                                      metrics.jsonl, out_of_memory.json
     results/eval/<study>/<cell>/      <evaluation>.json (val, wikitext, lm_eval),
                                       lm_eval.samples.jsonl, lm_eval_harness/,
                                       along/val_step<N>.json (evaluate.along)
@@ -41,6 +40,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
+
+from leviathan.checkpoint.files import CHECKPOINTS, FINAL, STATE, kept_dir, step_dir
 
 PathLike = str | os.PathLike[str]
 
@@ -208,14 +209,6 @@ def token_files(directory: str, word_counts: bool = False) -> dict[str, str]:
 # ---------------------------------------------------------------- runs and checkpoints
 RUNS_ROOT = "results/runs"
 METRICS = "metrics.jsonl"  # the trainer's log (kind = start | train | val | end)
-CHECKPOINTS = "checkpoints"
-FINAL = "final"  # the checkpoint written at the end of training
-STEP_PREFIX = "step_"  # step checkpoints: step_<N, 8 digits>
-WEIGHTS = "model.safetensors"
-STATE = "state.json"  # step, tokens, loader state, configs: written last, marks a whole checkpoint
-OPTIM = "optim.pt"
-RNG = "rng.pt"
-KEPT = "kept"  # checkpoints/kept/step_<N>/: log-spaced weights (runtime.checkpoint.keep_at), never pruned
 
 
 def cell_key(cell: CellLike) -> str:
@@ -289,35 +282,6 @@ def tensorboard_dir(run: PathLike) -> Path:
 def dvclive_dir(run: PathLike) -> Path:
     """DVCLive's directory of a run (runtime.dvclive)."""
     return Path(run) / "dvclive"
-
-
-def checkpoints_dir(run: PathLike) -> Path:
-    return Path(run) / CHECKPOINTS
-
-
-def final_dir(run: PathLike) -> Path:
-    return checkpoints_dir(run) / FINAL
-
-
-def step_dir(checkpoints: PathLike, step: int) -> Path:
-    return Path(checkpoints) / f"{STEP_PREFIX}{step:08d}"
-
-
-def kept_dir(checkpoints: PathLike) -> Path:
-    """The kept checkpoints of a run (`runtime.checkpoint.keep_at`): `checkpoints/kept/step_<N>/`, each
-    the weights, a small state.json and their manifest; outside retention's reach."""
-    return Path(checkpoints) / KEPT
-
-
-def step_of(checkpoint: PathLike) -> int | None:
-    """The step of a step checkpoint directory's name (None for any other name)."""
-    name = Path(checkpoint).name
-    if not name.startswith(STEP_PREFIX):
-        return None
-    try:
-        return int(name[len(STEP_PREFIX) :])
-    except ValueError:
-        return None
 
 
 # ---------------------------------------------------------------- evaluation

@@ -88,8 +88,8 @@ def runtime_config(
 
 
 def _resume_hint(run_dir: Path) -> str:
-    from leviathan.layout import checkpoints_dir
-    from leviathan.train.checkpoint import latest_checkpoint
+    from leviathan.checkpoint.files import checkpoints_dir
+    from leviathan.checkpoint.store import latest_checkpoint
 
     ref = latest_checkpoint(checkpoints_dir(run_dir))
     return f"resume from {ref.path}" if ref else "no checkpoint yet: a rerun starts afresh"

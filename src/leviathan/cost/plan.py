@@ -27,10 +27,11 @@ from functools import cache
 from typing import Any
 
 from leviathan.cells import Cell, config_cells
+from leviathan.checkpoint.files import checkpoint_bytes, kept_bytes
 from leviathan.cost.eval_memory import eval_memory
 from leviathan.cost.memory import JobMemory, largest_fitting, refusal, train_memory
 from leviathan.cost.units import count_text, size_text
-from leviathan.study.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
+from leviathan.study.resolve import cell_train_config
 
 DEFAULT_MFU = 0.40  # the best mature stacks publish for ~1B models on H100s: `--mfu 0.4`
 
@@ -57,8 +58,8 @@ class CellPlan:
 
     @property
     def kept_bytes(self) -> int:
-        """The kept checkpoints on disk: fp32 weights each (train/kept.py)."""
-        return self.kept_checkpoints * self.params * WEIGHT_BYTES
+        """The kept checkpoints on disk: fp32 weights each (leviathan.checkpoint.kept)."""
+        return self.kept_checkpoints * kept_bytes(self.params)
 
 
 @dataclass(frozen=True)
