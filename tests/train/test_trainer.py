@@ -211,7 +211,7 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
     assert c.to_dict()["variant_name"] is None
     identity = {k: v for k, v in c.to_dict().items() if k not in ("micro_batch", "variant_name")}
     assert config_sha256(identity) == state["train_fingerprint"] == m["train_fingerprint"]
-    assert m["state_sha256"] == sha256_file(final / "state.json")
+    assert m["files"]["state.json"] == sha256_file(final / "state.json")
     assert (m["step"], m["tokens"], m["model_config"]) == (
         2,
         state["tokens"],
