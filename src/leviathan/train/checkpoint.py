@@ -135,7 +135,7 @@ class CheckpointManager:
     ) -> None:
         self.root, self.model, self.optimizer, self.loader = root, model, optimizer, loader
         self.cfg, self.info, self.config = cfg, info, config
-        # steps whose weights are kept for good (kept.py)
+        # steps whose weights are kept for good (leviathan.checkpoint.kept)
         self.keep_at = frozenset(keep_steps(config.keep_at, cfg.max_steps))
         self.fingerprint = cfg.fingerprint()
         self.manifest: ManifestInfo | None = None  # set by the trainer on the main rank
@@ -250,7 +250,7 @@ class CheckpointManager:
 
     def keep_if_due(self, step: int) -> Path | None:
         """The kept checkpoint of step `step` where `keep_at` names it (0: the initial weights):
-        weights and state only, written by the background writer where saves are (kept.py)."""
+        weights and state only, written by the background writer where saves are (leviathan.checkpoint.kept)."""
         if step not in self.keep_at:
             return None
         path = step_dir(kept_dir(self.root), step)
