@@ -18,7 +18,7 @@ OWNER = SRC / "checkpoint" / "files.py"
 FILE_NAMES = (files.WEIGHTS, files.STATE, files.OPTIM, files.RNG)
 # folder names and format values, found where a string is exactly one of them ("kept",
 # "checkpoints" and "optim" are left out: they are also keys of other records)
-EXACT = (files.FINAL, files.STEP_PREFIX, files.SHARDED_FORMAT, files.KEPT_KIND)
+EXACT = (files.FINAL, files.STEP_PREFIX, files.SHARDED_FORMAT)
 _NAME = re.compile("|".join(rf"(?<![\w.-]){re.escape(n)}(?!\w)" for n in FILE_NAMES))
 
 

@@ -2,7 +2,7 @@
 
 Where training dynamics are studied (losses of the frequency buckets along training, the tokens
 one variant needs to reach another's loss), the weights of intermediate steps must outlive the
-run. A kept checkpoint is a directory `checkpoints/kept/step_<N>/` (leviathan.layout.kept_dir)
+run. A kept checkpoint is a directory `checkpoints/kept/step_<N>/` (leviathan.checkpoint.files.kept_dir)
 holding
   model.safetensors        the weights after N optimizer steps (N = 0: the initial weights)
   state.json               step, tokens, loader state, train and model configs, code: what
