@@ -21,8 +21,8 @@ It is written under a temporary name and renamed into place only when complete, 
 directory named `step_*`/`final` is always whole; `state.json` and then the manifest are
 written last (the manifest records the final directory's path, not the temporary one).
 
-Modules, one job each (this package imports none of them, so the torch-free parse may import
-`files`):
+Modules, one job each (`files` and `integrity` import no torch: the workflow's parse, the
+study's status and the audit read them):
   files.py      the names of the folders and files, and their paths
   integrity.py  the manifest: written at save, every file checked against it before a read;
                 a finished run's state.json put back from the manifest's copy
