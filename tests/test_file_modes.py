@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from leviathan.checkpoint.files import WEIGHTS
+from leviathan.checkpoint.store import save_checkpoint
 from leviathan.io import atomic_path, current_umask, publish_dir, write_json
-from leviathan.layout import WEIGHTS
-from leviathan.train.checkpoint import save_checkpoint
 
 
 @pytest.fixture(params=[0o022, 0o077, 0o002])

@@ -10,8 +10,9 @@ import torch
 
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.checkpoint import files
+from leviathan.checkpoint.store import latest_checkpoint, save_checkpoint
 from leviathan.eval.checkpoint import resolve_checkpoint
-from leviathan.train.checkpoint import latest_checkpoint, save_checkpoint
 
 CELL = Cell("400m", "o200k_base", "leviathan", 0, "pile")
 
@@ -52,8 +53,8 @@ def test_the_inverses_undo_the_paths() -> None:
     assert layout.is_sample_efficiency(se)
     shard = layout.shard_path(layout.tokens_dir("pile", "gpt2"), "val")
     assert layout.dir_of(shard) == layout.tokens_dir("pile", "gpt2")
-    assert layout.step_of(layout.step_dir("x", 1234)) == 1234
-    assert layout.step_of(layout.final_dir("x")) is None
+    assert files.step_of(files.step_dir("x", 1234)) == 1234
+    assert files.step_of(files.final_dir("x")) is None
     assert layout.benchmark_rule(layout.benchmark_path("d", "sample_efficiency", "seed0")) == (
         "sample_efficiency"
     )
@@ -66,19 +67,19 @@ def test_trainer_checkpoints_are_what_the_workflow_and_the_evaluation_expect(
     where the evaluation's loader looks for it."""
     monkeypatch.chdir(tmp_path)
     run = layout.run_dir(CELL)
-    for name, step in ((layout.step_dir("", 5).name, 5), (layout.FINAL, 9)):
+    for name, step in ((files.step_dir("", 5).name, 5), (files.FINAL, 9)):
         save_checkpoint(
-            layout.checkpoints_dir(run),
+            files.checkpoints_dir(run),
             name,
             model_state={"w": torch.ones(2)},
             optim_state={"state": {}, "param_groups": []},
             state={"step": step},
         )
     assert Path(layout.final_marker(CELL)).is_file()
-    assert resolve_checkpoint(run) == layout.final_dir(run)
-    ref = latest_checkpoint(layout.checkpoints_dir(run))
+    assert resolve_checkpoint(run) == files.final_dir(run)
+    ref = latest_checkpoint(files.checkpoints_dir(run))
     assert ref is not None
-    assert ref.path == layout.final_dir(run)
+    assert ref.path == files.final_dir(run)
     assert ref.step == 9
 
 

@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from leviathan.checkpoint.files import STATE, weights_file
 from leviathan.io import read_json, sha256_file
 from leviathan.layout import (
-    STATE,
-    WEIGHTS,
     along_group,
     eval_cell_key,
     is_along,
@@ -143,11 +142,11 @@ def is_evaluation(doc: Any) -> bool:
 
 def check_state(path: str | os.PathLike[str]) -> None:
     """A checkpoint's state.json as its checkpoint's manifest records it (where it has one)."""
-    mpath = manifest_path(Path(path).parent / WEIGHTS)
+    mpath = manifest_path(weights_file(Path(path).parent))
     if not mpath.is_file():
         return
     manifest = read_json(mpath)
-    recorded = (manifest.get("files") or {}).get(STATE) or manifest.get("state_sha256")
+    recorded = (manifest.get("files") or {}).get(STATE)
     actual = sha256_file(path)
     if recorded and actual != recorded:
         raise ChangedArtifact(

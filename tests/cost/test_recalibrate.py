@@ -17,6 +17,7 @@ import yaml
 
 from leviathan import layout
 from leviathan.cells import Cell, config_cells
+from leviathan.checkpoint import files
 from leviathan.cost.budget import profile_retries
 from leviathan.cost.plan import study_plans
 from leviathan.cost.recalibrate import recalibrate, render_recalibration, status_lines
@@ -164,9 +165,9 @@ def test_a_run_slower_than_predicted_warns_when_it_cannot_finish(
     assert (warned[lev] is not None) == (steps * slow * ratio > allowed_s)
     assert warned[tied] in status_lines(config)
     # once its final checkpoint is written, the cell is done: nothing left, nothing to warn of
-    final = layout.final_dir(layout.run_dir(tied))
+    final = files.final_dir(layout.run_dir(tied))
     final.mkdir(parents=True)
-    (final / layout.STATE).write_text("{}")
+    (final / files.STATE).write_text("{}")
     done = next(r for r in recalibrate(config, study_plans(config), retries) if r.plan.cell == tied)
     assert (done.remaining_h, done.warning()) == (0.0, None)
 

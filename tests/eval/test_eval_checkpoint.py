@@ -70,9 +70,7 @@ def rehashed(ckpt_dir: Path) -> Path:
     the state and the manifest does): the checks behind the hashes still hold."""
     manifest_file = ckpt_dir / "model.safetensors.json"
     manifest = json.loads(manifest_file.read_text())
-    manifest["files"]["state.json"] = manifest["state_sha256"] = sha256_file(
-        ckpt_dir / "state.json"
-    )
+    manifest["files"]["state.json"] = sha256_file(ckpt_dir / "state.json")
     manifest_file.write_text(json.dumps(manifest))
     return ckpt_dir
 

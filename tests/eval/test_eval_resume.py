@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from leviathan import layout
+from leviathan.checkpoint import files
 from leviathan.data.loader import IGNORE_INDEX, val_batches
 from leviathan.eval import checkpoint as checkpoint_module
 from leviathan.eval.checkpoint import EvalModel, load_model, read_checkpoint
@@ -66,7 +67,7 @@ def test_weights_are_loaded_once_into_the_model(runs, monkeypatch) -> None:
             params[name].data_ptr() == t.data_ptr() for name, t in read.items() if name in params
         )
         reference = build_model(ckpt.model_config, "cpu")
-        reference.load_state_dict(load_file(ckpt.path / layout.WEIGHTS))
+        reference.load_state_dict(load_file(ckpt.path / files.WEIGHTS))
         reference.eval()
         x = torch.randint(0, ckpt.model_config.vocab_size, (2, CTX))
         with torch.no_grad():

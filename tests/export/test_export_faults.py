@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from leviathan.layout import WEIGHTS
+from leviathan.checkpoint.files import WEIGHTS
 
 
 def _export(*args: str) -> subprocess.CompletedProcess[str]:

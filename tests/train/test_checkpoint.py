@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from leviathan.checkpoint import read, store
 from leviathan.train import checkpoint as ckpt
 from leviathan.train.config import CheckpointConfig, train_config
 from leviathan.train.distributed import DistInfo
@@ -78,7 +79,7 @@ def test_background_save_writes_the_in_line_bytes_of_its_step(tmp_path: Path) ->
     a, b = tmp_path / "bg" / "step_00000001", tmp_path / "inline" / "step_00000001"
     for name in FILES:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
-    loaded = ckpt.load_checkpoint(a)
+    loaded = read.load_checkpoint(a)
     for k, v in model_at_save.items():
         assert torch.equal(loaded["model"][k], v), k
 
@@ -87,7 +88,7 @@ def test_background_save_returns_before_the_write_and_the_next_waits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     release, writing = threading.Event(), threading.Event()
-    real = ckpt.save_checkpoint
+    real = store.save_checkpoint
 
     def slow_save(*args: Any, **kw: Any) -> Path:
         writing.set()
@@ -107,7 +108,7 @@ def test_background_save_returns_before_the_write_and_the_next_waits(
     release.set()
     second.join(30)
     m.close()
-    assert [r.step for r in ckpt.list_checkpoints(tmp_path)] == [1, 2]
+    assert [r.step for r in store.list_checkpoints(tmp_path)] == [1, 2]
 
 
 def test_a_failed_background_write_is_raised_by_the_next_save(
@@ -132,7 +133,7 @@ def test_step_checkpoints_removed_at_final_when_asked(tmp_path: Path, drop: bool
     m.close()
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == (["final"] if drop else ["final", "step_00000002", "step_00000003"])
-    assert ckpt.latest_checkpoint(tmp_path) == ckpt.CheckpointRef(tmp_path / "final", 4)
+    assert store.latest_checkpoint(tmp_path) == store.CheckpointRef(tmp_path / "final", 4)
 
 
 def test_the_manager_saves_where_its_interval_falls(tmp_path: Path) -> None:
@@ -140,13 +141,13 @@ def test_the_manager_saves_where_its_interval_falls(tmp_path: Path) -> None:
     saved = {step: m.save_if_due(step, None) for step in range(1, 8)}
     m.close()
     assert [s for s, path in saved.items() if path is not None] == [3, 6]
-    assert [r.step for r in ckpt.list_checkpoints(tmp_path)] == [3, 6]
+    assert [r.step for r in store.list_checkpoints(tmp_path)] == [3, 6]
 
 
 def test_a_manager_without_an_interval_saves_only_when_told(tmp_path: Path) -> None:
     m = manager(tmp_path)  # every=0
     assert [m.save_if_due(step, None) for step in range(1, 5)] == [None] * 4
-    assert ckpt.list_checkpoints(tmp_path) == []
+    assert store.list_checkpoints(tmp_path) == []
 
 
 def test_two_processes_building_a_cell_record_the_same_rng_state() -> None:
@@ -158,11 +159,11 @@ def test_two_processes_building_a_cell_record_the_same_rng_state() -> None:
 
     script = (
         "import hashlib, pickle\n"
-        "from leviathan.train import checkpoint as ckpt\n"
+        "from leviathan.checkpoint import rng\n"
         "from leviathan.train.config import train_config\n"
         "from leviathan.train.trainer import build_cell_model\n"
         "build_cell_model(train_config('micro', 'gpt2', 'tied', total_tokens=8 * 64 * 4))\n"
-        "s = ckpt.rng_state()\n"
+        "s = rng.rng_state()\n"
         "s['torch'] = s['torch'].tolist()\n"
         "print(hashlib.sha256(pickle.dumps(s)).hexdigest())\n"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from leviathan.layout import step_dir
+from leviathan.checkpoint.files import step_dir
 from leviathan.model import build_model, model_config
 from leviathan.model.variants import VARIANTS
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config

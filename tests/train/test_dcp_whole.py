@@ -13,10 +13,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from leviathan.checkpoint.files import SHARDED_FORMAT, STATE, shards_dir
+from leviathan.checkpoint.sharded import KEY, by_name, load_whole_optimizer
+from leviathan.checkpoint.store import OPTIM_FORMAT, is_sharded_checkpoint
 from leviathan.io import write_json
-from leviathan.layout import STATE
-from leviathan.train.checkpoint import SHARDED_FORMAT, is_sharded_checkpoint
-from leviathan.train.dcp_checkpoint import OPTIM_DIR, _by_name, load_whole_optimizer
 
 
 def _stepped(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -32,7 +32,7 @@ def _stepped(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 def test_a_dcp_optimizer_state_is_read_whole_into_a_plain_optimizer(tmp_path: Path) -> None:
     model, optimizer = _stepped(0)
     saved = get_optimizer_state_dict(model, optimizer)
-    dcp.save({"optim": saved}, checkpoint_id=str(tmp_path / OPTIM_DIR), no_dist=True)
+    dcp.save({KEY: saved}, checkpoint_id=str(shards_dir(tmp_path)), no_dist=True)
     fresh, other = _stepped(1)  # another state, to be replaced
     fresh.load_state_dict(model.state_dict())
     load_whole_optimizer(fresh, other, tmp_path)
@@ -45,10 +45,10 @@ def test_a_dcp_optimizer_state_is_read_whole_into_a_plain_optimizer(tmp_path: Pa
 
 
 def test_a_whole_optimizer_state_is_keyed_by_parameter_name_for_fsdp() -> None:
-    """`_by_name`: optim.pt's positions become the names FSDP's loading keys the state by."""
+    """`by_name`: optim.pt's positions become the names FSDP's loading keys the state by."""
     model, optimizer = _stepped(0)
     fresh, other = _stepped(1)
-    named = _by_name(optimizer.state_dict(), get_optimizer_state_dict(fresh, other))
+    named = by_name(optimizer.state_dict(), get_optimizer_state_dict(fresh, other))
     assert set(named["state"]) == {name for name, _ in model.named_parameters()}
     set_optimizer_state_dict(fresh, other, named)
     want, got = optimizer.state_dict(), other.state_dict()
@@ -60,6 +60,6 @@ def test_a_whole_optimizer_state_is_keyed_by_parameter_name_for_fsdp() -> None:
 def test_the_format_of_a_checkpoint_is_read_from_its_state(tmp_path: Path) -> None:
     whole, sharded = tmp_path / "whole", tmp_path / "sharded"
     write_json(whole / STATE, {"step": 3})
-    write_json(sharded / STATE, {"step": 3, "optim_format": SHARDED_FORMAT})
+    write_json(sharded / STATE, {"step": 3, OPTIM_FORMAT: SHARDED_FORMAT})
     assert is_sharded_checkpoint(sharded) and not is_sharded_checkpoint(whole)
     assert not is_sharded_checkpoint(tmp_path / "missing")

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from leviathan import layout
-from leviathan.train.checkpoint import latest_checkpoint
+from leviathan.checkpoint.integrity import STATE_FIELD, reinstate_state
+from leviathan.checkpoint.store import latest_checkpoint
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
-from leviathan.train.finished import STATE_FIELD, reinstate_state, set_aside_run
+from leviathan.train.finished import set_aside_run
 from leviathan.train.metrics_log import read_metrics
 from leviathan.train.trainer import train
 
@@ -169,8 +170,8 @@ def test_leviathan_retrain_sets_a_cells_run_aside_and_names_its_target(
 def test_an_empty_final_folder_is_no_checkpoint(tmp_path: Path) -> None:
     """Snakemake makes the output's folder before a first job runs: nothing to put back."""
     (tmp_path / "final").mkdir()
-    assert reinstate_state(tmp_path) is None
+    assert reinstate_state(tmp_path / "final") is None
     assert not any((tmp_path / "final").iterdir())
     (tmp_path / "final" / "optim.pt").write_bytes(b"")
-    damage = reinstate_state(tmp_path)
+    damage = reinstate_state(tmp_path / "final")
     assert damage is not None and damage.file == "model.safetensors.json"

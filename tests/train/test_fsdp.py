@@ -21,7 +21,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from leviathan.train.integrity import verify_checkpoint
+from leviathan.checkpoint.integrity import verify_checkpoint
 from leviathan.train.metrics_log import read_metrics
 
 STEPS = 6
@@ -237,7 +237,7 @@ def test_a_one_process_runs_checkpoint_resumes_on_2_fsdp_ranks(
 # shard is written, just before the rename; rank 1 inside its own shard's write
 KILLER = """
 import os, signal, sys
-import leviathan.train.dcp_checkpoint as m
+import leviathan.checkpoint.store as m
 from torch.distributed.checkpoint import FileSystemWriter
 rank, victim = int(os.environ["RANK"]), int(os.environ["VICTIM"])
 calls = {"n": 0}

@@ -15,12 +15,14 @@ import pytest
 import torch
 from test_checkpoint import manager, perturb
 
+from leviathan.checkpoint import store
+from leviathan.checkpoint.integrity import DamagedCheckpoint, verify_checkpoint
 from leviathan.train import checkpoint as ckpt
 from leviathan.train.errors import NoIntactCheckpoint
 
 
 def with_manifest(m: ckpt.CheckpointManager) -> ckpt.CheckpointManager:
-    m.manifest = ckpt.ManifestInfo(inputs=[])
+    m.manifest = store.ManifestInfo(inputs=[])
     return m
 
 
@@ -137,7 +139,7 @@ def test_keep_last_zero_keeps_the_checkpoint_it_names(tmp_path: Path, background
     m.close()
     assert named == tmp_path / "step_00000002"
     assert first != named
-    assert [r.path for r in ckpt.list_checkpoints(tmp_path)] == [named]
+    assert [r.path for r in store.list_checkpoints(tmp_path)] == [named]
     assert with_manifest(manager(tmp_path)).restore(restart_on_mismatch=False).step == 2
 
 
@@ -209,3 +211,28 @@ def test_a_damaged_kept_manifest_is_set_aside_and_the_saves_go_on(
     assert len(warnings) == 1, warnings  # set aside once, not at every save
     assert "step_00000001 is damaged (model.safetensors.json: unreadable" in warnings[0]
     assert "step_00000001.damaged-1" in warnings[0]
+
+
+def test_a_manifest_without_its_files_hashes_is_damaged(tmp_path: Path) -> None:
+    """Every checkpoint manifest records the hashes of the files beside the weights (`files`):
+    one without them cannot vouch for state.json, and a restore sets the checkpoint aside."""
+    path = store.save_checkpoint(
+        tmp_path,
+        "step_00000001",
+        model_state={"w": torch.ones(2)},
+        optim_state={"state": {}, "param_groups": []},
+        state={
+            "step": 1,
+            "tokens": 8,
+            "train_config": {},
+            "train_fingerprint": "x",
+            "model_config": {},
+        },
+        manifest=store.ManifestInfo(inputs=[]),
+    )
+    verify_checkpoint(path)  # whole as written
+    manifest = json.loads((path / "model.safetensors.json").read_text())
+    del manifest["files"]
+    (path / "model.safetensors.json").write_text(json.dumps(manifest))
+    with pytest.raises(DamagedCheckpoint, match="model.safetensors.json: unreadable"):
+        verify_checkpoint(path)

@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from leviathan.checkpoint.integrity import verify_checkpoint
 from leviathan.eval.checkpoint import load_model, read_checkpoint
 from leviathan.io import read_json
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
-from leviathan.train.integrity import verify_checkpoint
 from leviathan.train.schedule import keep_steps
 from leviathan.train.trainer import build_cell_model, train
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from leviathan.checkpoint.files import kept_dir
+from leviathan.checkpoint.kept import write_kept
 from leviathan.io import DiskFull
-from leviathan.layout import kept_dir
-from leviathan.train.kept import write_kept
 
 WEIGHTS = {"w": torch.zeros(256 * 1024)}  # 1 MiB of fp32
 
@@ -41,7 +41,7 @@ def test_a_kept_checkpoint_on_a_full_disk_is_one_line(small_fs: Callable[[str], 
 # kills it: what a SIGKILL in the middle of the write leaves.
 CHILD = """
 import sys, time, torch
-import leviathan.train.kept as kept
+import leviathan.checkpoint.kept as kept
 
 kept.publish_dir = lambda tmp, final: time.sleep(3600)
 kept.write_kept(__import__("pathlib").Path(sys.argv[1]), 2, {"w": torch.zeros(256 * 1024)}, {"step": 2}, None)

@@ -71,7 +71,7 @@ def _tampered(run: Path, tmp_path: Path, edit) -> Path:  # type: ignore[no-untyp
     (final / "state.json").write_text(json.dumps(state))
     # its manifest rehashed too: the records disagree even where every hash holds
     manifest = json.loads((final / "model.safetensors.json").read_text())
-    manifest["files"]["state.json"] = manifest["state_sha256"] = sha256_file(final / "state.json")
+    manifest["files"]["state.json"] = sha256_file(final / "state.json")
     (final / "model.safetensors.json").write_text(json.dumps(manifest))
     return final
 

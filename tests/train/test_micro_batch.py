@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from leviathan import layout
+from leviathan.checkpoint import files
 from leviathan.io import read_json
 from leviathan.model import LanguageModel
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
@@ -54,7 +55,7 @@ def run(shards: Path, run_dir: Path, **changes: object):  # type: ignore[no-unty
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(layout.final_dir(run_dir) / layout.WEIGHTS)
+    return load_file(files.final_dir(run_dir) / files.WEIGHTS)
 
 
 def test_micro_batch_is_recorded_but_not_fingerprinted() -> None:
@@ -71,11 +72,11 @@ def test_a_resume_with_another_micro_batch_continues_the_run(
     whole = run(gpt2_shards, tmp_path / "whole", micro_batch=8)
     resumed = tmp_path / "resumed"
     shutil.copytree(tmp_path / "whole", resumed)
-    shutil.rmtree(layout.final_dir(resumed))  # back to the step-8 checkpoint
+    shutil.rmtree(files.final_dir(resumed))  # back to the step-8 checkpoint
     result = run(gpt2_shards, resumed, micro_batch=4)
     assert result.start_step == 8  # continued, not restarted
-    assert not list(resumed.glob(f"{layout.CHECKPOINTS}.stale-*"))  # no checkpoint set aside
-    state = read_json(layout.final_dir(resumed) / layout.STATE)
+    assert not list(resumed.glob(f"{files.CHECKPOINTS}.stale-*"))  # no checkpoint set aside
+    state = read_json(files.final_dir(resumed) / files.STATE)
     assert state["train_config"]["micro_batch"] == 4  # recorded
     ref = {
         r["step"]: r["loss"] for r in read_metrics(layout.metrics_file(tmp_path / "whole"), "train")

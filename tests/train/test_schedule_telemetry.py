@@ -73,21 +73,20 @@ def test_mfu_knows_h100_h200_and_says_unknown_otherwise() -> None:
 def test_prune_keeps_the_newest_and_removes_dead_writers_leftovers(tmp_path) -> None:
     import torch
 
-    from leviathan import layout
-    from leviathan.train import checkpoint as ckpt
+    from leviathan.checkpoint import files, store
 
     for step in (1, 2, 3):
-        ckpt.save_checkpoint(
+        store.save_checkpoint(
             tmp_path,
-            layout.step_dir(tmp_path, step).name,
+            files.step_dir(tmp_path, step).name,
             model_state={"w": torch.ones(2)},
             optim_state={"state": {}, "param_groups": []},
             state={"step": step},
         )
     (tmp_path / ".step_00000004.99999999.tmp").mkdir()  # a writer killed mid-write
-    ckpt.prune(tmp_path, keep_last=2)
+    store.prune(tmp_path, keep_last=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000002", "step_00000003"]
-    assert ckpt.latest_checkpoint(tmp_path).step == 3
+    assert store.latest_checkpoint(tmp_path).step == 3
 
 
 def test_threads_zero_means_every_cpu_of_the_process() -> None:

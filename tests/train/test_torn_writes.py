@@ -16,11 +16,11 @@ from test_checkpoint import manager
 from test_integrity import with_manifest
 from test_trainer import cli
 
+from leviathan.checkpoint import store
+from leviathan.checkpoint.integrity import verify_checkpoint
 from leviathan.io import DiskFull
 from leviathan.layout import manifest_path
-from leviathan.train import checkpoint as ckpt
 from leviathan.train.config import RuntimeConfig, ValidationConfig, train_config
-from leviathan.train.integrity import verify_checkpoint
 from leviathan.train.metrics_log import MetricsLog, read_metrics, rewind_metrics
 from leviathan.train.trainer import train
 
@@ -112,7 +112,7 @@ def test_disk_full_at_a_save_is_one_line_and_keeps_the_older_checkpoint(
     text = str(caught.value)
     assert "\n" not in text
     assert f"no space left on the filesystem of {root / 'step_00000002'}" in text
-    needed = ckpt.tensor_bytes([m.model.state_dict(), m.optimizer.state_dict()])
+    needed = store.tensor_bytes([m.model.state_dict(), m.optimizer.state_dict()])
     assert f"needs about {needed:,} bytes" in text
     assert f"resumes from the newest checkpoint left, {root / 'step_00000001'}" in text
     assert sorted(p.name for p in root.iterdir()) == ["step_00000001"]  # no half-written dir

@@ -209,7 +209,7 @@ def test_checkpoint_manifest_chains_to_the_token_shards(
     # the run's identity: the config but micro_batch (a memory knob, recorded, not hashed)
     identity = {k: v for k, v in c.to_dict().items() if k != "micro_batch"}
     assert config_sha256(identity) == state["train_fingerprint"] == m["train_fingerprint"]
-    assert m["state_sha256"] == sha256_file(final / "state.json")
+    assert m["files"]["state.json"] == sha256_file(final / "state.json")
     assert (m["step"], m["tokens"], m["model_config"]) == (
         2,
         state["tokens"],

@@ -20,7 +20,7 @@ WRITE = """
 import sys
 from pathlib import Path
 import torch
-from leviathan.train.checkpoint import save_checkpoint
+from leviathan.checkpoint.store import save_checkpoint
 torch.manual_seed(0)
 weights = {"w": torch.randn(1024, 1024)}  # 4 MiB
 save_checkpoint(Path("results/runs/cell/checkpoints"), "final", model_state=weights,

@@ -19,6 +19,7 @@ import pytest
 
 from leviathan import layout
 from leviathan.cells import Cell, config_cells
+from leviathan.checkpoint.files import checkpoints_dir, final_dir, step_dir
 from leviathan.study.resolve import cell_train_config
 from leviathan.study.status import cell_status, render_status, run_state
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig
@@ -44,7 +45,7 @@ def _copy_unfinished(done: Cell, to: Cell, step: int) -> Path:
     no exit record: a run killed outright)."""
     run = Path(layout.run_dir(to))
     shutil.copytree(layout.run_dir(done), run)
-    shutil.rmtree(layout.final_dir(run))
+    shutil.rmtree(final_dir(run))
     layout.exit_file(run).unlink()
     rewind_metrics(layout.metrics_file(run), step, run / "aside.jsonl")
     return run
@@ -98,7 +99,7 @@ def test_status_tells_every_state_apart(
     assert read_exit(layout.run_dir(done))["outcome"] == "finished"  # the trainer's record
     _copy_unfinished(done, _cell("untied"), 4)  # running: a process holds its lock
     albert = _copy_unfinished(done, _cell("albert"), 2)  # preempted: its exit record says so
-    saved = layout.step_dir(layout.checkpoints_dir(albert), 2)
+    saved = step_dir(checkpoints_dir(albert), 2)
     with pytest.raises(Preempted), record_exit(albert):
         raise Preempted(signal.SIGTERM, saved)
     _copy_unfinished(done, _cell("flat_mlp"), 4)  # stopped by an error

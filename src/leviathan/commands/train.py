@@ -13,7 +13,7 @@ from typing import Any
 
 from leviathan.cost.memory import fitting_micro_batch
 from leviathan.io import write_json
-from leviathan.layout import checkpoints_dir, out_of_memory_file
+from leviathan.layout import out_of_memory_file
 from leviathan.model.config import VARIANT_NAMES
 from leviathan.scales import SCALES
 from leviathan.train.config import RuntimeConfig, train_config
@@ -92,7 +92,8 @@ def runtime_config(
 
 
 def _resume_hint(run_dir: Path) -> str:
-    from leviathan.train.checkpoint import latest_checkpoint
+    from leviathan.checkpoint.files import checkpoints_dir
+    from leviathan.checkpoint.store import latest_checkpoint
 
     ref = latest_checkpoint(checkpoints_dir(run_dir))
     return f"resume from {ref.path}" if ref else "no checkpoint yet: a rerun starts afresh"

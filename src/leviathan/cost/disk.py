@@ -13,6 +13,7 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import config_cells
+from leviathan.checkpoint.files import CHECKPOINTS
 from leviathan.cost.plan import CellPlan, plan_cell
 from leviathan.cost.units import size_text
 from leviathan.study.corpus_size import corpus_bytes, vocab_budgets
@@ -117,7 +118,7 @@ def study_disk(
 
 
 # what a run sets aside and keeps (train/checkpoint.py, train/telemetry.py)
-SET_ASIDE_GLOBS = ("*.stale-*", f"{layout.CHECKPOINTS}/*.damaged-*", "metrics.torn-*")
+SET_ASIDE_GLOBS = ("*.stale-*", f"{CHECKPOINTS}/*.damaged-*", "metrics.torn-*")
 
 
 def set_aside_bytes(run_dir: Path) -> int:

@@ -22,6 +22,7 @@ from functools import cache
 from typing import Any
 
 from leviathan.cells import Cell, config_cells
+from leviathan.checkpoint.files import checkpoint_bytes, kept_bytes
 from leviathan.cost.eval_memory import eval_memory
 from leviathan.cost.memory import JobMemory, largest_fitting, refusal, train_memory
 from leviathan.cost.roofline import roofline
@@ -30,7 +31,7 @@ from leviathan.eval.config import LmEvalConfig, ValConfig, WikitextConfig
 from leviathan.gpus import gpu_model
 from leviathan.model.accounting import account
 from leviathan.study.cluster import eval_resources, scale_resources
-from leviathan.study.resolve import WEIGHT_BYTES, cell_train_config, checkpoint_bytes
+from leviathan.study.resolve import cell_train_config
 from leviathan.train.config import workflow_runtime
 from leviathan.train.schedule import keep_steps
 
@@ -59,8 +60,8 @@ class CellPlan:
 
     @property
     def kept_bytes(self) -> int:
-        """The kept checkpoints on disk: fp32 weights each (train/kept.py)."""
-        return self.kept_checkpoints * self.params * WEIGHT_BYTES
+        """The kept checkpoints on disk: fp32 weights each (leviathan.checkpoint.kept)."""
+        return self.kept_checkpoints * kept_bytes(self.params)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from leviathan import layout
@@ -191,7 +192,7 @@ def recalibrate(
 
 
 def _final(cell: Cell) -> bool:
-    return (layout.final_dir(layout.run_dir(cell)) / layout.STATE).is_file()
+    return Path(layout.final_marker(cell)).is_file()
 
 
 def _h(value: float | None) -> str:

@@ -23,18 +23,21 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from leviathan.device import resolve_device
-from leviathan.eval.errors import EvalInputError
-from leviathan.io import read_json, sha256_file
-from leviathan.layout import (
+from leviathan.checkpoint.files import (
     CHECKPOINTS,
     FINAL,
     STATE,
     WEIGHTS,
     final_dir,
-    manifest_path,
+    is_complete,
+    state_file,
     step_dir,
+    weights_file,
 )
+from leviathan.checkpoint.integrity import DamagedCheckpoint, manifest_file, verify_checkpoint
+from leviathan.device import resolve_device
+from leviathan.eval.errors import EvalInputError
+from leviathan.io import read_json, sha256_file
 from leviathan.manifest import display_path
 from leviathan.model import LanguageModel, ModelConfig, build_model
 from leviathan.model.generated import validate_ids
@@ -55,7 +58,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     p = Path(path)
     final = f"{CHECKPOINTS}/{FINAL}/"
     for candidate in (p, p / FINAL, final_dir(p)):
-        if (candidate / STATE).is_file() and (candidate / WEIGHTS).is_file():
+        if is_complete(candidate):
             return candidate
     if (p / CHECKPOINTS).is_dir() or p.name == CHECKPOINTS:
         raise EvalInputError(
@@ -98,7 +101,7 @@ class Checkpoint:
         name = self.train_config.get("vocab")
         if not name:
             raise EvalInputError(
-                f"{self.path / STATE}: has no train_config.vocab; not a trainer checkpoint"
+                f"{state_file(self.path)}: has no train_config.vocab; not a trainer checkpoint"
             )
         return get_vocab(name)
 
@@ -110,7 +113,7 @@ class Checkpoint:
         """The checkpoint's identity as recorded in every evaluation output."""
         tc = self.train_config
         loader = self.state.get("loader") or {}
-        manifest = manifest_path(self.path / WEIGHTS)
+        manifest = manifest_file(self.path)
         has_manifest = manifest.is_file()
         return {
             "path": str(self.path),
@@ -119,7 +122,7 @@ class Checkpoint:
             # chain (training data, train config); None for checkpoints written without one
             "manifest": display_path(manifest) if has_manifest else None,
             "manifest_sha256": sha256_file(manifest) if has_manifest else None,
-            "state_sha256": sha256_file(self.path / STATE),
+            "state_sha256": sha256_file(state_file(self.path)),
             "step": self.state.get("step"),
             "tokens": self.state.get("tokens"),
             "scale": tc.get("scale"),
@@ -161,10 +164,8 @@ class Checkpoint:
 
 def verified_manifest(ckpt_dir: Path) -> dict[str, Any]:
     """The manifest of a checkpoint whose every file hashes as it records (the check a resume
-    makes, leviathan.train.integrity); a checkpoint without one, or with a file missing or
+    makes, leviathan.checkpoint.integrity); a checkpoint without one, or with a file missing or
     changed, is refused in one line naming the file."""
-    from leviathan.train.integrity import DamagedCheckpoint, verify_checkpoint
-
     try:
         verify_checkpoint(ckpt_dir)
     except DamagedCheckpoint as exc:
@@ -173,7 +174,7 @@ def verified_manifest(ckpt_dir: Path) -> dict[str, Any]:
             "traced; rerun the training command, which sets a damaged checkpoint aside and "
             "resumes from the newest intact one"
         ) from None
-    manifest: dict[str, Any] = read_json(manifest_path(ckpt_dir / WEIGHTS))
+    manifest: dict[str, Any] = read_json(manifest_file(ckpt_dir))
     return manifest
 
 
@@ -183,11 +184,15 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     ckpt_dir = resolve_checkpoint(path)
     manifest = verified_manifest(ckpt_dir)
     try:
-        state = read_json(ckpt_dir / STATE)
+        state = read_json(state_file(ckpt_dir))
     except ValueError as exc:
-        raise EvalInputError(f"{ckpt_dir / STATE}: not valid JSON ({exc}): {DAMAGED_FIX}") from None
+        raise EvalInputError(
+            f"{state_file(ckpt_dir)}: not valid JSON ({exc}): {DAMAGED_FIX}"
+        ) from None
     if "model_config" not in state:
-        raise EvalInputError(f"{ckpt_dir / STATE}: has no model_config; not a trainer checkpoint")
+        raise EvalInputError(
+            f"{state_file(ckpt_dir)}: has no model_config; not a trainer checkpoint"
+        )
     cfg = ModelConfig.from_dict(state["model_config"]).validate()
     _check_overrides(ckpt_dir, cfg, (state.get("train_config") or {}).get("model_overrides"))
     ckpt = Checkpoint(ckpt_dir, str(manifest["artifact"]["sha256"]), state, cfg, manifest)
@@ -207,7 +212,7 @@ def _check_overrides(ckpt_dir: Path, cfg: ModelConfig, overrides: dict[str, Any]
     for key, value in flatten(overrides or {}).items():
         if key in recorded and recorded[key] != value:
             raise EvalInputError(
-                f"{ckpt_dir / STATE}: its model_config has {key}={recorded[key]!r} but its "
+                f"{state_file(ckpt_dir)}: its model_config has {key}={recorded[key]!r} but its "
                 f"training config set {key}={value!r}: the checkpoint's records disagree; "
                 "evaluate a checkpoint as `leviathan train` wrote it"
             )
@@ -250,14 +255,16 @@ def load_model(ckpt: Checkpoint, device: str | torch.device = "cpu") -> Language
     with _EmptyOnMeta():
         model = build_model(ckpt.model_config, "cpu")
     try:
-        weights = load_file(ckpt.path / WEIGHTS, device=str(dev))
+        weights = load_file(weights_file(ckpt.path), device=str(dev))
     except Exception as exc:  # noqa: BLE001 - safetensors' own error, or the OS's
-        raise EvalInputError(f"{ckpt.path / WEIGHTS}: unreadable ({exc}): {DAMAGED_FIX}") from None
+        raise EvalInputError(
+            f"{weights_file(ckpt.path)}: unreadable ({exc}): {DAMAGED_FIX}"
+        ) from None
     try:
         model.load_state_dict(weights, assign=True)
     except RuntimeError as exc:
         raise EvalInputError(
-            f"{ckpt.path / WEIGHTS}: weights do not fit the model its {STATE} describes "
+            f"{weights_file(ckpt.path)}: weights do not fit the model its {STATE} describes "
             f"(variant {ckpt.model_config.variant}): {exc}.{_choice_hint(exc, ckpt.model_config)}"
         ) from exc
     del weights
@@ -265,7 +272,7 @@ def load_model(ckpt: Checkpoint, device: str | torch.device = "cpu") -> Language
     unset = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if unset:
         raise EvalInputError(
-            f"{ckpt.path / WEIGHTS}: holds no values for {unset[:3]}: the checkpoint is "
+            f"{weights_file(ckpt.path)}: holds no values for {unset[:3]}: the checkpoint is "
             "incomplete; evaluate a checkpoint written by `leviathan train`"
         )
     model.eval().requires_grad_(False)

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leviathan.anchor import EVALUATION_MANIFEST, check_evaluation
+from leviathan.checkpoint.files import state_file, weights_file
 from leviathan.eval.standin import is_stand_in
 from leviathan.io import read_json, sha256_file, write_json
-from leviathan.layout import STATE, WEIGHTS, manifest_path
+from leviathan.layout import manifest_path
 from leviathan.manifest import display_path, invalidate_manifest, read_manifest, write_manifest
 from leviathan.provenance import record
 
@@ -152,12 +153,16 @@ def manifest_inputs(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     ckpt = result.get("checkpoint")
     if isinstance(ckpt, Mapping) and ckpt.get("path"):
         inputs.append(
-            {"role": "checkpoint", "path": f"{ckpt['path']}/{WEIGHTS}", "sha256": ckpt["sha256"]}
+            {
+                "role": "checkpoint",
+                "path": weights_file(ckpt["path"]).as_posix(),
+                "sha256": ckpt["sha256"],
+            }
         )
         inputs.append(
             {
                 "role": "checkpoint_state",
-                "path": f"{ckpt['path']}/{STATE}",
+                "path": state_file(ckpt["path"]).as_posix(),
                 "sha256": ckpt.get("state_sha256"),
             }
         )

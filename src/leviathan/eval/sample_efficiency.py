@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leviathan.checkpoint.files import final_dir, state_file, weights_file
 from leviathan.eval.errors import EvalInputError
 from leviathan.eval.results import envelope
 from leviathan.io import read_json, sha256_file
-from leviathan.layout import METRICS, STATE, WEIGHTS, final_dir, metrics_file
+from leviathan.layout import METRICS, metrics_file
 from leviathan.provenance import utc_now
 from leviathan.train.log_anchor import verify_log
 from leviathan.train.metrics_log import read_metrics
@@ -151,9 +152,9 @@ def _run_record(curve: Curve, role: str) -> dict[str, Any]:
         "sha256": sha256_file(metrics_file(curve.run)),
     }
     final = final_dir(curve.run)
-    if (final / WEIGHTS).is_file():
-        rec["checkpoint_sha256"] = sha256_file(final / WEIGHTS)
-        rec["checkpoint_step"] = read_json(final / STATE).get("step")
+    if weights_file(final).is_file():
+        rec["checkpoint_sha256"] = sha256_file(weights_file(final))
+        rec["checkpoint_step"] = read_json(state_file(final)).get("step")
     return rec
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from leviathan.layout import record_cell_key
+from transformers.utils import SAFE_WEIGHTS_NAME
+
+from leviathan.checkpoint.files import WEIGHTS
+from leviathan.layout import manifest_path, record_cell_key
 
 VARIANT_INPUTS = {
     "tied": "an ordinary V x D embedding table, shared with the output head",
@@ -73,7 +76,7 @@ def _record_table(cell: str, checkpoint: dict[str, Any], vocab: dict[str, Any], 
 | cell (scale/vocabulary/variant/seed) | `{cell}` |
 | training step / tokens | {checkpoint.get("step")} / {checkpoint.get("tokens")} |
 | checkpoint | `{checkpoint["path"]}` |
-| checkpoint sha256 (model.safetensors) | `{checkpoint["sha256"]}` |
+| checkpoint sha256 ({WEIGHTS}) | `{checkpoint["sha256"]}` |
 | code version | leviathan {code.get("leviathan", "?")}, git `{commit}`{dirty} |
 | tokenizer | tiktoken `{vocab["encoding"]}` (n_vocab {vocab["n_vocab"]}), BPE file sha256 `{vocab["bpe_sha256"]}` |
 | context length | {checkpoint.get("context")} |
@@ -109,7 +112,7 @@ def _model_config(checkpoint: dict[str, Any], export_dir: str) -> str:
 {config}
 ```
 
-The export's manifest (`model.safetensors.json`) records the sha256 of every file here and
+The export's manifest (`{manifest_path(SAFE_WEIGHTS_NAME)}`) records the sha256 of every file here and
 of the checkpoint it came from; `leviathan audit {export_dir}` re-verifies the chain back
 to the training data.
 """

@@ -24,6 +24,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import transformers
+from transformers.utils import SAFE_WEIGHTS_NAME
+
+from leviathan.checkpoint.files import state_file, weights_file
 from leviathan.data.tokenizers import load_tokenizer
 from leviathan.eval.checkpoint import Checkpoint, load_model, read_checkpoint
 from leviathan.export.card import model_card
@@ -37,7 +41,7 @@ from leviathan.io import (
     remove_dead_temps,
     sha256_file,
 )
-from leviathan.layout import MODEL_CARD, STATE, WEIGHTS, manifest_path
+from leviathan.layout import MODEL_CARD, manifest_path
 from leviathan.manifest import display_path, input_record, vocab_record, write_manifest
 from leviathan.provenance import utc_now
 
@@ -72,14 +76,14 @@ def check_out(out: Path, force: bool, source: Path) -> None:
         )
     if not _is_export(out):
         raise ExportError(
-            f"{out}: is not an export (no {manifest_path(WEIGHTS)} of kind {ARTIFACT_TYPE!r} "
+            f"{out}: is not an export (no {manifest_path(SAFE_WEIGHTS_NAME)} of kind {ARTIFACT_TYPE!r} "
             "in it): --force replaces only an earlier `leviathan export`; choose another OUT"
         )
 
 
 def _is_export(directory: Path) -> bool:
     try:
-        manifest = read_json(manifest_path(directory / WEIGHTS))
+        manifest = read_json(manifest_path(directory / SAFE_WEIGHTS_NAME))
     except (OSError, ValueError):
         return False
     return isinstance(manifest, dict) and manifest.get("kind") == ARTIFACT_TYPE
@@ -143,19 +147,19 @@ def _write_export_manifest(
     """The manifest of the export written in `tmp` (to be published as `final`): every file's
     sha256 (the weights' as the artifact's own), the checkpoint's weights, state and manifest
     as inputs (`record`: `ckpt.record()`), the BPE file, the dtype."""
-    files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name != WEIGHTS}
+    files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name != SAFE_WEIGHTS_NAME}
     inputs = [
-        input_record(ckpt.path / WEIGHTS, ckpt.sha256, role="checkpoint"),
-        input_record(ckpt.path / STATE, record["state_sha256"], role="checkpoint_state"),
+        input_record(weights_file(ckpt.path), ckpt.sha256, role="checkpoint"),
+        input_record(state_file(ckpt.path), record["state_sha256"], role="checkpoint_state"),
     ]
     if record["manifest"]:
         inputs.append(
             input_record(record["manifest"], record["manifest_sha256"], role="checkpoint_manifest")
         )
     return write_manifest(
-        tmp / WEIGHTS,
+        tmp / SAFE_WEIGHTS_NAME,
         artifact_type=ARTIFACT_TYPE,
-        recorded_path=final / WEIGHTS,
+        recorded_path=final / SAFE_WEIGHTS_NAME,
         inputs=inputs,
         vocab=vocab,
         config={"dtype": dtype, "format": "transformers LlamaForCausalLM"},
@@ -171,6 +175,4 @@ def _write_export_manifest(
 
 
 def _transformers_version() -> str:
-    import transformers
-
     return str(transformers.__version__)

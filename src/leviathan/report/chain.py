@@ -29,8 +29,15 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.anchor import EVALUATION_MANIFEST, evaluation_fix, is_evaluation
+from leviathan.checkpoint.files import (
+    CHECKPOINT_KIND,
+    STATE,
+    final_dir,
+    state_file,
+    weights_file,
+)
 from leviathan.io import read_json, read_json_object, sha256_file
-from leviathan.layout import METRICS, STATE, WEIGHTS, manifest_path
+from leviathan.layout import METRICS, manifest_path
 from leviathan.provenance import git
 from leviathan.report.cellmap import DocumentCache
 from leviathan.report.claims import claims_problems
@@ -270,16 +277,13 @@ class ChainWalker:
         if verified is None or recorded != verified:  # else: the line above already says it
             self.check_hash(path, recorded, f"its manifest {mpath}", depth)
         self.check_commit(manifest.get("code"), mpath, depth + 1)
-        # the other files of a directory artifact (a checkpoint's state.json, also as recorded
-        # by manifests older than `files`)
+        # the other files of a directory artifact (a checkpoint's state.json, optim.pt, ...)
         files = dict(manifest.get("files") or {})
-        if manifest.get("kind") == "checkpoint" and STATE not in files:
-            files[STATE] = manifest.get("state_sha256")
         for name, sha in files.items():
             self.check_hash(path.parent / name, sha, f"its manifest {mpath}", depth + 1)
         if manifest.get("resumed_from"):
             self.check_resumed_from(manifest["resumed_from"], mpath, depth + 1)
-        if manifest.get("kind") == "checkpoint":
+        if manifest.get("kind") == CHECKPOINT_KIND:
             self.check_checkpoint_records(manifest, mpath, depth + 1)
         vocab = manifest.get("vocab")
         if vocab and vocab.get("bpe_file"):
@@ -289,7 +293,7 @@ class ChainWalker:
                 self.walk(inp["path"], depth + 1, inp.get("sha256"))
 
     def walk_checkpoint_dir(self, ckpt_dir: Path, depth: int, verified: str | None = None) -> None:
-        weights = ckpt_dir / WEIGHTS
+        weights = weights_file(ckpt_dir)
         mpath = manifest_path(weights)
         if not mpath.is_file():
             self.failed(
@@ -301,8 +305,8 @@ class ChainWalker:
             return
         manifest = read_json_object(mpath)
         self.walk(weights, depth, verified)  # every file its manifest records, state.json too
-        state = ckpt_dir / STATE  # the configs the tables' params/FLOPs read
-        recorded = (manifest.get("files") or {}).get(STATE) or manifest.get("state_sha256")
+        state = state_file(ckpt_dir)  # the configs the tables' params/FLOPs read
+        recorded = (manifest.get("files") or {}).get(STATE)
         if (
             state.is_file()
             and self.sha(state) == recorded
@@ -323,14 +327,14 @@ class ChainWalker:
             else:
                 self.passed(depth, what, f"sha256 {str(log.get('sha256'))[:12]}")
         for kept in manifest.get("kept") or []:
-            weights = self.path(kept["path"]) / WEIGHTS
+            weights = weights_file(self.path(kept["path"]))
             if self.check_hash(weights, kept.get("sha256"), where, depth):
                 self.walk(weights, depth, kept.get("sha256"))
 
     def check_resumed_from(self, resumed: Mapping[str, Any], where: str, depth: int) -> None:
         """The checkpoint a run resumed from (verified then, as its manifest recorded it): its
         manifest unchanged where it is still kept, and its chain; retention may have removed it."""
-        mpath = manifest_path(self.path(resumed["path"]) / WEIGHTS)
+        mpath = manifest_path(weights_file(self.path(resumed["path"])))
         what = f"resumed from {self.show(resumed['path'])} (step {resumed.get('step')})"
         if not mpath.is_file():
             self.unverifiable(depth, what, "no longer kept (retention); verified when resumed")
@@ -340,7 +344,7 @@ class ChainWalker:
             )
         else:
             self.passed(depth, what, f"manifest sha256 {sha[:12]}, as verified when resumed")
-            self.walk(mpath.with_name(WEIGHTS), depth + 1)
+            self.walk(weights_file(mpath.parent), depth + 1)
 
     def walk_eval(self, path: Path, doc: Mapping[str, Any], depth: int) -> None:
         depth, where = depth + 1, self.show(path)
@@ -354,8 +358,8 @@ class ChainWalker:
             if inp.get(
                 "checkpoint_sha256"
             ):  # a run's metrics (sample efficiency): its final checkpoint
-                final = layout.final_dir(self.path(inp["path"]).parent)
-                if self.check_hash(final / WEIGHTS, inp["checkpoint_sha256"], where, depth):
+                final = final_dir(self.path(inp["path"]).parent)
+                if self.check_hash(weights_file(final), inp["checkpoint_sha256"], where, depth):
                     self.walk_checkpoint_dir(final, depth + 1, inp["checkpoint_sha256"])
 
     def check_evaluated_checkpoint(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
@@ -363,7 +367,7 @@ class ChainWalker:
         where = self.show(path)
         self.check_cell_identity(path, ckpt, depth)
         ckpt_dir = self.path(ckpt["path"])
-        self.check_hash(ckpt_dir / STATE, ckpt.get("state_sha256"), where, depth)
+        self.check_hash(state_file(ckpt_dir), ckpt.get("state_sha256"), where, depth)
         if ckpt.get("manifest"):  # the checkpoint's manifest as it was when evaluated
             if not self.check_hash(ckpt["manifest"], ckpt.get("manifest_sha256"), where, depth):
                 self.check_written_again(path, ckpt, depth)
@@ -371,7 +375,7 @@ class ChainWalker:
             self.failed(
                 depth, self.show(ckpt_dir), f"{where} evaluated a checkpoint without a manifest"
             )
-        if self.check_hash(ckpt_dir / WEIGHTS, ckpt.get("sha256"), where, depth):
+        if self.check_hash(weights_file(ckpt_dir), ckpt.get("sha256"), where, depth):
             self.walk_checkpoint_dir(ckpt_dir, depth, ckpt.get("sha256"))
 
     def check_written_again(self, path: Path, ckpt: Mapping[str, Any], depth: int) -> None:
@@ -431,7 +435,7 @@ class ChainWalker:
         model.safetensors: a checkpoint or a `leviathan export` directory)."""
         path = self.path(p)
         if path.is_dir():
-            path = path / WEIGHTS
+            path = weights_file(path)
         if not manifest_path(path).is_file():
             self.failed(
                 0,

@@ -12,6 +12,7 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.checkpoint.files import state_file
 from leviathan.eval.config import CHECKPOINT_EVALS, eval_config, eval_sections
 from leviathan.eval.run import EvalFiles, run_evaluation, settings_key
 from leviathan.study.cluster import eval_resources
@@ -112,7 +113,7 @@ def evaluate(
         raise ValueError(
             f"unknown evaluation {evaluation!r}: use one of {', '.join(CHECKPOINT_EVALS)}"
         )
-    state = read_json(resolve_checkpoint(run_dir) / layout.STATE)  # no weights read yet
+    state = read_json(state_file(resolve_checkpoint(run_dir)))  # no weights read yet
     scale = (state.get("train_config") or {}).get("scale")
     device = eval_device(config, str(scale)) if scale else eval_sections(config).get("device")
     check = workflow_runtime(config.get("runtime")).kernel_check

@@ -14,12 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from leviathan.cells import Cell, config_cells
+from leviathan.checkpoint.files import checkpoint_bytes
 from leviathan.study.sweep import cell_overrides, cell_variant
 from leviathan.train.config import train_config
 from leviathan.train.recipe import recipe_differences, recipe_text, scale_default
 
-OPTIMIZER_SLOTS = 2  # AdamW keeps exp_avg and exp_avg_sq: two fp32 tensors per parameter
-WEIGHT_BYTES = 4  # checkpoints hold fp32 weights (model.safetensors)
 LARGEST = ("o200k_base", "untied")  # the largest checkpoint of a scale outside any study
 
 
@@ -44,11 +43,6 @@ def cell_recipe(config: Mapping[str, Any], cell: Any) -> str:
 
     record = cell_train_config(config, cell).to_dict()
     return recipe_text(recipe_differences(scale_default(config.get("train") or {}, record), record))
-
-
-def checkpoint_bytes(total_params: int) -> int:
-    """One checkpoint on disk: fp32 weights and AdamW's two fp32 moments per parameter."""
-    return total_params * WEIGHT_BYTES * (1 + OPTIMIZER_SLOTS)
 
 
 def cell_checkpoint_bytes(config: Mapping[str, Any], cell: Cell) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 
 from leviathan import layout
 from leviathan.cells import Cell
+from leviathan.checkpoint.files import checkpoints_dir, final_dir, state_file
 
 STALE_S = 900.0  # a run on another host silent this long (lock file, metrics log): not running
 STATES = ("not started", "running", "stopped", "preempted", "failed", "done", "will rerun")
@@ -132,7 +133,7 @@ def _ended(run: str | Path, log: Path | None, record: Any) -> tuple[str, str | N
         return "stopped", "finished, but its final checkpoint is gone (removed for a rerun?)"
     if log is not None and _job_failed(log):
         return "failed", f"its job log ends in an error: {log}"
-    if layout.metrics_file(run).is_file() or layout.checkpoints_dir(run).is_dir():
+    if layout.metrics_file(run).is_file() or checkpoints_dir(run).is_dir():
         return (
             "stopped",
             "no exit record: killed outright (SIGKILL, a kill for memory, a lost node)",
@@ -151,7 +152,7 @@ def run_state(
     probe = probe_lock(run, folder=True)
     if probe.state == "held":
         return "running", None
-    if (layout.final_dir(run) / layout.STATE).is_file():
+    if state_file(final_dir(run)).is_file():
         return "done", None
     record = read_exit(run)
     if probe.state == "elsewhere":

@@ -1,17 +1,13 @@
-"""Distributed checkpoints of an FSDP run (docs/method.md §4; `leviathan.train.fsdp`): the
-optimizer state written sharded, each rank its own part (`torch.distributed.checkpoint`), the
-weights whole, so a run resumes on another number of ranks and every downstream reader
-(evaluation, export, the audit) reads the checkpoint as it reads a DDP run's.
+"""The checkpoints of an FSDP run (docs/method.md §4; `leviathan.train.fsdp`): the optimizer
+state written sharded, each rank its own part (`leviathan.checkpoint.sharded`), the weights
+whole, so a run resumes on another number of ranks and every downstream reader (evaluation,
+export, the audit) reads the checkpoint as it reads a DDP run's.
 
-A checkpoint directory holds what `checkpoint.py` describes, except that `optim.pt` is
-`optim/`: DCP's `.metadata` and one `__<rank>_0.distcp` per rank, AdamW's moments with their
-global shapes, keyed by parameter name (`get_optimizer_state_dict`). `model.safetensors` is
-the whole fp32 weights, gathered to the main rank (`get_model_state_dict(full_state_dict,
-cpu_offload)`: one all-gather of the parameters, the traffic of one forward), so the weights
-are consolidated once, at every save, and never need converting: a third of the state (4 of
-12 bytes per parameter) is written by one rank, the rest by all. `state.json` records
-`optim_format: dcp` and the world size; the manifest hashes every file of `optim/` too, so the
-integrity check before a restore covers the shards.
+The weights are the whole fp32 weights, gathered to the main rank
+(`get_model_state_dict(full_state_dict, cpu_offload)`: one all-gather of the parameters, the
+traffic of one forward), so the weights are consolidated once, at every save, and never need
+converting: a third of the state (4 of 12 bytes per parameter) is written by one rank, the
+rest by all.
 
 The same guarantees as DDP's checkpoints: everything is written under a temporary directory
 (one name on every rank: the main rank's pid) and renamed into place by the main rank once
@@ -23,28 +19,20 @@ final saves wait. Restoring: the main rank verifies every file against the manif
 weights are read by the main rank and broadcast (`set_model_state_dict(broadcast_from_rank0)`),
 the optimizer state read by every rank for its own shard of the current sharding
 (`dcp.load` reshards: 4 ranks' files resume on 2), with the loader position (the same global
-batches at every world size) and the main rank's RNG states, as a DDP run.
-
-Either mode resumes the other's checkpoints, so a run moves between any numbers of ranks, 1
-included: a run that does not shard (one process, even with runtime.parallel=fsdp, or DDP)
-reads an FSDP checkpoint's shards whole (`load_whole_optimizer`), and an FSDP run reads a
-whole optimizer state (optim.pt) on every rank and keeps its part (`_by_name`).
+batches at every world size) and the main rank's RNG states, as a DDP run. A checkpoint of a
+run that did not shard is read whole on every rank, each keeping its part.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from safetensors.torch import save_file
-from torch import nn
 from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -54,51 +42,29 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from leviathan.io import publish_dir, write_json
-from leviathan.layout import RNG, STATE, WEIGHTS
-from leviathan.train import checkpoint as ckpt
-from leviathan.train.integrity import file_hashes, read_checkpoint_files
+from leviathan.checkpoint.files import SHARDED_FORMAT, shards_dir
+from leviathan.checkpoint.read import read_checkpoint_files
+from leviathan.checkpoint.rng import rng_state
+from leviathan.checkpoint.sharded import (
+    by_name,
+    load_shards,
+    read_sharded,
+    save_shards,
+    sharded_files,
+)
+from leviathan.checkpoint.store import (
+    OPTIM_FORMAT,
+    is_sharded_checkpoint,
+    prune,
+    publish,
+    temp_dir,
+)
+from leviathan.train.checkpoint import CheckpointManager
 
-OPTIM_DIR = "optim"
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
-def read_sharded(path: Path, weights: bool = True, device: str = "cpu") -> dict[str, Any]:
-    """What a sharded checkpoint holds besides its optimizer shards: the train state, the RNG
-    states and (`weights`) the whole weights; {} as the weights otherwise (a rank that gets
-    them by broadcast)."""
-    keys = ("model", "rng", "state") if weights else ("rng", "state")
-    return {"model": {}, **read_checkpoint_files(path, device, keys), "path": path}
-
-
-def load_whole_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
-    """Read the optimizer shards of sharded checkpoint `path` whole, into the optimizer of a
-    model that is not sharded (one process, or DDP's every rank): DCP gathers each state
-    tensor from the shards that hold its parts."""
-    optim = get_optimizer_state_dict(model, optimizer)  # keyed by parameter name, as saved
-    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        dcp.load({"optim": optim}, checkpoint_id=str(path / OPTIM_DIR), no_dist=True)
-    set_optimizer_state_dict(model, optimizer, optim)
-
-
-def _by_name(whole: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """A whole optimizer state as `Optimizer.state_dict()` keys it (each parameter by its
-    position over the groups) keyed as `current` (`get_optimizer_state_dict`) keys the same
-    optimizer's: by parameter name, the groups' parameters in the same order."""
-    names = [name for group in current["param_groups"] for name in group["params"]]
-    state = {names[i]: value for i, value in whole["state"].items()}
-    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in whole["param_groups"]]
-    return {"state": state, "param_groups": groups}
-
-
-def shard_files(directory: Path) -> list[str]:
-    """The files of a checkpoint's sharded optimizer state, relative to the checkpoint."""
-    root = directory / OPTIM_DIR
-    return sorted(str(p.relative_to(directory)) for p in root.rglob("*") if p.is_file())
-
-
-class ShardedCheckpointManager(ckpt.CheckpointManager):
+class ShardedCheckpointManager(CheckpointManager):
     """`CheckpointManager` for an FSDP run: every rank writes and reads its shard (above)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -116,7 +82,7 @@ class ShardedCheckpointManager(ckpt.CheckpointManager):
         the train state; the optimizer's shards are read collectively in `_load_weights`. A
         checkpoint of a run that did not shard (one process, DDP): every rank reads its whole
         optimizer state (optim.pt), and keeps its part in `_load_weights`."""
-        if not ckpt.is_sharded_checkpoint(path):
+        if not is_sharded_checkpoint(path):
             keys = (
                 ("model", "optim", "rng", "state")
                 if self.info.is_main
@@ -130,11 +96,11 @@ class ShardedCheckpointManager(ckpt.CheckpointManager):
         set_model_state_dict(self.model, loaded["model"], options=options)
         optim = get_optimizer_state_dict(self.model, self.optimizer)  # the current sharding
         if "optim" in loaded:  # whole, keyed by position: by parameter name, each rank its part
-            whole = _by_name(loaded["optim"], optim)
+            whole = by_name(loaded["optim"], optim)
             full = StateDictOptions(full_state_dict=True)
             set_optimizer_state_dict(self.model, self.optimizer, whole, options=full)
             return
-        dcp.load({"optim": optim}, checkpoint_id=str(loaded["path"] / OPTIM_DIR))
+        load_shards(optim, loaded["path"])
         set_optimizer_state_dict(self.model, self.optimizer, optim)
 
     # --- saving ----------------------------------------------------------------------------
@@ -152,12 +118,12 @@ class ShardedCheckpointManager(ckpt.CheckpointManager):
         staged = _copy_state_dict(optim, self._staged)  # a host copy training may go on from
         extra = None
         if self.info.is_main:
-            extra = (self._train_state(step, metrics), ckpt.rng_state())
-        tmp = self.root / f".{name}.{self._pid}.tmp"
+            extra = (self._train_state(step, metrics), rng_state())
+        tmp = temp_dir(self.root, name, self._pid)
         if self.info.is_main:
             self.root.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
-            (tmp / OPTIM_DIR).mkdir(parents=True)
+            shards_dir(tmp).mkdir(parents=True)
         dist.barrier(group=self._group)  # the temporary directory exists for every rank
         job = (name, tmp, model_state, staged, extra)
         if background:
@@ -181,9 +147,7 @@ class ShardedCheckpointManager(ckpt.CheckpointManager):
         final = self.root / name
         failed: BaseException | None = None
         try:
-            dcp.save(
-                {"optim": optim}, checkpoint_id=str(tmp / OPTIM_DIR), process_group=self._group
-            )
+            save_shards(optim, tmp, self._group)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the rendezvous
             failed = exc
         dist.barrier(group=self._group)  # every shard written (or failed)
@@ -210,20 +174,12 @@ class ShardedCheckpointManager(ckpt.CheckpointManager):
         extra: tuple[dict[str, Any], dict[str, Any]],
     ) -> None:
         state, rng = extra
-        save_file({k: v.contiguous() for k, v in model_state.items()}, tmp / WEIGHTS)
-        torch.save(rng, tmp / RNG)
-        write_json(tmp / STATE, state)
-        if self.manifest is not None:
-            ckpt._write_manifest(tmp, final, state, self.manifest, files=self._files(tmp))
-        publish_dir(tmp, final)
-        ckpt.prune(self.root, self.config.keep_last, keep=final)
-
-    @staticmethod
-    def _files(tmp: Path) -> dict[str, str]:
-        return file_hashes(tmp, [RNG, STATE, *shard_files(tmp)])
+        manifest = self._manifest_at(int(state["step"]))
+        publish(tmp, final, model_state, rng, state, manifest, files=sharded_files(tmp))
+        prune(self.root, self.config.keep_last, keep=final)
 
     def _train_state(self, step: int, metrics: dict[str, float | None]) -> dict[str, Any]:
-        return {**super()._train_state(step, metrics), "optim_format": ckpt.SHARDED_FORMAT}
+        return {**super()._train_state(step, metrics), OPTIM_FORMAT: SHARDED_FORMAT}
 
     def close(self) -> None:
         try:

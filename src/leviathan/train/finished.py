@@ -3,12 +3,12 @@
 The workflow declares `checkpoints/final/state.json` as a train job's output, and Snakemake
 deletes a job's output before it reruns the job (after a touched shard, `--forcerun`, a changed
 rule). The final's other files and its manifest are still there. Every checkpoint's manifest
-records its state.json whole (`STATE_FIELD`) beside its sha256, so `reinstate_state` writes it
-back exactly (the same bytes: checked against the recorded sha256 before it is put in place),
-and the rerun then verifies the final as any restore does and completes at once without training
-(`log_finished`: one INFO line). A final without state.json whose manifest cannot give it back
-(missing, unreadable, written before the field existed, or a sha256 that does not match) is
-damaged: the caller sets it aside with a WARNING, like any other damaged checkpoint.
+records its state.json whole beside its sha256, so `reinstate_state`
+(`leviathan.checkpoint.integrity`) writes it back exactly (the same bytes: checked against the
+recorded sha256 before it is put in place). The rerun then verifies the final as any restore
+does and completes at once without training (`log_finished`: one INFO line). A final without
+state.json whose manifest cannot give it back (missing, unreadable, or a sha256 that does not
+match) is damaged: the caller sets it aside with a WARNING, like any other damaged checkpoint.
 
 Retraining a finished cell from scratch sets its run aside first (`set_aside_run`, under the
 run's lock): `checkpoints/` becomes `checkpoints.stale-<n>/` with the metrics log inside it, kept,
@@ -17,41 +17,16 @@ never deleted; the next training of the cell starts at step 0 (`leviathan retrai
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from pathlib import Path
 
-from leviathan.io import free_name, json_bytes, read_json, write_json
-from leviathan.layout import FINAL, STATE, WEIGHTS, checkpoints_dir, manifest_path, metrics_file
+from leviathan.checkpoint.files import checkpoints_dir
+from leviathan.io import free_name
+from leviathan.layout import manifest_path, metrics_file
 from leviathan.lock import hold_lock
-from leviathan.train.integrity import DamagedCheckpoint, recorded_manifest
 
-STATE_FIELD = "state"  # a checkpoint manifest's copy of its state.json
 log = logging.getLogger("leviathan.train")
-
-
-def reinstate_state(root: Path) -> DamagedCheckpoint | None:
-    """Put back the state.json of `root/final` where it is missing, from the final's manifest
-    (the bytes its sha256 records). None: nothing to do (no final, or an empty folder), or done;
-    the damage otherwise, for the caller to set aside."""
-    final = root / FINAL
-    if not final.is_dir() or (final / STATE).exists() or not any(final.iterdir()):
-        return None  # an empty one: Snakemake makes an output's folder before the job runs
-    try:
-        hashes, _ = recorded_manifest(final)
-        state = read_json(manifest_path(final / WEIGHTS)).get(STATE_FIELD)
-    except DamagedCheckpoint as exc:
-        return exc
-    if state is None:
-        return DamagedCheckpoint(final, STATE, "missing, and its manifest does not record it")
-    data = json_bytes(state)  # as write_json wrote state.json
-    if hashlib.sha256(data).hexdigest() != hashes.get(STATE):
-        return DamagedCheckpoint(
-            final, STATE, "missing, and its manifest's copy does not hash as it records"
-        )
-    write_json(final / STATE, state)  # atomic: a whole state.json or none
-    return None
 
 
 def log_finished(final: Path, step: int) -> None:

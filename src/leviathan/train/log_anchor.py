@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from leviathan.anchor import ChangedArtifact, anchor_problem
+from leviathan.checkpoint.files import STATE, final_dir, state_file, weights_file
 from leviathan.io import read_json
-from leviathan.layout import STATE, WEIGHTS, final_dir, manifest_path, metrics_file
+from leviathan.layout import manifest_path, metrics_file
 from leviathan.manifest import display_path, input_record, recorded_sha256, write_manifest
 
 LOG_MANIFEST = "metrics_log"  # the manifest kind of a finished run's metrics log
@@ -101,13 +102,11 @@ def final_val_problem(log: Path, state: Mapping[str, Any]) -> str | None:
         return None
     last = [r for _, r in _records(log.read_bytes()) if r.get("kind") == "val" and _step(r) <= step]
     if not last:
-        return (
-            f"has no validation record up to step {step}; its final state.json has val_loss {val}"
-        )
+        return f"has no validation record up to step {step}; its final {STATE} has val_loss {val}"
     if last[-1].get("val_loss") != val:
         return (
             f"its last validation record (step {_step(last[-1])}) has val_loss "
-            f"{last[-1].get('val_loss')}, its final checkpoint's state.json {val}: it was edited"
+            f"{last[-1].get('val_loss')}, its final checkpoint's {STATE} {val}: it was edited"
         )
     return None
 
@@ -115,7 +114,7 @@ def final_val_problem(log: Path, state: Mapping[str, Any]) -> str | None:
 def final_records(run: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The final checkpoint's manifest and state.json of run `run` (None where absent)."""
     final = final_dir(run)
-    mpath, state = manifest_path(final / WEIGHTS), final / STATE
+    mpath, state = manifest_path(weights_file(final)), state_file(final)
     return (
         read_json(mpath) if mpath.is_file() else None,
         read_json(state) if state.is_file() else None,
@@ -168,7 +167,7 @@ def anchor_log(
     manifest, _ = final_records(run)
     if manifest_path(log).is_file() or manifest is None or not manifest.get(PREFIX_FIELD):
         return
-    weights = final_dir(run) / WEIGHTS
+    weights = weights_file(final_dir(run))
     write_manifest(
         log,
         artifact_type=LOG_MANIFEST,

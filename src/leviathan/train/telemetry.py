@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from leviathan.device import device_name, mfu, peak_flops
+from leviathan.model.lev_health import model_health
 from leviathan.provenance import code_version
 from leviathan.study.logs import start_line
 from leviathan.train.config import RuntimeConfig, TrainConfig
@@ -281,3 +282,20 @@ class TrainTelemetry:
             self.bar.close()
         if self.log:
             self.log.close()
+
+
+def lev_health_stats(model: Any, is_main: bool, sharded: bool) -> Any:
+    """LEV's health statistics of `model` on the main rank (a fixed sample of ids, no
+    gradients; FSDP: LEV's group and the root's, with the head, gathered on every rank for
+    it). None on the other ranks, or for a model without LEV."""
+    if not (is_main or sharded):
+        return None
+    from leviathan.train.fsdp import root_gathered  # torch.distributed's FSDP: only here
+
+    with root_gathered(model):
+        if not is_main:
+            return None
+        was_training = model.training
+        stats = model_health(model.eval())
+        model.train(was_training)
+    return stats

@@ -17,7 +17,6 @@ fails is not used (a WARNING), or under runtime.kernel_check: error raises
   checkpoint.py   CheckpointManager: saves/restores model, optimizer, loader, train state, RNG
   fsdp.py         FSDP2, runtime.parallel=fsdp: each block, LEV and the root sharded over the ranks
   dcp_checkpoint.py  an FSDP run's checkpoints: the optimizer sharded, every rank writes its own
-  integrity.py    every checkpoint file's sha256: recorded at save, checked before a restore
   preemption.py   PreemptionWatch, Preempted: SIGTERM/SIGUSR1/SIGINT -> checkpoint, 128+signal
   finished.py     a rerun of a finished run: its final's state.json put back, nothing trained
   telemetry.py    TrainTelemetry: metrics records, progress bar; rewind_metrics on a restart
@@ -26,9 +25,7 @@ fails is not used (a WARNING), or under runtime.kernel_check: error raises
 
 Run directory:
   .lock                                       held by the process training it (leviathan.lock)
-  checkpoints/step_<N>/, checkpoints/final/   (see `checkpoint.py`); damaged ones set aside as
-                                              <name>.damaged-<n>/
-  checkpoints/kept/step_<N>/                  weights kept at runtime.checkpoint.keep_at's steps (kept.py)
+  checkpoints/                                step_<N>/, final/, kept/step_<N>/ (leviathan.checkpoint)
   metrics.jsonl                               kind = start | train | val | end (a torn line set
                                               aside as metrics.torn-<n>.jsonl at a restart, of a
                                               finished run too); a train record holds its batch's
@@ -51,20 +48,22 @@ from typing import Any
 import torch
 
 from leviathan import layout
+from leviathan.checkpoint.files import checkpoints_dir
+from leviathan.checkpoint.rng import seed_rngs
+from leviathan.checkpoint.store import ManifestInfo
 from leviathan.data.loader import Prefetcher, TrainLoader
 from leviathan.data.roles import check_training_shards
 from leviathan.data.shards import verify_shards
 from leviathan.device import set_deterministic
 from leviathan.io import write_json
 from leviathan.lock import hold_lock
-from leviathan.manifest import input_record, invalidate_manifest, recorded_sha256
+from leviathan.manifest import invalidate_manifest
 from leviathan.model import LanguageModel, build_model
 from leviathan.model.accounting import account_model
 from leviathan.model.kernel_check import self_check
-from leviathan.model.lev_health import model_health
 from leviathan.provenance import utc_now
-from leviathan.train import checkpoint as ckpt
 from leviathan.train.batch_fingerprint import step_batch_sha256
+from leviathan.train.checkpoint import CheckpointManager, run_inputs
 from leviathan.train.config import RuntimeConfig, TrainConfig
 from leviathan.train.distributed import (
     DistInfo,
@@ -87,7 +86,7 @@ from leviathan.train.metrics_log import MetricsLog, rewind_metrics, set_aside_to
 from leviathan.train.optimizer import build_optimizer, clip_gradients
 from leviathan.train.preemption import PreemptionWatch
 from leviathan.train.schedule import lr_at
-from leviathan.train.telemetry import StepRecord, TrainTelemetry, log_due
+from leviathan.train.telemetry import StepRecord, TrainTelemetry, lev_health_stats, log_due
 from leviathan.train.validation import Validator, check_val_sample
 from leviathan.vocab import check_covers
 
@@ -106,7 +105,7 @@ class TrainResult:
 
 def build_cell_model(cfg: TrainConfig) -> LanguageModel:
     mcfg = cfg.model_config()
-    ckpt.seed_rngs(cfg.seed)
+    seed_rngs(cfg.seed)
     return build_model(mcfg)
 
 
@@ -240,13 +239,13 @@ class Trainer:
             progress=self.runtime.progress,
         )
 
-    def _checkpoint_manager(self) -> ckpt.CheckpointManager:
+    def _checkpoint_manager(self) -> CheckpointManager:
         """The run's checkpoints: what they hold, where, how often and how many are kept."""
-        manager = ckpt.CheckpointManager
+        manager = CheckpointManager
         if self.sharded:  # every rank writes its shard (train/dcp_checkpoint.py)
             from leviathan.train.dcp_checkpoint import ShardedCheckpointManager as manager
         return manager(
-            layout.checkpoints_dir(self.run_dir),
+            checkpoints_dir(self.run_dir),
             model=self.model,
             optimizer=self.optimizer,
             loader=self.loader,
@@ -425,42 +424,17 @@ class Trainer:
 
     def _wandb(self) -> Any:
         """The run's W&B run (train/wandb_log.py): created, or the stored one resumed."""
-        from dataclasses import asdict
+        from leviathan.train.wandb_log import open_run
 
-        from leviathan.provenance import code_version
-        from leviathan.train.wandb_log import WandbRun
+        shards = [s.input_record("train_tokens") for s in self.loader.shards]
+        return open_run(self.run_dir, self.cfg, self.model.cfg, self.runtime, self.info, shards)
 
-        cfg, runtime = self.cfg, self.runtime
-        config = {
-            "train": cfg.to_dict(),
-            "model": self.model.cfg.to_dict(),
-            "runtime": asdict(runtime),
-            "world_size": self.info.world_size,
-            "provenance": {
-                "code": code_version(),
-                "data": [s.input_record("train_tokens") for s in self.loader.shards],
-            },
-        }
-        return WandbRun(
-            self.run_dir,
-            runtime.wandb,
-            config=config,
-            name=f"{cfg.scale}/{cfg.vocab}/{cfg.variant}/seed{cfg.seed}",
-        )
-
-    def _manifest(self) -> ckpt.ManifestInfo:
-        # each training shard with the check its loader made of it (the sha256 is then the
-        # manifest's: `verify_shards`); the validation shard's hash is read from its manifest
-        data = [s.input_record("train_tokens") for s in self.loader.shards]
-        if self.val_bin is not None:
-            val_sha256 = recorded_sha256(self.val_bin, "tokens")
-            data.append(input_record(self.val_bin, val_sha256, role="val_tokens", check="none"))
-        return ckpt.ManifestInfo(
-            inputs=data,
-            started=self.started,
-            device=str(self.info.device),
-            resumed_from=self.restored.resumed_from(),
-        )
+    def _manifest(self) -> ManifestInfo:
+        """What the checkpoints' manifests record of the run: the data, start and device."""
+        shards = [s.input_record("train_tokens") for s in self.loader.shards]
+        inputs = run_inputs(shards, self.val_bin)
+        device, resumed_from = str(self.info.device), self.restored.resumed_from()
+        return ManifestInfo(inputs, self.started, device, resumed_from)
 
     def _set_lr(self, step: int) -> float:
         cfg = self.cfg
@@ -515,17 +489,7 @@ class Trainer:
         return val
 
     def _lev_health(self, step: int, telemetry: TrainTelemetry) -> None:
-        """LEV's health statistics on the main rank (a fixed sample of ids, no gradients;
-        FSDP: LEV's group and the root's, with the head, gathered on every rank for it)."""
-        if not (self.info.is_main or self.sharded):
-            return
-        from leviathan.train.fsdp import root_gathered
-
-        with root_gathered(self.model):
-            if not self.info.is_main:
-                return
-            was_training = self.model.training
-            stats = model_health(self.model.eval())
-            self.model.train(was_training)
+        """LEV's health statistics on the main rank (telemetry.lev_health_stats)."""
+        stats = lev_health_stats(self.model, self.info.is_main, self.sharded)
         if stats is not None:
             telemetry.lev_health(step, stats)

@@ -118,6 +118,26 @@ class WandbRun:
         self._save()
 
 
+def open_run(
+    run_dir: Path, cfg: Any, model_cfg: Any, runtime: Any, info: Any, shards: list[Any]
+) -> WandbRun:
+    """The W&B run of a training run (`runtime.wandb`): created, or the stored one resumed;
+    its config the train, model and runtime configs, the world size and the provenance."""
+    from dataclasses import asdict
+
+    from leviathan.provenance import code_version
+
+    config = {
+        "train": cfg.to_dict(),
+        "model": model_cfg.to_dict(),
+        "runtime": asdict(runtime),
+        "world_size": info.world_size,
+        "provenance": {"code": code_version(), "data": shards},
+    }
+    name = f"{cfg.scale}/{cfg.vocab}/{cfg.variant}/seed{cfg.seed}"
+    return WandbRun(run_dir, runtime.wandb, config=config, name=name)
+
+
 def persisted_step(run_dir: Path, run_id: str) -> int:
     """The last history step of W&B run `run_id` in its transaction logs under `run_dir`
     (every attempt's, online or offline); -1: none."""

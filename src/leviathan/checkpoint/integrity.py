@@ -1,31 +1,37 @@
 """Checkpoint integrity: every file's sha256 recorded in the manifest at save, checked at restore.
 
-A checkpoint's manifest (`model.safetensors.json`) records the weights' sha256 as its artifact
-and, in `files`, the sha256 of optim.pt, rng.pt and state.json (manifests written before `files`
-existed record state.json as `state_sha256` only). `verify_checkpoint` re-hashes each recorded
+A checkpoint's manifest (`manifest_file`) records the weights' sha256 as its artifact and, in
+`files`, the sha256 of every other file of the checkpoint (`files.HASHED_FILES`, or an FSDP
+run's shards). `verify_checkpoint` re-hashes each recorded
 file before a restore and raises `DamagedCheckpoint` naming the first file that is missing,
-unreadable or changed; `read_checkpoint_files` then loads it, turning a file its loader cannot
-parse into the same error. The files are hashed in parallel (hashlib releases the GIL), so a
+unreadable or changed; `read.read_checkpoint_files` then loads it, turning a file its loader
+cannot parse into the same error. The files are hashed in parallel (hashlib releases the GIL), so a
 check takes about the time of the largest file: optim.pt, two thirds of a checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors.torch import load_file
-
-from leviathan.io import read_json, sha256_file
-from leviathan.layout import OPTIM, RNG, STATE, WEIGHTS, manifest_path
+from leviathan.checkpoint.files import (
+    HASHED_FILES,
+    STATE,
+    WEIGHTS,
+    PathLike,
+    state_file,
+    weights_file,
+)
+from leviathan.io import json_bytes, read_json, sha256_file, write_json
+from leviathan.layout import manifest_path
 from leviathan.manifest import display_path, write_manifest
 
-HASHED_FILES = (OPTIM, RNG, STATE)  # the manifest's `files`, beside its artifact (the weights)
+STATE_FIELD = "state"  # a checkpoint manifest's copy of its state.json
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -44,7 +50,7 @@ class Verified:
     path: Path
     manifest_sha256: str
     files: tuple[str, ...]  # the files checked
-    unrecorded: tuple[str, ...]  # files a manifest of an older version records no hash for
+    unrecorded: tuple[str, ...]  # files of HASHED_FILES it has none of (a kept or sharded one)
 
     def record(self, step: int) -> dict[str, Any]:
         """What a later checkpoint's manifest records of the one its run resumed from."""
@@ -55,6 +61,11 @@ class Verified:
             "verified": list(self.files),
             "unrecorded": list(self.unrecorded),
         }
+
+
+def manifest_file(checkpoint: PathLike) -> Path:
+    """A checkpoint's manifest: beside its weights, the artifact it describes."""
+    return manifest_path(weights_file(checkpoint))
 
 
 def file_hashes(directory: Path, names: Sequence[str] = HASHED_FILES) -> dict[str, str]:
@@ -70,16 +81,14 @@ def file_hashes(directory: Path, names: Sequence[str] = HASHED_FILES) -> dict[st
 def recorded_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
     """Every file's sha256 a checkpoint manifest records, by file name."""
     hashes = {WEIGHTS: str(manifest["artifact"]["sha256"])}
-    hashes.update({str(k): str(v) for k, v in (manifest.get("files") or {}).items()})
-    if STATE not in hashes and manifest.get("state_sha256"):
-        hashes[STATE] = str(manifest["state_sha256"])
+    hashes.update({str(k): str(v) for k, v in manifest["files"].items()})
     return hashes
 
 
 def recorded_manifest(checkpoint: Path) -> tuple[dict[str, str], str]:
     """The file hashes `checkpoint`'s manifest records (`recorded_hashes`) and the manifest's
     own sha256; a manifest missing, not JSON or without them raises `DamagedCheckpoint`."""
-    mpath = manifest_path(checkpoint / WEIGHTS)
+    mpath = manifest_file(checkpoint)
     if not mpath.is_file():
         raise DamagedCheckpoint(
             checkpoint, mpath.name, "missing: nothing records its files' hashes"
@@ -125,35 +134,6 @@ def verify_checkpoint(checkpoint: Path) -> Verified:
     return Verified(checkpoint, manifest_sha, tuple(hashes), unrecorded)
 
 
-def _loaders(device: str) -> dict[str, tuple[str, Callable[[Path], Any]]]:
-    return {
-        "model": (WEIGHTS, lambda p: load_file(p, device=device)),
-        "optim": (OPTIM, lambda p: torch.load(p, map_location=device, weights_only=True)),
-        "rng": (RNG, lambda p: torch.load(p, weights_only=True)),
-        "state": (STATE, read_json),
-    }
-
-
-def read_checkpoint_files(
-    checkpoint: Path, device: torch.device | str = "cpu", keys: Collection[str] | None = None
-) -> dict[str, Any]:
-    """{'model', 'optim', 'rng', 'state'} of a checkpoint (those of `keys` only, where given;
-    safe loaders only); a file that cannot be read or parsed raises `DamagedCheckpoint`."""
-    loaded: dict[str, Any] = {}
-    for key, (name, load) in _loaders(str(device)).items():
-        if keys is not None and key not in keys:
-            continue
-        try:
-            loaded[key] = load(checkpoint / name)
-        except FileNotFoundError as exc:
-            raise DamagedCheckpoint(checkpoint, name, "missing") from exc
-        except Exception as exc:  # noqa: BLE001 - each loader has its own errors (torch, safetensors, json)
-            raise DamagedCheckpoint(checkpoint, name, f"unreadable ({exc})") from exc
-    if not isinstance(loaded["state"], dict) or not isinstance(loaded["state"].get("step"), int):
-        raise DamagedCheckpoint(checkpoint, STATE, "unreadable (no step)")
-    return loaded
-
-
 def write_checkpoint_manifest(
     tmp: Path,
     final: Path,
@@ -169,9 +149,9 @@ def write_checkpoint_manifest(
     `checkpoint.ManifestInfo`; its step, tokens, fingerprint, model config and the hashes of
     the `files` beside the weights), then `extra`."""
     write_manifest(
-        tmp / WEIGHTS,
+        weights_file(tmp),
         artifact_type=artifact_type,
-        recorded_path=final / WEIGHTS,
+        recorded_path=weights_file(final),
         inputs=info.inputs,
         config=state["train_config"],
         started=info.started,
@@ -182,8 +162,29 @@ def write_checkpoint_manifest(
             "tokens": state["tokens"],
             "train_fingerprint": state["train_fingerprint"],
             "files": dict(files),
-            "state_sha256": files[STATE],
             "model_config": state["model_config"],
             **(extra or {}),
         },
     )
+
+
+def reinstate_state(checkpoint: Path) -> DamagedCheckpoint | None:
+    """Put back the state.json of `checkpoint` (a run's final) where it is missing, from its
+    manifest's copy (`STATE_FIELD`: the bytes its sha256 records). None: nothing to do (no such
+    folder, or an empty one), or done; the damage otherwise, for the caller to set aside."""
+    if not checkpoint.is_dir() or state_file(checkpoint).exists() or not any(checkpoint.iterdir()):
+        return None  # an empty one: Snakemake makes an output's folder before the job runs
+    try:
+        hashes, _ = recorded_manifest(checkpoint)
+        state = read_json(manifest_file(checkpoint)).get(STATE_FIELD)
+    except DamagedCheckpoint as exc:
+        return exc
+    if state is None:
+        return DamagedCheckpoint(checkpoint, STATE, "missing, and its manifest does not record it")
+    data = json_bytes(state)  # as write_json wrote state.json
+    if hashlib.sha256(data).hexdigest() != hashes.get(STATE):
+        return DamagedCheckpoint(
+            checkpoint, STATE, "missing, and its manifest's copy does not hash as it records"
+        )
+    write_json(state_file(checkpoint), state)  # atomic: a whole state.json or none
+    return None

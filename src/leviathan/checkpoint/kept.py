@@ -2,7 +2,7 @@
 
 Where training dynamics are studied (losses of the frequency buckets along training, the tokens
 one variant needs to reach another's loss), the weights of intermediate steps must outlive the
-run. A kept checkpoint is a directory `checkpoints/kept/step_<N>/` (leviathan.layout.kept_dir)
+run. A kept checkpoint is a directory `checkpoints/kept/step_<N>/` (leviathan.checkpoint.files.kept_dir)
 holding
   model.safetensors        the weights after N optimizer steps (N = 0: the initial weights)
   state.json               step, tokens, loader state, train and model configs, code: what
@@ -31,6 +31,22 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from leviathan.checkpoint.files import (
+    KEPT_KIND,
+    STATE,
+    WEIGHTS,
+    kept_dir,
+    state_file,
+    step_dir,
+    step_of,
+    weights_file,
+)
+from leviathan.checkpoint.integrity import (
+    DamagedCheckpoint,
+    manifest_file,
+    recorded_manifest,
+    write_checkpoint_manifest,
+)
 from leviathan.io import (
     disk_full,
     free_name,
@@ -40,15 +56,8 @@ from leviathan.io import (
     sha256_file,
     write_json,
 )
-from leviathan.layout import STATE, WEIGHTS, kept_dir, manifest_path, step_dir, step_of
 from leviathan.manifest import display_path
-from leviathan.train.integrity import (
-    DamagedCheckpoint,
-    recorded_manifest,
-    write_checkpoint_manifest,
-)
 
-KEPT_ARTIFACT_TYPE = "kept_checkpoint"
 log = logging.getLogger("leviathan.train")
 
 
@@ -60,7 +69,7 @@ def write_kept(
     info: Any | None,
 ) -> Path:
     """Write kept checkpoint `step` under `checkpoints/kept/` atomically; `info`: the run's
-    `checkpoint.ManifestInfo` (None: no manifest, as for a checkpoint written without one).
+    `store.ManifestInfo` (None: no manifest, as for a checkpoint written without one).
     What killed writers left there is removed first; a full disk is `DiskFull` (one line),
     with nothing left of the attempt."""
     root = kept_dir(checkpoints)
@@ -71,13 +80,12 @@ def write_kept(
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, tmp / WEIGHTS)
-        write_json(tmp / STATE, state)
+        weights = {k: v.detach().contiguous().cpu() for k, v in model_state.items()}
+        save_file(weights, weights_file(tmp))
+        write_json(state_file(tmp), state)
         if info is not None:
-            files = {STATE: sha256_file(tmp / STATE)}
-            write_checkpoint_manifest(
-                tmp, final, state, info, artifact_type=KEPT_ARTIFACT_TYPE, files=files
-            )
+            files = {STATE: sha256_file(state_file(tmp))}
+            write_checkpoint_manifest(tmp, final, state, info, artifact_type=KEPT_KIND, files=files)
         publish_dir(tmp, final)
     except Exception as exc:
         shutil.rmtree(tmp, ignore_errors=True)  # the space it took, before measuring
@@ -104,10 +112,10 @@ def list_kept(checkpoints: Path) -> list[dict[str, Any]]:
     out = []
     for p in root.iterdir():
         step = step_of(p)
-        if step is None or not (p / STATE).is_file():
+        if step is None or not state_file(p).is_file():
             continue
         sha = None
-        if manifest_path(p / WEIGHTS).is_file():
+        if manifest_file(p).is_file():
             try:
                 sha = recorded_manifest(p)[0][WEIGHTS]
             except DamagedCheckpoint as exc:
