@@ -521,14 +521,14 @@ def test_ddp_two_ranks_match_one_rank(gpt2_shards: Path, tmp_path: Path) -> None
     ]
     one = cli(gpt2_shards, tmp_path / "one", *common, "--set", "micro_batch=8")
     subprocess.run(one, check=True)
+    # --standalone: a rendezvous on a port the system picks, free of other launches' ports
     torchrun = [
         sys.executable,
         "-m",
         "torch.distributed.run",
+        "--standalone",
         "--nproc-per-node",
         "2",
-        "--master-port",
-        "29517",
     ]
     two = cli(gpt2_shards, tmp_path / "two", *common, "--set", "micro_batch=4")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -561,7 +561,7 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     one = cli(gpt2_shards, tmp_path / "one", *common)
     subprocess.run(
-        [*torchrun, "--nproc-per-node", "2", "--master-port", str(_free_port())] + one[1:],
+        [*torchrun, "--standalone", "--nproc-per-node", "2"] + one[1:],
         check=True,
         env=env,
     )
