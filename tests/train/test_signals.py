@@ -13,13 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_trainer import assert_bitwise_equal, cli, reference_run, wait_for_training, weights
+from test_trainer import assert_bitwise_equal, cli, wait_for_training, weights
 
 from leviathan.study.status import run_state
 from leviathan.train.exit_record import read_exit
 from leviathan.train.metrics_log import read_metrics
-
-__all__ = ["reference_run"]  # the uninterrupted run, a fixture of this module too
 
 # Runs `leviathan train ARGS` after patching PHASE to signal its own process as it begins.
 AT_PHASE = """

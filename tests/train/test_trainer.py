@@ -93,17 +93,6 @@ def assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
         assert torch.equal(a[k], b[k]), k
 
 
-@pytest.fixture(scope="module")
-def reference_run(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("ref") / "run"
-    # with the live view on (DVCLive): the same run checks it (test_dvclive_...)
-    subprocess.run(
-        cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=4", "--runtime", "dvclive=true"),
-        check=True,
-    )
-    return run_dir
-
-
 @pytest.mark.slow
 def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
     train_rows = read_metrics(reference_run / "metrics.jsonl", "train")
