@@ -29,21 +29,27 @@ from leviathan.manifest import read_manifest
 PART_BYTES = 16_000
 VAL_FRACTION = 0.2
 
-# The child fetches the same files with each document delayed, so that the parent can kill it
-# between parts; everything else is the production code path.
+# The child fetches the same files, and holds before its next document once a saved part has
+# consumed 100 documents, until the parent kills it there (however slow either process runs);
+# everything else is the production code path.
 CHILD = """
-import sys, time
+import json, sys, time
 import leviathan.data.fetch as fetch
+from leviathan.layout import fetch_state
 
 real = fetch.LocalFiles._jsonl
+out, src, part, max_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+state = fetch_state(out)
 
-def slow(self, *args):
+def held(self, *args):
     for doc in real(self, *args):
-        time.sleep(0.004)
+        if state.is_file():
+            splits = json.loads(state.read_text())["splits"]
+            if sum(s["consumed"] for s in splits.values()) >= 100:
+                time.sleep(3600)
         yield doc
 
-fetch.LocalFiles._jsonl = slow
-out, src, part, max_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+fetch.LocalFiles._jsonl = held
 fetch.fetch_text(out, [src], val_fraction=0.2, limits=(None, max_bytes), part_bytes=part)
 """
 
@@ -86,7 +92,7 @@ def test_sigkilled_fetch_resumes_to_the_same_bytes(
     args = [str(out), str(src), str(PART_BYTES), str(max_bytes)]
     child = subprocess.Popen([sys.executable, "-c", CHILD, *args])
     state = fetch_state(out)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a bound on a hung child, not a timing assert
     consumed = 0
     while consumed < 100 and child.poll() is None and time.monotonic() < deadline:
         if state.is_file():

@@ -29,20 +29,26 @@ from leviathan.manifest import read_manifest
 PART_BYTES = 16_000
 VAL_FRACTION = 0.2
 
-# The child fetches with each document delayed, so that the parent can kill it between parts;
-# everything else is the production code path.
+# The child fetches, and holds before its next document once a saved part has read a third of
+# the file, until the parent kills it there (however slow either process runs); everything else
+# is the production code path.
 CHILD = """
-import sys, time
+import json, os, sys, time
 import leviathan.data.fetch as fetch
+from leviathan.layout import fetch_state
 
 real = fetch.LocalFiles._jsonl
+state = fetch_state(sys.argv[1])
 
-def slow(self, *args):
+def held(self, *args):
     for doc in real(self, *args):
-        time.sleep(0.004)
+        if state.is_file():
+            read = json.loads(state.read_text())["position"]["offset"]
+            if read >= os.path.getsize(sys.argv[2]) // 3:
+                time.sleep(3600)
         yield doc
 
-fetch.LocalFiles._jsonl = slow
+fetch.LocalFiles._jsonl = held
 fetch.fetch_text(sys.argv[1], [sys.argv[2]], val_fraction=0.2, part_bytes=int(sys.argv[3]))
 """
 
@@ -87,7 +93,7 @@ def _kill_mid_way(out: Path, src: Path) -> int:
     the saved state has read to in `src`."""
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(out), str(src), str(PART_BYTES)])
     state = fetch_state(out)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a bound on a hung child, not a timing assert
     offset = 0
     while offset < src.stat().st_size // 3 and child.poll() is None and time.monotonic() < deadline:
         if state.is_file():

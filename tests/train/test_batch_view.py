@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,12 +27,6 @@ BATCH = 8
 CONTEXT = 64  # the micro scale's
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _cli_train(shards: Path, run_dir: Path, micro_batch: int) -> list[str]:
     argv = ["-m", "leviathan.cli", "train", "--scale", "micro", "--vocab", "gpt2"]
     argv += ["--variant", "leviathan", "--train", str(shards / "train.bin")]
@@ -45,8 +38,8 @@ def _cli_train(shards: Path, run_dir: Path, micro_batch: int) -> list[str]:
 
 
 def _ranks(n: int, shards: Path, run_dir: Path) -> subprocess.Popen[str]:
-    launcher = [sys.executable, "-m", "leviathan.torchrun", "--nproc-per-node", str(n)]
-    launcher += ["--master-port", str(_free_port())]
+    launcher = [sys.executable, "-m", "leviathan.torchrun", "--standalone"]
+    launcher += ["--nproc-per-node", str(n)]  # --standalone: on a port the system picks
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     argv = launcher + _cli_train(shards, run_dir, BATCH // n)
     return subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)

@@ -75,12 +75,19 @@ def _losses(run_dir: Path) -> dict[int, float]:
     }
 
 
+@pytest.fixture(scope="module")
+def eager(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The eager run both compiled runs are held against."""
+    run_dir = tmp_path_factory.mktemp("eager") / "run"
+    _run(gpt2_shards, run_dir, compile=False)
+    return run_dir
+
+
 @pytest.mark.slow
 def test_compiled_training_trains_checkpoints_resumes_and_matches_eager(
-    gpt2_shards: Path, tmp_path: Path
+    gpt2_shards: Path, eager: Path, tmp_path: Path
 ) -> None:
-    eager, compiled = tmp_path / "eager", tmp_path / "compiled"
-    _run(gpt2_shards, eager, compile=False)
+    compiled = tmp_path / "compiled"
     first = _run(gpt2_shards, compiled, compile=True)
     losses = _losses(compiled)
     assert _logged_steps(compiled) == list(range(1, STEPS + 1))  # every step trained, logged
@@ -103,17 +110,16 @@ def test_compiled_training_trains_checkpoints_resumes_and_matches_eager(
 
 @pytest.mark.slow
 def test_checkpointed_compiled_training_compiles_and_matches_eager(
-    gpt2_shards: Path, tmp_path: Path
+    gpt2_shards: Path, eager: Path, tmp_path: Path
 ) -> None:
     """runtime.activation_checkpointing with runtime.compile through the trainer: Dynamo
     compiles frames (the checkpoint inside the blocks' compiled code, not around it, where
     nothing would compile), and the losses are the eager run's."""
-    _run(gpt2_shards, tmp_path / "eager", compile=False)
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     _run(gpt2_shards, tmp_path / "compiled", compile=True, checkpointing=True)
     assert torch._dynamo.utils.counters["frames"]["ok"] >= 1
-    compiled, ref = _losses(tmp_path / "compiled"), _losses(tmp_path / "eager")
+    compiled, ref = _losses(tmp_path / "compiled"), _losses(eager)
     assert compiled.keys() == ref.keys()
     for step, loss in ref.items():
         assert abs(compiled[step] - loss) <= LOSS_ATOL, (step, compiled[step], loss)

@@ -29,14 +29,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 pytestmark = pytest.mark.slow
 
 
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def args(shards: Path, run_dir: Path, scale: str = "micro", *extra: str) -> list[str]:
     steps = {"micro": ["--set", f"total_tokens={8 * 64 * STEPS}", "--set", "global_batch=8"]}
     steps["tiny"] = ["--set", f"total_tokens={8 * 256 * 2}", "--set", "global_batch=8"]
@@ -74,8 +66,9 @@ def launch(ranks: int, argv: list[str], *, parallel: str = "fsdp") -> list[str]:
     micro = ["--set", f"micro_batch={8 // ranks}", "--runtime", f"parallel={parallel}"]
     if ranks == 1:
         return [sys.executable, *argv, *micro]
-    torchrun = [sys.executable, "-m", "leviathan.torchrun", "--nproc-per-node", str(ranks)]
-    return [*torchrun, "--master-port", str(_port()), *argv, *micro]
+    # --standalone: a rendezvous on a port the system picks, free of other launches' ports
+    torchrun = [sys.executable, "-m", "leviathan.torchrun", "--standalone"]
+    return [*torchrun, "--nproc-per-node", str(ranks), *argv, *micro]
 
 
 def losses(run_dir: Path) -> list[float]:
@@ -108,8 +101,10 @@ def test_fsdp_on_2_and_4_ranks_follows_ddp_and_one_process(runs: dict[str, Path]
     assert len(one) == STEPS
     for name in ("ddp2", "fsdp2", "fsdp4"):
         assert losses(runs[name]) == pytest.approx(one, rel=1e-4), name
-    start = read_metrics(runs["fsdp4"] / "metrics.jsonl", "start")[0]
-    assert start["world_size"] == 4
+    # (DDP on 2 ranks x micro-batch 4 follows one process x micro-batch 8: this is the DDP test)
+    for name, ranks in (("ddp2", 2), ("fsdp4", 4)):
+        start = read_metrics(runs[name] / "metrics.jsonl", "start")[0]
+        assert start["world_size"] == ranks, name
     # the weights: whole, the same names and shapes as DDP's, within the tolerance
     ddp, fsdp = final_weights(runs["ddp2"]), final_weights(runs["fsdp4"])
     assert ddp.keys() == fsdp.keys()
@@ -135,27 +130,17 @@ def test_tiny_scale_fsdp_on_2_ranks_follows_one_process(gpt2_shards: Path, tmp_p
     assert losses(tmp_path / "fsdp2") == pytest.approx(losses(tmp_path / "one"), rel=1e-4)
 
 
-def test_sigterm_on_4_ranks_resumes_on_2_as_the_same_run(
-    gpt2_shards: Path, runs: dict[str, Path], tmp_path: Path
-) -> None:
-    """SIGTERM to the 4-rank launcher: every rank stops at one step with a distributed
-    checkpoint; the run resumes on 2 ranks (the optimizer state resharded) with the same
-    batches: its losses are the uninterrupted run's."""
-    run_dir = tmp_path / "run"
-    argv = args(
-        gpt2_shards,
-        run_dir,
-        "micro",
-        "--runtime",
-        "checkpoint.every=0",
-        "--runtime",
-        "validation.every=0",
-    )
-    proc = subprocess.Popen(launch(4, argv), env=ENV, stderr=subprocess.PIPE, text=True)
+def stopped_by_sigterm(cmd: list[str], run_dir: Path) -> tuple[Path, int, str]:
+    """Runs `cmd` and sends SIGTERM to it (to the launcher under torchrun) once the run has
+    logged a training step: it exits 128 + SIGTERM with one step checkpoint. That checkpoint,
+    its step and the run's stderr."""
+    proc = subprocess.Popen(cmd, env=ENV, stderr=subprocess.PIPE, text=True)
     metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 600  # a bound on a hung run, not a timing assert
     while proc.poll() is None and (
         not metrics.exists() or '"kind": "train"' not in metrics.read_text()
     ):
+        assert time.monotonic() < deadline, "the run never logged a training step"
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     err = proc.communicate(timeout=300)[1]
@@ -164,72 +149,43 @@ def test_sigterm_on_4_ranks_resumes_on_2_as_the_same_run(
     assert len(saved) == 1, err
     stopped_at = int(saved[0].name.split("_")[1])
     assert 0 < stopped_at < STEPS
-    assert len(list((saved[0] / "optim").glob("*.distcp"))) == 4
-
-    subprocess.run(launch(2, argv), check=True, env=ENV, timeout=600)
-    start = read_metrics(metrics, "start")[-1]
-    assert (start["step"], start["world_size"]) == (stopped_at, 2)
-    assert losses(run_dir) == pytest.approx(losses(runs["one"]), rel=1e-4)
+    return saved[0], stopped_at, err
 
 
-def test_sigterm_on_2_fsdp_ranks_resumes_on_one_process(
-    gpt2_shards: Path, runs: dict[str, Path], tmp_path: Path
+@pytest.mark.parametrize(
+    ("stop_on", "stop_parallel", "resume_on"), [(4, "fsdp", 2), (2, "fsdp", 1), (1, "ddp", 2)]
+)
+def test_a_run_stopped_by_sigterm_resumes_on_another_world_size_as_the_same_run(
+    gpt2_shards: Path,
+    runs: dict[str, Path],
+    tmp_path: Path,
+    stop_on: int,
+    stop_parallel: str,
+    resume_on: int,
 ) -> None:
-    """An FSDP run stopped on 2 ranks resumes on one process (runtime.parallel=fsdp still):
-    the optimizer's shards are read whole, and the losses are the uninterrupted run's."""
-    run_dir = tmp_path / "run"
-    every = ["--runtime", "checkpoint.every=0", "--runtime", "validation.every=0"]
-    argv = args(gpt2_shards, run_dir, "micro", *every)
-    proc = subprocess.Popen(launch(2, argv), env=ENV, stderr=subprocess.PIPE, text=True)
-    metrics = run_dir / "metrics.jsonl"
-    while proc.poll() is None and (
-        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
-    ):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    err = proc.communicate(timeout=300)[1]
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    saved = [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
-    assert len(saved) == 1 and len(list((saved[0] / "optim").glob("*.distcp"))) == 2, err
-    stopped_at = int(saved[0].name.split("_")[1])
-    assert 0 < stopped_at < STEPS
-
-    resumed = subprocess.run(launch(1, argv), env=ENV, timeout=600, capture_output=True, text=True)
-    assert resumed.returncode == 0, resumed.stderr
-    start = read_metrics(metrics, "start")[-1]
-    assert (start["step"], start["world_size"]) == (stopped_at, 1)
-    assert losses(run_dir) == pytest.approx(losses(runs["one"]), rel=1e-4)
-
-
-def test_a_one_process_runs_checkpoint_resumes_on_2_fsdp_ranks(
-    gpt2_shards: Path, runs: dict[str, Path], tmp_path: Path
-) -> None:
-    """The other way: a run stopped on one process (its whole optimizer state in optim.pt)
-    resumes sharded on 2 FSDP ranks, each keeping its part; the losses are the uninterrupted
+    """SIGTERM to a run on `stop_on` ranks: every rank stops at one step with a checkpoint (a
+    distributed one, one optimizer shard per rank, under FSDP on several ranks; the whole
+    optimizer state in optim.pt on one process). The run resumes with runtime.parallel=fsdp on
+    `resume_on` ranks (4 -> 2: the optimizer state resharded; 2 -> 1: its shards read whole;
+    1 -> 2: each rank keeping its part) with the same batches: its losses are the uninterrupted
     run's."""
     run_dir = tmp_path / "run"
     every = ["--runtime", "checkpoint.every=0", "--runtime", "validation.every=0"]
     argv = args(gpt2_shards, run_dir, "micro", *every)
-    proc = subprocess.Popen(
-        launch(1, argv, parallel="ddp"), env=ENV, stderr=subprocess.PIPE, text=True
+    saved, stopped_at, err = stopped_by_sigterm(
+        launch(stop_on, argv, parallel=stop_parallel), run_dir
     )
-    metrics = run_dir / "metrics.jsonl"
-    while proc.poll() is None and (
-        not metrics.exists() or '"kind": "train"' not in metrics.read_text()
-    ):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    err = proc.communicate(timeout=300)[1]
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    saved = [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_")]
-    assert len(saved) == 1 and (saved[0] / "optim.pt").is_file(), err
-    stopped_at = int(saved[0].name.split("_")[1])
-    assert 0 < stopped_at < STEPS
+    if stop_on > 1:
+        assert len(list((saved / "optim").glob("*.distcp"))) == stop_on, err
+    else:
+        assert (saved / "optim.pt").is_file(), err
 
-    resumed = subprocess.run(launch(2, argv), env=ENV, timeout=600, capture_output=True, text=True)
+    resumed = subprocess.run(
+        launch(resume_on, argv), env=ENV, timeout=600, capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
-    start = read_metrics(metrics, "start")[-1]
-    assert (start["step"], start["world_size"]) == (stopped_at, 2)
+    start = read_metrics(run_dir / "metrics.jsonl", "start")[-1]
+    assert (start["step"], start["world_size"]) == (stopped_at, resume_on)
     assert losses(run_dir) == pytest.approx(losses(runs["one"]), rel=1e-4)
 
 

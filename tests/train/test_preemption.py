@@ -8,10 +8,12 @@ import os
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from leviathan.train import preemption
 from leviathan.train.distributed import DistInfo
 from leviathan.train.preemption import SAME_CTRL_C_S, PreemptionWatch
 
@@ -38,8 +40,12 @@ def test_a_rank_without_a_signal_of_its_own_reports_sigterm() -> None:
 
 
 def test_ctrl_c_is_a_request_and_a_second_one_stops_at_once(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the watch's clock, moved by the test: a pause of the process (a loaded machine) between
+    # the first Ctrl-C and its copy does not make the copy a second Ctrl-C
+    now = [100.0]
+    monkeypatch.setattr(preemption, "time", SimpleNamespace(monotonic=lambda: now[0]))
     # Python's own Ctrl-C handler, as an interactive run has it (a command started in the
     # background by a non-interactive shell inherits SIGINT ignored); the previous one put back
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -48,8 +54,10 @@ def test_ctrl_c_is_a_request_and_a_second_one_stops_at_once(
             os.kill(os.getpid(), signal.SIGINT)  # the process lives on
             assert watch.requested()
             assert "Ctrl-C: writing a checkpoint at the end of this step" in capsys.readouterr().err
+            now[0] += SAME_CTRL_C_S / 2
             os.kill(os.getpid(), signal.SIGINT)  # the same Ctrl-C forwarded by a launcher
-            time.sleep(SAME_CTRL_C_S)
+            time.sleep(0)  # (a signal's handler runs by the next bytecode at the latest)
+            now[0] += SAME_CTRL_C_S / 2
             with pytest.raises(KeyboardInterrupt):
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(1)  # delivered here at the latest

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_trainer import _free_port
 
 WORKER = """
 import os, pathlib, signal, sys, time
@@ -32,14 +31,9 @@ def launcher(tmp_path: Path, mode: str) -> list[str]:
     """torchrun with two workers of WORKER in `mode`; they mark themselves ready in tmp_path."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    port = str(_free_port())
-    return [sys.executable, "-m", "leviathan.torchrun", "--nproc-per-node", "2"] + [
-        "--master-port",
-        port,
-        str(script),
-        mode,
-        str(tmp_path),
-    ]
+    # --standalone: a rendezvous on a port the system picks, free of other launches' ports
+    torchrun = [sys.executable, "-m", "leviathan.torchrun", "--standalone", "--nproc-per-node", "2"]
+    return [*torchrun, str(script), mode, str(tmp_path)]
 
 
 @pytest.mark.parametrize(("mode", "status"), [("answer", 143), ("fail", 1)])

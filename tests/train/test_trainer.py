@@ -93,17 +93,6 @@ def assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
         assert torch.equal(a[k], b[k]), k
 
 
-@pytest.fixture(scope="module")
-def reference_run(gpt2_shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("ref") / "run"
-    # with the live view on (DVCLive): the same run checks it (test_dvclive_...)
-    subprocess.run(
-        cli(gpt2_shards, run_dir, "--runtime", "checkpoint.every=4", "--runtime", "dvclive=true"),
-        check=True,
-    )
-    return run_dir
-
-
 @pytest.mark.slow
 def test_loss_decreases_and_artifacts_are_complete(reference_run: Path) -> None:
     train_rows = read_metrics(reference_run / "metrics.jsonl", "train")
@@ -502,42 +491,6 @@ def test_vocabulary_mismatch_is_refused(gpt2_shards: Path, tmp_path: Path) -> No
         )
 
 
-@pytest.mark.slow
-def test_ddp_two_ranks_match_one_rank(gpt2_shards: Path, tmp_path: Path) -> None:
-    """2 ranks x micro-batch 4 follow the same loss curve as 1 rank x micro-batch 8."""
-    common = [
-        "--set",
-        "global_batch=8",
-        "--set",
-        f"total_tokens={8 * 64 * 4}",
-        "--runtime",
-        "checkpoint.every=0",
-        "--runtime",
-        "validation.every=0",
-        "--runtime",
-        "threads=1",
-    ]
-    one = cli(gpt2_shards, tmp_path / "one", *common, "--set", "micro_batch=8")
-    subprocess.run(one, check=True)
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        "29517",
-    ]
-    two = cli(gpt2_shards, tmp_path / "two", *common, "--set", "micro_batch=4")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(torchrun + two[1:], check=True, env=env)
-    a = [r["loss"] for r in read_metrics(tmp_path / "one" / "metrics.jsonl", "train")]
-    b = [r["loss"] for r in read_metrics(tmp_path / "two" / "metrics.jsonl", "train")]
-    assert len(a) == len(b) == 4
-    assert b == pytest.approx(a, rel=1e-4)
-    assert read_metrics(tmp_path / "two" / "metrics.jsonl", "start")[0]["world_size"] == 2
-
-
 def _free_port() -> int:
     import socket
 
@@ -559,7 +512,7 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     one = cli(gpt2_shards, tmp_path / "one", *common)
     subprocess.run(
-        [*torchrun, "--nproc-per-node", "2", "--master-port", str(_free_port())] + one[1:],
+        [*torchrun, "--standalone", "--nproc-per-node", "2"] + one[1:],
         check=True,
         env=env,
     )
