@@ -14,6 +14,7 @@ import pytest
 import yaml
 from workflow_helpers import BIN, ROOT, job_counts, small_config, snakemake, workflow_copy
 
+from leviathan.study.logs import LOGGER
 from leviathan.train.schedule import keep_steps
 
 SNAKEFMT = shutil.which("snakefmt", path=str(BIN))  # the formatter of the Snakefile and its rules
@@ -162,7 +163,7 @@ def test_micro_grid_end_to_end_and_single_cell_rerun(tmp_path: Path) -> None:
         "report",
     }
     for log in logs:  # each job's first line names it (a train job's: with its attempt)
-        assert re.search(r"leviathan\.workflow: (attempt \d+ of )?rule ", log.read_text()), log
+        assert re.search(rf"{re.escape(LOGGER)}: (attempt \d+ of )?rule ", log.read_text()), log
     metrics = pd.read_csv(
         work / "results/report/embedded/tables/metrics.csv", dtype={"stand_in_data": str}
     )
