@@ -9,10 +9,10 @@ the same functions at the shapes it measures: `step_ratio`, `materialize_seconds
                (`lev_kernels.cost_per_id`, `kernel_seconds`: each kernel's slowest unit);
   materialize  LEV materialize() of o200k at D = 2048 (fp32, as gpu-check times it): the
                forward kernel over every id, plus every other op's HBM bytes (counted by the
-               dispatch mode, `model.traffic`, on FakeTensors for one 8,192-id chunk: steps
+               dispatch mode, `cost.traffic`, on FakeTensors for one 8,192-id chunk: steps
                1-3 and the out-projection) and the fp32 GEMMs at the fp32 cores' rate;
   step ratio   leviathan / tied optimizer-step time at 400m, eager (--compiled: the tied step
-               compiled; LEV stays eager): the roofline's tied step (`model.roofline`) plus LEV's extra, which is the kernels, LEV's other ops'
+               compiled; LEV stays eager): the roofline's tied step (`cost.roofline`) plus LEV's extra, which is the kernels, LEV's other ops'
                counted bytes (fp32: an upper bound under bf16 autocast) and its parameters'
                optimizer traffic (the roofline's difference of the two variants' optimizer parts).
                `step_ratio` keeps the tied table's own work in the leviathan step (an upper

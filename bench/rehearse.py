@@ -249,10 +249,11 @@ def step_train(train: str, val: str, run_dir: str) -> dict[str, Any]:
 
 
 def step_checkpoint(run_dir: str, out: str) -> dict[str, Any]:
-    from leviathan import layout
-    from leviathan.train.checkpoint import load_checkpoint, save_checkpoint
+    from leviathan.checkpoint.files import final_dir
+    from leviathan.checkpoint.read import load_checkpoint
+    from leviathan.checkpoint.store import save_checkpoint
 
-    final = layout.final_dir(run_dir)
+    final = final_dir(run_dir)
     t0 = time.perf_counter()
     ck = load_checkpoint(final)
     load_s = time.perf_counter() - t0

@@ -14,7 +14,7 @@ from leviathan.eval.checkpoint import open_checkpoint
 from leviathan.eval.errors import EvalInputError
 from leviathan.io import sha256_file
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig, train_config
-from leviathan.train.errors import ConfigMismatch
+from leviathan.train.errors import ConfigMismatch, config_mismatch
 from leviathan.train.trainer import train
 
 QUIET = RuntimeConfig(
@@ -117,3 +117,13 @@ def test_metrics_log_records_lev_health_at_init_and_each_validation(
     ckpt, _ = open_checkpoint(run_dir, "cpu")
     h = ckpt.model_config.lev.n_heads
     assert all(len(r["near_ends"]) == len(r["log_std_M"]) == h for r in health)
+
+
+def test_a_fingerprint_of_another_version_over_the_same_values_says_so(tmp_path: Path) -> None:
+    """Same recorded values, another fingerprint (a rule changed between versions): the
+    refusal says the values agree and names the way out, not an empty diff."""
+    same = {"scale": "micro", "model_overrides": {"lev": {"knot_scale": 1.0}}}
+    text = str(config_mismatch(tmp_path / "final", same, dict(same), tmp_path))
+    assert "()" not in text and "the values are the same" in text and "leviathan retrain" in text
+    other = str(config_mismatch(tmp_path / "final", same, {**same, "scale": "tiny"}, tmp_path))
+    assert "scale: checkpoint 'micro' != now 'tiny'" in other

@@ -23,7 +23,7 @@ from leviathan.checkpoint.files import checkpoints_dir, final_dir, step_dir
 from leviathan.study.resolve import cell_train_config
 from leviathan.study.status import cell_status, render_status, run_state
 from leviathan.train.config import CheckpointConfig, RuntimeConfig, ValidationConfig
-from leviathan.train.exit_record import read_exit, record_exit
+from leviathan.train.exit_record import amend_reason, read_exit, record_exit
 from leviathan.train.metrics_log import read_metrics, rewind_metrics
 from leviathan.train.preemption import Preempted
 from leviathan.train.trainer import train
@@ -258,6 +258,24 @@ def test_a_stopped_or_failed_cell_by_its_exit_record(
     assert read_exit(run)["outcome"] == "finished"  # type: ignore[index]
 
 
+def test_the_command_amends_only_its_own_exit_record(tmp_path: Path) -> None:
+    """A command that learns more after the trainer ended (the micro-batch that fits) amends
+    the reason its process wrote; a record another process wrote is left alone."""
+    run = tmp_path / "run"
+    _log(run, range(1, 3))
+    with pytest.raises(RuntimeError), record_exit(run):
+        raise RuntimeError("out of memory: try micro_batch 2")
+    amend_reason(run, "out of memory:\n try micro_batch 1")
+    record = read_exit(run)
+    assert record is not None and record["reason"] == "out of memory: try micro_batch 1"
+    assert "micro_batch 1" in (run_state(run)[1] or "")
+    layout.exit_file(run).write_text(
+        layout.exit_file(run).read_text().replace(f'"pid": {os.getpid()}', '"pid": 1')
+    )
+    amend_reason(run, "a reason of another process's record")
+    assert read_exit(run)["reason"] == "out of memory: try micro_batch 1"  # type: ignore[index]
+
+
 def test_a_run_on_another_host_by_its_exit_record_else_its_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -341,7 +359,7 @@ print(sys.argv[2], flush=True)
 
 
 def test_only_the_newest_attempt_of_a_job_log_tells_a_failure(tmp_path: Path) -> None:
-    """A job log keeps every attempt (workflow/logs.py): an attempt killed outright, with no
+    """A job log keeps every attempt (study/logs.py): an attempt killed outright, with no
     last word, is not failed because the attempt before it was."""
     from leviathan.study.status import _job_failed
 

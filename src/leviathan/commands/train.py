@@ -18,6 +18,7 @@ from leviathan.model.config import VARIANT_NAMES
 from leviathan.scales import SCALES
 from leviathan.train.config import RuntimeConfig, train_config
 from leviathan.train.errors import KERNEL_CHECK_EXIT, OUT_OF_MEMORY_EXIT, NonFiniteLoss, OutOfMemory
+from leviathan.train.exit_record import amend_reason
 from leviathan.values import flatten, load_yaml, parse_assignments
 
 
@@ -115,6 +116,7 @@ def _with_fitting_micro_batch(exc: OutOfMemory, run_dir: Path) -> OutOfMemory:
         return exc
     refined = exc.with_fitting(fitting)
     write_json(out_of_memory_file(run_dir), refined.record)
+    amend_reason(run_dir, str(refined))  # the exit record says what stderr and the record say
     return refined
 
 

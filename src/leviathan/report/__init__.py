@@ -1,7 +1,7 @@
 """Reporting: the paper's tables and figures from the evaluation outputs, beside the paper's
 reported numbers, and the audit of every number.
 
-Its modules import downwards only (tests/report/test_report_imports.py checks it):
+Its modules import downwards only (tests/test_imports.py checks that no circle forms):
 
 - values: `predicted` (the roofline's predictions), `cellmap` (a value declared over the fields
   it is read from), `baseline`, `evidence` (what a number rests on), `paper` (its reported

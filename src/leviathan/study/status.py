@@ -81,7 +81,7 @@ def _progress(metrics: Path) -> tuple[int, float | None, float | None]:
 
 def _job_failed(log: Path) -> bool:
     """Whether a train job's log ends in an error rather than a stop by signal or a result;
-    only the newest attempt counts (the log keeps every attempt: workflow/logs.py)."""
+    only the newest attempt counts (the log keeps every attempt: study/logs.py)."""
     from leviathan.study.logs import is_attempt_line
 
     if not log.is_file():

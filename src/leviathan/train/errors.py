@@ -187,6 +187,12 @@ def config_mismatch(
         for k in sorted(set(theirs) | set(ours))
         if theirs.get(k) != ours.get(k)
     )
+    if not diff:  # the same values: the fingerprint was computed by another version's rule
+        return ConfigMismatch(
+            f"refusing to resume from {checkpoint}: its config fingerprint was computed by "
+            f"another version of leviathan (the values are the same). Retrain it "
+            f"(`leviathan retrain`, or a new run directory, or delete {root})"
+        )
     return ConfigMismatch(
         f"refusing to resume from {checkpoint}: it was trained with a different config ("
         + diff

@@ -71,6 +71,15 @@ def record_exit(run_dir: str | os.PathLike[str]) -> Iterator[None]:
     _write(run_dir, "finished", "trained to its last step", started)
 
 
+def amend_reason(run_dir: str | os.PathLike[str], reason: str) -> None:
+    """Put `reason` in the record this process wrote as its attempt ended (a command that
+    knows more than the trainer did: the micro-batch that fits, after an out-of-memory
+    error). A record of another process, or none, is left as it is."""
+    record = read_exit(run_dir)
+    if record is not None and record.get("pid") == os.getpid():
+        write_json(layout.exit_file(run_dir), {**record, "reason": " ".join(reason.split())})
+
+
 def read_exit(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The run's exit record; None where there is none, or one that is not a record of ours
     (it counts as none: the run's other files tell its state)."""
