@@ -76,27 +76,8 @@ def loss_curves(
         base = r["baseline"]
         scale, vocab, seed = sample_efficiency_group(path)
         for run in [base, *r["runs"]]:
-            curve = pd.DataFrame(run["curve"])
-            ax.plot(
-                curve["tokens"],
-                curve["val_loss"],
-                marker="o",
-                ms=3,
-                lw=1.5,
-                color=palette.get(run["variant"]),
-                label=drawing.legend_label(
-                    run["variant"], (recipes or {}).get(f"{scale}/{vocab}/{run['variant']}/{seed}")
-                ),
-            )
-            if run is not base and run.get("reached") and run.get("tokens_interpolated"):
-                ax.plot(
-                    [run["tokens_interpolated"]],
-                    [base["target_val_loss"]],
-                    marker="v",
-                    ms=9,
-                    color=palette.get(run["variant"]),
-                    markeredgecolor="black",
-                )
+            recipe = (recipes or {}).get(f"{scale}/{vocab}/{run['variant']}/{seed}")
+            _loss_curve(ax, run, base, palette.get(run["variant"]), recipe)
         ax.axhline(
             base["target_val_loss"], ls="--", lw=1, color="grey", label="tied final periodic loss"
         )
@@ -117,6 +98,32 @@ def loss_curves(
         policy,
     )
     return drawing.save_figure(fig, out_dir, "loss_curves", sample_efficiency)
+
+
+def _loss_curve(
+    ax: Any, run: Mapping[str, Any], base: Mapping[str, Any], color: Any, recipe: str | None
+) -> None:
+    """One run's periodic validation loss; a marker where it reaches the tied baseline's final
+    loss (a run other than the baseline)."""
+    curve = pd.DataFrame(run["curve"])
+    ax.plot(
+        curve["tokens"],
+        curve["val_loss"],
+        marker="o",
+        ms=3,
+        lw=1.5,
+        color=color,
+        label=drawing.legend_label(run["variant"], recipe),
+    )
+    if run is not base and run.get("reached") and run.get("tokens_interpolated"):
+        ax.plot(
+            [run["tokens_interpolated"]],
+            [base["target_val_loss"]],
+            marker="v",
+            ms=9,
+            color=color,
+            markeredgecolor="black",
+        )
 
 
 def frequency(csv: Path | None, out_dir: str | os.PathLike[str], policy: SmokePolicy) -> list[Path]:
