@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -499,6 +500,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _listening_pid(port: int, pids: list[int]) -> int | None:
+    """Which of `pids` holds the socket listening on 127.0.0.1:`port` (Linux: /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as fh:
+            for row in list(fh)[1:]:
+                cols = row.split()
+                if int(cols[1].rsplit(":", 1)[1], 16) == port and cols[3] == "0A":
+                    inodes.add(f"socket:[{cols[9]}]")
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fds = Path(f"/proc/{pid}/fd")
+            if any(os.readlink(fd) in inodes for fd in fds.iterdir()):
+                return pid
+    return None
+
+
 @pytest.mark.slow
 def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_path: Path) -> None:
     """Two torchrun launchers on one host (`--nnodes 2`, c10d rendezvous: the multi-node launch
@@ -530,7 +548,12 @@ def test_two_nodes_train_preempt_and_resume_as_one_node(gpt2_shards: Path, tmp_p
     nodes = launch()
     metrics = run_dir / "metrics.jsonl"
     wait_for_training(run_dir, 300)
-    nodes[0].send_signal(signal.SIGTERM)  # one node's launcher: torchrun forwards it
+    # one node's launcher, torchrun forwards it; not the one hosting the rendezvous store,
+    # whose end would leave the other launcher's own shutdown without its store (exit 1)
+    host = _listening_pid(port, [n.pid for n in nodes])
+    assert host is not None, "no launcher listens on the rendezvous port"
+    signalled = next(n for n in nodes if n.pid != host)
+    signalled.send_signal(signal.SIGTERM)
     errs = [n.communicate(timeout=300)[1] for n in nodes]
     # both launchers exit as leviathan train does: 128 + SIGTERM (torchrun's own status is 1)
     assert [n.returncode for n in nodes] == [128 + signal.SIGTERM] * 2, errs

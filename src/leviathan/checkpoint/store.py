@@ -118,6 +118,14 @@ def snapshot(
     )
 
 
+def _save_torch(obj: Any, path: Path) -> None:
+    """torch.save into a file this function closes, also when the write fails: a failed
+    write's file, removed, then frees its space at once (torch's own writer, given a path, keeps
+    its file open while the error's traceback lives, and with it the space of a full disk)."""
+    with open(path, "wb") as fh:
+        torch.save(obj, fh)
+
+
 def temp_dir(root: Path, name: str, pid: int | None = None) -> Path:
     """Where checkpoint `root/name` is written before it is renamed into place (`pid`: the
     writer's, the main rank's for an FSDP run's writers)."""
@@ -147,7 +155,7 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        torch.save(optim_state, optim_file(tmp))
+        _save_torch(optim_state, optim_file(tmp))
         publish(tmp, final, model_state, rng if rng is not None else rng_state(), state, manifest)
     except Exception as exc:
         shutil.rmtree(tmp, ignore_errors=True)  # the space it took, before measuring
@@ -177,7 +185,7 @@ def publish(
     which holds the optimizer state already, then rename it to `final` (an old one replaced
     whole). `files`: those the manifest hashes beside the weights (default: HASHED_FILES)."""
     save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, weights_file(tmp))
-    torch.save(rng, rng_file(tmp))
+    _save_torch(rng, rng_file(tmp))
     write_json(state_file(tmp), state)
     if manifest is not None:
         hashes = file_hashes(tmp) if files is None else file_hashes(tmp, files)
