@@ -9,10 +9,9 @@ from collections.abc import Sequence
 
 from leviathan import layout
 from leviathan.cells import Cell
-from leviathan.report.baseline import baseline_label
 from leviathan.report.cellmap import DocumentCache, Source, ValueSpec
 from leviathan.report.context import CONFIG_LABELS, Context, ReportInputs
-from leviathan.report.efficiency import group_run_source, seed_paired_variants
+from leviathan.report.efficiency import group_run_source, seed_paired_variants, variant_rows
 from leviathan.report.table import Table
 
 ALONG_TABLE = "sample_efficiency_along"
@@ -61,16 +60,7 @@ def along_table(ctx: Context, name: str) -> Table:
         CONFIG_LABELS,
         {col: fmt for col, (fmt, _) in COLUMNS.items()},
     )
-    for scale, vocab, variant, cells, tied in seed_paired_variants(ctx.inp):
-        row = t.add_row(
-            f"{scale}/{vocab}/{variant}",
-            scale=scale,
-            vocab=vocab,
-            variant=variant,
-            seeds=len(cells),
-            baseline=baseline_label(variant),
-            **ctx.evidence([*tied, *cells]),
-        )
+    for row, cells in variant_rows(t, ctx):
         for col, (_, field) in COLUMNS.items():
             t.set(row, col, ValueSpec("mean", _sources(ctx.docs, cells, field)))
     return t

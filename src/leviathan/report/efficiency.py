@@ -5,7 +5,7 @@ vocabulary and seed), and the pairing of variants with tied that those outputs c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from leviathan import layout
@@ -30,6 +30,23 @@ def seed_paired_variants(
         if variant != "tied" and paired:
             out.append((scale, vocab, variant, paired, [tied[c.seed] for c in paired]))
     return out
+
+
+def variant_rows(t: Table, ctx: Context) -> Iterator[tuple[str, list[Cell]]]:
+    """A row of `t` for each seed-paired variant (seed_paired_variants): its config labels,
+    seeds, baseline and evidence (its cells and tied's); yields (row, the variant's cells) for
+    the table's own values."""
+    for scale, vocab, variant, cells, tied in seed_paired_variants(ctx.inp):
+        row = t.add_row(
+            f"{scale}/{vocab}/{variant}",
+            scale=scale,
+            vocab=vocab,
+            variant=variant,
+            seeds=len(cells),
+            baseline=baseline_label(variant),
+            **ctx.evidence([*tied, *cells]),
+        )
+        yield row, cells
 
 
 def group_run_source(
@@ -89,16 +106,7 @@ def sample_efficiency_table(ctx: Context, name: str) -> Table:
         CONFIG_LABELS,
         cols,
     )
-    for scale, vocab, variant, cells, tied in seed_paired_variants(ctx.inp):
-        row = t.add_row(
-            f"{scale}/{vocab}/{variant}",
-            scale=scale,
-            vocab=vocab,
-            variant=variant,
-            seeds=len(cells),
-            baseline=baseline_label(variant),
-            **ctx.evidence([*tied, *cells]),
-        )
+    for row, cells in variant_rows(t, ctx):
         for col, field_ in (
             ("tied_tokens", "baseline/tokens"),
             ("target_periodic_loss", "baseline/target_val_loss"),
