@@ -130,6 +130,22 @@ def test_tiny_scale_fsdp_on_2_ranks_follows_one_process(gpt2_shards: Path, tmp_p
     assert losses(tmp_path / "fsdp2") == pytest.approx(losses(tmp_path / "one"), rel=1e-4)
 
 
+# the run's first step ends only once its rank has the signal: a fast run cannot finish before
+# the test's SIGTERM reaches it (the stop is at step 1, whatever the machine's load)
+HELD = """
+import sys, time
+from leviathan.train.preemption import PreemptionWatch
+asked = PreemptionWatch.requested
+def held(self):
+    while not self.signum:
+        time.sleep(0.01)
+    return asked(self)
+PreemptionWatch.requested = held
+from leviathan.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def stopped_by_sigterm(cmd: list[str], run_dir: Path) -> tuple[Path, int, str]:
     """Runs `cmd` and sends SIGTERM to it (to the launcher under torchrun) once the run has
     logged a training step: it exits 128 + SIGTERM with one step checkpoint. That checkpoint,
@@ -169,12 +185,15 @@ def test_a_run_stopped_by_sigterm_resumes_on_another_world_size_as_the_same_run(
     `resume_on` ranks (4 -> 2: the optimizer state resharded; 2 -> 1: its shards read whole;
     1 -> 2: each rank keeping its part) with the same batches: its losses are the uninterrupted
     run's."""
-    run_dir = tmp_path / "run"
+    run_dir, script = tmp_path / "run", tmp_path / "held.py"
+    script.write_text(textwrap.dedent(HELD))
     every = ["--runtime", "checkpoint.every=0", "--runtime", "validation.every=0"]
     argv = args(gpt2_shards, run_dir, "micro", *every)
+    held = [str(script), *argv[2:]]  # the script in place of `-m leviathan.cli`
     saved, stopped_at, err = stopped_by_sigterm(
-        launch(stop_on, argv, parallel=stop_parallel), run_dir
+        launch(stop_on, held, parallel=stop_parallel), run_dir
     )
+    assert stopped_at == 1, err
     if stop_on > 1:
         assert len(list((saved / "optim").glob("*.distcp"))) == stop_on, err
     else:
