@@ -17,6 +17,13 @@ import numpy as np
 import pytest
 import torch
 
+# SLURM's client, where installed, asks its controller and waits ~10 s when none answers; the
+# SLURM executor plugin asks (`scontrol show config`) each time Snakemake starts. No test outside
+# tests/slurm asks a cluster: their runs read an empty SLURM config, which the client refuses at
+# once (tests/slurm/conftest.py gives its cluster the real one back).
+NO_SLURM_CONF = "/dev/null"
+os.environ.setdefault("SLURM_CONF", NO_SLURM_CONF)
+
 if not torch.cuda.is_available():
     # LEV's Triton kernels run on CPU tensors under Triton's interpreter, which Triton reads
     # once, at its import (torch._dynamo imports it): set before any test can
