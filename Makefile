@@ -48,10 +48,10 @@ run-paper: $(STAMP)
 
 ## the whole test suite (fast unit tests and the slower end-to-end ones), on TEST_WORKERS
 ## processes (pytest-xdist; default: one per CPU, at most 4): each test module runs whole on one
-## of them (tests/conftest.py groups them), so its fixtures are built once
+## of them (--dist loadfile), so its fixtures are built once
 TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 ## format and fix lint with ruff, and format the Snakefile and its rules with snakefmt (their
 ## configuration: pyproject.toml; tests/test_style.py and tests/workflow/test_snakemake.py check them)
@@ -62,7 +62,7 @@ fmt: $(STAMP)
 
 ## unit tests only
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 ## DVC versioning (docs/dvc.md). The stages of dvc.yaml run Snakemake with the
 ## profile $(PROFILE): `make repro PROFILE=profiles/slurm`, or export SNAKEMAKE_PROFILE.

@@ -32,14 +32,7 @@ if not torch.cuda.is_available():
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `gpu` need a CUDA device (`make gpu-test` runs them); elsewhere they skip
-    saying so. Under pytest-xdist (`make test`), each module's tests form one group, which one
-    worker runs whole (`--dist loadgroup`: its module fixtures built once), and the SLURM
-    tests one group of their own (their session's cluster is started once, by one worker)."""
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            module = item.nodeid.split("::")[0]
-            group = "slurm" if module.startswith("tests/slurm/") else module
-            item.add_marker(pytest.mark.xdist_group(group))
+    saying so."""
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (make gpu-test on a GPU machine)")

@@ -13,6 +13,10 @@ of the workflow on a tiny micro config. What is checked goes through SLURM's own
    trains those two cells only. The new cell's training job is cancelled mid-run with `scancel`
    (SIGTERM): it checkpoints, the profile's retry resumes it from that checkpoint (the training
    log's start record says from which step), and the run ends complete.
+3. `leviathan preflight` against the same cluster: the real sacctmgr, sinfo and srun answer.
+
+Every test that needs the cluster is in this one module: `make test` runs a module whole on one
+worker (`--dist loadfile`), so one worker starts and stops the cluster.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+LEVIATHAN = str(Path(sys.executable).with_name("leviathan"))
 PROFILE = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
 RETRIES = int(PROFILE.get("retries", 0))
 FAST_STATUS = ["--slurm-init-seconds-before-status-checks", "2"]  # default 40 s: only for tests
@@ -554,3 +559,36 @@ def test_docs_tell_users_what_these_tests_do() -> None:
     assert "~/.config/snakemake/slurm/config.yaml" in section
     assert "snakemake --profile slurm all" in section
     assert "ci/local_slurm.sh" in section
+
+
+# ----------------------------------------------------------------------------- 3. preflight
+def preflight(cluster: Any, tmp_path: Path, account: str) -> subprocess.CompletedProcess[str]:
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    profile["default-resources"] |= {
+        "slurm_account": account,
+        "slurm_partition": cluster.partition,
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(profile))
+    return subprocess.run(
+        [LEVIATHAN, "preflight", "--profile", str(tmp_path)],
+        cwd=ROOT,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_preflight_asks_the_cluster(slurm_cluster: Any, tmp_path: Path) -> None:
+    """The cluster's account and partition pass, the srun probe reports from a compute node
+    (the fake GPUs give torch no CUDA device, so the torch line fails and names why), and an
+    account the cluster does not know fails naming the ones it does."""
+    run = preflight(slurm_cluster, tmp_path, slurm_cluster.account)
+    out = run.stdout
+    assert f"ok   account {slurm_cluster.account}: known to `sacctmgr`" in out, out + run.stderr
+    assert f"ok   partition {slurm_cluster.partition}: known to `sinfo`" in out, out
+    assert "hub on a compute node:" in out and "torch: torch " in out, out
+    wrong = preflight(slurm_cluster, tmp_path, "no-such-account")
+    assert wrong.returncode == 1
+    assert "FAIL account no-such-account: unknown to `sacctmgr` (it lists" in wrong.stdout
+    assert slurm_cluster.account in wrong.stdout

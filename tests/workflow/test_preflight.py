@@ -1,5 +1,5 @@
 """`leviathan preflight` logic on the cluster commands' outputs given as strings (sinfo,
-sacctmgr, the compute-node probe); the real cluster run is tests/slurm/test_preflight_cluster.py."""
+sacctmgr, the compute-node probe); the real cluster run is in tests/slurm/test_slurm_workflow.py."""
 
 from __future__ import annotations
 
