@@ -50,8 +50,9 @@ run-paper: $(STAMP)
 ## processes (pytest-xdist; default: one per CPU, at most 4): each test module runs whole on one
 ## of them (--dist loadfile), so its fixtures are built once
 TEST_WORKERS ?= auto
+XDIST = -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
+	$(BIN)/python -m pytest $(XDIST)
 
 ## format and fix lint with ruff, and format the Snakefile and its rules with snakefmt (their
 ## configuration: pyproject.toml; tests/test_style.py and tests/workflow/test_snakemake.py check them)
@@ -62,7 +63,7 @@ fmt: $(STAMP)
 
 ## unit tests only
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
+	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
 ## DVC versioning (docs/dvc.md). The stages of dvc.yaml run Snakemake with the
 ## profile $(PROFILE): `make repro PROFILE=profiles/slurm`, or export SNAKEMAKE_PROFILE.

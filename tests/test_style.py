@@ -65,8 +65,7 @@ def oversized(path: Path, root: Path = ROOT) -> list[str]:
 
 def test_modules_and_functions_stay_small() -> None:
     """One job per module and per function: src/, the workflow's Python and the benchmarks."""
-    files = [sorted((ROOT / d).rglob("*.py")) for d in ("src", "workflow", "bench")]
-    files = [path for found in files for path in found]
+    files = [p for d in ("src", "workflow", "bench") for p in sorted((ROOT / d).rglob("*.py"))]
     found = [line for path in files for line in oversized(path)]
     assert not found, "split these by job:\n" + "\n".join(found)
 

@@ -563,7 +563,7 @@ def test_docs_tell_users_what_these_tests_do() -> None:
 
 # ----------------------------------------------------------------------------- 3. preflight
 def preflight(cluster: Any, tmp_path: Path, account: str) -> subprocess.CompletedProcess[str]:
-    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    profile = copy.deepcopy(PROFILE)
     profile["default-resources"] |= {
         "slurm_account": account,
         "slurm_partition": cluster.partition,
