@@ -72,11 +72,14 @@ def test_train_reads_3e_minus_4_as_the_number(
         (("--set", "micro_batch=3"), "train.micro_batch=3 does not divide the per-rank batch 8"),
         (("--set", "lr"), "--set 'lr': expected KEY=VALUE"),
         # every range, refused where it is read, naming the key and what it may be
-        (("--runtime", "log_every=0"), "--runtime: runtime log_every=0 must be >= 1"),
-        (("--runtime", "threads=-2"), "runtime threads=-2 must be >= 0 (torch CPU threads; 0: all"),
-        (("--runtime", "validation.windows=-1"), "runtime validation.windows=-1 must be >= 0"),
-        (("--runtime", "checkpoint.every=-1"), "runtime checkpoint.every=-1 must be >= 0"),
-        (("--runtime", "checkpoint.keep_last=0"), "runtime checkpoint.keep_last=0 must be >= 1"),
+        (("--runtime", "log_every=0"), "--runtime: log_every=0 must be >= 1"),
+        (
+            ("--runtime", "threads=-2"),
+            "--runtime: threads=-2 must be >= 0 (torch CPU threads; 0: all",
+        ),
+        (("--runtime", "validation.windows=-1"), "--runtime: validation.windows=-1 must be >= 0"),
+        (("--runtime", "checkpoint.every=-1"), "--runtime: checkpoint.every=-1 must be >= 0"),
+        (("--runtime", "checkpoint.keep_last=0"), "--runtime: checkpoint.keep_last=0 must be >= 1"),
         (("--runtime", "ckpt_every=4"), "--runtime: unknown key 'ckpt_every': valid keys are"),
         (
             ("--runtime", "wandb=true"),
@@ -91,9 +94,9 @@ def test_train_reads_3e_minus_4_as_the_number(
             ("--runtime", "checkpoint.often=4"),
             "--runtime: unknown key checkpoint.often: valid keys are checkpoint.every",
         ),
-        (("--runtime", "dist_timeout_s=0"), "runtime dist_timeout_s=0 must be >= 1 (seconds)"),
-        (("--runtime", "device=bogus"), "runtime device='bogus' is not a device: use auto, cpu"),
-        (("--runtime", "device=cuda:x"), "runtime device='cuda:x' is not a device"),
+        (("--runtime", "dist_timeout_s=0"), "--runtime: dist_timeout_s=0 must be >= 1 (seconds)"),
+        (("--runtime", "device=bogus"), "--runtime: device='bogus' is not a device: use auto, cpu"),
+        (("--runtime", "device=cuda:x"), "--runtime: device='cuda:x' is not a device"),
         (("--set", "eps=-1"), "train.eps=-1.0 must be > 0"),
         (("--set", "betas=[2,3]"), "train.betas=[2.0, 3.0] must each be in [0, 1)"),
         (("--set", "betas=[0.9,1]"), "train.betas=[0.9, 1.0] must each be in [0, 1)"),
@@ -103,9 +106,9 @@ def test_train_reads_3e_minus_4_as_the_number(
         (("--set", "lr=inf"), "--set: lr='inf' is not a number"),
         (("--set", "grad_clip=.nan"), "--set: grad_clip=nan is not a finite number"),
         (("--set", "total_tokens=1e30"), "train.total_tokens=1e+30 is more than 1e+15 tokens"),
-        (("--runtime", "log_line_s=-5"), "runtime log_line_s=-5.0 must be >= 0 (seconds"),
+        (("--runtime", "log_line_s=-5"), "--runtime: log_line_s=-5.0 must be >= 0 (seconds"),
         (("--runtime", "log_line_s=.inf"), "--runtime: log_line_s=inf is not a finite number"),
-        (("--runtime", "log_line_every=-1"), "runtime log_line_every=-1 must be >= 0"),
+        (("--runtime", "log_line_every=-1"), "--runtime: log_line_every=-1 must be >= 0"),
     ],
 )
 def test_train_refuses_bad_values_before_anything_runs(
@@ -167,7 +170,7 @@ def test_train_config_file_errors(
         (
             "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
             "runtime: {checkpoint: {keep_last: 0}}\n",
-            "config runtime: runtime checkpoint.keep_last=0 must be >= 1",
+            "config runtime: checkpoint.keep_last=0 must be >= 1",
         ),
         (
             "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
@@ -189,7 +192,7 @@ def test_train_config_file_errors(
         (
             "studies: {main: {scales: [micro], vocabs: [gpt2], variants: [tied]}}\n"
             "runtime: {log_line_s: -1}\n",
-            "config runtime: runtime log_line_s=-1.0 must be >= 0",
+            "config runtime: log_line_s=-1.0 must be >= 0",
         ),
     ],
 )
@@ -268,6 +271,6 @@ def test_train_runtime_blocks_merge_key_by_key() -> None:
     assert whole.checkpoint.background is False
     with pytest.raises(
         ValueError,
-        match=r"^run.yaml runtime: / --runtime: runtime checkpoint.every=-1 must be >= 0",
+        match=r"^run.yaml runtime: / --runtime: checkpoint.every=-1 must be >= 0",
     ):
         runtime_config(from_file, ["checkpoint.every=-1"], Path("run.yaml"))

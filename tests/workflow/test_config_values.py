@@ -69,11 +69,11 @@ def test_exponent_numbers_are_floats_in_the_resolved_config(tmp_path: Path) -> N
         # the runtime's keys, types and ranges are RuntimeConfig's (the schema holds no copy)
         (
             {"runtime": {"device": "bogus"}},
-            "config runtime: runtime device='bogus' is not a device",
+            "config runtime: device='bogus' is not a device",
         ),
         (
             {"runtime": {"checkpoint": {"keep_last": 0}}},
-            "config runtime: runtime checkpoint.keep_last=0 must be >= 1",
+            "config runtime: checkpoint.keep_last=0 must be >= 1",
         ),
         (
             {"runtime": {"wandb": True}},
@@ -144,5 +144,5 @@ def test_runtime_ranges_are_checked_in_code_too() -> None:
     from leviathan.study.config import check_config
 
     config = {"studies": STUDY, "runtime": {"dist_timeout_s": 0}}
-    with pytest.raises(ValueError, match=r"^config runtime: runtime dist_timeout_s=0 must be >= 1"):
+    with pytest.raises(ValueError, match=r"^config runtime: dist_timeout_s=0 must be >= 1"):
         check_config(config)

@@ -295,8 +295,8 @@ class RuntimeConfig:
         try:
             blocks = {name: _BLOCKS[name](**values.pop(name, {})) for name in _BLOCKS}
             return cls(**values, **blocks)
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+        except ValueError as exc:  # "runtime KEY=..." from the checks: `where` names the block
+            raise ValueError(f"{where}: {str(exc).removeprefix('runtime ')}") from None
 
     @classmethod
     def coerce(cls, d: Mapping[str, Any], where: str = "runtime") -> dict[str, Any]:
