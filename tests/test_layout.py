@@ -3,6 +3,7 @@ checkpoints and the evaluation's loader all agree with it."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,23 @@ def test_a_dvc_metrics_file_names_its_folder_back() -> None:
     path = layout.dvc_metrics_file(layout.dvc_metrics_dir_of("embedded"), key)
     assert path == Path("results/report/metrics/embedded/micro/gpt2/leviathan/seed0.json")
     assert layout.dvc_metrics_dir(path, key) == Path(layout.dvc_metrics_dir_of("embedded"))
+
+
+@pytest.mark.parametrize("module", ["base", "data", "outputs"])
+def test_layout_exports_every_public_name_of_its_modules(module: str) -> None:
+    """`layout.X` works for every public name its modules define, and for nothing they import
+    (read from the source, not from the module's own list)."""
+    path = Path(layout.__file__).with_name(f"{module}.py")
+    defined: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defined.add(node.target.id)
+    public = {name for name in defined if not name.startswith("_")} - {"__all__"}
+    assert set(getattr(layout, module).__all__) == public
+    assert all(hasattr(layout, name) for name in public)
+    assert not hasattr(layout, "CHECKPOINTS")  # imported by base and outputs: not a layout name
+    assert not hasattr(layout, "Path")

@@ -80,3 +80,31 @@ def token_files(directory: str, word_counts: bool = False) -> dict[str, str]:
     if word_counts:
         files["word_counts"] = f"{directory}/{WORD_COUNTS}"
     return files
+
+
+# what `leviathan.layout` exports from here: every public name (tests/test_layout.py)
+__all__ = [
+    "CORPUS_ROOT",
+    "CORPUS_SUFFIX",
+    "COUNTS",
+    "EVAL_DATA_PROGRESS",
+    "EVAL_DATA_ROOT",
+    "EVAL_DATA_SOURCE",
+    "FETCH_STATE",
+    "PARTIAL_SUFFIX",
+    "SHARD_SUFFIX",
+    "SPLITS",
+    "TOKENS_ROOT",
+    "WORD_COUNTS",
+    "corpus_dir",
+    "corpus_file",
+    "eval_data_dir",
+    "eval_data_source",
+    "eval_data_split",
+    "fetch_state",
+    "partial_corpus_file",
+    "shard_path",
+    "shards",
+    "token_files",
+    "tokens_dir",
+]
