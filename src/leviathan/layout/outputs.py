@@ -160,7 +160,7 @@ def plots_dir(results: str) -> str:
 
 def status_file(results: str) -> str:
     """A study's status (what its run shows and what not), which the HTML report's first page
-    includes (leviathan.report.status, workflow/report/workflow.rst)."""
+    includes (leviathan.report.status_page, workflow/report/workflow.rst)."""
     return f"{report_dir(results)}/{STATUS_FILE}"
 
 

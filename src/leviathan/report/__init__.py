@@ -10,7 +10,7 @@ Its modules import downwards only (tests/test_imports.py checks that no circle f
 - the context a table is built from: `context` (the configured studies, the files read);
 - builders, one job each: `columns`, `builders`, `efficiency`, `along_table`, `recon`,
   `throughput`, with their order in `registry`;
-- output: `formatting` (Markdown, LaTeX, caption), `status`, `resources`, `plots`, the figures
+- output: `formatting` (Markdown, LaTeX, caption), `status_page`, `resources`, `plots`, the figures
   (`drawing`, `figures`, `lev_figures`, `along_figure`), and `build`, which writes them all;
 - the audit on top: `claims`, `chain`, `audit`.
 """

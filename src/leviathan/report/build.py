@@ -30,7 +30,7 @@ from leviathan.report.formatting import caption_rst, dvc_metrics, render
 from leviathan.report.paper import reported_path
 from leviathan.report.paper_consistency import CHANGE_SIGN, PERCENT, consistency_checks
 from leviathan.report.registry import build_tables, table_paths
-from leviathan.report.status import ReportCsvs, study_status, write_status
+from leviathan.report.status_page import ReportCsvs, study_status, write_status
 from leviathan.report.table import STAND_IN_COLUMN, Table
 from leviathan.report.throughput import plan_devices
 
@@ -193,7 +193,7 @@ def write_report(
 ) -> list[Path]:
     """Every table (and, unless figures_dir is None, every figure) of the configured studies,
     the per-cell DVC metrics files (default: the study's, `layout.dvc_metrics_dir_of`) and the
-    study's status (leviathan.report.status; default: beside tables_dir)."""
+    study's status (leviathan.report.status_page; default: beside tables_dir)."""
     started = _dt.datetime.now(_dt.UTC)
     inp = report_inputs(config)
     docs = DocumentCache(check=check_report_input)  # nothing read that is not as written

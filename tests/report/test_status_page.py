@@ -1,5 +1,6 @@
-"""The study's status (leviathan.report.status): what the run shows and what not, counted from the
-cells' final checkpoints and the report's tables, as the HTML report's first page shows it."""
+"""The study's status page (leviathan.report.status_page): what the run shows and what not,
+counted from the cells' final checkpoints and the report's tables, as the HTML report's first
+page shows it."""
 
 from __future__ import annotations
 
