@@ -143,9 +143,14 @@ def test_keep_last_zero_keeps_the_checkpoint_it_names(tmp_path: Path, background
     assert with_manifest(manager(tmp_path)).restore(restart_on_mismatch=False).step == 2
 
 
-def test_the_audit_of_a_checkpoint_folder_checks_every_recorded_hash(tmp_path: Path) -> None:
+def test_the_audit_of_a_checkpoint_folder_checks_every_recorded_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from leviathan.report.chain import ChainWalker
 
+    # written from the audit's root, as the workflow writes from its own: a dirty checkout's
+    # diff (results/provenance/, relative to the working directory) is then where it is audited
+    monkeypatch.chdir(tmp_path)
     two_checkpoints(tmp_path)
     folder = tmp_path / "step_00000002"
     clean = ChainWalker(root=tmp_path)
