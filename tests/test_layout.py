@@ -109,3 +109,10 @@ def test_layout_exports_every_public_name_of_its_modules(module: str) -> None:
     assert all(hasattr(layout, name) for name in public)
     assert not hasattr(layout, "CHECKPOINTS")  # imported by base and outputs: not a layout name
     assert not hasattr(layout, "Path")
+
+
+def test_no_layout_name_is_defined_in_two_modules() -> None:
+    """A name two modules define would be exported from whichever the package imports last."""
+    names = [*layout.base.__all__, *layout.data.__all__, *layout.outputs.__all__]
+    assert len(names) == len(set(names))
+    assert sorted(layout.__all__) == sorted(names)

@@ -40,6 +40,9 @@ package exports them all. Import every name from here: `from leviathan import la
 
 from __future__ import annotations
 
+from leviathan.layout import base, data, outputs
 from leviathan.layout.base import *  # noqa: F403
 from leviathan.layout.data import *  # noqa: F403
 from leviathan.layout.outputs import *  # noqa: F403
+
+__all__ = [*base.__all__, *data.__all__, *outputs.__all__]
